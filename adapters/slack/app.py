@@ -1,0 +1,346 @@
+"""The Slack front end on slack-bolt (async): one app, one set of listeners for both transports.
+
+``create_bolt_app(settings, service)`` builds the ``AsyncApp`` that Socket Mode
+(``AsyncSocketModeHandler``) and HTTP mode (``app.web_app()`` / Events API) both serve; tests build
+the same app production runs (collmbo's app factory; ChatGPT-in-Slack's single
+``register_listeners``).
+
+What a user sees: ``@bot <request>`` (files attached or not) in a channel gets a status message in
+that message's thread, edited as the run progresses (plan, model and state per task), then the
+answer (Markdown converted to mrkdwn, split under Slack's size limit) and the generated files.
+A mention inside a thread continues that thread's conversation; in a thread the bot takes part
+in, follow-ups need no mention (``[slack] followups_without_mention``). Direct messages work too.
+
+Delivery rules (docs.slack.dev/apis/events-api): bolt acknowledges each event before our listener
+runs (``process_before_response=False``); the listener does its checks without awaiting and hands
+the work to a tracked task, so the acknowledgement never waits for the pipeline. Repeated
+deliveries (retries, ``app_mention`` plus ``message``, Socket Mode redelivery) are answered once
+(:class:`~adapters.slack.logic.Deduplicator`); the bot's own messages and edits are ignored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+from aiolimiter import AsyncLimiter
+from slack_bolt.async_app import AsyncApp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.config import Settings
+from bot.service import ConversationKey, IncomingFile
+from pipeline.errors import ConfigError, HuggingGPTError, InputError
+from pipeline.types import Done, RunRecord
+
+from . import io as slack_io
+from .logic import (
+    Deduplicator,
+    ProgressView,
+    SlidingWindowLimiter,
+    TTLCache,
+    classify_message,
+    is_allowed,
+    rate_limited_sentence,
+    split_text,
+    strip_mentions,
+    to_mrkdwn,
+    unescape_slack,
+)
+
+log = logging.getLogger(__name__)
+
+BACKEND_DOWN = "Something went wrong on my side and the request stopped; please try again in a few minutes."
+RESTARTING = ":warning: I was restarted before finishing this request; please ask again."
+EMPTY_REQUEST = "Mention me with a request, for example: `@HuggingGPT describe this photo` with an image attached."
+
+
+@dataclass
+class Stats:
+    """Counters for operators and the benchmark."""
+
+    events: int = 0
+    duplicates: int = 0
+    ignored: int = 0
+    runs: int = 0
+    answers: int = 0
+    errors: int = 0
+
+
+class SlackBot:
+    """State and behaviour behind the listeners (one per process).
+
+    Args:
+        settings: all settings (``[slack]`` and ``[storage] max_file_bytes`` are used here).
+        service: the :class:`bot.service.Service` (only its contract is used).
+        client: the bot's ``AsyncWebClient`` (the app's client).
+        update_interval: minimum seconds between two edits of one status message (default 1.0).
+        file_hosts: extra host names the bot token may be sent to when downloading user files.
+    """
+
+    def __init__(self, settings: Settings, service: Any, client: AsyncWebClient, *, update_interval: float = 1.0,
+                 file_hosts: tuple[str, ...] = ()) -> None:
+        self.settings = settings
+        self.slack = settings.slack
+        self.service = service
+        self.client = client
+        self.update_interval = update_interval
+        self.poster = slack_io.Poster(client)
+        self.update_limiter = AsyncLimiter(50, 60)  # chat.update: Tier 3, about 50 per minute
+        self.dedup = Deduplicator()
+        self.rate = SlidingWindowLimiter(self.slack.rate_limit_per_minute, 60.0)
+        self.threads = TTLCache(max_size=20_000, ttl=7 * 24 * 3600)  # (channel, thread_ts) -> bot takes part?
+        self.stats = Stats()
+        self.tasks: set[asyncio.Task] = set()
+        self.closing = False
+        api_host = urlsplit(client.base_url).hostname
+        self.file_hosts = set(slack_io.DEFAULT_FILE_HOSTS) | set(file_hosts) | ({api_host} if api_host and api_host != "slack.com" else set())
+        self._session: aiohttp.ClientSession | None = None
+
+    # ------------------------------------------------------------------ entry from the listeners
+
+    def on_event(self, body: dict[str, Any], event: dict[str, Any], bot_user_id: str | None, bot_id: str | None) -> None:
+        """Decide about one delivered event without awaiting anything, then start the work.
+
+        Called for ``app_mention`` and ``message`` events after bolt acknowledged them.
+        """
+        self.stats.events += 1
+        decision = classify_message(
+            event, bot_user_id=bot_user_id, bot_id=bot_id, followups_without_mention=self.slack.followups_without_mention
+        )
+        if decision.verdict == "ignore":
+            self.stats.ignored += 1
+            log.debug("ignored %s event %s: %s", event.get("type"), body.get("event_id"), decision.reason)
+            return
+        if not self.dedup.first_delivery(body.get("event_id"), event.get("channel"), event.get("ts")):
+            self.stats.duplicates += 1
+            log.info("duplicate delivery of %s ts=%s (event %s) ignored", event.get("type"), event.get("ts"), body.get("event_id"))
+            return
+        if self.closing:
+            log.warning("event %s arrived during shutdown; not started", body.get("event_id"))
+            return
+        task = asyncio.create_task(self._guarded(body, event, bot_user_id, bot_id, decision.needs_thread_check),
+                                   name=f"slack-{event.get('channel')}-{event.get('ts')}")
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _guarded(self, *args: Any) -> None:
+        try:
+            await self._process(*args)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            self.stats.errors += 1
+            log.exception("unexpected error while handling a Slack event")
+
+    # ------------------------------------------------------------------ one request
+
+    async def _process(self, body: dict[str, Any], event: dict[str, Any], bot_user_id: str | None, bot_id: str | None,
+                       needs_thread_check: bool) -> None:
+        channel = event["channel"]
+        ts = event["ts"]
+        thread_ts = event.get("thread_ts") or ts
+        user = event.get("user") or ""
+        team = body.get("team_id") or event.get("team") or ""
+        if needs_thread_check and not await self._bot_in_thread(channel, thread_ts, bot_user_id, bot_id):
+            log.debug("thread reply in %s/%s without mention, bot not in thread: ignored", channel, thread_ts)
+            return
+        refusal = is_allowed(channel, user, channel_type=event.get("channel_type"),
+                             allowed_channels=self.slack.allowed_channels, allowed_users=self.slack.allowed_users)
+        if refusal:
+            log.info("refused user=%s channel=%s: not allowed", user, channel)
+            await self._say(channel, thread_ts, ":no_entry: " + refusal)
+            return
+        wait = self.rate.acquire(user)
+        if wait:
+            log.info("rate limited user=%s for %.0f s", user, wait)
+            await self._say(channel, thread_ts, ":hourglass: " + rate_limited_sentence(self.slack.rate_limit_per_minute, wait))
+            return
+        text = strip_mentions(unescape_slack(event.get("text") or ""), bot_user_id)
+        if not text and not event.get("files"):
+            await self._say(channel, thread_ts, EMPTY_REQUEST)
+            return
+
+        self.stats.runs += 1
+        self.threads.set((channel, thread_ts), True)
+        view = ProgressView()
+        try:
+            status_ts = await self.poster.post(channel, thread_ts, view.render())
+        except HuggingGPTError as e:
+            log.error("cannot post in channel=%s: %s", channel, e)
+            return
+        status = slack_io.StatusMessage(self.poster, channel, status_ts, view.render(), interval=self.update_interval,
+                                        limiter=self.update_limiter)
+        record: RunRecord | None = None
+        try:
+            files = await self._download_files(event.get("files") or [])
+            await self.service.check_files(files)
+            key = ConversationKey("slack", team, channel, thread_ts)
+            async for ev in self.service.handle(text, files, key=key, user=user):
+                if isinstance(ev, Done):
+                    record = ev.record
+                if view.apply(ev) and not isinstance(ev, Done):
+                    status.set(view.render())
+        except HuggingGPTError as e:
+            self.stats.errors += 1
+            log.warning("request in %s/%s failed: %s", channel, thread_ts, e)
+            await status.close(":warning: " + e.user_message)
+            return
+        except asyncio.CancelledError:
+            await asyncio.shield(status.close(RESTARTING))
+            raise
+        except Exception:
+            self.stats.errors += 1
+            log.exception("service failed on request in %s/%s", channel, thread_ts)
+            await status.close(":warning: " + BACKEND_DOWN)
+            return
+        if record is None:
+            self.stats.errors += 1
+            log.error("service ended without Done for %s/%s", channel, thread_ts)
+            await status.close(":warning: " + BACKEND_DOWN)
+            return
+        await status.close(view.render())
+        if record.status != "ok":
+            self.stats.errors += 1
+            log.warning("run failed in %s/%s: %s", channel, thread_ts, record.error)
+            return
+        await self._deliver(channel, thread_ts, record)
+
+    async def _deliver(self, channel: str, thread_ts: str, record: RunRecord) -> None:
+        """Post the answer (mrkdwn, split) and upload the generated files into the thread."""
+        try:
+            for chunk in split_text(to_mrkdwn(record.response)):
+                await self.poster.post(channel, thread_ts, chunk)
+            self.stats.answers += 1
+        except HuggingGPTError as e:
+            log.error("posting the answer in %s/%s failed: %s", channel, thread_ts, e)
+            return
+        if record.files:
+            try:
+                await slack_io.upload_files(self.client, channel, thread_ts, record.files)
+            except HuggingGPTError as e:
+                log.error("uploading %d files in %s/%s failed: %s", len(record.files), channel, thread_ts, e)
+                await self._say(channel, thread_ts, ":warning: " + e.user_message)
+
+    async def _say(self, channel: str, thread_ts: str, text: str) -> None:
+        try:
+            await self.poster.post(channel, thread_ts, text)
+        except HuggingGPTError as e:
+            log.error("cannot post in channel=%s: %s", channel, e)
+
+    async def _download_files(self, files: list[dict[str, Any]]) -> list[IncomingFile]:
+        if not files:
+            return []
+        limit = self.settings.storage.max_files
+        if len(files) > limit:
+            raise InputError(f"Please attach at most {limit} files at a time.")
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession()
+        token = self.client.token or ""
+        return list(await asyncio.gather(*(
+            slack_io.download_file(self._session, f, token=token, max_bytes=self.settings.storage.max_file_bytes,
+                                   allowed_hosts=self.file_hosts)
+            for f in files
+        )))
+
+    async def _bot_in_thread(self, channel: str, thread_ts: str, bot_user_id: str | None, bot_id: str | None) -> bool:
+        """Whether the bot takes part in the thread: remembered, else read with ``conversations.replies``."""
+        known = self.threads.get((channel, thread_ts))
+        if known is not None:
+            return bool(known)
+        try:
+            resp = await self.client.conversations_replies(channel=channel, ts=thread_ts, limit=200)
+        except SlackApiError as e:
+            err = slack_io.map_slack_error(e, "read the thread")
+            log.warning("cannot check thread %s/%s: %s", channel, thread_ts, err)
+            return False
+        present = any(m.get("user") == bot_user_id or (bot_id and m.get("bot_id") == bot_id) for m in resp.get("messages") or [])
+        self.threads.set((channel, thread_ts), present)
+        return present
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def close(self, timeout: float = 30.0) -> None:
+        """Graceful shutdown: take no new work, let runs in flight finish for ``timeout`` seconds,
+        then cancel the rest (their status message says so). Does not close the service."""
+        self.closing = True
+        pending = set(self.tasks)
+        if pending:
+            log.info("waiting up to %.0f s for %d Slack runs in flight", timeout, len(pending))
+            _, still = await asyncio.wait(pending, timeout=timeout)
+            for t in still:
+                t.cancel()
+            if still:
+                await asyncio.gather(*still, return_exceptions=True)
+        if self._session is not None:
+            await self._session.close()
+
+
+def register_listeners(app: AsyncApp, bot: SlackBot) -> None:
+    """Register the event listeners on ``app`` (the same for Socket Mode and HTTP mode).
+
+    Events: ``app_mention`` and ``message`` (channels, groups, im). Both go through
+    :meth:`SlackBot.on_event`, which deduplicates them.
+    """
+
+    @app.event("app_mention")
+    async def on_app_mention(body: dict, event: dict, context: dict) -> None:
+        bot.on_event(body, event, context.get("bot_user_id"), context.get("bot_id"))
+
+    @app.event("message")
+    async def on_message(body: dict, event: dict, context: dict) -> None:
+        bot.on_event(body, event, context.get("bot_user_id"), context.get("bot_id"))
+
+    @app.error
+    async def on_error(error: Exception, body: dict) -> None:
+        log.error("bolt listener error for event %s: %r", (body or {}).get("event_id"), error)
+
+
+def create_bolt_app(settings: Settings, service: Any, client: AsyncWebClient | None = None, *,
+                    update_interval: float = 1.0) -> AsyncApp:
+    """Build the bolt ``AsyncApp`` for Socket Mode and HTTP mode.
+
+    Args:
+        settings: all settings; ``[slack] bot_token`` is required, ``signing_secret`` is used to
+            verify HTTP requests (bad signature: 401).
+        service: the :class:`bot.service.Service`.
+        client: an ``AsyncWebClient`` to use (tests point it at a stand-in); default: a client
+            for ``https://slack.com/api/`` with the bot token.
+        update_interval: minimum seconds between two edits of one status message.
+
+    Returns:
+        The app; :func:`get_bot` returns its :class:`SlackBot` (for shutdown and stats).
+
+    Raises:
+        ConfigError: no bot token.
+    """
+    s = settings.slack
+    token = s.bot_token.get_secret_value() if s.bot_token else None
+    if client is None:
+        if not token:
+            raise ConfigError("The Slack bot token is not set: set SLACK_BOT_TOKEN, HUGGINGGPT_SLACK__BOT_TOKEN or [slack] bot_token.")
+        client = AsyncWebClient(token=token)
+    if not any(isinstance(h, AsyncRateLimitErrorRetryHandler) for h in client.retry_handlers):
+        client.retry_handlers.append(AsyncRateLimitErrorRetryHandler(max_retry_count=2))
+    secret = s.signing_secret.get_secret_value() if s.signing_secret else ""
+    app = AsyncApp(
+        client=client,
+        signing_secret=secret,
+        process_before_response=False,
+        logger=logging.getLogger("adapters.slack.bolt"),
+    )
+    bot = SlackBot(settings, service, client, update_interval=update_interval)
+    register_listeners(app, bot)
+    app._hugginggpt_bot = bot  # type: ignore[attr-defined]
+    return app
+
+
+def get_bot(app: AsyncApp) -> SlackBot:
+    """The :class:`SlackBot` behind an app built by :func:`create_bolt_app`."""
+    return app._hugginggpt_bot  # type: ignore[attr-defined]

@@ -1,0 +1,294 @@
+"""Slack I/O of the front end: posting and throttled updating, file downloads, uploads.
+
+Slack's rules applied here (PLATFORMS.md, docs.slack.dev):
+
+* ``chat.update`` is a Tier 3 method (about 50 calls per minute); a status message is updated at
+  most once per ``interval`` seconds and every update in the process passes one shared
+  ``aiolimiter.AsyncLimiter``; intermediate texts are coalesced, the latest wins.
+* ``chat.postMessage`` allows about one message per second per channel (short bursts are fine).
+* ``url_private(_download)`` needs ``Authorization: Bearer xoxb-...`` and the ``files:read``
+  scope; without them Slack answers 200 with an HTML sign-in page, which we refuse.
+* Files go out with ``files_upload_v2`` (``files.getUploadURLExternal``, upload, then
+  ``files.completeUploadExternal``), which needs ``files:write``.
+* ``{"ok": false, "error": "missing_scope", "needed": "files:write"}`` becomes a
+  :class:`SlackScopeError` whose sentence names the scope.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import mimetypes
+import time
+from typing import Any, Iterable
+from urllib.parse import urlsplit
+
+import aiohttp
+from aiolimiter import AsyncLimiter
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.service import IncomingFile
+from pipeline.errors import HuggingGPTError, InputError
+from pipeline.types import Resource
+
+from .logic import TTLCache, missing_scope_sentence
+
+log = logging.getLogger(__name__)
+
+MiB = 1024 * 1024
+
+#: Hosts that may receive the bot token when downloading a user's file (files.slack.com serves
+#: ``url_private``; api hosts are added for tests and Enterprise Grid domains by the caller).
+DEFAULT_FILE_HOSTS = frozenset({"files.slack.com"})
+
+
+class SlackScopeError(HuggingGPTError):
+    """The Slack app lacks an OAuth scope. ``needed`` is the scope Slack named (``files:write``)."""
+
+    def __init__(self, needed: str | None, action: str, detail: str | None = None) -> None:
+        super().__init__(missing_scope_sentence(needed, action), detail)
+        self.needed = needed
+
+
+class SlackCallError(HuggingGPTError):
+    """A Web API call failed for another reason (``error`` holds Slack's code)."""
+
+    def __init__(self, error: str, action: str) -> None:
+        super().__init__(f"Slack refused to {action} ({error}); please try again later.", f"Slack error {error} while trying to {action}")
+        self.error = error
+
+
+def map_slack_error(exc: SlackApiError, action: str) -> HuggingGPTError:
+    """Turn a ``SlackApiError`` into a :class:`HuggingGPTError` with the user's sentence.
+
+    Args:
+        exc: the error slack_sdk raised (``exc.response`` holds Slack's JSON).
+        action: what we tried, as a verb phrase ("upload the generated files").
+    """
+    data = exc.response.data if isinstance(exc.response.data, dict) else {}
+    code = str(data.get("error") or "unknown_error")
+    if code == "missing_scope":
+        needed = data.get("needed")
+        return SlackScopeError(needed, action, f"missing_scope needed={needed} provided={data.get('provided')} while trying to {action}")
+    return SlackCallError(code, action)
+
+
+class Poster:
+    """Posts thread messages within Slack's per-channel pace (about one per second, bursts of 5).
+
+    Args:
+        client: the bot's ``AsyncWebClient``.
+        per_channel_rate: messages per second per channel on average.
+    """
+
+    def __init__(self, client: AsyncWebClient, per_channel_rate: float = 1.0) -> None:
+        self.client = client
+        self._rate = per_channel_rate
+        self._limiters = TTLCache(max_size=5000, ttl=120)
+
+    def _limiter(self, channel: str) -> AsyncLimiter:
+        lim = self._limiters.get(channel)
+        if lim is None:
+            lim = AsyncLimiter(5, 5 / self._rate)
+        self._limiters.set(channel, lim)
+        return lim
+
+    async def post(self, channel: str, thread_ts: str | None, text: str) -> str:
+        """Post ``text`` (mrkdwn, < 4000 characters) in the thread; return the new message's ``ts``.
+
+        Raises:
+            SlackScopeError: ``chat:write`` is missing. SlackCallError: another refusal.
+        """
+        async with self._limiter(channel):
+            try:
+                resp = await self.client.chat_postMessage(
+                    channel=channel, thread_ts=thread_ts, text=text, unfurl_links=False, unfurl_media=False
+                )
+            except SlackApiError as e:
+                raise map_slack_error(e, "post a message") from None
+        return str(resp["ts"])
+
+    async def update(self, channel: str, ts: str, text: str) -> None:
+        """Replace the text of message ``ts`` (``chat.update``). Raises like :meth:`post`."""
+        try:
+            await self.client.chat_update(channel=channel, ts=ts, text=text)
+        except SlackApiError as e:
+            raise map_slack_error(e, "update my status message") from None
+
+
+class StatusMessage:
+    """One message that is edited in place as a run progresses, without exceeding Slack's limits.
+
+    :meth:`set` never waits: it records the newest text and a background task sends it, at most
+    once per ``interval`` seconds, each call passing ``limiter`` (shared by all status messages of
+    the process, default 50 per 60 s). :meth:`close` sends the final text and stops the task.
+
+    Args:
+        poster: the :class:`Poster`.
+        channel, ts: the message to edit.
+        text: the text it was posted with.
+        interval: minimum seconds between two updates of this message (default 1.0).
+        limiter: shared ``AsyncLimiter`` for ``chat.update``.
+    """
+
+    def __init__(self, poster: Poster, channel: str, ts: str, text: str, *, interval: float, limiter: AsyncLimiter) -> None:
+        self.poster = poster
+        self.channel = channel
+        self.ts = ts
+        self.interval = interval
+        self._limiter = limiter
+        self._text = text
+        self._sent = text
+        self._last = time.monotonic()
+        self._dirty = asyncio.Event()
+        self._closing = False
+        self.updates = 0
+        self._task = asyncio.create_task(self._run(), name=f"slack-status-{channel}-{ts}")
+
+    def set(self, text: str) -> None:
+        """Make ``text`` the newest content; it is sent within ``interval`` seconds."""
+        self._text = text
+        if text != self._sent:
+            self._dirty.set()
+
+    async def close(self, text: str | None = None) -> None:
+        """Send ``text`` (or the newest text) if not yet shown, then stop updating."""
+        if text is not None:
+            self._text = text
+        self._closing = True
+        self._dirty.set()
+        await self._task
+
+    async def _run(self) -> None:
+        while True:
+            await self._dirty.wait()
+            wait = self._last + self.interval - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            self._dirty.clear()
+            text = self._text
+            if text != self._sent:
+                try:
+                    async with self._limiter:
+                        await self.poster.update(self.channel, self.ts, text)
+                    self._sent = text
+                    self.updates += 1
+                except HuggingGPTError as e:
+                    # The status is a courtesy: log and carry on (the answer is posted separately).
+                    log.warning("status update failed channel=%s ts=%s: %s", self.channel, self.ts, e)
+                    self._sent = text
+                self._last = time.monotonic()
+            if self._closing and self._text == self._sent:
+                return
+
+
+def _file_label(f: dict[str, Any]) -> str:
+    return str(f.get("name") or f.get("title") or f.get("id") or "the file")
+
+
+async def download_file(
+    session: aiohttp.ClientSession,
+    file: dict[str, Any],
+    *,
+    token: str,
+    max_bytes: int,
+    allowed_hosts: Iterable[str] = DEFAULT_FILE_HOSTS,
+    timeout: float = 60.0,
+) -> IncomingFile:
+    """Download a file a user attached to a message, with the bot token.
+
+    Args:
+        session: an aiohttp session (no default auth headers).
+        file: the file object of the message event (``url_private_download``, ``name``,
+            ``mimetype``, ``size``).
+        token: the bot token (``xoxb-...``); sent only to ``allowed_hosts``.
+        max_bytes: largest accepted file in bytes (``[storage] max_file_bytes``).
+        allowed_hosts: host names the token may be sent to.
+        timeout: seconds for the whole download.
+
+    Returns:
+        The bytes with the user's file name and Slack's declared MIME type.
+
+    Raises:
+        InputError: the file is too large, not hosted by Slack, unreachable, or Slack answered with
+            its HTML sign-in page (missing token or ``files:read`` scope).
+    """
+    name = _file_label(file)
+    size = file.get("size")
+    if isinstance(size, int) and size > max_bytes:
+        raise InputError(
+            f"The file {name} is too large ({size / MiB:.1f} MB); the limit is {max_bytes / MiB:.0f} MB.",
+            f"file {file.get('id')} size {size} > {max_bytes}",
+        )
+    url = file.get("url_private_download") or file.get("url_private")
+    if not url or file.get("mode") in ("external", "snippet", "email") or file.get("is_external"):
+        raise InputError(f"The file {name} is not stored in Slack, so I cannot use it; please upload the file itself.",
+                         f"file {file.get('id')} mode={file.get('mode')} has no url_private")
+    host = urlsplit(url).hostname or ""
+    if host not in set(allowed_hosts):
+        raise InputError(f"The file {name} is not hosted by Slack, so I did not download it.",
+                         f"refusing to send the bot token to host {host!r}")
+    try:
+        async with session.get(url, headers={"Authorization": f"Bearer {token}"},
+                               timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+            ctype = resp.headers.get("Content-Type", "").split(";")[0].strip().lower()
+            if resp.status != 200:
+                raise InputError(f"I could not download {name} from Slack (HTTP {resp.status}); please attach it again.",
+                                 f"download {file.get('id')} status {resp.status}")
+            if ctype == "text/html" and not str(file.get("mimetype", "")).startswith("text/html"):
+                raise InputError(
+                    f"I could not download {name}: Slack sent its sign-in page instead of the file, "
+                    "so this app probably lacks the `files:read` scope; ask a workspace admin to add it and reinstall the app.",
+                    f"download {file.get('id')} returned text/html (login page): missing token or files:read scope",
+                )
+            data = bytearray()
+            async for chunk in resp.content.iter_chunked(256 * 1024):
+                data += chunk
+                if len(data) > max_bytes:
+                    raise InputError(
+                        f"The file {name} is too large; the limit is {max_bytes / MiB:.0f} MB.",
+                        f"file {file.get('id')} exceeded {max_bytes} bytes while downloading",
+                    )
+    except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+        raise InputError(f"I could not download {name} from Slack; please try again.", f"download {file.get('id')}: {e!r}") from None
+    if not data:
+        raise InputError(f"The file {name} is empty.", f"file {file.get('id')} has 0 bytes")
+    return IncomingFile(bytes(data), name=file.get("name"), declared_mime=file.get("mimetype"))
+
+
+def upload_name(resource: Resource) -> str:
+    """File name for a generated resource: the stored name, or ``<id><ext>`` from its MIME type."""
+    if resource.name:
+        return resource.name
+    ext = mimetypes.guess_extension(resource.mime) or resource.path.suffix or ""
+    return f"{resource.id}{ext}"
+
+
+async def upload_files(client: AsyncWebClient, channel: str, thread_ts: str, resources: list[Resource]) -> list[str]:
+    """Upload generated media into the thread with ``files_upload_v2``.
+
+    Args:
+        client: the bot's ``AsyncWebClient``.
+        channel: channel id; thread_ts: the thread's parent ``ts``.
+        resources: files from ``RunRecord.files`` (read from ``Resource.path``).
+
+    Returns:
+        Slack file ids, in order.
+
+    Raises:
+        SlackScopeError: ``files:write`` is missing. SlackCallError / InputError: other failures.
+    """
+    if not resources:
+        return []
+    uploads = []
+    for r in resources:
+        data = await asyncio.to_thread(r.path.read_bytes)
+        uploads.append({"content": data, "filename": upload_name(r), "title": r.description or upload_name(r)})
+    try:
+        resp = await client.files_upload_v2(channel=channel, thread_ts=thread_ts, file_uploads=uploads)
+    except SlackApiError as e:
+        raise map_slack_error(e, "upload the generated files") from None
+    except Exception as e:  # slack_sdk raises SlackRequestError when the upload URL refuses the bytes
+        raise SlackCallError(type(e).__name__, "upload the generated files") from e
+    return [f["id"] for f in resp.get("files") or []]

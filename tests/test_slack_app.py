@@ -1,0 +1,371 @@
+"""The Slack front end end to end: real slack-bolt / slack_sdk against the stand-in Slack on
+127.0.0.1, signed event bodies through bolt's HTTP path (aiohttp server + real HTTP client), Socket
+Mode through the stand-in websocket, and the service on sandbox backends.
+
+Assertions are about what a user sees in the thread: messages, edits of the status message,
+uploaded files (decoded).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import time
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+from PIL import Image
+from slack_sdk.web.async_client import AsyncWebClient
+
+from adapters.slack.app import create_bolt_app, get_bot
+from bot.config import load_settings
+from standins.slack_api import SlackStandIn, sign
+from slack_service import make_service
+
+MEDIA = Path(__file__).parent / "fixtures" / "media"
+SECRET = "test-signing-secret"
+CHANNEL = "C0GENERAL"
+
+
+class Harness:
+    """The bot served over HTTP like behind a load balancer, plus the stand-in Slack."""
+
+    def __init__(self, slack: SlackStandIn, app, runner: web.AppRunner, port: int, service) -> None:
+        self.slack = slack
+        self.app = app
+        self.bot = get_bot(app)
+        self.runner = runner
+        self.url = f"http://127.0.0.1:{port}/slack/events"
+        self.service = service
+        self.session = aiohttp.ClientSession()
+
+    async def deliver(self, body: dict, *, retry_num: int | None = None, secret: str = SECRET) -> tuple[int, float]:
+        """POST a signed Events API body; return (HTTP status, seconds until the response)."""
+        raw = json.dumps(body)
+        ts = str(int(time.time()))
+        headers = {"Content-Type": "application/json", "X-Slack-Request-Timestamp": ts,
+                   "X-Slack-Signature": sign(secret, ts, raw)}
+        if retry_num is not None:
+            headers["X-Slack-Retry-Num"] = str(retry_num)
+            headers["X-Slack-Retry-Reason"] = "http_timeout"
+        t0 = time.perf_counter()
+        async with self.session.post(self.url, data=raw, headers=headers) as resp:
+            await resp.read()
+            return resp.status, time.perf_counter() - t0
+
+    def mention(self, text: str, *, channel: str = CHANNEL, user: str = "U1", thread_ts: str | None = None,
+                files: list[dict] | None = None, channel_type: str = "channel") -> tuple[dict, dict, str]:
+        """A user's mention as Slack stores it, and its two events (app_mention, message)."""
+        msg = self.slack.add_user_message(channel, f"<@{self.slack.bot_user_id}> {text}", user=user,
+                                          thread_ts=thread_ts, files=files)
+        common = {"user": user, "text": msg.text, "ts": msg.ts, "channel": channel, "team": self.slack.team_id,
+                  "event_ts": msg.ts}
+        if thread_ts:
+            common["thread_ts"] = thread_ts
+        if files:
+            common["files"] = files
+        app_mention = self.slack.event_body({"type": "app_mention", **common})
+        message = self.slack.event_body({"type": "message", "channel_type": channel_type,
+                                         **({"subtype": "file_share"} if files else {}), **common})
+        return app_mention, message, msg.ts
+
+    def user_message(self, text: str, *, thread_ts: str | None = None, channel: str = CHANNEL, user: str = "U1",
+                     channel_type: str = "channel", files: list[dict] | None = None) -> tuple[dict, str]:
+        msg = self.slack.add_user_message(channel, text, user=user, thread_ts=thread_ts, files=files)
+        ev = {"type": "message", "channel_type": channel_type, "user": user, "text": text, "ts": msg.ts,
+              "channel": channel, "team": self.slack.team_id, "event_ts": msg.ts}
+        if thread_ts:
+            ev["thread_ts"] = thread_ts
+        if files:
+            ev["files"] = files
+            ev["subtype"] = "file_share"
+        return self.slack.event_body(ev), msg.ts
+
+    async def settle(self, timeout: float = 20.0) -> None:
+        """Wait until every run the bot started is over."""
+        deadline = time.monotonic() + timeout
+        while self.bot.tasks:
+            assert time.monotonic() < deadline, "runs did not finish"
+            await asyncio.wait(set(self.bot.tasks), timeout=deadline - time.monotonic())
+
+    def replies(self, thread_ts: str, channel: str = CHANNEL) -> list:
+        return [m for m in self.slack.thread(channel, thread_ts) if m.user == self.slack.bot_user_id]
+
+    async def close(self) -> None:
+        await self.bot.close(timeout=5)
+        await self.session.close()
+        await self.runner.cleanup()
+
+
+async def start_harness(slack: SlackStandIn, service, tmp_path: Path, **slack_settings) -> Harness:
+    settings = load_settings(env={}, overrides={
+        "slack": {"bot_token": slack.bot_token, "signing_secret": SECRET, "mode": "http", **slack_settings},
+        "storage": {"data_dir": str(tmp_path / "slack-data")},
+    })
+    client = AsyncWebClient(token=slack.bot_token, base_url=slack.api_url)
+    app = create_bolt_app(settings, service, client, update_interval=0.05)
+    runner = web.AppRunner(app.web_app(path="/slack/events"), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    return Harness(slack, app, runner, port, service)
+
+
+@pytest.fixture
+async def slack():
+    async with SlackStandIn() as s:
+        yield s
+
+
+@pytest.fixture
+async def service(tmp_path):
+    async with make_service(tmp_path) as svc:
+        yield svc
+
+
+@pytest.fixture
+async def h(slack, service, tmp_path):
+    harness = await start_harness(slack, service, tmp_path)
+    yield harness
+    await harness.close()
+
+
+def png_file(slack: SlackStandIn, name: str = "chelsea.png", **kw) -> dict:
+    data = (MEDIA / name).read_bytes()
+    return slack.add_file(data, name, "image/png", **kw)
+
+
+def decode_image(data: bytes) -> Image.Image:
+    img = Image.open(io.BytesIO(data))
+    img.load()
+    return img
+
+
+# ------------------------------------------------------------------------------ tests
+
+
+async def test_mention_answered_once_in_thread_under_replays(h: Harness):
+    app_mention, message, ts = h.mention("draw a picture of a red fox in the snow")
+    status, _ = await h.deliver(app_mention)
+    assert status == 200
+    # Slack retries the same envelope, and also sends the `message` event for the same ts
+    assert (await h.deliver(app_mention, retry_num=1))[0] == 200
+    assert (await h.deliver(message))[0] == 200
+    assert (await h.deliver(app_mention, retry_num=2))[0] == 200
+    await h.settle()
+    replies = h.replies(ts)
+    assert all(m.thread_ts == ts for m in replies)
+    status_msgs = [m for m in replies if m.edits]
+    assert len(status_msgs) == 1, [m.text for m in replies]
+    assert status_msgs[0].text.startswith(":white_check_mark: Done")
+    answers = [m for m in replies if not m.edits]
+    assert len(answers) == 1 and answers[0].text.strip()
+    # the generated image was uploaded into the thread and decodes
+    files = h.slack.thread_files(CHANNEL, ts)
+    assert len(files) == 1
+    img = decode_image(files[0].data)
+    assert img.width > 0 and img.height > 0
+    assert h.bot.stats.duplicates == 3 and h.bot.stats.runs == 1
+
+
+async def test_progress_updates_show_plan_models_and_states(h: Harness):
+    body, _, ts = h.mention("describe this image", files=[png_file(h.slack)])
+    assert (await h.deliver(body))[0] == 200
+    await h.settle()
+    status = next(m for m in h.replies(ts) if m.edits)
+    texts = [t for _, t in status.edits]
+    assert any("Plan" in t and "running" in t for t in texts), texts
+    assert any(":white_check_mark: 1." in t for t in texts)
+    final = texts[-1]
+    assert final.startswith(":white_check_mark: Done") and "with `" in final
+    # at most one edit per update interval, never a burst (0.05 s in tests)
+    times = [t for t, _ in status.edits]
+    assert all(b - a >= 0.045 for a, b in zip(times, times[1:])), times
+
+
+async def test_followup_without_mention_uses_earlier_image(h: Harness):
+    body, _, ts = h.mention("describe this image", files=[png_file(h.slack, "astronaut.png")])
+    await h.deliver(body)
+    await h.settle()
+    before = len(h.replies(ts))
+    follow, _ = h.user_message("now make it black and white", thread_ts=ts)
+    assert (await h.deliver(follow))[0] == 200
+    await h.settle()
+    assert len(h.replies(ts)) > before
+    files = h.slack.thread_files(CHANNEL, ts)
+    assert len(files) == 1
+    img = decode_image(files[0].data)
+    original = Image.open(MEDIA / "astronaut.png").convert("RGB")
+    assert img.size == original.size
+    rgb = img.convert("RGB")
+    px = [rgb.getpixel((x, y)) for x in range(0, img.width, 37) for y in range(0, img.height, 41)]
+    assert all(r == g == b for r, g, b in px), "the new image is black and white"
+
+
+async def test_thread_chatter_ignored_when_bot_not_in_thread(h: Harness):
+    parent = h.slack.add_user_message(CHANNEL, "lunch?", user="U2")
+    body, _ = h.user_message("sure, 12:30", thread_ts=parent.ts)
+    await h.deliver(body)
+    await h.settle()
+    assert h.replies(parent.ts) == []
+    # the bot asked conversations.replies rather than guessing
+    assert any(m == "conversations.replies" for m, _ in h.slack.calls)
+
+
+async def test_own_messages_and_edits_ignored(h: Harness):
+    own = h.slack.event_body({"type": "message", "channel_type": "channel", "user": h.slack.bot_user_id,
+                              "bot_id": h.slack.bot_id, "text": f"<@{h.slack.bot_user_id}> hi", "ts": h.slack.new_ts(),
+                              "channel": CHANNEL})
+    edit = h.slack.event_body({"type": "message", "subtype": "message_changed", "channel": CHANNEL, "channel_type": "channel",
+                               "ts": h.slack.new_ts(), "message": {"user": "U1", "text": f"<@{h.slack.bot_user_id}> hi"}})
+    for b in (own, edit):
+        assert (await h.deliver(b))[0] == 200
+    await h.settle()
+    assert h.slack.bot_messages() == []
+
+
+async def test_bad_signature_rejected_and_not_processed(h: Harness):
+    body, _, ts = h.mention("draw a cat")
+    status, _ = await h.deliver(body, secret="wrong-secret")
+    assert status == 401
+    await asyncio.sleep(0.1)
+    await h.settle()
+    assert h.replies(ts) == [] and h.bot.stats.events == 0
+
+
+async def test_html_login_page_instead_of_file(h: Harness):
+    body, _, ts = h.mention("describe this image", files=[png_file(h.slack, serve_login_page=True)])
+    await h.deliver(body)
+    await h.settle()
+    (status,) = h.replies(ts)
+    assert "sign-in page instead of the file" in status.text and "`files:read`" in status.text
+
+
+async def test_file_too_large(slack, service, tmp_path):
+    h = await start_harness(slack, service, tmp_path)
+    try:
+        big = slack.add_file(b"\x00" * 10, "huge.png", "image/png")
+        big["size"] = 200 * 1024 * 1024
+        body, _, ts = h.mention("describe this", files=[big])
+        await h.deliver(body)
+        await h.settle()
+        (status,) = h.replies(ts)
+        assert "too large" in status.text and "200.0 MB" in status.text
+        assert not any(m == "download" for m, _ in slack.calls)
+    finally:
+        await h.close()
+
+
+async def test_unsupported_file(h: Harness):
+    f = h.slack.add_file(b"PK\x03\x04 not really a document", "notes.docx", "application/vnd.openxmlformats-officedocument.wordprocessingml.document")
+    body, _, ts = h.mention("summarize this", files=[f])
+    await h.deliver(body)
+    await h.settle()
+    (status,) = h.replies(ts)
+    assert status.text.startswith(":warning:") and "notes.docx" in status.text
+
+
+async def test_missing_files_write_scope_named(h: Harness):
+    h.slack.scopes.discard("files:write")
+    body, _, ts = h.mention("draw a picture of a lighthouse at night")
+    await h.deliver(body)
+    await h.settle()
+    texts = [m.text for m in h.replies(ts)]
+    assert any("`files:write`" in t and "reinstall" in t for t in texts), texts
+
+
+async def test_not_allowed_channel_and_rate_limit(slack, service, tmp_path):
+    h = await start_harness(slack, service, tmp_path, allowed_channels=["C0ALLOWED"], rate_limit_per_minute=1)
+    try:
+        body, _, ts = h.mention("draw a cat", channel="C0OTHER")
+        await h.deliver(body)
+        await h.settle()
+        (reply,) = h.replies(ts, channel="C0OTHER")
+        assert "not enabled in this channel" in reply.text
+        first, _, ts1 = h.mention("draw a cat", channel="C0ALLOWED")
+        second, _, ts2 = h.mention("draw a dog", channel="C0ALLOWED")
+        await h.deliver(first)
+        await h.deliver(second)
+        await h.settle()
+        assert any("limit of 1 requests per minute" in m.text for m in h.replies(ts2, channel="C0ALLOWED"))
+        assert h.slack.thread_files("C0ALLOWED", ts1)
+    finally:
+        await h.close()
+
+
+async def test_direct_message(h: Harness):
+    body, ts = h.user_message("draw a picture of a sailing boat", channel="D0DM", channel_type="im")
+    await h.deliver(body)
+    await h.settle()
+    replies = h.replies(ts, channel="D0DM")
+    assert len(replies) == 2
+    assert h.slack.thread_files("D0DM", ts)
+
+
+async def test_long_answer_split(h: Harness):
+    body, _, ts = h.mention("write a very long essay about foxes")
+    await h.deliver(body)
+    await h.settle()
+    answers = [m for m in h.replies(ts) if not m.edits]
+    assert len(answers) >= 2
+    assert all(len(m.text.encode()) <= 3500 for m in answers)
+
+
+async def test_backend_down_sentence(slack, tmp_path):
+    async with make_service(tmp_path, controller_down=True) as svc:
+        h = await start_harness(slack, svc, tmp_path)
+        try:
+            body, _, ts = h.mention("draw a cat")
+            await h.deliver(body)
+            await h.settle()
+            (status,) = h.replies(ts)
+            assert status.text.startswith(":warning: Stopped:")
+            assert "controller" in status.text.lower() or "try again" in status.text.lower()
+        finally:
+            await h.close()
+
+
+async def test_socket_mode_delivery_and_redelivery(slack, service, tmp_path):
+    from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+
+    settings = load_settings(env={}, overrides={"slack": {"bot_token": slack.bot_token, "app_token": slack.app_token},
+                                                "storage": {"data_dir": str(tmp_path / "sm")}})
+    client = AsyncWebClient(token=slack.bot_token, base_url=slack.api_url)
+    app = create_bolt_app(settings, service, client, update_interval=0.05)
+    handler = AsyncSocketModeHandler(app, app_token=slack.app_token)
+    await handler.connect_async()
+    try:
+        h = Harness.__new__(Harness)
+        h.slack = slack
+        body, message, ts = Harness.mention(h, "draw a picture of a red fox")
+        e1 = await slack.socket_send(body)
+        e2 = await slack.socket_send(body, retry_attempt=1)  # redelivery
+        e3 = await slack.socket_send(message)
+        await slack.wait_for(lambda: all(e in slack.acks for e in (e1, e2, e3)))
+        assert max(slack.acks[e] for e in (e1, e2, e3)) < 1.0
+        bot = get_bot(app)
+        while bot.tasks:
+            await asyncio.wait(set(bot.tasks), timeout=20)
+        replies = [m for m in slack.thread(CHANNEL, ts) if m.user == slack.bot_user_id]
+        assert len([m for m in replies if m.edits]) == 1
+        assert len(slack.thread_files(CHANNEL, ts)) == 1
+    finally:
+        await get_bot(app).close(timeout=5)
+        await handler.close_async()
+
+
+async def test_graceful_shutdown_marks_unfinished_runs(slack, tmp_path):
+    async with make_service(tmp_path, slow=5.0) as svc:
+        h = await start_harness(slack, svc, tmp_path)
+        body, _, ts = h.mention("draw a cat")
+        await h.deliver(body)
+        await slack.wait_for(lambda: h.replies(ts))
+        await h.bot.close(timeout=0.2)
+        await h.session.close()
+        await h.runner.cleanup()
+        (status,) = h.replies(ts)
+        assert "restarted" in status.text
