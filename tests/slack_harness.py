@@ -1,0 +1,106 @@
+"""Test harness for the Slack front end: the bot's bolt app served over HTTP on 127.0.0.1 (like
+behind a load balancer) next to the stand-in Slack; used by tests/test_slack_app.py and
+benchmarks/bench_slack.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+from slack_sdk.web.async_client import AsyncWebClient
+
+from adapters.slack.app import create_bolt_app, get_bot
+from bot.config import load_settings
+from standins.slack_api import SlackStandIn, sign
+
+SECRET = "test-signing-secret"
+CHANNEL = "C0GENERAL"
+
+
+class Harness:
+    """The bot served over HTTP like behind a load balancer, plus the stand-in Slack."""
+
+    def __init__(self, slack: SlackStandIn, app, runner: web.AppRunner, port: int, service) -> None:
+        self.slack = slack
+        self.app = app
+        self.bot = get_bot(app)
+        self.runner = runner
+        self.url = f"http://127.0.0.1:{port}/slack/events"
+        self.service = service
+        self.session = aiohttp.ClientSession()
+
+    async def deliver(self, body: dict, *, retry_num: int | None = None, secret: str = SECRET) -> tuple[int, float]:
+        """POST a signed Events API body; return (HTTP status, seconds until the response)."""
+        raw = json.dumps(body)
+        ts = str(int(time.time()))
+        headers = {"Content-Type": "application/json", "X-Slack-Request-Timestamp": ts,
+                   "X-Slack-Signature": sign(secret, ts, raw)}
+        if retry_num is not None:
+            headers["X-Slack-Retry-Num"] = str(retry_num)
+            headers["X-Slack-Retry-Reason"] = "http_timeout"
+        t0 = time.perf_counter()
+        async with self.session.post(self.url, data=raw, headers=headers) as resp:
+            await resp.read()
+            return resp.status, time.perf_counter() - t0
+
+    def mention(self, text: str, *, channel: str = CHANNEL, user: str = "U1", thread_ts: str | None = None,
+                files: list[dict] | None = None, channel_type: str = "channel") -> tuple[dict, dict, str]:
+        """A user's mention as Slack stores it, and its two events (app_mention, message)."""
+        msg = self.slack.add_user_message(channel, f"<@{self.slack.bot_user_id}> {text}", user=user,
+                                          thread_ts=thread_ts, files=files)
+        common = {"user": user, "text": msg.text, "ts": msg.ts, "channel": channel, "team": self.slack.team_id,
+                  "event_ts": msg.ts}
+        if thread_ts:
+            common["thread_ts"] = thread_ts
+        if files:
+            common["files"] = files
+        app_mention = self.slack.event_body({"type": "app_mention", **common})
+        message = self.slack.event_body({"type": "message", "channel_type": channel_type,
+                                         **({"subtype": "file_share"} if files else {}), **common})
+        return app_mention, message, msg.ts
+
+    def user_message(self, text: str, *, thread_ts: str | None = None, channel: str = CHANNEL, user: str = "U1",
+                     channel_type: str = "channel", files: list[dict] | None = None) -> tuple[dict, str]:
+        msg = self.slack.add_user_message(channel, text, user=user, thread_ts=thread_ts, files=files)
+        ev = {"type": "message", "channel_type": channel_type, "user": user, "text": text, "ts": msg.ts,
+              "channel": channel, "team": self.slack.team_id, "event_ts": msg.ts}
+        if thread_ts:
+            ev["thread_ts"] = thread_ts
+        if files:
+            ev["files"] = files
+            ev["subtype"] = "file_share"
+        return self.slack.event_body(ev), msg.ts
+
+    async def settle(self, timeout: float = 20.0) -> None:
+        """Wait until every run the bot started is over."""
+        deadline = time.monotonic() + timeout
+        while self.bot.tasks:
+            assert time.monotonic() < deadline, "runs did not finish"
+            await asyncio.wait(set(self.bot.tasks), timeout=deadline - time.monotonic())
+
+    def replies(self, thread_ts: str, channel: str = CHANNEL) -> list:
+        return [m for m in self.slack.thread(channel, thread_ts) if m.user == self.slack.bot_user_id]
+
+    async def close(self) -> None:
+        await self.bot.close(timeout=5)
+        await self.session.close()
+        await self.runner.cleanup()
+
+
+async def start_harness(slack: SlackStandIn, service, tmp_path: Path, **slack_settings) -> Harness:
+    settings = load_settings(env={}, overrides={
+        "slack": {"bot_token": slack.bot_token, "signing_secret": SECRET, "mode": "http", **slack_settings},
+        "storage": {"data_dir": str(tmp_path / "slack-data")},
+    })
+    client = AsyncWebClient(token=slack.bot_token, base_url=slack.api_url)
+    app = create_bolt_app(settings, service, client, update_interval=0.05)
+    runner = web.AppRunner(app.web_app(path="/slack/events"), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    return Harness(slack, app, runner, port, service)
