@@ -25,6 +25,9 @@ from pipeline.types import (
 )
 
 
+SERVICE_KIND = "test-only service double (bot.service.Service not on main yet)"
+
+
 class ServiceDouble:
     def __init__(self, data_dir: Path, *, controller_down: bool = False, slow: float = 0.0) -> None:
         self.data_dir = data_dir
@@ -49,6 +52,16 @@ class ServiceDouble:
         path.write_bytes(data)
         return Resource(rid, kind, path, mime, len(data), origin=origin)
 
+    def _make_image(self, src: Path | None, text: str, rid: str) -> Resource:
+        if src is not None:
+            img = Image.open(src).convert("L")
+        else:
+            img = Image.new("RGB", (256, 256), "white")
+            ImageDraw.Draw(img).text((10, 10), text[:30], fill="black")
+        buf = io.BytesIO()
+        img.save(buf, "PNG")
+        return self._store(buf.getvalue(), "image", "image/png", rid, "task:1")
+
     async def handle(self, text: str, files: Sequence[IncomingFile] = (), *, key: ConversationKey | None = None,
                      user: str | None = None) -> AsyncIterator:
         k = key.as_string() if key else "oneoff"
@@ -56,7 +69,7 @@ class ServiceDouble:
         async with lock:
             res = self.conversations.setdefault(k, [])
             for f in files:
-                res.append(self._store(f.data, "image", "image/png", f"image-{len(res) + 1}", "user"))
+                res.append(await asyncio.to_thread(self._store, f.data, "image", "image/png", f"image-{len(res) + 1}", "user"))
             rec = RunRecord(request=text)
             if self.slow:
                 await asyncio.sleep(self.slow)
@@ -82,19 +95,10 @@ class ServiceDouble:
             yield TaskStarted(1, model)
             await asyncio.sleep(0.1)
             out = Output()
-            if task.task == "image-to-image":
-                img = Image.open(res[-1].path).convert("L")
-                buf = io.BytesIO()
-                img.save(buf, "PNG")
-                r = self._store(buf.getvalue(), "image", "image/png", f"image-{len(res) + 1}", "task:1")
-                res.append(r)
-                out.files.append(r)
-            elif task.task == "text-to-image":
-                img = Image.new("RGB", (256, 256), "white")
-                ImageDraw.Draw(img).text((10, 10), text[:30], fill="black")
-                buf = io.BytesIO()
-                img.save(buf, "PNG")
-                r = self._store(buf.getvalue(), "image", "image/png", f"image-{len(res) + 1}", "task:1")
+            if task.task in ("image-to-image", "text-to-image"):
+                src = res[-1].path if task.task == "image-to-image" else None
+                # Pillow work is CPU-bound: off the event loop, as the real experts do it
+                r = await asyncio.to_thread(self._make_image, src, text, f"image-{len(res) + 1}")
                 res.append(r)
                 out.files.append(r)
             else:

@@ -204,12 +204,15 @@ class SlackBot:
             log.error("service ended without Done for %s/%s", channel, thread_ts)
             await status.close(":warning: " + BACKEND_DOWN)
             return
-        await status.close(view.render())
         if record.status != "ok":
             self.stats.errors += 1
             log.warning("run failed in %s/%s: %s", channel, thread_ts, record.error)
+            await status.close(view.render())
             return
+        # The answer goes out at once; the final status edit may wait for chat.update's budget.
+        status.set(view.render())
         await self._deliver(channel, thread_ts, record)
+        await status.close(view.render())
 
     async def _deliver(self, channel: str, thread_ts: str, record: RunRecord) -> None:
         """Post the answer (mrkdwn, split) and upload the generated files into the thread."""
@@ -276,7 +279,8 @@ class SlackBot:
             for t in still:
                 t.cancel()
             if still:
-                await asyncio.gather(*still, return_exceptions=True)
+                # each cancelled run edits its status message once more ("restarted"); bounded wait
+                await asyncio.wait(still, timeout=5.0)
         if self._session is not None:
             await self._session.close()
 
