@@ -18,6 +18,7 @@ Every request is recorded in :attr:`HubStandIn.requests`.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,13 +64,17 @@ def reference_hub_models(path: Path = FIXTURE) -> list[dict[str, Any]]:
         rec = json.loads(line)
         meta = rec.get("meta") or {}
         tags = list(meta.get("tags") or []) if isinstance(meta.get("tags"), list) else []
+        pipeline_tag = rec["pipeline_tag"]
+        if pipeline_tag == "conversational":  # today's Hub: chat models are tagged text-generation models
+            pipeline_tag = "text-generation"
+            tags.append("conversational")
         by_task.setdefault(rec["task"], []).append(
             {
                 "id": rec["id"],
-                "pipeline_tag": rec["pipeline_tag"],
+                "pipeline_tag": pipeline_tag,
                 "downloads": int(rec["downloads"]),
                 "likes": int(rec["likes"]),
-                "tags": ["transformers", "pytorch", rec["pipeline_tag"], *tags, "region:us"],
+                "tags": ["transformers", "pytorch", pipeline_tag, *tags, "region:us"],
                 "cardData": {k: v for k, v in meta.items() if k in ("language", "license", "datasets", "tags")},
                 "mappings": [],
                 "readme": rec.get("description") or None,
@@ -137,6 +142,7 @@ class HubStandIn:
         self.token = token
         self.requests: list[RecordedRequest] = []
         self.fail_status: int | None = None  # set to make every request answer this status
+        self.delay: float = 0.0  # seconds each /api/models/{id} answer waits (concurrency tests)
         self._runner: web.AppRunner | None = None
         self.url = ""
 
@@ -146,7 +152,6 @@ class HubStandIn:
         app.router.add_get("/api/models", self._list)
         app.router.add_get(r"/api/models/{repo_id:.+}", self._info)
         app.router.add_get(r"/{repo_id:.+}/resolve/{revision}/{filename}", self._resolve)
-        app.router.add_head(r"/{repo_id:.+}/resolve/{revision}/{filename}", self._resolve, allow_head=False)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -234,6 +239,8 @@ class HubStandIn:
 
     async def _info(self, request: web.Request) -> web.Response:
         repo_id = request.match_info["repo_id"]
+        if self.delay:
+            await asyncio.sleep(self.delay)
         m = self.models.get(repo_id)
         if m is None:
             return web.json_response(
