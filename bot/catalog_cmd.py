@@ -25,7 +25,6 @@ import os
 import re
 import sys
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -303,12 +302,12 @@ async def refresh_catalog(
                 )
             )
     catalog = Catalog(cards)
-    snapshot = dt.datetime.now(dt.timezone.utc).date().isoformat()
+    snapshot = dt.datetime.now(dt.UTC).date().isoformat()
     header = {
         "_catalog": {
             "snapshot": snapshot,
             "source": endpoint,
-            "generated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "generated_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "provider": provider,
             "per_task": per_task,
         }

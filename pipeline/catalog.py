@@ -346,9 +346,9 @@ def card_from_record(record: dict[str, Any]) -> ModelCard | None:
 # ---------------------------------------------------------------------------------------------
 # Description condensing (pure)
 
-_FRONT_MATTER = re.compile(r"\A\s*---\s*\n.*?\n---\s*(\n|\Z)", re.S)
-_CODE_FENCE = re.compile(r"```.*?(```|\Z)|~~~.*?(~~~|\Z)", re.S)
-_HTML_COMMENT = re.compile(r"<!--.*?(-->|\Z)", re.S)
+_FRONT_MATTER = re.compile(r"\A\s*---\s*\n.*?\n---\s*(\n|\Z)", re.DOTALL)
+_CODE_FENCE = re.compile(r"```.*?(```|\Z)|~~~.*?(~~~|\Z)", re.DOTALL)
+_HTML_COMMENT = re.compile(r"<!--.*?(-->|\Z)", re.DOTALL)
 _HTML_TAG = re.compile(r"</?[A-Za-z][^>]*>")
 _IMAGE = re.compile(r"!\[[^\]]*\]\([^)]*\)")
 _LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
@@ -464,6 +464,7 @@ class Availability:
         self._cache: dict[str, tuple[float, frozenset[str]]] = {}
         self._inflight: dict[str, asyncio.Future[frozenset[str]]] = {}
         self._semaphore = asyncio.Semaphore(max_concurrency)
+        self._quiet_until = 0.0
 
     def known(self, card: ModelCard) -> bool | None:
         """Whether ``card`` is served, decided without the Hub; ``None`` if a look-up is needed."""
@@ -523,6 +524,15 @@ class Availability:
         finally:
             self._inflight.pop(model_id, None)
 
+    def _warn(self, message: str, model_id: str) -> None:
+        """Log a Hub failure: a warning at most once per ``error_ttl`` seconds, debug otherwise."""
+        now = time.monotonic()
+        if now >= self._quiet_until:
+            self._quiet_until = now + self.error_ttl
+            log.warning(message, model_id)
+        else:
+            log.debug(message, model_id)
+
     async def _look_up(self, model_id: str) -> tuple[frozenset[str], float]:
         """Live providers of ``model_id`` from the Hub and how long to trust the answer (seconds)."""
         from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
@@ -540,13 +550,13 @@ class Availability:
             return frozenset(), self.ttl
         except HfHubHTTPError as e:
             status = e.response.status_code if e.response is not None else "?"
-            log.warning("availability: the Hub answered %s for %s; model not offered", status, model_id)
+            why = "refused the token" if status in (401, 403) else "failed"
+            self._warn(f"availability: the Hub {why} ({status}) when checking %s; model not offered", model_id)
             return frozenset(), self.error_ttl
         except Exception as e:  # connection refused, timeout, bad JSON: the Hub is unusable
-            log.warning(
-                "availability: the Hub cannot be reached to check %s (%s); model not offered",
+            self._warn(
+                f"availability: the Hub cannot be reached to check %s ({e.__class__.__name__}); model not offered",
                 model_id,
-                e.__class__.__name__,
             )
             return frozenset(), self.error_ttl
         mapping = info.inference_provider_mapping or []
