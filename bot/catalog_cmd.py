@@ -463,7 +463,11 @@ async def _show(args: argparse.Namespace, settings: Any, out: TextIO) -> int:
         return 0
     width = max(len(c.id) for c in cards)
     for rank, card in enumerate(cards, start=1):
-        providers = "unknown" if card.providers is None else (",".join(card.providers) or "-")
+        if card.providers is not None:
+            providers = ",".join(card.providers) or "-"
+        else:
+            live = availability.looked_up(card.id)
+            providers = "unknown" if live is None else (",".join(live) or "-") + " (Hub now)"
         mark = "yes" if card.id in served else "no"
         print(f"{rank:>3}  {card.id:<{width}}  {card.downloads:>10,} dl  {card.likes:>6,} likes  "
               f"served: {mark:<3}  providers: {providers}", file=out)

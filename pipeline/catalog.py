@@ -482,6 +482,13 @@ class Availability:
             providers = tuple(cached[1])
         return self._serves(providers)
 
+    def looked_up(self, model_id: str) -> tuple[str, ...] | None:
+        """Live providers of ``model_id`` from a still-valid Hub answer, or ``None`` if not looked up."""
+        cached = self._cache.get(model_id)
+        if cached is None or cached[0] <= time.monotonic():
+            return None
+        return tuple(sorted(cached[1]))
+
     def _serves(self, providers: Iterable[str]) -> bool:
         providers = tuple(providers)
         if self.provider == "auto":

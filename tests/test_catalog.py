@@ -385,7 +385,8 @@ async def test_cli_show_checks_the_shipped_catalog_on_the_hub(hub: HubStandIn) -
     assert "2023-03" in text
     rows = [line for line in text.splitlines() if "served:" in line]
     assert ["served: yes" in r for r in rows] == [True, False, False]
-    assert "providers: unknown" in rows[0]
+    assert "providers: hf-inference (Hub now)" in rows[0]
+    assert "providers: fal-ai (Hub now)" in rows[1]  # staging on hf-inference does not count
 
     stdout = io.StringIO()
     assert await main(parse(["catalog", "show", "canny-control"]), settings, stdout=stdout, stderr=stderr) == 0
