@@ -152,7 +152,7 @@ async def refresh_catalog(
         token: Hugging Face token, or None (library default).
         tasks: task names to fetch (default: every task that needs a model).
         per_task: models per task (the paper's candidate pool; top-K is chosen later).
-        provider: ``"all"``: models served by at least one Inference Provider; a provider name:
+        provider: ``"all"`` (or ``"auto"``): models served by at least one Inference Provider; a provider name:
             models served by it; ``None``: no provider filter (for gateways/endpoints; models
             without a live mapping are kept with ``providers=[]``).
         readmes: for the first ``readmes`` models of each task, the description is a README
@@ -170,6 +170,8 @@ async def refresh_catalog(
     from huggingface_hub import HfApi
     from huggingface_hub.utils import build_hf_headers, get_session
 
+    if provider == "auto":  # the client's "auto" = any provider = the Hub's "all"
+        provider = "all"
     if per_task < 1:
         raise ConfigError("--per-task must be at least 1.")
     wanted = hub_tasks() + controlnet_tasks() if tasks is None else []
