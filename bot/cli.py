@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib
 import json
 import logging
 import mimetypes
@@ -132,21 +133,32 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--sandbox", action="store_true", help="use in-process stand-in backends (no credentials needed)")
     run.set_defaults(func=cmd_run)
 
-    for module in _SUBCOMMAND_MODULES:
-        __import__(module, fromlist=["add_parser"]).add_parser(sub)
+    for command, module in _SUBCOMMAND_MODULES.items():
+        mod = importlib.import_module(module)
+        mod.add_parser(sub)
     return parser
 
 
-# Modules that add their own subcommands: each has add_parser(subparsers) setting func=async main(args).
-_SUBCOMMAND_MODULES: list[str] = []
+# Subcommands living in their own modules: each has add_parser(subparsers) and
+# async main(args, settings) -> int; the CLI loads the settings and calls main.
+_SUBCOMMAND_MODULES: dict[str, str] = {
+    "catalog": "bot.catalog_cmd",
+}
+
+
+async def _module_command(args: argparse.Namespace) -> int:
+    mod = importlib.import_module(_SUBCOMMAND_MODULES[args.command])
+    async with open_settings(args) as settings:
+        return await mod.main(args, settings)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``hugginggpt``. Returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    func = getattr(args, "func", None) if args.command not in _SUBCOMMAND_MODULES else _module_command
     try:
-        return asyncio.run(args.func(args)) or 0
+        return asyncio.run(func(args)) or 0
     except HuggingGPTError as e:
         log.warning("%s: %s", e.__class__.__name__, e)
         print(f"Error: {e.user_message}", file=sys.stderr)
