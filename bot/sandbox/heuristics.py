@@ -567,7 +567,7 @@ def select_model(task: dict[str, Any], candidates: list[dict[str, Any]]) -> dict
         raise ValueError("model-selection needs at least one candidate with an id")
     want = _words(str(task.get("task", "")).replace("-", " "))
     for v in (task.get("args") or {}).values():
-        if isinstance(v, str) and not v.startswith("<resource>"):
+        if isinstance(v, str) and not v.startswith("<resource>") and not re.fullmatch(r"[a-z]+-\d+", v):
             want |= _words(v)
     best, best_score, best_common = ids[0], -1, set()
     for c in ids:
