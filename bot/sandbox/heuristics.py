@@ -199,6 +199,15 @@ class _Planner:
             self.produced[produces] = tid
         return tid
 
+    def transcribe_first(self, clause: str) -> int | None:
+        """``summarize this recording``: add speech recognition for the audio the clause names."""
+        if not re.search(r"\b(?:" + KIND_WORDS["audio"] + r")\b", clause, re.I) or not self.of_kind("audio"):
+            return None
+        src = self.source("audio", clause)
+        if src is None:
+            return None
+        return self.add("automatic-speech-recognition", {"audio": src[0]}, src[1], "text")
+
     def text_source(self, clause: str, after: str | None = None) -> tuple[str, list[int]]:
         """Text input of a clause: a quoted passage, else an earlier text output, else words."""
         q = quotes(clause)
@@ -207,6 +216,9 @@ class _Planner:
         if "text" in self.produced:
             pid = self.produced["text"]
             return f"<resource>-{pid}", [pid]
+        spoken = self.transcribe_first(clause)
+        if spoken is not None:
+            return f"<resource>-{spoken}", [spoken]
         q = quotes(self.text)
         if q:
             return max(q, key=lambda t: len(t[2]))[2], []
@@ -221,6 +233,7 @@ class _Planner:
 
 def _strip_lead(s: str) -> str:
     s = s.strip(" \t\n:,-")
+    s = re.sub(r"^(?:me|us)\s+", "", s, flags=re.I)
     s = re.sub(r"^(?:of|showing|depicting|that shows|which shows|with|representing|about|featuring|for)\s+", "", s, flags=re.I)
     return s.strip(" \t\n:,-\"'")
 
@@ -454,8 +467,16 @@ def _h_tts(p, clause, ctx, s, e):
     elif "text" in p.produced:
         val, deps = f"<resource>-{p.produced['text']}", [p.produced["text"]]
     else:
-        m = re.search(r"\bsay\s+(.+)", clause, re.I)
-        val, deps = (m.group(1).strip(" .") if m else p.text_source(clause)[0]), []
+        m = re.search(r"\b(?:say|aloud|out loud|voice)\s*:\s*(.+)|\bsay\s+(.+)", clause, re.I)
+        if not m and quotes(p.text):
+            val, deps = max(quotes(p.text), key=lambda t: len(t[2]))[2], []
+            p.add("text-to-speech", {"text": val}, deps, "audio")
+            return
+        if not m:
+            return  # nothing to read: a text-to-speech task with made-up text would mislead
+        val, deps = (m.group(1) or m.group(2)).strip(" ."), []
+        if not val:
+            return
     p.add("text-to-speech", {"text": val}, deps, "audio")
 
 
@@ -468,7 +489,7 @@ def _h_enhance(p, clause, ctx, s, e):
 def _text_task(task: str, after: str | None = None, wrap: Callable[[str, str], str] | None = None):
     def h(p, clause, ctx, s, e):
         val, deps = p.text_source(clause, after)
-        if wrap and not deps:
+        if wrap:
             val = wrap(val, clause)
         p.add(task, {"text": val}, deps, "text")
 
