@@ -266,7 +266,7 @@ class ControllerStandIn:
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        port = self._runner.addresses[0][1]
         self.base_url = f"http://127.0.0.1:{port}/v1"
         return self.base_url
 
@@ -356,7 +356,7 @@ class ControllerStandIn:
                 _, content = answer_for(body)
             except ProtocolError as exc:
                 log.warning("sandbox controller refused a request: %s", exc)
-                return self._error(400, f"[sandbox] prompt protocol error: {exc}", "sandbox_protocol", )
+                return self._error(400, f"[sandbox] prompt protocol error: {exc}", "sandbox_protocol")
             if action.get("truncate"):
                 content = content[: len(content) // 2]
                 finish = "length"

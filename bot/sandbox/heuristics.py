@@ -504,10 +504,10 @@ def _target_language(val: str, clause: str) -> str:
 def _h_qa(p, clause, ctx, s, e):
     """A question: about an image (VQA) or about a quoted passage (question answering)."""
     text = p.text
-    if _SMALL_TALK.search(text):
-        return
     qs = quotes(text)
     question_quotes = [q for q in qs if q[2].rstrip().endswith("?")]
+    if _SMALL_TALK.search(text) and not question_quotes:
+        return
     if question_quotes:
         question = question_quotes[0][2]
     else:
