@@ -89,11 +89,6 @@ KIND_WORDS: dict[str, str] = {
     "video": r"video|movie|film|footage",
 }
 
-_EXT_KIND = {
-    "png": "image", "jpg": "image", "jpeg": "image", "gif": "image", "webp": "image", "bmp": "image",
-    "wav": "audio", "mp3": "audio", "ogg": "audio", "flac": "audio", "m4a": "audio", "opus": "audio",
-    "mp4": "video", "webm": "video", "mov": "video", "avi": "video", "mkv": "video",
-}
 
 _ORDINALS = {"first": 0, "1st": 0, "second": 1, "2nd": 1, "third": 2, "3rd": 2, "fourth": 3, "4th": 3}
 
@@ -282,7 +277,6 @@ _VISUAL_WORDS = re.compile(
     r"there|sitting|standing|picture|photo|image|pic|this|it|he|she|they|in it)\b",
     re.I,
 )
-_CONTROLLER_SMALL = re.compile(r"^(?:what|who|when|where|why|how|which|is|are|can|could|do|does)\b", re.I)
 
 
 def _intent_matches(text: str) -> list[tuple[str, int, int]]:
