@@ -6,6 +6,7 @@ decoded and checked as a user would see them (images opened, audio decoded, vide
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import time
@@ -375,7 +376,6 @@ async def test_stand_in_guesses_tasks_from_payloads(standin, sink, media_dir):
 
 
 async def test_independent_calls_overlap(experts, sink, standin):
-    import asyncio
 
     standin.latency["summarization"] = 0.3
     t0 = time.monotonic()
@@ -386,3 +386,33 @@ async def test_independent_calls_overlap(experts, sink, standin):
     starts = sorted(r.start for r in standin.records)
     ends = sorted(r.end for r in standin.records)
     assert starts[-1] < ends[0]
+
+
+@pytest.mark.parametrize("task,args", [("depth-estimation", "image"), ("text-to-video", "text")])
+async def test_task_without_provider_support_is_unavailable(sink, media_dir, task, args):
+    """hf-inference serves neither task by model id: a clear 'unavailable', no request made."""
+    ex = Experts(ExpertSettings(provider="hf-inference", token=TOKEN))
+    try:
+        value = await upload(sink, media_dir, "chelsea.png") if args == "image" else "a rocket"
+        with pytest.raises(ExpertError) as ei:
+            await ex.run(task, "org/some-model", {args: value}, sink, task_id=1)
+        assert ei.value.reason == "unavailable" and not ei.value.retryable
+        assert TOKEN not in str(ei.value)
+    finally:
+        await ex.aclose()
+
+
+async def test_stalled_request_times_out_then_retry_succeeds(standin, sink):
+    standin.task_of["stall/model"] = "translation"
+    standin.faults["stall/model"] = ["timeout"]
+    ex = Experts(ExpertSettings(base_url=standin.url, task_timeout=0.3, max_attempts=2, backoff_max=0.05))
+    try:
+        out = await ex.run("translation", "stall/model", {"text": "Hallo"}, sink, task_id=1)
+        assert out.text == "[sandbox] translation of: Hallo"
+    finally:
+        await ex.aclose()
+    for _ in range(50):  # the stand-in notices the dropped connection a moment later
+        if len(standin.records) == 2:
+            break
+        await asyncio.sleep(0.02)
+    assert sorted(r.status for r in standin.records) == [200, 499]
