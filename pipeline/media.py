@@ -331,7 +331,10 @@ async def inspect_upload(
     if kind == "image":
         mime, width, height = await asyncio.to_thread(_check_image, data, label)
     else:
-        info = await probe_bytes(data, suffix=extension_for(mime))
+        try:
+            info = await probe_bytes(data, suffix=extension_for(mime))
+        except InputError as exc:
+            raise InputError(f"The {label} could not be read as {kind}; it may be truncated or corrupt.", str(exc)) from exc
         streams = info.get("streams", [])
         video = [s for s in streams if s.get("codec_type") == "video" and s.get("disposition", {}).get("attached_pic") != 1]
         audio = [s for s in streams if s.get("codec_type") == "audio"]

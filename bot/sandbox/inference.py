@@ -553,9 +553,8 @@ class InferenceStandIn:
                 if "context" in inputs:
                     return "question-answering"
             if "image/" in accept:
-                params = payload.get("parameters") or {}
                 if isinstance(inputs, str) and len(inputs) > 100 and re.fullmatch(r"[A-Za-z0-9+/=\s]+", inputs[:200]):
-                    return "image-to-image" if "prompt" not in params or "controlnet" not in low else "canny-text-to-image"
+                    return "image-to-image"
                 return "text-to-image"
         for hint, task in _MODEL_HINTS:
             if hint in low:
