@@ -420,7 +420,7 @@ class Experts:
     async def _save_image(self, sink: ResourceSink, image: Image.Image | bytes, task: str, task_id: int, what: str) -> Resource:
         png = image if isinstance(image, bytes) else await asyncio.to_thread(render.to_png, image)
         w, h = await asyncio.to_thread(render.image_size, png)
-        return await self._save(sink, png, "image", "image/png", task, task_id, f"{what}, {w}x{h} pixels")
+        return await self._save(sink, png, "image", "image/png", task, task_id, f"{what} ({w}x{h} pixels)")
 
     async def _normalise(self, task: str, raw: Any, a: dict[str, Any], sink: ResourceSink, task_id: int) -> Output:
         handler: Callable[..., Awaitable[Output]] | None = getattr(self, "_out_" + task.replace("-", "_"), None)
@@ -513,7 +513,8 @@ class Experts:
         png = await asyncio.to_thread(render.draw_boxes, a["image"], objects)
         src = a["image__resource"]
         summary = _summary([(o["label"], o["score"]) for o in objects]) if objects else "no objects found"
-        res = await self._save_image(sink, png, "object-detection", task_id, f"{src.id} with {len(objects)} boxes drawn ({summary[:80]})")
+        short = _summary([(o["label"], o["score"]) for o in objects], limit=3) if objects else "none"
+        res = await self._save_image(sink, png, "object-detection", task_id, f"{src.id} with {len(objects)} boxes drawn: {short}")
         return Output(text=summary, files=[res], data={"objects": objects})
 
     async def _out_image_to_text(self, raw, a, sink, task_id):
@@ -533,7 +534,8 @@ class Experts:
         segments = [(str(x.label), None if x.score is None else float(x.score), x.mask) for x in raw]
         png = await asyncio.to_thread(render.overlay_masks, a["image"], segments)
         summary = _summary([(l, s) for l, s, _ in segments]) if segments else "no segments found"
-        res = await self._save_image(sink, png, "image-segmentation", task_id, f"{a['image__resource'].id} with {len(segments)} masks ({summary[:80]})")
+        short = _summary([(l, s) for l, s, _ in segments], limit=3) if segments else "none"
+        res = await self._save_image(sink, png, "image-segmentation", task_id, f"{a['image__resource'].id} with {len(segments)} masks: {short}")
         data = {"segments": [{"label": l, "score": s} for l, s, _ in segments]}
         return Output(text=summary, files=[res], data=data)
 

@@ -60,11 +60,13 @@ def draw_boxes(image: bytes, objects: Sequence[dict[str, Any]]) -> bytes:
         x0, y0, x1, y1 = (int(round(v)) for v in obj["box"])
         draw.rectangle([x0, y0, x1, y1], outline=colour, width=width)
         text = f"{obj['label']} {obj.get('score', 0):.2f}"
-        tb = draw.textbbox((x0, y0), text, font=font)
-        ty = y0 - (tb[3] - tb[1]) - 4 if y0 - (tb[3] - tb[1]) - 4 >= 0 else y0
-        tb = draw.textbbox((x0 + 2, ty), text, font=font)
+        tb = draw.textbbox((0, 0), text, font=font)
+        tw, th = tb[2] - tb[0], tb[3] - tb[1]
+        ty = y0 - th - 6 if y0 - th - 6 >= 0 else y0 + 2  # above the box, else just inside it
+        tx = max(0, min(x0 + 2, im.width - tw - 4))  # keep the label inside the picture
+        tb = draw.textbbox((tx, ty), text, font=font)
         draw.rectangle([tb[0] - 2, tb[1] - 2, tb[2] + 2, tb[3] + 2], fill=colour)
-        draw.text((x0 + 2, ty), text, fill=(255, 255, 255), font=font)
+        draw.text((tx, ty), text, fill=(255, 255, 255), font=font)
     return to_png(im)
 
 
