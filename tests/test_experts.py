@@ -416,3 +416,12 @@ async def test_stalled_request_times_out_then_retry_succeeds(standin, sink):
             break
         await asyncio.sleep(0.02)
     assert sorted(r.status for r in standin.records) == [200, 499]
+
+
+def test_settings_from_inference_settings():
+    from bot.config import InferenceSettings
+
+    inf = InferenceSettings(token="hf_abc", base_url="http://gw", endpoints={"a/b": "http://e"}, task_timeout=9)
+    st = ExpertSettings.from_inference(inf)
+    assert (st.token, st.base_url, st.endpoints, st.task_timeout, st.provider) == ("hf_abc", "http://gw", {"a/b": "http://e"}, 9.0, "hf-inference")
+    assert (st.max_attempts, st.backoff_max) == (inf.max_attempts, inf.backoff_max)
