@@ -107,6 +107,8 @@ async def cmd_run(args: argparse.Namespace) -> int:
             async for event in service.handle(args.text, files):
                 if not args.json or args.verbose:
                     renderer.render(event)
+                elif isinstance(event, Done) and event.record.status == "error":
+                    renderer.finish(event.record)
                 if isinstance(event, Done):
                     record = event.record
         finally:
@@ -114,8 +116,6 @@ async def cmd_run(args: argparse.Namespace) -> int:
     assert record is not None
     if args.json:
         print(json.dumps(record.to_json(), indent=2, ensure_ascii=False))
-    elif record.status == "error":
-        pass  # the renderer printed the sentence
     return record.exit_code
 
 
