@@ -7,7 +7,19 @@ events it yields. They never decide anything about tasks or models.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from dataclasses import dataclass
+from collections.abc import AsyncIterator, Sequence
+from pipeline.catalog import Availability, Catalog
+from pipeline.core import Pipeline
+from pipeline.errors import ConfigError, InputError
+from pipeline.execution import ExecutionLimits
+from pipeline.experts import Experts, ExpertSettings
+from pipeline.llm import Controller
+from pipeline.media import LocalResourceSink, MediaStore
+from pipeline.types import Done, Event, Request, Resource, RunRecord
+from .config import Settings
 
 
 @dataclass(frozen=True)
@@ -42,24 +54,6 @@ class ConversationKey:
     def as_string(self) -> str:
         """``platform:workspace:channel:thread``, the stored form."""
         return f"{self.platform}:{self.workspace}:{self.channel}:{self.thread}"
-
-
-# ---------------------------------------------------------------------------------------------
-
-import asyncio  # noqa: E402
-import logging  # noqa: E402
-from collections.abc import AsyncIterator, Sequence  # noqa: E402
-
-from pipeline.catalog import Availability, Catalog  # noqa: E402
-from pipeline.core import Pipeline  # noqa: E402
-from pipeline.errors import ConfigError, InputError  # noqa: E402
-from pipeline.execution import ExecutionLimits  # noqa: E402
-from pipeline.experts import Experts, ExpertSettings  # noqa: E402
-from pipeline.llm import Controller  # noqa: E402
-from pipeline.media import LocalResourceSink, MediaStore  # noqa: E402
-from pipeline.types import Done, Event, Request, Resource, RunRecord  # noqa: E402
-
-from .config import Settings  # noqa: E402
 
 log = logging.getLogger(__name__)
 
