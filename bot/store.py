@@ -260,28 +260,63 @@ async def _migrate_1(db: aiosqlite.Connection) -> None:
             await db.execute(statement)
 
 
+_V2_TABLES = """
+CREATE TABLE turns_v2 (
+    conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    idx INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    tokens INTEGER NOT NULL DEFAULT 0,
+    user_text TEXT NOT NULL,
+    summary TEXT NOT NULL DEFAULT '',
+    user TEXT,
+    error TEXT,
+    created REAL NOT NULL,
+    finished REAL,
+    PRIMARY KEY (conversation_id, idx)
+) WITHOUT ROWID;
+CREATE TABLE turn_records (
+    conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    idx INTEGER NOT NULL,
+    answer TEXT NOT NULL DEFAULT '',
+    record TEXT,
+    PRIMARY KEY (conversation_id, idx)
+);
+CREATE TABLE resources_v2 (
+    conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    n INTEGER NOT NULL,
+    id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    path TEXT NOT NULL,
+    mime TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    origin TEXT NOT NULL,
+    description TEXT NOT NULL DEFAULT '',
+    turn INTEGER,
+    name TEXT,
+    tokens INTEGER NOT NULL DEFAULT 0,
+    created REAL NOT NULL,
+    PRIMARY KEY (conversation_id, n),
+    UNIQUE (conversation_id, id)
+) WITHOUT ROWID
+"""
+
+
 async def _migrate_2(db: aiosqlite.Connection) -> None:
-    """v2: key fields, activity time, run records, condensed answers, token counts, per-kind
-    resource numbers, file names; indexes for context loading, retention and sharing checks."""
+    """v2: key fields and activity time on conversations; turns and resources clustered by
+    conversation (``WITHOUT ROWID``, so one conversation's chat log sits on a few adjacent pages
+    however threads interleave); condensed answers and token counts precomputed; run records and
+    full answers moved to ``turn_records`` (large, read only for display); per-kind resource
+    numbers and file names; indexes for retention, crash marking and media sharing checks."""
     for statement in (
         "ALTER TABLE conversations ADD COLUMN platform TEXT NOT NULL DEFAULT ''",
         "ALTER TABLE conversations ADD COLUMN workspace TEXT NOT NULL DEFAULT ''",
         "ALTER TABLE conversations ADD COLUMN channel TEXT NOT NULL DEFAULT ''",
         "ALTER TABLE conversations ADD COLUMN thread TEXT NOT NULL DEFAULT ''",
         "ALTER TABLE conversations ADD COLUMN updated REAL NOT NULL DEFAULT 0",
-        "ALTER TABLE turns ADD COLUMN user TEXT",
-        "ALTER TABLE turns ADD COLUMN summary TEXT NOT NULL DEFAULT ''",
-        "ALTER TABLE turns ADD COLUMN tokens INTEGER NOT NULL DEFAULT 0",
-        "ALTER TABLE turns ADD COLUMN error TEXT",
-        "ALTER TABLE turns ADD COLUMN finished REAL",
-        "ALTER TABLE turns ADD COLUMN record TEXT",  # last: large, never read by context()
-        "ALTER TABLE resources ADD COLUMN seq INTEGER NOT NULL DEFAULT 0",
-        "ALTER TABLE resources ADD COLUMN name TEXT",
-        "ALTER TABLE resources ADD COLUMN tokens INTEGER NOT NULL DEFAULT 0",
-        "ALTER TABLE resources ADD COLUMN created REAL NOT NULL DEFAULT 0",
+        *[t for t in _V2_TABLES.split(";") if t.strip()],
     ):
         await db.execute(statement)
-    # Fill the new columns from v1 data.
     for cid, key, created in await db.execute_fetchall("SELECT id, key, created FROM conversations"):
         parts = (key.split(":", 3) + ["", "", "", ""])[:4]
         await db.execute(
@@ -290,29 +325,43 @@ async def _migrate_2(db: aiosqlite.Connection) -> None:
             " WHERE id=?",
             (*parts, created, cid, cid),
         )
-    rows = await db.execute_fetchall("SELECT conversation_id, idx, user_text, answer FROM turns")
+    rows = await db.execute_fetchall("SELECT conversation_id, idx, user_text, answer, status, created FROM turns")
     await db.executemany(
-        "UPDATE turns SET summary=?, tokens=?, finished=CASE WHEN status='running' THEN NULL ELSE created END"
-        " WHERE conversation_id=? AND idx=?",
-        [(condense(a), count_tokens(u) + count_tokens(condense(a)), c, i) for c, i, u, a in rows],
+        "INSERT INTO turns_v2(conversation_id, idx, status, tokens, user_text, summary, created, finished)"
+        " VALUES (?,?,?,?,?,?,?,?)",
+        [
+            (c, i, st, count_tokens(u) + count_tokens(condense(a)), u, condense(a), cr,
+             None if st == "running" else cr)
+            for c, i, u, a, st, cr in rows
+        ],
+    )
+    await db.executemany(
+        "INSERT INTO turn_records(conversation_id, idx, answer) VALUES (?,?,?)", [(c, i, a) for c, i, _, a, _, _ in rows]
     )
     rows = await db.execute_fetchall(
-        "SELECT r.conversation_id, r.id, r.kind, r.origin, r.description, r.turn, c.created"
-        " FROM resources r JOIN conversations c ON c.id = r.conversation_id"
+        "SELECT r.conversation_id, r.id, r.kind, r.path, r.mime, r.size, r.origin, r.description, r.turn, c.created"
+        " FROM resources r JOIN conversations c ON c.id = r.conversation_id ORDER BY r.conversation_id, r.rowid"
     )
-    updates = []
-    for cid, rid, kind, origin, description, turn, created in rows:
+    inserts, counters = [], {}
+    for cid, rid, kind, path, mime, size, origin, description, turn, created in rows:
+        counters[cid] = n = counters.get(cid, 0) + 1
         m = re.fullmatch(r".*?-(\d+)", rid)
-        view = Resource(rid, kind, Path(), "", 0, origin, description, turn).prompt_view()
-        updates.append((int(m.group(1)) if m else 0, _resource_tokens(view), created, cid, rid))
+        view = Resource(rid, kind, Path(), mime, size, origin, description, turn).prompt_view()
+        inserts.append((cid, n, rid, kind, int(m.group(1)) if m else 0, path, mime, size, origin, description, turn,
+                        _resource_tokens(view), created))
     await db.executemany(
-        "UPDATE resources SET seq=?, tokens=?, created=? WHERE conversation_id=? AND id=?", updates
+        "INSERT INTO resources_v2(conversation_id, n, id, kind, seq, path, mime, size, origin, description, turn,"
+        " tokens, created) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        inserts,
     )
     for statement in (
+        "DROP TABLE turns",
+        "ALTER TABLE turns_v2 RENAME TO turns",
+        "DROP TABLE resources",
+        "ALTER TABLE resources_v2 RENAME TO resources",
         "CREATE INDEX conversations_updated ON conversations(updated)",
         "CREATE INDEX turns_running ON turns(status) WHERE status = 'running'",
         "CREATE INDEX resources_path ON resources(path)",
-        "CREATE INDEX resources_kind ON resources(conversation_id, kind, seq)",
     ):
         await db.execute(statement)
 
@@ -594,12 +643,16 @@ class SQLiteStore:
                         f"finish_turn: unknown turn {conversation_id!r}/{turn} in {self.path}",
                     )
                 await db.execute(
-                    "UPDATE turns SET answer=?, summary=?, tokens=?, status=?, error=?, finished=?, record=?"
+                    "UPDATE turns SET summary=?, tokens=?, status=?, error=?, finished=?"
                     " WHERE conversation_id=? AND idx=?",
                     (
-                        record.response, summary, count_tokens(row[0]) + count_tokens(summary), record.status,
-                        record.error, now, doc, conversation_id, turn,
+                        summary, count_tokens(row[0]) + count_tokens(summary), record.status, record.error, now,
+                        conversation_id, turn,
                     ),
+                )
+                await db.execute(
+                    "INSERT OR REPLACE INTO turn_records(conversation_id, idx, answer, record) VALUES (?,?,?,?)",
+                    (conversation_id, turn, record.response, doc),
                 )
                 await db.execute("UPDATE conversations SET updated=? WHERE id=?", (now, conversation_id))
 
@@ -631,8 +684,10 @@ class SQLiteStore:
         """
         rows = await self._read(
             "reading turns",
-            "SELECT idx, user, user_text, answer, summary, status, error, created, finished, record"
-            " FROM turns WHERE conversation_id=? ORDER BY idx",
+            "SELECT t.idx, t.user, t.user_text, coalesce(r.answer, ''), t.summary, t.status, t.error, t.created,"
+            " t.finished, r.record FROM turns t LEFT JOIN turn_records r"
+            " ON r.conversation_id = t.conversation_id AND r.idx = t.idx"
+            " WHERE t.conversation_id=? ORDER BY t.idx",
             (conversation_id,),
         )
         by_turn: dict[int | None, list[dict[str, Any]]] = {}
@@ -712,10 +767,11 @@ class SQLiteStore:
                 raise self._error(e, "saving a file") from None
             now = self._clock()
             async with self._tx("saving a file") as db:
-                (seq,) = await (
+                seq, n = await (
                     await db.execute(
-                        "SELECT coalesce(max(seq), 0) + 1 FROM resources WHERE conversation_id=? AND kind=?",
-                        (conversation_id, kind),
+                        "SELECT coalesce(max(CASE WHEN kind=? THEN seq END), 0) + 1, coalesce(max(n), 0) + 1"
+                        " FROM resources WHERE conversation_id=?",
+                        (kind, conversation_id),
                     )
                 ).fetchone()
                 res = Resource(
@@ -723,10 +779,10 @@ class SQLiteStore:
                 )
                 try:
                     await db.execute(
-                        "INSERT INTO resources(conversation_id, id, kind, path, mime, size, origin, description,"
-                        " turn, seq, name, tokens, created) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                        "INSERT INTO resources(conversation_id, n, id, kind, path, mime, size, origin, description,"
+                        " turn, seq, name, tokens, created) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                         (
-                            conversation_id, res.id, kind, self._rel(res.path), mime, res.size, origin,
+                            conversation_id, n, res.id, kind, self._rel(res.path), mime, res.size, origin,
                             description, turn, seq, name, _resource_tokens(res.prompt_view()), now,
                         ),
                     )
@@ -746,7 +802,7 @@ class SQLiteStore:
         """All resources of ``conversation_id`` (never another's), oldest first."""
         rows = await self._read(
             "reading resources",
-            f"SELECT {self._RES_COLS} FROM resources WHERE conversation_id=? ORDER BY created, rowid",
+            f"SELECT {self._RES_COLS} FROM resources WHERE conversation_id=? ORDER BY n",
             (conversation_id,),
         )
         return [self._resource(r) for r in rows]
@@ -774,7 +830,7 @@ class SQLiteStore:
         )
         res_rows = await self._read(
             "loading the chat log",
-            f"SELECT {self._RES_COLS}, tokens FROM resources WHERE conversation_id=? ORDER BY created, rowid",
+            f"SELECT {self._RES_COLS}, tokens FROM resources WHERE conversation_id=? ORDER BY n",
             (conversation_id,),
         )
         resources: list[Resource] = []
