@@ -42,6 +42,7 @@ from pipeline.errors import HuggingGPTError, StorageError
 from pipeline.types import MODALITIES, Modality, Resource, ResourceSink, RunRecord, Turn
 
 if TYPE_CHECKING:  # bot.service imports this module; avoid the import cycle at run time
+    from bot.config import StorageSettings
     from bot.service import ConversationKey
 
 log = logging.getLogger(__name__)
@@ -414,7 +415,7 @@ class SQLiteStore:
         busy_timeout: float = 5.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.data_dir = Path(data_dir)
+        self.data_dir = Path(data_dir).expanduser().resolve()
         self.path = self.data_dir / DB_NAME
         self.media = media
         self.busy_timeout = busy_timeout
@@ -964,3 +965,35 @@ class SQLiteStore:
         if doomed:
             log.info("pruned %s: %s", self.path, report)
         return report
+
+
+async def open_store(storage: StorageSettings, media: MediaWriter, *, busy_timeout: float = 5.0) -> SQLiteStore:
+    """Open the default store for ``[storage]`` settings, ready to serve.
+
+    Opens (creates/migrates) ``storage.data_dir / "conversations.sqlite3"``, marks turns left
+    running by a crashed process as failed (:meth:`SQLiteStore.mark_interrupted`), then applies
+    ``storage.max_age_days`` and ``storage.max_media_bytes`` (:meth:`SQLiteStore.prune`) if set.
+    Call it once per process at start (``Service.create``); do not share one SQLite file between
+    several serving processes (each would mark the other's running turns as interrupted).
+
+    Args:
+        storage: the ``[storage]`` settings.
+        media: the media store rooted at the same data directory (``MediaStore(data_dir)``).
+        busy_timeout: seconds to wait for a lock held by another process.
+
+    Returns:
+        The open :class:`SQLiteStore` (close it with :meth:`SQLiteStore.close`).
+
+    Raises:
+        StorageError: the database is corrupt, locked, from a newer version, or not writable.
+    """
+    store = SQLiteStore(storage.data_dir, media, busy_timeout=busy_timeout)
+    await store.open()
+    try:
+        await store.mark_interrupted()
+        if storage.max_age_days is not None or storage.max_media_bytes is not None:
+            await store.prune(max_age_days=storage.max_age_days, max_media_bytes=storage.max_media_bytes)
+    except BaseException:
+        await store.close()
+        raise
+    return store

@@ -358,6 +358,67 @@ async def test_disk_full_while_saving_media_fails_cleanly(tmp_path):
         await s.close()
 
 
+async def test_database_full_fails_the_write_cleanly(store):
+    cid = await store.get_or_create(KEY_A)
+    await run_turn(store, cid, "a first request that fits", "coffee.png", answer="It fits.")
+    (pages,) = await (await store._db.execute("PRAGMA page_count")).fetchone()
+    await store._db.execute(f"PRAGMA max_page_count={pages}")  # the disk holding the database is full
+    huge = "Describe this photo in great detail please. " * 20_000
+    with pytest.raises(StorageError) as e:
+        await store.begin_turn(cid, huge, None)
+    assert "disk is full" in e.value.user_message and str(store.path) in e.value.user_message
+    await store._db.execute("PRAGMA max_page_count=4294967294")
+    history, resources = await store.context(cid, 10_000)
+    assert [(t.index, t.answer) for t in history] == [(0, "It fits.")]  # the failed turn left no trace
+    assert [r.id for r in resources] == ["image-1"]
+    assert await store.begin_turn(cid, "a normal request", None) == 1
+
+
+async def test_open_store_from_settings_marks_and_prunes(tmp_path):
+    from bot.config import load_settings
+    from bot.store import open_store
+
+    data = tmp_path / "data"
+    s = SQLiteStore(data, MediaStore(data), clock=Clock(time.time() - 40 * 86400))
+    await s.open()
+    old = await s.get_or_create(KEY_A)
+    await run_turn(s, old, "an old request", "chelsea.png")
+    await s.close()
+    s = SQLiteStore(data, MediaStore(data))
+    await s.open()
+    live = await s.get_or_create(KEY_B)
+    await s.begin_turn(live, "left running by a crash", None)
+    await s.close()
+
+    settings = load_settings(env={}, overrides={"storage": {"data_dir": str(data), "max_age_days": 30}})
+    store = await open_store(settings.storage, MediaStore(data))
+    try:
+        assert await store.find(old) is None  # older than 30 days
+        assert (await store.turns(live))[0]["status"] == "failed"
+        assert not any((data / "media").rglob("*.png"))
+    finally:
+        await store.close()
+
+
+def test_relative_data_dir_gives_absolute_paths(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+    async def go():
+        s = SQLiteStore(Path("rel-data"), MediaStore(Path("rel-data")))
+        await s.open()
+        try:
+            cid = await s.get_or_create(KEY_A)
+            t = await s.begin_turn(cid, "x", None)
+            r = await s.add_resource(cid, t, media("text.png"), kind="image", mime="image/png", origin="user",
+                                     description="text")
+            assert r.path.is_absolute() and r.path.read_bytes() == media("text.png")
+            assert (await s.resources(cid))[0].path == r.path
+        finally:
+            await s.close()
+
+    asyncio.run(go())
+
+
 CRASHER = """
 import asyncio, sys
 from pathlib import Path
