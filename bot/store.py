@@ -496,12 +496,13 @@ class SQLiteStore:
         db = rdb = None
         try:
             db = await aiosqlite.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
+            version = await self._check(db)
             (mode,) = await (await db.execute("PRAGMA journal_mode=WAL")).fetchone()
             if str(mode).lower() != "wal":
                 log.warning("%s: journal mode is %s, not WAL", self.path, mode)
             await db.execute("PRAGMA synchronous=FULL")
             await db.execute("PRAGMA foreign_keys=ON")
-            await self._migrate(db)
+            await self._migrate(db, version)
             rdb = await aiosqlite.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
             await rdb.execute("PRAGMA query_only=ON")
             await rdb.execute_fetchall("SELECT count(*) FROM conversations")
@@ -517,21 +518,42 @@ class SQLiteStore:
             raise
         self._db, self._rdb = db, rdb
 
-    async def _migrate(self, db: aiosqlite.Connection) -> None:
+    async def _check(self, db: aiosqlite.Connection) -> int:
+        """Return the file's schema version; refuse other programs' databases and newer schemas
+        before anything is written to the file."""
         (version,) = await (await db.execute("PRAGMA user_version")).fetchone()
+        if version == 0:
+            (tables,) = await (
+                await db.execute("SELECT count(*) FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%'")
+            ).fetchone()
+            if tables:
+                raise StorageError(
+                    f"The file {self.path} is a SQLite database of another program, not a conversation database."
+                )
         if version > SCHEMA_VERSION:
             raise StorageError(
                 f"The conversation database {self.path} was written by a newer version of the bot"
                 f" (schema {version}, this one knows {SCHEMA_VERSION})."
             )
+        return int(version)
+
+    async def _migrate(self, db: aiosqlite.Connection, version: int) -> None:
+        """Apply the migrations after ``version``, each in its own transaction."""
         for target in range(version + 1, SCHEMA_VERSION + 1):
             await db.execute("BEGIN IMMEDIATE")
             try:
+                (current,) = await (await db.execute("PRAGMA user_version")).fetchone()
+                if current >= target:  # another process migrated meanwhile
+                    await db.execute("COMMIT")
+                    continue
                 await MIGRATIONS[target](db)
                 await db.execute(f"PRAGMA user_version={target}")
                 await db.execute("COMMIT")
             except BaseException:
-                await db.execute("ROLLBACK")
+                try:
+                    await db.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
                 raise
             log.info("%s: migrated schema to version %d", self.path, target)
 
@@ -600,6 +622,7 @@ class SQLiteStore:
             StorageError: unknown conversation (deleted meanwhile) or the database is unusable.
         """
         now = self._clock()
+        tokens = count_tokens(user_text)
         async with self._lock:
             async with self._tx("starting a turn") as db:
                 cur = await db.execute("UPDATE conversations SET updated=? WHERE id=?", (now, conversation_id))
@@ -616,7 +639,7 @@ class SQLiteStore:
                 await db.execute(
                     "INSERT INTO turns(conversation_id, idx, user_text, status, created, user, tokens)"
                     " VALUES (?,?,?,?,?,?,?)",
-                    (conversation_id, idx, user_text, "running", now, user, count_tokens(user_text)),
+                    (conversation_id, idx, user_text, "running", now, user, tokens),
                 )
         return int(idx)
 
@@ -760,6 +783,11 @@ class SQLiteStore:
             raise ValueError(f"unknown resource kind {kind!r}")
         description = " ".join(description.split())
         async with self._lock:  # also keeps forget/prune from deleting a file between put and insert
+            if not await self._read("saving a file", "SELECT 1 FROM conversations WHERE id=?", (conversation_id,)):
+                raise StorageError(
+                    "This conversation no longer exists; start a new thread.",
+                    f"add_resource: unknown conversation {conversation_id!r} in {self.path}",
+                )
             try:
                 path = await self.media.put(data, mime)
             except HuggingGPTError:

@@ -277,6 +277,21 @@ async def test_newer_schema_is_refused(tmp_path):
         await SQLiteStore(data, MediaStore(data)).open()
 
 
+async def test_foreign_sqlite_file_is_refused_untouched(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    db = sqlite3.connect(data / "conversations.sqlite3")
+    db.execute("CREATE TABLE invoices (n INTEGER)")
+    db.commit()
+    db.close()
+    with pytest.raises(StorageError, match="another program"):
+        await SQLiteStore(data, MediaStore(data)).open()
+    db = sqlite3.connect(data / "conversations.sqlite3")
+    assert [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")] == ["invoices"]
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    db.close()
+
+
 async def test_locked_database_at_open(tmp_path):
     data = tmp_path / "data"
     data.mkdir()
