@@ -164,6 +164,28 @@ async def measure(data_dir: Path, conversations: int, samples: int, budget: int)
         await store.close()
 
 
+async def measure_writes(data_dir: Path, conversations: int, samples: int) -> tuple[list[float], float]:
+    """Time begin_turn + finish_turn (one transaction each, fsync'd) and a prune pass that
+    deletes nothing (it still reads every resource row)."""
+    store = SQLiteStore(data_dir, NoMedia())
+    await store.open()
+    try:
+        rng = random.Random(3)
+        times = []
+        for _ in range(samples):
+            cid = f"{rng.randrange(conversations):010x}"
+            t = time.perf_counter()
+            turn = await store.begin_turn(cid, "Now make the cat in image-1 wear a hat.", "U1")
+            await store.finish_turn(cid, turn, RunRecord("Now make the cat in image-1 wear a hat.",
+                                                         response="Here is the cat with a hat."))
+            times.append((time.perf_counter() - t) * 1000)
+        t = time.perf_counter()
+        await store.prune(max_age_days=None, max_media_bytes=1 << 62)
+        return times, time.perf_counter() - t
+    finally:
+        await store.close()
+
+
 def pct(values: list[float], p: float) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
@@ -212,6 +234,10 @@ def main(argv: list[str] | None = None) -> int:
             times = asyncio.run(measure(data_dir, args.conversations, args.samples, budget))
             print(f"context(budget={budget} tokens), {len(times)} random conversations:"
                   f" p50 {statistics.median(times):.3f} ms, p99 {pct(times, 99):.3f} ms, max {max(times):.3f} ms")
+        writes, prune_s = asyncio.run(measure_writes(data_dir, args.conversations, min(args.samples, 300)))
+        print(f"begin_turn + finish_turn, {len(writes)} turns: p50 {statistics.median(writes):.3f} ms,"
+              f" p99 {pct(writes, 99):.3f} ms (synchronous=FULL: includes fsync)")
+        print(f"prune by media size with nothing to delete: {prune_s * 1000:.0f} ms")
     return 0
 
 

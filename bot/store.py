@@ -362,7 +362,7 @@ async def _migrate_2(db: aiosqlite.Connection) -> None:
         "ALTER TABLE resources_v2 RENAME TO resources",
         "CREATE INDEX conversations_updated ON conversations(updated)",
         "CREATE INDEX turns_running ON turns(status) WHERE status = 'running'",
-        "CREATE INDEX resources_path ON resources(path)",
+        "CREATE INDEX resources_path ON resources(path, size)",  # covering for media_bytes()
     ):
         await db.execute(statement)
 
@@ -963,7 +963,7 @@ class SQLiteStore:
             if max_age_days is not None:
                 cutoff = self._clock() - max_age_days * 86400.0
                 doomed = [cid for cid, updated in candidates if updated < cutoff]
-            if max_media_bytes is not None:
+            if max_media_bytes is not None and await self.media_bytes() > max_media_bytes:
                 files = await self._read("pruning", "SELECT conversation_id, path, size FROM resources")
                 refs: dict[str, set[str]] = {}
                 size_of: dict[str, int] = {}
