@@ -59,7 +59,7 @@ def count_tokens(text: str) -> int:
             if piece == " " and m.end() < n and text[m.end()].isascii() and text[m.end()].isalpha():
                 total -= 1
         elif not c.isascii():
-            total += max(1, len(c.encode("utf-8")) - 1)
+            total += max(1, len(c.encode("utf-8", "surrogatepass")) - 1)
         else:
             total += len(piece)
         pos = m.end()

@@ -472,6 +472,8 @@ async def test_killed_process_turn_is_marked_failed_and_conversation_continues(t
     s = SQLiteStore(data, MediaStore(data))
     await s.open()
     try:
+        (check,) = await (await s._db.execute("PRAGMA integrity_check")).fetchone()
+        assert check == "ok"
         assert (await s.turns(cid))[0]["status"] == "running"
         assert await s.mark_interrupted() == 1
         assert await s.mark_interrupted() == 0
@@ -486,6 +488,70 @@ async def test_killed_process_turn_is_marked_failed_and_conversation_continues(t
         await s.finish_turn(cid, nxt, record("try again", "Here is your sunset."))
         history, _ = await s.context(cid, 1000)
         assert [(t.index, t.status) for t in history] == [(1, "ok"), (0, "failed")]
+    finally:
+        await s.close()
+
+
+WRITER = """
+import asyncio, sys
+from pathlib import Path
+sys.path.insert(0, {root!r})
+from bot.store import SQLiteStore
+from bot.service import ConversationKey
+from pipeline.types import RunRecord
+from tests.test_store import MediaStore
+
+async def main():
+    data = Path({data!r})
+    s = SQLiteStore(data, MediaStore(data))
+    await s.open()
+    cid = await s.get_or_create(ConversationKey("terminal", "local", "tty", "busy"))
+    photo = Path({photo!r}).read_bytes()
+    i = 0
+    while True:  # write as fast as possible until killed
+        t = await s.begin_turn(cid, f"request {{i}}", "me")
+        # distinct content per turn so every turn writes a new media file
+        await s.add_resource(cid, t, photo + i.to_bytes(4, "big"), kind="image", mime="image/png",
+                             origin="task:0", description=f"result {{i}}")
+        await s.finish_turn(cid, t, RunRecord(f"request {{i}}", response=f"answer {{i}}"))
+        print(cid, t, flush=True)
+        i += 1
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.slow
+async def test_kill_during_writes_loses_nothing_committed(tmp_path):
+    data = tmp_path / "data"
+    code = WRITER.format(root=str(ROOT), data=str(data), photo=str(MEDIA / "coffee.png"))
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-c", code, stdout=subprocess.PIPE, cwd=ROOT)
+    done = []
+    try:
+        while len(done) < 15:
+            line = await asyncio.wait_for(proc.stdout.readline(), 30)
+            assert line, "writer died"
+            done.append(line.decode().split())
+    finally:
+        proc.send_signal(signal.SIGKILL)  # mid-write, most likely
+        await proc.wait()
+    cid = done[0][0]
+    s = SQLiteStore(data, MediaStore(data))
+    await s.open()
+    try:
+        (check,) = await (await s._db.execute("PRAGMA integrity_check")).fetchone()
+        assert check == "ok"
+        assert await s.mark_interrupted() <= 1
+        turns = {t["index"]: t for t in await s.turns(cid)}
+        resources = {r.turn: r for r in await s.resources(cid)}
+        photo = media("coffee.png")
+        for _, t in done:  # every turn reported as finished is there, whole
+            t = int(t)
+            assert turns[t]["status"] == "ok" and turns[t]["answer"] == f"answer {t}"
+            assert resources[t].path.read_bytes() == photo + t.to_bytes(4, "big")
+        assert all(t["status"] in ("ok", "failed") for t in turns.values())
+        nxt = await s.begin_turn(cid, "after the crash", "me")
+        assert nxt == max(turns) + 1
     finally:
         await s.close()
 
