@@ -216,6 +216,19 @@ def condense(text: str, limit: int = SUMMARY_CHARS) -> str:
     return cut.rstrip(" ,;:.-") + "…"
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _clean(text: str) -> str:
+    """``text`` with lone surrogates (undecodable input from some platforms) replaced by U+FFFD,
+    so SQLite always receives valid UTF-8."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return _SURROGATE.sub("\ufffd", text)
+
+
 def _resource_tokens(view: dict[str, Any]) -> int:
     return count_json_tokens(view)
 
@@ -622,6 +635,8 @@ class SQLiteStore:
             StorageError: unknown conversation (deleted meanwhile) or the database is unusable.
         """
         now = self._clock()
+        user_text = _clean(user_text)
+        user = _clean(user) if user is not None else None
         tokens = count_tokens(user_text)
         async with self._lock:
             async with self._tx("starting a turn") as db:
@@ -651,8 +666,9 @@ class SQLiteStore:
         Raises:
             StorageError: the turn does not exist or the database is unusable.
         """
-        doc = json.dumps(record.to_json(), ensure_ascii=False, default=str)
-        summary = condense(record.response or (record.error or ""))
+        doc = _clean(json.dumps(record.to_json(), ensure_ascii=False, default=str))
+        summary = _clean(condense(record.response or (record.error or "")))
+        response, error = _clean(record.response), _clean(record.error) if record.error is not None else None
         now = self._clock()
         async with self._lock:
             async with self._tx("saving a turn") as db:
@@ -670,13 +686,13 @@ class SQLiteStore:
                     "UPDATE turns SET summary=?, tokens=?, status=?, error=?, finished=?"
                     " WHERE conversation_id=? AND idx=?",
                     (
-                        summary, count_tokens(row[0]) + count_tokens(summary), record.status, record.error, now,
+                        summary, count_tokens(row[0]) + count_tokens(summary), record.status, error, now,
                         conversation_id, turn,
                     ),
                 )
                 await db.execute(
                     "INSERT OR REPLACE INTO turn_records(conversation_id, idx, answer, record) VALUES (?,?,?,?)",
-                    (conversation_id, turn, record.response, doc),
+                    (conversation_id, turn, response, doc),
                 )
                 await db.execute("UPDATE conversations SET updated=? WHERE id=?", (now, conversation_id))
 
@@ -781,7 +797,8 @@ class SQLiteStore:
         """
         if kind not in MODALITIES:
             raise ValueError(f"unknown resource kind {kind!r}")
-        description = " ".join(description.split())
+        description = _clean(" ".join(description.split()))
+        name = _clean(name) if name is not None else None
         async with self._lock:  # also keeps forget/prune from deleting a file between put and insert
             if not await self._read("saving a file", "SELECT 1 FROM conversations WHERE id=?", (conversation_id,)):
                 raise StorageError(

@@ -709,6 +709,17 @@ async def test_unknown_conversation_and_closed_store(tmp_path, store):
         await closed.resources("x")
 
 
+async def test_undecodable_text_is_stored_with_replacement_characters(store):
+    cid = await store.get_or_create(KEY_A)
+    t = await store.begin_turn(cid, "caf\udce9 photo", "U\ud800")
+    r = await store.add_resource(cid, t, media("coffee.png"), kind="image", mime="image/png", origin="user",
+                                 description="coffee \udce9", name="caf\udce9.png")
+    await store.finish_turn(cid, t, record("caf\udce9", "Un caf\udce9."))
+    (turn,) = await store.turns(cid)
+    assert turn["user_text"] == "caf\ufffd photo" and turn["answer"] == "Un caf\ufffd."
+    assert r.name == "caf\ufffd.png" and (await store.resources(cid))[0].description == "coffee \ufffd"
+
+
 def test_condense():
     assert condense("  a\n\nb  ") == "a b"
     text = "word " * 200
