@@ -267,6 +267,27 @@ async def test_corrupt_database_file_is_a_storage_error_naming_it(tmp_path):
     assert e.value.__cause__ is None and e.value.__suppress_context__
 
 
+async def test_damaged_pages_inside_a_valid_file_are_a_storage_error(tmp_path):
+    s = make_store(tmp_path)
+    await s.open()
+    cid = await s.get_or_create(KEY_A)
+    for i in range(30):
+        await s.begin_turn(cid, f"request {i} " * 50, None)
+    await s.close()
+    raw = bytearray(s.path.read_bytes())
+    assert not s.path.with_name(s.path.name + "-wal").exists() or s.path.with_name(s.path.name + "-wal").stat().st_size == 0
+    raw[4096:] = os.urandom(len(raw) - 4096)  # keep the header and schema page, scramble the rest
+    s.path.write_bytes(bytes(raw))
+    s2 = make_store(tmp_path)
+    with pytest.raises(StorageError) as e:
+        await s2.open()
+        try:
+            await s2.turns(cid)
+        finally:
+            await s2.close()
+    assert str(s.path) in e.value.user_message and "corrupt" in e.value.user_message
+
+
 async def test_newer_schema_is_refused(tmp_path):
     data = tmp_path / "data"
     data.mkdir()
