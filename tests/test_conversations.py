@@ -15,26 +15,18 @@ import pytest
 from PIL import Image
 
 from bot.config import load_settings
-from bot.sandbox import Sandbox
 from bot.service import ConversationKey, IncomingFile, Service
+from tests.conftest import media_file
 from pipeline.errors import InputError, StorageError
 from pipeline.types import Done
 
 MEDIA = Path(__file__).parent / "fixtures" / "media"
 
 
-def media(name: str) -> IncomingFile:
-    return IncomingFile((MEDIA / name).read_bytes(), name=name)
 
 
 def key(thread: str) -> ConversationKey:
     return ConversationKey("test", "workspace", "channel", thread)
-
-
-@pytest.fixture
-async def sandbox():
-    async with Sandbox() as sb:
-        yield sb
 
 
 @pytest.fixture
@@ -70,8 +62,8 @@ async def test_follow_up_edits_an_earlier_generated_image(service, sandbox):
 
 
 async def test_follow_up_refers_to_a_file_from_two_turns_back(service):
-    await turn(service, "Describe this picture", [media("chelsea.png")])
-    await turn(service, "Describe this picture", [media("rocket.jpg")])
+    await turn(service, "Describe this picture", [media_file("chelsea.png")])
+    await turn(service, "Describe this picture", [media_file("rocket.jpg")])
     third = await turn(service, "Detect the objects in the first photo")
     [task] = third.tasks
     assert task.task == "object-detection" and task.args["image"] == "image-1"
@@ -80,7 +72,7 @@ async def test_follow_up_refers_to_a_file_from_two_turns_back(service):
 
 
 async def test_resource_of_another_thread_is_refused(service):
-    await turn(service, "Describe this picture", [media("chelsea.png")], thread="a")
+    await turn(service, "Describe this picture", [media_file("chelsea.png")], thread="a")
     with pytest.raises(InputError) as e:
         await turn(service, "Detect the objects in image-1", thread="b")
     assert e.value.user_message == "There is no image-1 in this conversation (it has no image yet)."
@@ -91,7 +83,7 @@ async def test_resource_of_another_thread_is_refused(service):
 async def test_history_survives_a_restart(sandbox, tmp_path):
     settings = load_settings(env={}, overrides=sandbox.overrides(tmp_path / "data"))
     s1 = await Service.create(settings)
-    await turn(s1, "Describe this picture", [media("coffee.png")])
+    await turn(s1, "Describe this picture", [media_file("coffee.png")])
     conv = await s1.conversation_id(key("t1"))
     await s1.close()
     s2 = await Service.create(settings)
@@ -110,8 +102,8 @@ async def test_turns_of_one_thread_run_in_order_and_threads_do_not_wait(service,
     sandbox.inference.latency["image-to-text"] = 0.6
     t0 = time.monotonic()
     await asyncio.gather(
-        turn(service, "Caption this picture", [media("chelsea.png")], thread="x"),
-        turn(service, "Caption this picture", [media("rocket.jpg")], thread="y"),
+        turn(service, "Caption this picture", [media_file("chelsea.png")], thread="x"),
+        turn(service, "Caption this picture", [media_file("rocket.jpg")], thread="y"),
     )
     two_threads = time.monotonic() - t0
     captions = [r for r in sandbox.inference.records if r.task == "image-to-text"]
@@ -121,7 +113,7 @@ async def test_turns_of_one_thread_run_in_order_and_threads_do_not_wait(service,
     sandbox.inference.records.clear()
     sandbox.controller.requests.clear()
     await asyncio.gather(
-        turn(service, "Caption this picture", [media("coffee.png")], thread="z"),
+        turn(service, "Caption this picture", [media_file("coffee.png")], thread="z"),
         turn(service, "Caption the first photo again", thread="z"),
     )
     reqs = sandbox.controller.requests
@@ -131,8 +123,8 @@ async def test_turns_of_one_thread_run_in_order_and_threads_do_not_wait(service,
 
 
 async def test_forget_and_prune(service, tmp_path):
-    await turn(service, "Describe this picture", [media("astronaut.png")], thread="old")
-    await turn(service, "Describe this picture", [media("camera.png")], thread="new")
+    await turn(service, "Describe this picture", [media_file("astronaut.png")], thread="old")
+    await turn(service, "Describe this picture", [media_file("camera.png")], thread="new")
     old = await service.conversation_id(key("old"))
     old_files = [r.path for r in await service.store.resources(old)]
     assert await service.store.forget(old)

@@ -11,22 +11,14 @@ import pytest
 from PIL import Image
 
 from bot.config import load_settings
-from bot.sandbox import Sandbox
 from bot.service import IncomingFile, Service
+from tests.conftest import media_file
 from pipeline.errors import InputError
 from pipeline.types import Done, ModelSelected, PlanReady, ResponseDelta, TaskFailed, TaskFinished, TaskSkipped, TaskStarted
 
 MEDIA = Path(__file__).parent / "fixtures" / "media"
 
 
-def media(name: str) -> IncomingFile:
-    return IncomingFile((MEDIA / name).read_bytes(), name=name)
-
-
-@pytest.fixture
-async def sandbox():
-    async with Sandbox() as sb:
-        yield sb
 
 
 @pytest.fixture
@@ -58,7 +50,7 @@ def plan_script(tasks):
 
 async def test_describe_a_photo_end_to_end(make_service):
     service = await make_service()
-    events, record = await run(service, "Describe this picture in as much detail as you can", [media("chelsea.png")])
+    events, record = await run(service, "Describe this picture in as much detail as you can", [media_file("chelsea.png")])
     assert record.status == "ok", record.error
     assert {t.task for t in record.tasks} == {"image-to-text", "object-detection", "image-classification"}
     assert all(r.status == "ok" for r in record.results.values())
@@ -113,7 +105,7 @@ async def test_independent_tasks_overlap_and_dependents_start_when_their_own_pro
         )
     )
     service = await make_service(inference={"selection": "top"})
-    _, record = await run(service, "detect, caption and speak", [media("coffee.png")])
+    _, record = await run(service, "detect, caption and speak", [media_file("coffee.png")])
     assert record.status == "ok"
     rec = {r.task: r for r in sandbox.inference.records}
     det, cap, tts = rec["object-detection"], rec["image-to-text"], rec["text-to-speech"]
@@ -135,7 +127,7 @@ async def test_failed_dependency_skips_dependents_with_reason(make_service, sand
     service = await make_service(inference={"selection": "top", "max_candidates_tried": 2})
     for card in service.pipeline.selector.catalog.candidates("image-to-text"):
         sandbox.inference.gone.add(card.id)
-    events, record = await run(service, "caption and read", [media("rocket.jpg")])
+    events, record = await run(service, "caption and read", [media_file("rocket.jpg")])
     assert record.results[0].status == "failed" and "tried 2 models" in record.results[0].error
     assert record.results[1].status == "skipped" and "task 0" in record.results[1].error
     assert any(isinstance(e, TaskFailed) for e in events) and any(isinstance(e, TaskSkipped) for e in events)
@@ -147,7 +139,7 @@ async def test_gone_model_is_replaced_by_next_candidate(make_service, sandbox):
     top = service.pipeline.selector.catalog.candidates("object-detection")
     sandbox.inference.gone.add(top[0].id)
     sandbox.controller.script.append(plan_script([{"task": "object-detection", "id": 0, "dep": [-1], "args": {"image": "image-1"}}]))
-    _, record = await run(service, "find objects", [media("astronaut.png")])
+    _, record = await run(service, "find objects", [media_file("astronaut.png")])
     r = record.results[0]
     assert r.status == "ok" and r.attempts == [top[0].id, top[1].id] and r.model == top[1].id
 
@@ -157,7 +149,7 @@ async def test_loading_model_503_is_retried(make_service, sandbox):
     top = service.pipeline.selector.catalog.candidates("image-classification")[0]
     sandbox.inference.faults[top.id] = [503, 429]
     sandbox.controller.script.append(plan_script([{"task": "image-classification", "id": 0, "dep": [-1], "args": {"image": "image-1"}}]))
-    _, record = await run(service, "what is it", [media("chelsea.png")])
+    _, record = await run(service, "what is it", [media_file("chelsea.png")])
     assert record.results[0].status == "ok" and record.results[0].model == top.id
     assert [r.status for r in sandbox.inference.records] == [503, 429, 200]
 
@@ -166,7 +158,7 @@ async def test_task_timeout_fails_the_task_cleanly(make_service, sandbox):
     sandbox.inference.latency["image-to-text"] = 5
     sandbox.controller.script.append(plan_script([{"task": "image-to-text", "id": 0, "dep": [-1], "args": {"image": "image-1"}}]))
     service = await make_service(inference={"selection": "top", "task_timeout": 0.3, "max_attempts": 1, "max_candidates_tried": 1})
-    _, record = await run(service, "caption", [media("chelsea.png")])
+    _, record = await run(service, "caption", [media_file("chelsea.png")])
     assert record.results[0].status == "failed"
     assert "0.3 seconds" in record.results[0].error or "did not answer" in record.results[0].error
 
@@ -175,7 +167,7 @@ async def test_overall_deadline(make_service, sandbox):
     sandbox.inference.latency["image-to-text"] = 5
     sandbox.controller.script.append(plan_script([{"task": "image-to-text", "id": 0, "dep": [-1], "args": {"image": "image-1"}}]))
     service = await make_service(inference={"selection": "top", "deadline": 0.4})
-    _, record = await run(service, "caption", [media("chelsea.png")])
+    _, record = await run(service, "caption", [media_file("chelsea.png")])
     assert record.results[0].status == "failed" and "deadline of 0.4 seconds" in record.results[0].error
 
 
@@ -201,7 +193,7 @@ async def test_empty_plan_means_direct_answer(make_service, sandbox):
 async def test_garbage_plan_gets_one_repair_round(make_service, sandbox):
     sandbox.controller.script.append({"content": "Sure! I would love to help you with that."})
     service = await make_service()
-    _, record = await run(service, "Describe this picture", [media("chelsea.png")])
+    _, record = await run(service, "Describe this picture", [media_file("chelsea.png")])
     assert record.status == "ok" and record.tasks
     planning = [r for r in sandbox.controller.requests if r.stage == "task-planning"]
     assert len(planning) == 2 and "<problem>" in planning[1].body["messages"][-1]["content"]
@@ -211,7 +203,7 @@ async def test_plan_still_invalid_after_repair_is_refused(make_service, sandbox)
     hostile = plan_script([{"task": "object-detection", "id": 0, "dep": [-1], "args": {"image": "/etc/passwd"}}])
     sandbox.controller.script += [hostile, hostile]
     service = await make_service()
-    _, record = await run(service, "Describe this picture", [media("chelsea.png")])
+    _, record = await run(service, "Describe this picture", [media_file("chelsea.png")])
     assert record.status == "error" and record.exit_code == 5
     assert "valid plan" in record.error and "/etc/passwd" in record.error
     assert sandbox.inference.records == []  # nothing was run
@@ -220,7 +212,7 @@ async def test_plan_still_invalid_after_repair_is_refused(make_service, sandbox)
 async def test_truncated_plan_is_repaired_locally(make_service, sandbox):
     sandbox.controller.script.append({"content": '{"tasks": [{"task": "image-to-text", "id": 0, "dep": [-1], "args": {"image": "image-1"'})
     service = await make_service()
-    _, record = await run(service, "caption this", [media("chelsea.png")])
+    _, record = await run(service, "caption this", [media_file("chelsea.png")])
     assert record.status == "ok" and [t.task for t in record.tasks] == ["image-to-text"]
     assert len([r for r in sandbox.controller.requests if r.stage == "task-planning"]) == 1
 
@@ -228,7 +220,7 @@ async def test_truncated_plan_is_repaired_locally(make_service, sandbox):
 async def test_server_without_json_schema_falls_back(make_service, sandbox):
     sandbox.controller.accept_json_schema = False
     service = await make_service()
-    _, record = await run(service, "Describe this picture", [media("chelsea.png")])
+    _, record = await run(service, "Describe this picture", [media_file("chelsea.png")])
     assert record.status == "ok" and record.tasks
 
 
@@ -244,7 +236,7 @@ async def test_server_without_json_schema_falls_back(make_service, sandbox):
 async def test_controller_failures_are_one_sentence(make_service, sandbox, script, expected, code):
     sandbox.controller.script.append(script)
     service = await make_service()
-    _, record = await run(service, "Describe this picture", [media("chelsea.png")])
+    _, record = await run(service, "Describe this picture", [media_file("chelsea.png")])
     assert record.status == "error" and expected in record.error and record.exit_code == code
     assert "sandbox" not in record.error.lower() or "127.0.0.1" in record.error
 
@@ -252,7 +244,7 @@ async def test_controller_failures_are_one_sentence(make_service, sandbox, scrip
 async def test_controller_timeout(make_service, sandbox):
     sandbox.controller.script.append({"delay": 3})
     service = await make_service(llm={"timeout": 0.5})
-    _, record = await run(service, "Describe this picture", [media("chelsea.png")])
+    _, record = await run(service, "Describe this picture", [media_file("chelsea.png")])
     assert record.status == "error" and "did not answer within 0.5 seconds" in record.error
 
 
@@ -277,5 +269,5 @@ async def test_bad_files_are_refused_before_anything_runs(make_service, sandbox,
 async def test_oversized_file(make_service):
     service = await make_service(storage={"max_file_bytes": 100_000})
     with pytest.raises(InputError) as e:
-        await run(service, "Describe", [media("chelsea.png")])
+        await run(service, "Describe", [media_file("chelsea.png")])
     assert "MiB" in e.value.user_message
