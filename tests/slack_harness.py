@@ -14,7 +14,7 @@ from aiohttp import web
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.app import create_bolt_app, get_bot
-from bot.config import load_settings
+from bot.config import Settings, SlackSettings
 from standins.slack_api import SlackStandIn, sign
 
 SECRET = "test-signing-secret"
@@ -91,11 +91,13 @@ class Harness:
         await self.runner.cleanup()
 
 
+def bot_settings(service, **slack: object) -> Settings:
+    """The service's settings with the ``[slack]`` section replaced (validated)."""
+    return service.settings.model_copy(update={"slack": SlackSettings(**slack)})
+
+
 async def start_harness(slack: SlackStandIn, service, tmp_path: Path, **slack_settings) -> Harness:
-    settings = load_settings(env={}, overrides={
-        "slack": {"bot_token": slack.bot_token, "signing_secret": SECRET, "mode": "http", **slack_settings},
-        "storage": {"data_dir": str(tmp_path / "slack-data")},
-    })
+    settings = bot_settings(service, bot_token=slack.bot_token, signing_secret=SECRET, mode="http", **slack_settings)
     client = AsyncWebClient(token=slack.bot_token, base_url=slack.api_url)
     app = create_bolt_app(settings, service, client, update_interval=0.05)
     runner = web.AppRunner(app.web_app(path="/slack/events"), access_log=None)
