@@ -83,7 +83,17 @@ async def test_mention_answered_once_in_thread_under_replays(h: Harness):
     assert h.bot.stats.duplicates == 3 and h.bot.stats.runs == 1
 
 
-async def test_progress_updates_show_plan_models_and_states(h: Harness):
+async def test_progress_updates_show_plan_models_and_states(slack, tmp_path):
+    # the captioning model takes 0.4 s, long enough for the "running" state to be shown
+    async with make_service(tmp_path, latency={"image-to-text": 0.4}) as svc:
+        h = await start_harness(slack, svc, tmp_path)
+        try:
+            await _check_progress(h)
+        finally:
+            await h.close()
+
+
+async def _check_progress(h: Harness) -> None:
     body, _, ts = h.mention("describe this image", files=[png_file(h.slack)])
     assert (await h.deliver(body))[0] == 200
     await h.settle()
@@ -237,7 +247,7 @@ async def test_long_answer_split_into_thread_messages(h: Harness):
     for m in answers:
         assert len(m.text.encode()) <= 3500 and m.text.count("```") % 2 == 0
     shown = "\n".join(m.text for m in answers)
-    assert "*Requests*" in shown and "• *0*:" in shown  # mrkdwn, not Markdown
+    assert "*Requests*" in shown and re.search(r"•\s+\*0\*:", shown)  # mrkdwn, not Markdown
     for r in reqs:  # every request survives, words unbroken
         assert " ".join(r.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").split()) in " ".join(shown.split())
     assert all(f"print({i!r})  # step {i}" in shown for i in range(150))

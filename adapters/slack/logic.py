@@ -22,7 +22,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Literal
 
-from markdown_to_mrkdwn import SlackMarkdownConverter
+from slackify_markdown import slackify_markdown
 
 from pipeline.types import (
     Done,
@@ -319,7 +319,8 @@ def unescape_slack(text: str) -> str:
 # ----------------------------------------------------------------------------------------------
 # Text out
 
-_converter = SlackMarkdownConverter()
+# A link slackify-markdown writes: <https://x|label> or <https://x>; every other "<" is escaped.
+_OUR_LINK_RE = re.compile(r"<(?:https?://|mailto:)[^\s|<>]*(?:\|[^<>]*)?>")
 
 
 def escape_slack(text: str) -> str:
@@ -328,17 +329,31 @@ def escape_slack(text: str) -> str:
 
 
 def to_mrkdwn(markdown: str) -> str:
-    """Convert the controller's Markdown answer to Slack mrkdwn (``markdown-to-mrkdwn``).
+    """Convert the controller's Markdown answer to Slack mrkdwn (``slackify-markdown``).
 
-    ``& < >`` are escaped first, except ``>`` that opens a block quote at the start of a line, so
-    that an answer containing ``a < b`` cannot be read as Slack markup (``<!channel>``).
+    slackify-markdown escapes ``& < >`` in text but passes inline HTML and code through, so a
+    ``<!channel>`` in an answer would notify the whole channel: every ``<`` and ``>`` that is not
+    part of a link it wrote (or a block quote marker) is escaped afterwards
+    (api.slack.com/reference/surfaces/formatting#escaping).
     """
+    out = slackify_markdown(markdown)
+    parts: list[str] = []
+    pos = 0
+    for m in _OUR_LINK_RE.finditer(out):
+        parts.append(_escape_angles(out[pos:m.start()]))
+        parts.append(m.group(0))
+        pos = m.end()
+    parts.append(_escape_angles(out[pos:]))
+    return "".join(parts).strip()
+
+
+def _escape_angles(text: str) -> str:
     lines = []
-    for line in markdown.split("\n"):
+    for line in text.split("\n"):
         m = re.match(r"^(\s*(?:>\s?)+)", line)
         head, rest = (m.group(1), line[m.end():]) if m else ("", line)
-        lines.append(head + escape_slack(rest))
-    return _converter.convert("\n".join(lines)).strip()
+        lines.append(head + rest.replace("<", "&lt;").replace(">", "&gt;"))
+    return "\n".join(lines)
 
 
 _FENCE = "```"
