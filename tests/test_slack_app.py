@@ -12,6 +12,7 @@ import asyncio
 import io
 import json
 import re
+import wave
 from pathlib import Path
 
 import pytest
@@ -129,6 +130,36 @@ async def test_followup_without_mention_uses_earlier_image(h: Harness):
     rgb = img.convert("RGB")
     px = [rgb.getpixel((x, y)) for x in range(0, img.width, 37) for y in range(0, img.height, 41)]
     assert all(r == g == b for r, g, b in px), "the new image is black and white"
+
+
+async def test_voice_message_transcribed_and_spoken_answer_uploaded(h: Harness):
+    """A recording attached to a direct message: the plan uses it (speech recognition, then text to
+    speech) and the generated speech arrives in the thread as a WAV file that decodes."""
+    ogg = (MEDIA / "speech_cat_request.ogg").read_bytes()
+    f = h.slack.add_file(ogg, "speech_cat_request.ogg", "audio/ogg")
+    body, ts = h.user_message("transcribe this recording and read it aloud", channel="D0DM", channel_type="im", files=[f])
+    await h.deliver(body)
+    await h.settle()
+    status = next(m for m in h.replies(ts, channel="D0DM") if m.edits)
+    assert "`automatic-speech-recognition`" in status.text and "`text-to-speech`" in status.text
+    (audio,) = h.slack.thread_files("D0DM", ts)
+    assert audio.name.endswith(".wav")
+    with wave.open(io.BytesIO(audio.data)) as w:
+        assert w.getnframes() > 0 and w.getframerate() > 0
+        assert w.getnframes() / w.getframerate() > 0.1  # seconds of speech
+    assert any(m == "download" for m, _ in h.slack.calls)  # the recording was fetched with the token
+
+
+async def test_mention_inside_existing_thread_answers_in_that_thread(h: Harness):
+    parent = h.slack.add_user_message(CHANNEL, "here is the team photo", user="U2",
+                                      files=[png_file(h.slack, "astronaut.png")])
+    body, _, ts = h.mention("draw a picture of a rocket on the moon", thread_ts=parent.ts)
+    await h.deliver(body)
+    await h.settle()
+    replies = h.replies(parent.ts)
+    assert len(replies) == 2 and all(m.thread_ts == parent.ts for m in replies)
+    assert h.replies(ts) == []  # not a new thread under the mention itself
+    assert len(h.slack.thread_files(CHANNEL, parent.ts)) == 1
 
 
 async def test_thread_chatter_ignored_when_bot_not_in_thread(h: Harness):
