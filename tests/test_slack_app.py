@@ -162,6 +162,17 @@ async def test_mention_inside_existing_thread_answers_in_that_thread(h: Harness)
     assert len(h.slack.thread_files(CHANNEL, parent.ts)) == 1
 
 
+async def test_slack_rate_limit_on_posting_is_waited_out(h: Harness):
+    """Slack answers 429 ratelimited to chat.postMessage once: the answer still arrives, once."""
+    h.slack.ratelimit_once.add("chat.postMessage")
+    body, _, ts = h.mention("draw a picture of a red fox")
+    await h.deliver(body)
+    await h.settle()
+    replies = h.replies(ts)
+    assert len(replies) == 2 and len(h.slack.thread_files(CHANNEL, ts)) == 1
+    assert [m for m, _ in h.slack.calls].count("chat.postMessage") == 3  # 429, status, answer
+
+
 async def test_thread_chatter_ignored_when_bot_not_in_thread(h: Harness):
     parent = h.slack.add_user_message(CHANNEL, "lunch?", user="U2")
     body, _ = h.user_message("sure, 12:30", thread_ts=parent.ts)

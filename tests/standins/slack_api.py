@@ -115,7 +115,8 @@ class SlackStandIn:
         self.files: dict[str, StoredFile] = {}
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.acks: dict[str, float] = {}
-        self.fail_methods: dict[str, str] = {}  # method -> error code to answer once per call
+        self.fail_methods: dict[str, str] = {}  # method -> error code to answer on every call
+        self.ratelimit_once: set[str] = set()  # methods answered once with 429 + Retry-After: 0
         self._ts = itertools.count(1)
         self._changed = asyncio.Event()
         self._ws: list[web.WebSocketResponse] = []
@@ -291,6 +292,9 @@ class SlackStandIn:
             return ok(url=f"ws://127.0.0.1:{self.port}/link?ticket={uuid.uuid4()}")
         if token != self.bot_token:
             return err("invalid_auth")
+        if method in self.ratelimit_once:
+            self.ratelimit_once.discard(method)
+            return web.json_response({"ok": False, "error": "ratelimited"}, status=429, headers={"Retry-After": "0"})
         if method in self.fail_methods:
             return err(self.fail_methods[method])
         needed = METHOD_SCOPES.get(method)
