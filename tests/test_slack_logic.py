@@ -259,3 +259,13 @@ def test_progress_view_from_events():
     v2 = ProgressView()
     v2.apply(Done(RunRecord("r", status="error", error="The controller is unreachable <now>.")))
     assert "Stopped: The controller is unreachable &lt;now&gt;." in v2.render()
+
+
+def test_progress_view_with_many_tasks_stays_under_limit():
+    v = ProgressView()
+    v.apply(PlanReady(tuple(Task(i, "image-to-text", (), {"image": "image-1"}) for i in range(200))))
+    for i in range(200):
+        v.apply(TaskFailed(TaskResult(i, "failed", model="m/" + "x" * 40, error="The model is rate-limited; tried 3 times.")))
+    text = v.render()
+    assert len(text.encode()) <= MESSAGE_LIMIT_BYTES
+    assert re.search(r"…and \d+ more tasks\.$", text)

@@ -45,6 +45,7 @@ from .logic import (
     SlidingWindowLimiter,
     TTLCache,
     classify_message,
+    escape_slack,
     is_allowed,
     rate_limited_sentence,
     split_text,
@@ -189,7 +190,7 @@ class SlackBot:
         except HuggingGPTError as e:
             self.stats.errors += 1
             log.warning("request in %s/%s failed: %s", channel, thread_ts, e)
-            await status.close(":warning: " + e.user_message)
+            await status.close(":warning: " + escape_slack(e.user_message))
             return
         except asyncio.CancelledError:
             await asyncio.shield(status.close(RESTARTING))
@@ -228,7 +229,7 @@ class SlackBot:
                 await slack_io.upload_files(self.client, channel, thread_ts, record.files)
             except HuggingGPTError as e:
                 log.error("uploading %d files in %s/%s failed: %s", len(record.files), channel, thread_ts, e)
-                await self._say(channel, thread_ts, ":warning: " + e.user_message)
+                await self._say(channel, thread_ts, ":warning: " + escape_slack(e.user_message))
 
     async def _say(self, channel: str, thread_ts: str, text: str) -> None:
         try:

@@ -38,9 +38,10 @@ log = logging.getLogger(__name__)
 
 MiB = 1024 * 1024
 
-#: Hosts that may receive the bot token when downloading a user's file (files.slack.com serves
-#: ``url_private``; api hosts are added for tests and Enterprise Grid domains by the caller).
-DEFAULT_FILE_HOSTS = frozenset({"files.slack.com"})
+#: Hosts that may receive the bot token when downloading a user's file (``url_private`` is served
+#: by files.slack.com, files.slack-gov.com for GovSlack); a non-Slack API host (``--api-url``, tests)
+#: is added by the caller.
+DEFAULT_FILE_HOSTS = frozenset({"files.slack.com", "files.slack-gov.com"})
 
 
 class SlackScopeError(HuggingGPTError):

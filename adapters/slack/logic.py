@@ -540,4 +540,9 @@ class ProgressView:
                 s += f" ({escape_slack(t.note)})"
             lines.append(s)
         out = "\n".join(lines)
-        return split_text(out, MESSAGE_LIMIT_BYTES)[0] if _utf8_len(out) > MESSAGE_LIMIT_BYTES else out
+        hidden = 0
+        while _utf8_len(out) > MESSAGE_LIMIT_BYTES and len(lines) > 2:
+            lines.pop()
+            hidden += 1
+            out = "\n".join(lines) + f"\n…and {hidden} more task{'s' if hidden != 1 else ''}."
+        return out if _utf8_len(out) <= MESSAGE_LIMIT_BYTES else split_text(out, MESSAGE_LIMIT_BYTES)[0]
