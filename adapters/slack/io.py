@@ -285,7 +285,10 @@ async def upload_files(client: AsyncWebClient, channel: str, thread_ts: str, res
     uploads = []
     for r in resources:
         data = await asyncio.to_thread(r.path.read_bytes)
-        uploads.append({"content": data, "filename": upload_name(r), "title": r.description or upload_name(r)})
+        title = r.description or upload_name(r)
+        if len(title) > 250:  # keep file titles short in the thread
+            title = title[:249] + "…"
+        uploads.append({"content": data, "filename": upload_name(r), "title": title})
     try:
         resp = await client.files_upload_v2(channel=channel, thread_ts=thread_ts, file_uploads=uploads)
     except SlackApiError as e:
