@@ -128,6 +128,36 @@ async def run(args: argparse.Namespace) -> int:
                     return 2
                 times = json.loads(out)
 
+                # Socket Mode: the same app behind AsyncSocketModeHandler, envelopes over the stand-in
+                # websocket (timed in this process, from sending the envelope to receiving its ack)
+                socket_seq, socket_burst = [], []
+                if args.socket:
+                    from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+
+                    handler = AsyncSocketModeHandler(h.app, app_token=slack.app_token)
+                    await handler.connect_async()
+                    try:
+                        for i in range(args.sequential):
+                            a, m, ts = h.mention(f"draw a picture of a kite number {i}", user=f"U{i % 20:04d}",
+                                                 channel=f"C{i % args.channels:05d}")
+                            eid = await slack.socket_send(a)
+                            await slack.wait_for(lambda: eid in slack.acks, timeout=10)
+                            socket_seq.append(slack.acks[eid])
+                            mentions.append((f"C{i % args.channels:05d}", ts))
+                        for r in range(args.rounds):
+                            eids = []
+                            for i in range(args.burst):
+                                ch = f"C{i % args.channels:05d}"
+                                a, m, ts = h.mention(f"draw a picture of a tree number {r}-{i}", user=f"U{i:04d}", channel=ch)
+                                eids += [await slack.socket_send(a), await slack.socket_send(m),
+                                         await slack.socket_send(a, retry_attempt=1)]
+                                mentions.append((ch, ts))
+                            await slack.wait_for(lambda: all(e in slack.acks for e in eids), timeout=30)
+                            socket_burst += [slack.acks[e] for e in eids]
+                            await asyncio.sleep(0.2)
+                    finally:
+                        await handler.close_async()
+
                 # every run posts its status message first: one per mention, more is a duplicate answer
                 await slack.wait_for(lambda: all(h.replies(ts, channel=ch) for ch, ts in mentions), timeout=120)
                 t0 = time.perf_counter()
@@ -141,6 +171,7 @@ async def run(args: argparse.Namespace) -> int:
                 per_thread = [len([m for m in h.replies(ts, channel=ch) if m.text.startswith(status_prefixes)])
                               for ch, ts in mentions]
                 duplicates = sum(max(0, n - 1) for n in per_thread)
+                deliveries = len(seq_items) + len(burst_items) + len(replay_items) + len(socket_seq) + len(socket_burst)
                 missing = sum(1 for n in per_thread if n == 0)
                 answered = sum(1 for ch, ts in mentions if len(h.replies(ts, channel=ch)) >= 2)
                 print(f"service: {SERVICE_KIND}")
@@ -148,7 +179,10 @@ async def run(args: argparse.Namespace) -> int:
                 print(line("ack, 1 event at a time", times["sequential"]))
                 print(line(f"ack, {args.burst} simultaneous events", times["burst"]))
                 print(line(f"ack, replays {args.burst} at a time", times["replays"]))
-                print(f"mentions {len(mentions)}, deliveries {3 * len(mentions)}, runs started {h.bot.stats.runs - 1}, "
+                if socket_seq:
+                    print(line("Socket Mode ack, 1 event at a time", socket_seq))
+                    print(line(f"Socket Mode ack, {3 * args.burst} queued", socket_burst))
+                print(f"mentions {len(mentions)}, deliveries {deliveries}, runs started {h.bot.stats.runs - 1}, "
                       f"duplicate deliveries suppressed {h.bot.stats.duplicates}")
                 print(f"duplicate answers {duplicates}, unanswered mentions {missing}")
                 print(f"answers posted within {drain:.1f} s after the last delivery: {answered}/{len(mentions)}")
@@ -167,6 +201,7 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=4, help="bursts")
     p.add_argument("--channels", type=int, default=50, help="channels the mentions are spread over")
     p.add_argument("--drain", type=float, default=20.0, help="seconds to wait for runs to finish before stopping")
+    p.add_argument("--no-socket", dest="socket", action="store_false", help="skip the Socket Mode phase")
     p.add_argument("--client", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     return asyncio.run(client_main() if args.client else run(args))
