@@ -273,6 +273,7 @@ class RunRecord:
         timings_ms: stage name to wall time in milliseconds.
         status: ``"ok"`` or ``"error"``.
         error: one sentence for the user when ``status == "error"``.
+        exit_code: the CLI exit status (0, or the error class's ``exit_code``).
     """
 
     request: str
@@ -285,6 +286,7 @@ class RunRecord:
     timings_ms: dict[str, float] = field(default_factory=dict)
     status: Literal["ok", "error"] = "ok"
     error: str | None = None
+    exit_code: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """JSON document of the run, shape documented in ARCHITECTURE.md (``--json``)."""

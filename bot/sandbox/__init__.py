@@ -1,0 +1,64 @@
+"""Stand-in backends for trying the bot without credentials (``--sandbox``) and for the tests.
+
+``Sandbox`` starts, in-process on 127.0.0.1, an OpenAI-compatible controller
+(:mod:`bot.sandbox.controller`) and a Hugging Face inference server (:mod:`bot.sandbox.inference`)
+that speak the real wire formats and derive their outputs from their inputs. Every answer they
+produce is labelled as coming from a stand-in.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pipeline.catalog import Catalog
+
+from .controller import ControllerStandIn
+from .inference import InferenceStandIn
+
+
+class Sandbox:
+    """Both stand-ins, started together.
+
+    Args:
+        catalog_path: catalog whose models the inference stand-in serves (default: shipped one).
+        latency: per model id or task name, seconds added to each inference call.
+    """
+
+    def __init__(self, *, catalog_path: Path | None = None, latency: dict[str, float] | None = None) -> None:
+        catalog = Catalog.load(catalog_path)
+        task_of = {}
+        for task in catalog.tasks():
+            for card in catalog.candidates(task):
+                task_of.setdefault(card.id, task)
+        self.controller = ControllerStandIn()
+        self.inference = InferenceStandIn(task_of=task_of, latency=dict(latency or {}))
+        self.controller_url: str | None = None
+        self.inference_url: str | None = None
+
+    async def start(self) -> "Sandbox":
+        """Start both servers on free loopback ports."""
+        self.controller_url = await self.controller.start()
+        self.inference_url = await self.inference.start()
+        return self
+
+    async def close(self) -> None:
+        """Stop both servers."""
+        await self.controller.close()
+        await self.inference.close()
+
+    async def __aenter__(self) -> "Sandbox":
+        return await self.start()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    def overrides(self, data_dir: Path | str | None = None) -> dict[str, dict[str, Any]]:
+        """Settings overrides that point the bot at the stand-ins (for ``load_settings``)."""
+        out: dict[str, dict[str, Any]] = {
+            "llm": {"base_url": self.controller_url, "api_key": "sandbox", "model": "sandbox-controller", "max_retries": 0},
+            "inference": {"base_url": self.inference_url, "provider": None, "token": None, "backoff_max": 0.2},
+        }
+        if data_dir is not None:
+            out["storage"] = {"data_dir": str(data_dir)}
+        return out

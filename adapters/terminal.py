@@ -1,0 +1,100 @@
+"""Terminal front end: renders pipeline events as lines (``hugginggpt run`` and ``chat``)."""
+
+from __future__ import annotations
+
+import sys
+from typing import TextIO
+
+from pipeline.types import (
+    Done,
+    Event,
+    ModelSelected,
+    PlanReady,
+    ResponseDelta,
+    RunRecord,
+    TaskFailed,
+    TaskFinished,
+    TaskSkipped,
+    TaskStarted,
+)
+
+
+def describe_plan(event: PlanReady) -> list[str]:
+    """Lines for a plan: ``  [0] object-detection  image=image-1`` and ``after 0`` for deps."""
+    if not event.tasks:
+        return ["Plan: no expert task needed; the controller answers directly."]
+    lines = [f"Plan: {len(event.tasks)} task{'s' if len(event.tasks) != 1 else ''}"]
+    for t in event.tasks:
+        args = ", ".join(f"{k}={_short(v)}" for k, v in t.args.items())
+        after = f"  (after {', '.join(str(d) for d in t.dep)})" if t.dep else ""
+        lines.append(f"  [{t.id}] {t.task}  {args}{after}")
+    return lines
+
+
+def _short(v: str, n: int = 48) -> str:
+    v = v.replace("\n", " ")
+    return repr(v if len(v) <= n else v[: n - 1] + "…")
+
+
+class TerminalRenderer:
+    """Writes progress and the streamed answer to ``out``.
+
+    Args:
+        out: stream for progress and the answer.
+        color: use ANSI colours.
+    """
+
+    def __init__(self, out: TextIO = sys.stdout, color: bool | None = None) -> None:
+        self.out = out
+        self.color = out.isatty() if color is None else color
+        self._answering = False
+
+    def _c(self, code: str, text: str) -> str:
+        return f"\033[{code}m{text}\033[0m" if self.color else text
+
+    def write(self, line: str = "") -> None:
+        self.out.write(line + "\n")
+        self.out.flush()
+
+    def render(self, event: Event) -> None:
+        """Render one event."""
+        if isinstance(event, PlanReady):
+            for line in describe_plan(event):
+                self.write(self._c("1", line) if line.startswith("Plan") else line)
+        elif isinstance(event, ModelSelected):
+            s = event.selection
+            self.write(f"  [{s.task_id}] model {s.model} ({s.strategy}: {s.reason})")
+        elif isinstance(event, TaskStarted):
+            self.write(f"  [{event.task_id}] running on {event.model}")
+        elif isinstance(event, TaskFinished):
+            r = event.result
+            summary = (r.output.text or "").replace("\n", " ") if r.output else ""
+            files = ", ".join(f.id for f in r.output.files) if r.output and r.output.files else ""
+            extra = f" → {summary[:100]}" if summary else ""
+            extra += f" [{files}]" if files else ""
+            self.write(self._c("32", f"  [{r.task_id}] done") + extra)
+        elif isinstance(event, TaskFailed):
+            self.write(self._c("31", f"  [{event.result.task_id}] failed: {event.result.error}"))
+        elif isinstance(event, TaskSkipped):
+            self.write(self._c("33", f"  [{event.result.task_id}] skipped: {event.result.error}"))
+        elif isinstance(event, ResponseDelta):
+            if not self._answering:
+                self._answering = True
+                self.write()
+            self.out.write(event.text)
+            self.out.flush()
+        elif isinstance(event, Done):
+            if self._answering:
+                self.write()
+                self._answering = False
+            self.finish(event.record)
+
+    def finish(self, record: RunRecord) -> None:
+        """The error sentence or the list of generated files."""
+        if record.status == "error":
+            self.write(self._c("31", f"Error: {record.error}"))
+        if record.files:
+            self.write()
+            self.write("Files:")
+            for f in record.files:
+                self.write(f"  {f.id} ({f.kind}, {f.description or f.mime}): {f.path}")

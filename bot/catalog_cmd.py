@@ -1,0 +1,476 @@
+"""``hugginggpt catalog refresh|show``: rebuild the model catalog from the Hub, and inspect it.
+
+The paper (HuggingGPT §3.2) picks candidates per task from the Hub, ranked by downloads. Which
+models are *served* changes over time, so ``refresh`` records, per model, the Inference Providers
+with a live mapping (``HfApi.list_models(expand=["inferenceProviderMapping", ...])``); the loader
+(:class:`pipeline.catalog.Catalog`) and :class:`pipeline.catalog.Availability` read them back.
+
+Wiring (``bot/cli.py``)::
+
+    from bot import catalog_cmd
+    catalog_cmd.add_parser(subparsers)          # adds "catalog" with "refresh" and "show"
+    ...
+    if args.command == "catalog":
+        return asyncio.run(catalog_cmd.main(args, settings))
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import logging
+import os
+import re
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from pipeline.catalog import Availability, Catalog, ModelCard, clean_tags, condense
+from pipeline.errors import ConfigError, HuggingGPTError, StorageError
+from pipeline.tasks import CONTROLNET_CONDITIONS, TASKS, canonical_task
+
+log = logging.getLogger(__name__)
+
+EXPAND = ["downloads", "likes", "pipeline_tag", "inferenceProviderMapping", "cardData", "tags"]
+"""Properties asked of ``/api/models`` (``HfApi.list_models(expand=...)``)."""
+
+README_BYTES = 64 * 1024
+"""Bytes of a README read for a description."""
+
+# Hub queries per task whose pipeline tag differs from the task name. "conversational" is no
+# longer a Hub pipeline tag: chat models are "text-generation" models tagged "conversational".
+_HUB_QUERY: dict[str, dict[str, Any]] = {
+    "conversational": {"pipeline_tag": "text-generation", "filter": "conversational"},
+}
+
+# Fixed ControlNet entries of the reference implementation (condition extractors), added when the
+# Hub search does not return them: "<cond>-control" ran lllyasviel/Annotators / lllyasviel/ControlNet.
+_CONTROL_REPOS = ("lllyasviel/Annotators", "lllyasviel/ControlNet")
+
+
+@dataclass
+class RefreshSummary:
+    """What :func:`refresh_catalog` wrote.
+
+    Attributes:
+        path: the catalog file written.
+        snapshot: its snapshot date (``YYYY-MM-DD``, UTC).
+        source: the Hub endpoint read.
+        models: number of records written.
+        per_task: task → number of models.
+        missing: tasks for which the Hub returned no model (they will have no candidates).
+        readmes: number of descriptions taken from a README.
+    """
+
+    path: Path
+    snapshot: str
+    source: str
+    models: int
+    per_task: dict[str, int] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)
+    readmes: int = 0
+
+
+def hub_tasks() -> list[str]:
+    """Catalog tasks that come from a Hub pipeline tag (every non-ControlNet task)."""
+    return [name for name, s in TASKS.items() if s.domain != "controlnet" and not s.local]
+
+
+def controlnet_tasks() -> list[str]:
+    """ControlNet tasks that need a model (``canny-control`` is local)."""
+    return [name for name, s in TASKS.items() if s.domain == "controlnet" and not s.local]
+
+
+def _live(info: Any) -> list[str]:
+    return [m.provider for m in (info.inference_provider_mapping or []) if getattr(m, "status", None) == "live"]
+
+
+def _card_description(info: Any) -> str:
+    """A short description from card metadata, used when no README is read."""
+    card = info.card_data
+    data = card.to_dict() if card is not None and hasattr(card, "to_dict") else {}
+    parts: list[str] = []
+    for key, label in (("language", "languages"), ("license", "license"), ("datasets", "datasets"), ("base_model", "base model")):
+        value = data.get(key)
+        if isinstance(value, list):
+            value = ", ".join(str(v) for v in value[:5])
+        if value:
+            parts.append(f"{label}: {value}")
+    return "; ".join(parts)
+
+
+def _condition_in(model_id: str, cond: str) -> bool:
+    """Whether ``model_id``'s name mentions ControlNet condition ``cond`` as a word."""
+    name = model_id.split("/")[-1].lower()
+    return re.search(rf"(^|[^a-z]){re.escape(cond)}([^a-z]|$)", name) is not None
+
+
+def _hub_error(e: BaseException, endpoint: str) -> HuggingGPTError:
+    """One sentence for an operator from a Hub failure."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    if isinstance(e, HfHubHTTPError) and e.response is not None:
+        status = e.response.status_code
+        if status in (401, 403):
+            return ConfigError(
+                f"The Hugging Face Hub at {endpoint} refused the token ({status}); check HF_TOKEN or [inference] token.",
+                str(e),
+            )
+        return ConfigError(f"The Hugging Face Hub at {endpoint} answered {status}; try again later.", str(e))
+    return ConfigError(
+        f"The Hugging Face Hub at {endpoint} cannot be reached ({e.__class__.__name__}); check the network and HF_ENDPOINT.",
+        str(e),
+    )
+
+
+async def refresh_catalog(
+    out: Path,
+    *,
+    hub_endpoint: str | None,
+    token: str | None,
+    tasks: list[str] | None = None,
+    per_task: int = 30,
+    provider: str | None = "all",
+    readmes: int = 5,
+    concurrency: int = 8,
+    timeout: float = 30.0,
+) -> RefreshSummary:
+    """Rebuild the catalog from the Hub and write it atomically to ``out`` (our format).
+
+    For each task, ``HfApi.list_models(pipeline_tag=..., inference_provider=provider,
+    sort="downloads", limit=per_task, expand=EXPAND)``; for ControlNet tasks, a search for
+    ``controlnet`` models whose id names the condition (no provider filter: these usually run on
+    dedicated endpoints or a gateway). Each record keeps the model's live providers.
+
+    Args:
+        out: file to write (parent directories are created).
+        hub_endpoint: Hub URL; None: ``huggingface_hub``'s default (honours ``HF_ENDPOINT``).
+        token: Hugging Face token, or None (library default).
+        tasks: task names to fetch (default: every task that needs a model).
+        per_task: models per task (the paper's candidate pool; top-K is chosen later).
+        provider: ``"all"`` (or ``"auto"``): models served by at least one Inference Provider; a provider name:
+            models served by it; ``None``: no provider filter (for gateways/endpoints; models
+            without a live mapping are kept with ``providers=[]``).
+        readmes: for the first ``readmes`` models of each task, the description is a README
+            excerpt (one GET each, at most ``concurrency`` at once); 0 = card metadata only.
+        concurrency: Hub requests in flight at once.
+        timeout: seconds per Hub request.
+
+    Returns:
+        A :class:`RefreshSummary`.
+
+    Raises:
+        ConfigError: unknown task name; Hub unreachable, token refused (401/403), other Hub error.
+        StorageError: ``out`` cannot be written.
+    """
+    from huggingface_hub import HfApi
+    from huggingface_hub.utils import build_hf_headers, get_session
+
+    if provider == "auto":  # the client's "auto" = any provider = the Hub's "all"
+        provider = "all"
+    if per_task < 1:
+        raise ConfigError("--per-task must be at least 1.")
+    wanted = hub_tasks() + controlnet_tasks() if tasks is None else []
+    for name in tasks or []:
+        canon = canonical_task(name)
+        if canon is None:
+            raise ConfigError(f"The task {name!r} is not a known task.")
+        if TASKS[canon].local:
+            continue
+        wanted.append(canon)
+    wanted = list(dict.fromkeys(wanted))
+
+    api = HfApi(endpoint=hub_endpoint, token=token)
+    endpoint = api.endpoint.rstrip("/")
+    sem = asyncio.Semaphore(concurrency)
+
+    # One probe without retries first: http_backoff inside list_models would retry a dead Hub for
+    # ~20 s before failing.
+    def probe() -> None:
+        r = get_session().get(
+            f"{endpoint}/api/models", params={"limit": 1}, headers=build_hf_headers(token=token), timeout=timeout
+        )
+        from huggingface_hub.utils import hf_raise_for_status
+
+        hf_raise_for_status(r)
+
+    try:
+        await asyncio.to_thread(probe)
+    except Exception as e:
+        raise _hub_error(e, endpoint) from None
+
+    def listing(**kw: Any) -> list[Any]:
+        return list(api.list_models(sort="downloads", limit=per_task, expand=EXPAND, **kw))
+
+    async def fetch(**kw: Any) -> list[Any]:
+        async with sem:
+            try:
+                return await asyncio.to_thread(listing, **kw)
+            except Exception as e:
+                raise _hub_error(e, endpoint) from None
+
+    records: dict[str, list[tuple[Any, list[str]]]] = {}
+    queries: dict[str, dict[str, Any]] = {}
+    for task in wanted:
+        if TASKS[task].domain == "controlnet":
+            continue
+        query = dict(_HUB_QUERY.get(task, {"pipeline_tag": task}))
+        if provider is not None:
+            query["inference_provider"] = provider
+        queries[task] = query
+    cn_wanted = [t for t in wanted if TASKS[t].domain == "controlnet"]
+    if cn_wanted:
+        for cond in CONTROLNET_CONDITIONS:
+            queries[f"controlnet:{cond}"] = {"search": cond, "filter": "controlnet"}
+        for repo in _CONTROL_REPOS:
+            owner, name = repo.split("/")
+            queries[f"repo:{repo}"] = {"search": name, "author": owner}
+    # gather: the first Hub error propagates as our ConfigError (not an ExceptionGroup).
+    answers = await asyncio.gather(*(fetch(**q) for q in queries.values()))
+    results = dict(zip(queries, answers))
+
+    for task in wanted:
+        if TASKS[task].domain == "controlnet":
+            continue
+        keep = []
+        for info in results[task]:
+            live = _live(info)
+            if provider not in (None, "all") and provider not in live:
+                continue  # mapped but not live for this provider
+            if provider == "all" and not live:
+                continue
+            keep.append((info, live))
+        records[task] = keep
+    if cn_wanted:
+        control_repos = [
+            info
+            for repo in _CONTROL_REPOS
+            for info in results[f"repo:{repo}"]
+            if info.id == repo
+        ]
+        for task in cn_wanted:
+            cond = task.split("-", 1)[0]
+            if task.endswith("-text-to-image"):
+                found = [i for i in results[f"controlnet:{cond}"] if _condition_in(i.id, cond)]
+            else:
+                found = list(control_repos)
+            records[task] = [(info, _live(info)) for info in found[:per_task]]
+
+    # Descriptions: README excerpts for the top models of each task.
+    readme_text: dict[str, str] = {}
+    if readmes > 0:
+        ids = list(dict.fromkeys(info.id for rows in records.values() for info, _ in rows[:readmes]))
+        headers = build_hf_headers(token=token)
+
+        def get_readme(model_id: str) -> str | None:
+            from huggingface_hub import hf_hub_url
+
+            url = hf_hub_url(model_id, "README.md", endpoint=endpoint)
+            try:
+                r = get_session().get(url, headers=headers, timeout=timeout, follow_redirects=True)
+            except Exception as e:  # a missing description is not worth failing the refresh
+                log.info("catalog refresh: README of %s not read (%s)", model_id, e.__class__.__name__)
+                return None
+            if r.status_code != 200:
+                return None
+            return r.content[:README_BYTES].decode("utf-8", errors="replace")
+
+        async def one(model_id: str) -> None:
+            async with sem:
+                text = await asyncio.to_thread(get_readme, model_id)
+            if text:
+                desc = condense(text)
+                if desc:
+                    readme_text[model_id] = desc
+
+        await asyncio.gather(*(one(model_id) for model_id in ids))
+
+    cards: list[ModelCard] = []
+    for task, rows in records.items():
+        for info, live in rows:
+            cards.append(
+                ModelCard(
+                    id=info.id,
+                    task=task,
+                    downloads=int(info.downloads or 0),
+                    likes=int(info.likes or 0),
+                    description=readme_text.get(info.id) or condense(_card_description(info)),
+                    providers=tuple(live),
+                    tags=clean_tags(info.tags or []),
+                )
+            )
+    catalog = Catalog(cards)
+    snapshot = dt.datetime.now(dt.UTC).date().isoformat()
+    header = {
+        "_catalog": {
+            "snapshot": snapshot,
+            "source": endpoint,
+            "generated_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "provider": provider,
+            "per_task": per_task,
+        }
+    }
+    write_catalog(out, catalog, header)
+    per = {task: len(catalog.candidates(task)) for task in wanted}
+    return RefreshSummary(
+        path=out,
+        snapshot=snapshot,
+        source=endpoint,
+        models=len(catalog),
+        per_task=per,
+        missing=[t for t, n in per.items() if n == 0],
+        readmes=sum(1 for c in catalog.cards() if c.id in readme_text),
+    )
+
+
+def write_catalog(out: Path, catalog: Catalog, header: dict[str, Any]) -> None:
+    """Write ``header`` and every card of ``catalog`` as JSON lines to ``out``, atomically
+    (temporary file in the same directory, then ``os.replace``).
+
+    Raises:
+        StorageError: the directory or file cannot be written.
+    """
+    out = Path(out)
+    tmp: str | None = None
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=out.name + ".", suffix=".tmp", dir=out.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps(header, ensure_ascii=False) + "\n")
+            for card in catalog.cards():
+                f.write(json.dumps(card.to_record(), ensure_ascii=False) + "\n")
+        os.replace(tmp, out)
+        tmp = None
+    except OSError as e:
+        raise StorageError(f"The catalog cannot be written to {out} ({e.strerror or e.__class__.__name__}).", str(e)) from None
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line
+
+
+def add_parser(subparsers: Any) -> None:
+    """Add ``catalog refresh`` and ``catalog show`` to an ``argparse`` sub-parser set.
+
+    Sets ``args.command = "catalog"`` and ``args.catalog_command`` (``"refresh" | "show"``).
+    """
+    p = subparsers.add_parser("catalog", help="inspect or refresh the model catalog")
+    sub = p.add_subparsers(dest="catalog_command", required=True, metavar="{refresh,show}")
+    r = sub.add_parser("refresh", help="rebuild the catalog from the Hugging Face Hub")
+    r.add_argument("--out", type=Path, help="file to write (default: [catalog] path, else DATA_DIR/catalog.jsonl)")
+    r.add_argument("--tasks", nargs="+", metavar="TASK", help="only these tasks (default: all that need a model)")
+    r.add_argument("--per-task", type=int, default=30, metavar="N", help="models per task (default 30)")
+    r.add_argument(
+        "--provider",
+        default="all",
+        help="'all' (served by any Inference Provider, default), a provider name, or 'none' (no filter)",
+    )
+    r.add_argument("--readmes", type=int, default=5, metavar="N", help="README descriptions for the top N per task (0: none)")
+    r.add_argument("--hub-endpoint", help="Hub URL (default: HF_ENDPOINT or huggingface.co)")
+    s = sub.add_parser("show", help="list a task's ranked candidates and whether they can run now")
+    s.add_argument("task", help="task name, e.g. object-detection")
+    s.add_argument("--limit", type=int, default=20, metavar="N", help="rows to show (default 20)")
+    s.add_argument("--hub-endpoint", help="Hub URL for availability look-ups")
+    p.set_defaults(command="catalog")
+
+
+def _secret(value: Any) -> str | None:
+    if value is None:
+        return None
+    return value.get_secret_value() if hasattr(value, "get_secret_value") else str(value)
+
+
+async def main(args: argparse.Namespace, settings: Any, *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+    """Run ``catalog refresh`` or ``catalog show``.
+
+    Args:
+        args: parsed by the parser of :func:`add_parser`.
+        settings: :class:`bot.config.Settings`.
+
+    Returns:
+        Exit status: 0, or the ``exit_code`` of the :class:`HuggingGPTError` met (its sentence
+        printed on stderr).
+    """
+    out = stdout or sys.stdout
+    err = stderr or sys.stderr
+    try:
+        if args.catalog_command == "refresh":
+            return await _refresh(args, settings, out)
+        return await _show(args, settings, out)
+    except HuggingGPTError as e:
+        log.debug("catalog %s failed: %s", args.catalog_command, e)
+        print(e.user_message, file=err)
+        return e.exit_code
+
+
+async def _refresh(args: argparse.Namespace, settings: Any, out: TextIO) -> int:
+    target = args.out or settings.catalog.path or Path(settings.storage.data_dir) / "catalog.jsonl"
+    provider = None if str(args.provider).lower() == "none" else args.provider
+    summary = await refresh_catalog(
+        Path(target),
+        hub_endpoint=args.hub_endpoint,
+        token=_secret(settings.inference.token),
+        tasks=args.tasks,
+        per_task=args.per_task,
+        provider=provider,
+        readmes=args.readmes,
+    )
+    print(f"Wrote {summary.models} models for {len(summary.per_task) - len(summary.missing)} tasks to {summary.path} "
+          f"(snapshot {summary.snapshot}, from {summary.source}).", file=out)
+    if summary.missing:
+        print(f"No served models found for: {', '.join(summary.missing)}.", file=out)
+    configured = settings.catalog.path
+    if configured is None or Path(configured).resolve() != Path(summary.path).resolve():
+        print(f"To use it, set [catalog] path = \"{summary.path}\" (or HUGGINGGPT_CATALOG__PATH).", file=out)
+    return 0
+
+
+async def _show(args: argparse.Namespace, settings: Any, out: TextIO) -> int:
+    task = canonical_task(args.task)
+    if task is None:
+        raise ConfigError(f"The task {args.task!r} is not a known task; known tasks: {', '.join(sorted(TASKS))}.")
+    spec = TASKS[task]
+    if spec.local:
+        print(f"{task} is computed locally and needs no model.", file=out)
+        return 0
+    catalog = Catalog.load(settings.catalog.path)
+    inf = settings.inference
+    availability = Availability(
+        provider=inf.provider,
+        base_url=inf.base_url,
+        endpoints=dict(inf.endpoints),
+        token=_secret(inf.token),
+        ttl=settings.catalog.availability_ttl,
+        hub_endpoint=args.hub_endpoint,
+    )
+    cards = catalog.candidates(task)[: max(args.limit, 0)]
+    served = {c.id for c in await availability.filter(cards)}
+    backend = inf.base_url and f"gateway {inf.base_url}" or (f"provider {inf.provider}" if inf.provider else "no provider")
+    print(f"{task}: {len(catalog.candidates(task))} models in the catalog "
+          f"(snapshot {catalog.snapshot or 'unknown'}); availability for {backend}.", file=out)
+    if task in set(inf.controller_tasks) and spec.controller_capable:
+        print("This task is also served by the controller LLM ([inference] controller_tasks).", file=out)
+    if not cards:
+        print("No models.", file=out)
+        return 0
+    width = max(len(c.id) for c in cards)
+    for rank, card in enumerate(cards, start=1):
+        if card.providers is not None:
+            providers = ",".join(card.providers) or "-"
+        else:
+            live = availability.looked_up(card.id)
+            providers = "unknown" if live is None else (",".join(live) or "-") + " (Hub now)"
+        mark = "yes" if card.id in served else "no"
+        print(f"{rank:>3}  {card.id:<{width}}  {card.downloads:>10,} dl  {card.likes:>6,} likes  "
+              f"served: {mark:<3}  providers: {providers}", file=out)
+    return 0

@@ -1,0 +1,139 @@
+"""The four stages wired together: ``Pipeline.run(request, sink)`` yields events.
+
+    plan ──► select + execute (per task, concurrently) ──► respond (streamed)
+
+Platform-agnostic: no front end, storage or platform library is imported here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+
+from . import planning, prompts
+from .errors import ControllerError, HuggingGPTError
+from .execution import ExecutionLimits, Executor, ExpertRunner
+from .llm import Controller, Usage
+from .response import response_messages
+from .selection import Selector
+from .types import Done, Event, PlanReady, Request, ResourceSink, ResponseDelta, RunRecord
+
+log = logging.getLogger(__name__)
+
+_CONTROLLER_INSTRUCTIONS = {
+    "summarization": "Summarise the input in a few sentences.",
+    "translation": "Translate the input as it asks (into English if no language is named).",
+    "conversational": "Reply to the input as a helpful chat partner.",
+    "text-generation": "Write the text the input asks for, or continue it.",
+    "text2text-generation": "Rewrite the input as it asks.",
+}
+
+
+class Pipeline:
+    """HuggingGPT's four stages.
+
+    Args:
+        controller: the controller LLM.
+        selector: model selection (catalog + availability).
+        experts: expert runner (``pipeline.experts.Experts``).
+        limits: per-task timeout, overall deadline, models tried per task.
+    """
+
+    def __init__(self, controller: Controller, selector: Selector, experts: ExpertRunner, limits: ExecutionLimits) -> None:
+        self.controller = controller
+        self.selector = selector
+        self.experts = experts
+        self.limits = limits
+        self.executor = Executor(selector, experts, self._controller_task, limits)
+        self._served: tuple[float, set[str]] | None = None
+
+    async def served_tasks(self) -> set[str]:
+        """Tasks the configured backends can serve now (cached for 5 minutes)."""
+        now = time.monotonic()
+        if self._served is None or now - self._served[0] > 300:
+            self._served = (now, await self.selector.served_tasks())
+        return self._served[1]
+
+    async def _controller_task(self, task: str, args: dict[str, str], usage: Usage) -> str:
+        messages = [
+            {
+                "role": "system",
+                "content": prompts.render("controller_task.system", task=task, instruction=_CONTROLLER_INSTRUCTIONS.get(task, "")),
+            },
+            {"role": "user", "content": prompts.render("controller_task.user", text=args.get("text", ""), context=args.get("context"))},
+        ]
+        return (await self.controller.complete_text(messages, usage=usage)).strip()
+
+    async def run(self, request: Request, sink: ResourceSink) -> AsyncIterator[Event]:
+        """Run one request through the four stages.
+
+        Args:
+            request: the request (its files already checked and stored).
+            sink: where generated files are stored.
+
+        Yields:
+            ``PlanReady``, then per task ``ModelSelected`` / ``TaskStarted`` / ``TaskFinished`` |
+            ``TaskFailed`` | ``TaskSkipped`` as they happen, then ``ResponseDelta`` pieces, and
+            always a final ``Done`` whose record has ``status`` ``"ok"`` or ``"error"`` (with the
+            user's sentence in ``error``).
+
+        Cancellation (Ctrl-C, shutdown) propagates after in-flight tasks are cancelled.
+        """
+        usage = Usage()
+        record = RunRecord(request=request.text)
+        t0 = time.monotonic()
+        try:
+            available = await self.served_tasks()
+            tasks = await planning.plan(self.controller, request, available, usage)
+            record.tasks = tasks
+            record.timings_ms["planning"] = (time.monotonic() - t0) * 1000
+            yield PlanReady(tuple(tasks))
+
+            if tasks:
+                t1 = time.monotonic()
+                queue: asyncio.Queue = asyncio.Queue()
+                work = asyncio.create_task(self.executor.execute(tasks, request, sink, queue.put_nowait, usage))
+                try:
+                    while not work.done() or not queue.empty():
+                        getter = asyncio.ensure_future(queue.get())
+                        await asyncio.wait({getter, work}, return_when=asyncio.FIRST_COMPLETED)
+                        if getter.done():
+                            yield getter.result()
+                        else:
+                            getter.cancel()
+                    record.selections, record.results = work.result()
+                finally:
+                    if not work.done():
+                        work.cancel()
+                        await asyncio.gather(work, return_exceptions=True)
+                record.timings_ms["execution"] = (time.monotonic() - t1) * 1000
+                seen: set[str] = set()
+                for t in tasks:
+                    r = record.results.get(t.id)
+                    if r and r.output:
+                        for f in r.output.files:
+                            if f.id not in seen:
+                                seen.add(f.id)
+                                record.files.append(f)
+
+            t2 = time.monotonic()
+            parts: list[str] = []
+            async for delta in self.controller.stream_text(
+                response_messages(request, tasks, record.selections, record.results), usage=usage
+            ):
+                parts.append(delta)
+                yield ResponseDelta(delta)
+            record.response = "".join(parts).strip()
+            record.timings_ms["response"] = (time.monotonic() - t2) * 1000
+            if not record.response:
+                raise ControllerError("The controller LLM returned an empty answer.")
+        except HuggingGPTError as e:
+            record.status = "error"
+            record.error = e.user_message
+            record.exit_code = e.exit_code
+            log.warning("run failed: %s", e)
+        record.llm_calls = usage.calls
+        record.timings_ms["total"] = (time.monotonic() - t0) * 1000
+        yield Done(record)

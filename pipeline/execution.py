@@ -1,0 +1,258 @@
+"""Stage 3, task execution (HuggingGPT §3.3): an asyncio scheduler over the task graph.
+
+Every task is its own coroutine that starts at once: its model selection runs immediately
+(concurrently with other tasks' work), then it waits only for its *own* dependencies, so a task
+starts the moment its producers finish (not level by level). ``<resource>-N`` placeholders are
+replaced by the dependency's output of the right modality, also inside longer text. A failed
+dependency skips its dependents with that reason. A model that is gone, refuses or keeps failing
+(after the experts' own retries on 429/503/timeouts) is replaced by the next candidate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .errors import ControllerError, ExpertError
+from .llm import Usage
+from .planning import PLACEHOLDER
+from .selection import Selector
+from .tasks import TASKS
+from .types import (
+    Event,
+    ModelSelected,
+    Output,
+    Request,
+    Resource,
+    ResourceSink,
+    Selection,
+    Task,
+    TaskFailed,
+    TaskFinished,
+    TaskResult,
+    TaskSkipped,
+    TaskStarted,
+)
+
+log = logging.getLogger(__name__)
+
+
+class ExpertRunner(Protocol):
+    """``pipeline.experts.Experts``: runs one task on one model and normalises the output."""
+
+    async def run(self, task: str, model: str, args: dict[str, Any], sink: ResourceSink, *, task_id: int) -> Output: ...
+
+
+ControllerTask = Callable[[str, dict[str, str], Usage], Awaitable[str]]
+"""``(task name, text args, usage) -> text``: a text task served by the controller LLM."""
+
+
+@dataclass
+class ExecutionLimits:
+    """Time limits in seconds and how many models a task may try."""
+
+    task_timeout: float = 120.0
+    deadline: float = 600.0
+    max_candidates_tried: int = 3
+
+
+class ResolveError(Exception):
+    """A placeholder could not be resolved (the dependency produced no such output)."""
+
+
+def resolve_args(task: Task, results: dict[int, TaskResult], resources: dict[str, Resource]) -> dict[str, str | Resource]:
+    """Replace placeholders and resource ids by values.
+
+    Args:
+        task: a validated task (file arguments are resource ids or ``<resource>-N``).
+        results: finished results of its dependencies (status ``ok``).
+        resources: the conversation's resources by id.
+
+    Returns:
+        Argument key to ``str`` (text) or :class:`Resource` (file).
+
+    Raises:
+        ResolveError: a dependency produced nothing of the needed modality.
+    """
+    spec = TASKS[task.task]
+    out: dict[str, str | Resource] = {}
+    for key, value in task.args.items():
+        kind = spec.allowed[key]
+        if kind == "text":
+
+            def text_of(m: Any) -> str:
+                n = int(m.group(1))
+                res = results[n].output
+                text = res.text if res else None
+                if text is None:
+                    raise ResolveError(f"task {n} produced no text for task {task.id}")
+                return text
+
+            out[key] = PLACEHOLDER.sub(text_of, value)
+        else:
+            m = PLACEHOLDER.fullmatch(value)
+            if m:
+                n = int(m.group(1))
+                res = results[n].output
+                got = res.modality(kind) if res else None
+                if not isinstance(got, Resource):
+                    raise ResolveError(f"task {n} produced no {kind} for task {task.id}")
+                out[key] = got
+            else:
+                if value not in resources:  # validation guarantees this; never fall back to a path
+                    raise ResolveError(f"{value} is not a file of this conversation")
+                out[key] = resources[value]
+    return out
+
+
+class Executor:
+    """Runs a validated plan.
+
+    Args:
+        selector: model selection.
+        experts: expert runner.
+        controller_task: how controller-served text tasks are run.
+        limits: time limits.
+    """
+
+    def __init__(
+        self, selector: Selector, experts: ExpertRunner, controller_task: ControllerTask, limits: ExecutionLimits
+    ) -> None:
+        self.selector = selector
+        self.experts = experts
+        self.controller_task = controller_task
+        self.limits = limits
+
+    async def execute(
+        self,
+        tasks: list[Task],
+        request: Request,
+        sink: ResourceSink,
+        emit: Callable[[Event], None],
+        usage: Usage,
+    ) -> tuple[dict[int, Selection], dict[int, TaskResult]]:
+        """Run every task as soon as its dependencies are done.
+
+        Args:
+            tasks: the validated plan.
+            request: the request (its resources are the files tasks may read).
+            sink: where generated files are stored.
+            emit: called with each event as it happens (never blocks).
+            usage: LLM call counter.
+
+        Returns:
+            Selections and results by task id. A task unfinished at the overall deadline is
+            ``failed`` with a sentence saying so.
+        """
+        resources = {r.id: r for r in request.resources}
+        done: dict[int, asyncio.Future[TaskResult]] = {t.id: asyncio.get_running_loop().create_future() for t in tasks}
+        selections: dict[int, Selection] = {}
+        results: dict[int, TaskResult] = {}
+
+        async def run_one(task: Task) -> None:
+            result = TaskResult(task.id, "failed")
+            try:
+                selecting = asyncio.create_task(self.selector.select(task, request.text, usage))
+                try:
+                    deps = [await done[d] for d in task.dep]
+                except BaseException:
+                    selecting.cancel()
+                    raise
+                bad = [r for r in deps if r.status != "ok"]
+                if bad:
+                    selecting.cancel()
+                    first = bad[0]
+                    result = TaskResult(task.id, "skipped", error=f"Skipped because task {first.task_id} did not succeed.")
+                    emit(TaskSkipped(result))
+                    return
+                try:
+                    selection, order = await selecting
+                except LookupError as e:
+                    result = TaskResult(task.id, "failed", error=str(e))
+                    emit(TaskFailed(result))
+                    return
+                selections[task.id] = selection
+                emit(ModelSelected(selection))
+                try:
+                    args = resolve_args(task, results, resources)
+                except ResolveError as e:
+                    log.warning("task %d: %s", task.id, e)
+                    result = TaskResult(task.id, "failed", error=f"Task {task.id} could not get its input: {e}.")
+                    emit(TaskFailed(result))
+                    return
+                result = await self._run_models(task, order, args, sink, emit, usage)
+                emit(TaskFinished(result) if result.status == "ok" else TaskFailed(result))
+            finally:
+                results[task.id] = result
+                if not done[task.id].done():
+                    done[task.id].set_result(result)
+
+        runners = [asyncio.create_task(run_one(t), name=f"task-{t.id}") for t in tasks]
+        try:
+            async with asyncio.timeout(self.limits.deadline):
+                await asyncio.gather(*runners)
+        except TimeoutError:
+            for t, r in zip(tasks, runners):
+                if not r.done():
+                    r.cancel()
+            await asyncio.gather(*runners, return_exceptions=True)
+            for t in tasks:
+                if t.id not in results or (results[t.id].status == "failed" and results[t.id].error is None):
+                    res = TaskResult(
+                        t.id, "failed", error=f"The run's deadline of {self.limits.deadline:g} seconds passed before task {t.id} finished."
+                    )
+                    results[t.id] = res
+                    emit(TaskFailed(res))
+        finally:
+            for r in runners:
+                if not r.done():
+                    r.cancel()
+        return selections, results
+
+    async def _run_models(
+        self,
+        task: Task,
+        order: list[str],
+        args: dict[str, str | Resource],
+        sink: ResourceSink,
+        emit: Callable[[Event], None],
+        usage: Usage,
+    ) -> TaskResult:
+        tried: list[str] = []
+        last_error = "no model could run it"
+        started = time.monotonic()
+        for model in order[: self.limits.max_candidates_tried]:
+            tried.append(model)
+            emit(TaskStarted(task.id, model))
+            try:
+                async with asyncio.timeout(self.limits.task_timeout):
+                    if model.startswith("controller:"):
+                        text_args = {k: v for k, v in args.items() if isinstance(v, str)}
+                        output = Output(text=await self.controller_task(task.task, text_args, usage))
+                    else:
+                        output = await self.experts.run(task.task, model, args, sink, task_id=task.id)
+                return TaskResult(task.id, "ok", output=output, model=model, attempts=tried, started=started, finished=time.monotonic())
+            except TimeoutError:
+                last_error = f"{model} did not answer within {self.limits.task_timeout:g} seconds"
+                log.warning("task %d: %s", task.id, last_error)
+            except ExpertError as e:
+                last_error = e.user_message.rstrip(".")
+                log.warning("task %d: model %s failed (%s): %s", task.id, model, e.reason, e)
+            except ControllerError as e:
+                last_error = e.user_message.rstrip(".")
+                log.warning("task %d: controller task failed: %s", task.id, e)
+        n = len(tried)
+        tail = f" (tried {n} models)" if n > 1 else ""
+        return TaskResult(
+            task.id,
+            "failed",
+            error=f"{task.task} failed: {last_error}{tail}.",
+            model=tried[-1] if tried else None,
+            attempts=tried,
+            started=started,
+            finished=time.monotonic(),
+        )

@@ -1,0 +1,362 @@
+"""Stage 1, task planning (HuggingGPT §3.1).
+
+The controller turns a request into ``[{"task", "id", "dep", "args"}]``. Its answer is untrusted:
+it is repaired (``json_repair``), then validated against the task vocabulary, the argument kinds
+of each task, the dependency graph (``graphlib``: no cycles, no self or dangling dependencies),
+the placeholders (``<resource>-N`` must point at a dependency that produces that modality; a
+forgotten dependency is added) and the conversation's resources (file arguments may only name
+resources of this conversation: never a URL or a path). An invalid plan gets one repair round with
+the controller, quoting the problem; a second failure is a :class:`~pipeline.errors.PlanError`.
+"""
+
+from __future__ import annotations
+
+import graphlib
+import json
+import logging
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import json_repair
+
+from . import prompts
+from .errors import PlanError
+from .llm import Controller, Usage
+from .tasks import TASKS, canonical_task
+from .types import MEDIA_MODALITIES, Request, Resource, Task, Turn
+
+log = logging.getLogger(__name__)
+
+PLACEHOLDER = re.compile(r"<\s*resource\s*>?\s*-\s*(\d+)>?", re.IGNORECASE)
+"""``<resource>-N`` (also the common slips ``<resource-N>`` and ``< resource >-N``)."""
+
+MAX_TASKS = 24
+MAX_TEXT_ARG = 20_000  # characters
+
+
+class PlanInvalid(ValueError):
+    """A plan failed parsing or validation; ``problem`` is the sentence quoted to the controller."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(problem)
+        self.problem = problem
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsing
+
+
+def parse_plan(raw: str) -> list[Any]:
+    """Parse the controller's answer into a list of raw task records.
+
+    Accepts ``{"tasks": [...]}``, a bare list, a single task object, Markdown fences, trailing
+    commas, single quotes and truncated JSON (repaired by ``json_repair``).
+
+    Returns:
+        The list of raw task records (not yet validated); ``[]`` for an explicit empty plan.
+
+    Raises:
+        PlanInvalid: the answer holds no JSON plan at all.
+    """
+    text = (raw or "").strip()
+    if not text:
+        raise PlanInvalid("The reply was empty; it must be a JSON object {\"tasks\": [...]}.")
+    try:
+        data = json_repair.loads(text)
+    except Exception as e:  # json_repair raises rarely, but never let it escape
+        raise PlanInvalid(f"The reply is not JSON ({e.__class__.__name__}).") from None
+    if isinstance(data, dict):
+        if "tasks" in data:
+            data = data["tasks"]
+        elif "task" in data:
+            data = [data]
+        else:
+            raise PlanInvalid('The reply is a JSON object without a "tasks" list.')
+    if data == "" or data is None:
+        raise PlanInvalid('The reply is not JSON; it must be a JSON object {"tasks": [...]}.')
+    if not isinstance(data, list):
+        raise PlanInvalid('"tasks" must be a JSON list of task objects.')
+    return data
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation
+
+
+def _as_int(value: Any, what: str) -> int:
+    if isinstance(value, bool):
+        raise PlanInvalid(f"{what} must be an integer, not {value!r}.")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()):
+        return int(value.strip())
+    raise PlanInvalid(f"{what} must be an integer, not {str(value)[:40]!r}.")
+
+
+def _resource_index(resources: Sequence[Resource]) -> dict[str, Resource]:
+    """Map ids and unique user file names (case-insensitive) to resources."""
+    index: dict[str, Resource] = {}
+    names: dict[str, list[Resource]] = {}
+    for r in resources:
+        index[r.id.lower()] = r
+        if r.name:
+            names.setdefault(r.name.lower(), []).append(r)
+    for name, rs in names.items():
+        if len(rs) == 1 and name not in index:
+            index[name] = rs[0]
+    return index
+
+
+def validate_plan(raw_tasks: Iterable[Any], *, available: set[str], resources: Sequence[Resource]) -> list[Task]:
+    """Validate raw task records into :class:`Task` objects.
+
+    Args:
+        raw_tasks: records from :func:`parse_plan`.
+        available: canonical task names the configured backends can serve right now.
+        resources: the conversation's resources; file arguments may only name these (by id, or by
+            the user's file name when unique).
+
+    Returns:
+        Tasks in an order where every task comes after its dependencies; file arguments rewritten
+        to resource ids; dependencies implied by placeholders added.
+
+    Raises:
+        PlanInvalid: with the first problem found, phrased for the controller's repair round.
+    """
+    items = list(raw_tasks)
+    if len(items) > MAX_TASKS:
+        raise PlanInvalid(f"The plan has {len(items)} tasks; at most {MAX_TASKS} are allowed.")
+    index = _resource_index(resources)
+    drafts: list[tuple[int, str, set[int], dict[str, str]]] = []
+    seen: set[int] = set()
+    for pos, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise PlanInvalid(f"Item {pos} of the plan is not a task object.")
+        if "id" not in item:
+            raise PlanInvalid(f"Item {pos} of the plan has no \"id\".")
+        tid = _as_int(item["id"], f'The "id" of item {pos}')
+        if tid < 0:
+            raise PlanInvalid(f"Task id {tid} is negative; ids start at 0.")
+        if tid in seen:
+            raise PlanInvalid(f"Task id {tid} is used twice.")
+        seen.add(tid)
+        name_raw = item.get("task")
+        if not isinstance(name_raw, str) or not name_raw.strip():
+            raise PlanInvalid(f'Task {tid} has no "task" name.')
+        name = canonical_task(name_raw)
+        if name is None:
+            raise PlanInvalid(f"Task {tid} uses an unknown task {name_raw[:60]!r}.")
+        if name not in available:
+            raise PlanInvalid(f"Task {tid} uses {name!r}, which cannot be served right now; use only the listed tasks.")
+        dep_raw = item.get("dep", [])
+        if dep_raw is None:
+            dep_raw = []
+        if not isinstance(dep_raw, list):
+            dep_raw = [dep_raw]
+        deps = {_as_int(d, f'A "dep" entry of task {tid}') for d in dep_raw}
+        deps.discard(-1)
+        if tid in deps:
+            raise PlanInvalid(f"Task {tid} depends on itself.")
+        args_raw = item.get("args", {})
+        if not isinstance(args_raw, dict):
+            raise PlanInvalid(f'The "args" of task {tid} must be an object.')
+        args: dict[str, str] = {}
+        for key, value in args_raw.items():
+            k = str(key).strip().lower()
+            if value is None:
+                continue
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                value = str(value)
+            if isinstance(value, list) and all(isinstance(v, str) for v in value) and k in ("text", "context"):
+                value = "\n".join(value)
+            if not isinstance(value, str):
+                raise PlanInvalid(f'Argument "{k}" of task {tid} must be a string.')
+            args[k] = value.strip()
+        drafts.append((tid, name, deps, args))
+
+    ids = {d[0] for d in drafts}
+    outputs = {tid: TASKS[name].outputs for tid, name, _, _ in drafts}
+    tasks: dict[int, Task] = {}
+    graph: dict[int, set[int]] = {}
+    for tid, name, deps, args in drafts:
+        spec = TASKS[name]
+        for d in deps:
+            if d not in ids:
+                raise PlanInvalid(f"Task {tid} depends on task {d}, which is not in the plan.")
+        for key in args:
+            if key not in spec.allowed:
+                allowed = ", ".join(sorted(spec.allowed))
+                raise PlanInvalid(f'Task {tid} ({name}) takes no "{key}" argument; it takes {allowed}.')
+        for key in spec.required:
+            if not args.get(key):
+                raise PlanInvalid(f'Task {tid} ({name}) needs a "{key}" argument.')
+        final: dict[str, str] = {}
+        for key, value in args.items():
+            kind = spec.allowed[key]
+            refs = [int(m) for m in PLACEHOLDER.findall(value)]
+            for n in refs:
+                if n == tid:
+                    raise PlanInvalid(f"Task {tid} uses its own output <resource>-{n}.")
+                if n not in ids:
+                    raise PlanInvalid(f"Task {tid} uses <resource>-{n}, but there is no task {n}.")
+                if kind not in outputs[n]:
+                    made = "/".join(outputs[n])
+                    raise PlanInvalid(
+                        f'Task {tid} passes <resource>-{n} as "{key}" ({kind}), but task {n} produces {made}.'
+                    )
+                if n not in deps:
+                    log.info("plan: adding implied dependency %d -> %d", tid, n)
+                    deps.add(n)
+            if kind in MEDIA_MODALITIES:
+                if refs:
+                    if PLACEHOLDER.sub("", value).strip():
+                        raise PlanInvalid(f'Argument "{key}" of task {tid} must be one file, not text around <resource>-{refs[0]}.')
+                    final[key] = f"<resource>-{refs[0]}"
+                    continue
+                res = index.get(value.lower())
+                if res is None:
+                    known = ", ".join(r.id for r in resources if r.kind == kind) or "none"
+                    raise PlanInvalid(
+                        f'Argument "{key}" of task {tid} is {value[:80]!r}, which is not a {kind} of this '
+                        f"conversation; use a resource id ({known}) or <resource>-N."
+                    )
+                if res.kind != kind:
+                    raise PlanInvalid(f'Argument "{key}" of task {tid} names {res.id}, which is {res.kind}, not {kind}.')
+                final[key] = res.id
+            else:
+                if len(value) > MAX_TEXT_ARG:
+                    raise PlanInvalid(f'Argument "{key}" of task {tid} is longer than {MAX_TEXT_ARG} characters.')
+                final[key] = PLACEHOLDER.sub(lambda m: f"<resource>-{m.group(1)}", value)
+        tasks[tid] = Task(id=tid, task=name, dep=tuple(sorted(deps)), args=final)
+        graph[tid] = deps
+
+    try:
+        order = list(graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as e:
+        cycle = " -> ".join(str(n) for n in e.args[1])
+        raise PlanInvalid(f"The dependencies form a cycle ({cycle}).") from None
+    return [tasks[t] for t in order]
+
+
+# ---------------------------------------------------------------------------------------------
+# Prompting
+
+
+def plan_schema(available: Iterable[str]) -> dict[str, Any]:
+    """JSON schema of a plan for structured output (OpenAI ``response_format`` ``json_schema``)."""
+    arg_props = {k: {"type": "string"} for k in ("text", "image", "audio", "video", "context")}
+    return {
+        "type": "object",
+        "properties": {
+            "tasks": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "task": {"type": "string", "enum": sorted(available)},
+                        "id": {"type": "integer"},
+                        "dep": {"type": "array", "items": {"type": "integer"}},
+                        "args": {"type": "object", "properties": arg_props, "additionalProperties": False},
+                    },
+                    "required": ["task", "id", "dep", "args"],
+                    "additionalProperties": False,
+                },
+            }
+        },
+        "required": ["tasks"],
+        "additionalProperties": False,
+    }
+
+
+def chat_log_text(history: Sequence[Turn]) -> str:
+    """The chat log as prompt text, newest turn first (the history is already trimmed)."""
+    lines = []
+    for turn in history:
+        files = ", ".join(f"{r.id} ({r.kind}, {r.origin}{': ' + r.description if r.description else ''})" for r in turn.resources)
+        lines.append(f"[turn {turn.index}] user: {turn.user_text}")
+        if turn.answer:
+            lines.append(f"[turn {turn.index}] assistant: {turn.answer}")
+        if files:
+            lines.append(f"[turn {turn.index}] files: {files}")
+        if turn.status != "ok":
+            lines.append(f"[turn {turn.index}] status: {turn.status}")
+    return "\n".join(lines)
+
+
+def _task_lines(available: Iterable[str]) -> list[dict[str, str]]:
+    out = []
+    for name in sorted(available):
+        spec = TASKS[name]
+        args = ", ".join(f"{k}" + ("" if k in spec.required else "?") for k in spec.allowed)
+        out.append({"name": name, "description": spec.description, "args": args})
+    return out
+
+
+def planning_messages(request: Request, available: set[str], problem: str | None = None) -> list[dict[str, str]]:
+    """Messages for the planning call: specification, demonstrations (only those whose tasks are
+    available), then the chat log, the request, its resources and the available tasks."""
+    messages = [{"role": "system", "content": prompts.render("planning.system", tasks=_task_lines(available))}]
+    for demo in prompts.demonstrations():
+        if all(t["task"] in available for t in demo["tasks"]):
+            messages.append(
+                {
+                    "role": "user",
+                    "content": prompts.render(
+                        "planning.user",
+                        history="",
+                        request=demo["request"],
+                        resources=json.dumps(demo["resources"]),
+                        available=json.dumps(sorted(available)),
+                        problem=None,
+                    ),
+                }
+            )
+            messages.append({"role": "assistant", "content": json.dumps({"tasks": demo["tasks"]})})
+    messages.append(
+        {
+            "role": "user",
+            "content": prompts.render(
+                "planning.user",
+                history=chat_log_text(request.history),
+                request=request.text,
+                resources=json.dumps([r.prompt_view() for r in request.resources], ensure_ascii=False),
+                available=json.dumps(sorted(available)),
+                problem=problem,
+            ),
+        }
+    )
+    return messages
+
+
+async def plan(controller: Controller, request: Request, available: set[str], usage: Usage) -> list[Task]:
+    """Run task planning with one repair round.
+
+    Returns:
+        The validated tasks (``[]``: the controller answers directly).
+
+    Raises:
+        PlanError: the plan was still invalid after the repair round (message quotes the problem).
+        ControllerError: the controller failed.
+    """
+    schema = plan_schema(available)
+    messages = planning_messages(request, available)
+    raw = await controller.complete_json(messages, schema_name="task_plan", schema=schema, usage=usage)
+    try:
+        return validate_plan(parse_plan(raw), available=available, resources=request.resources)
+    except PlanInvalid as e:
+        problem = e.problem
+        log.warning("plan rejected (%s); raw=%r", problem, raw[:500])
+    repair = planning_messages(request, available, problem=problem)
+    repair.insert(-1, {"role": "assistant", "content": raw[:4000]})
+    raw2 = await controller.complete_json(repair, schema_name="task_plan", schema=schema, usage=usage)
+    try:
+        return validate_plan(parse_plan(raw2), available=available, resources=request.resources)
+    except PlanInvalid as e:
+        log.warning("plan rejected after repair (%s); raw=%r", e.problem, raw2[:500])
+        raise PlanError(
+            f"I could not turn your request into a valid plan of tasks, even after asking the controller to fix it: {e.problem}",
+            f"plan invalid after repair: {e.problem}",
+        ) from None
