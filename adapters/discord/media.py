@@ -127,7 +127,7 @@ async def _ffmpeg(src: Path, dst: Path, args: list[str]) -> bytes | None:
 
 async def fit_audio(data: bytes, filename: str, limit: int) -> FittedMedia:
     """Transcode audio to Opus (Ogg) at the highest bitrate that fits ``limit`` bytes (at most
-    128 kbit/s); below 24 kbit/s, keep 32 kbit/s and trim the end instead.
+    128 kbit/s); when even 24 kbit/s is too big, keep 24 kbit/s and trim the end instead.
 
     Returns:
         A :class:`FittedMedia`; ``note`` says the new bitrate, and the kept duration if trimmed.
@@ -140,21 +140,33 @@ async def fit_audio(data: bytes, filename: str, limit: int) -> FittedMedia:
             return FittedMedia(None, filename, "audio/ogg", f"🔊 {filename} ({human_size(len(data))}) is over the "
                                f"{human_size(limit)} upload limit and could not be transcoded, so it is not attached.")
         dst = Path(tmp) / "out.ogg"
-        budget_bits = limit * 8 * 0.9
-        kbps = int(budget_bits / duration / 1000)
         name = _stem(filename) + ".ogg"
-        if kbps >= 24:
-            kbps = min(kbps, 128)
+        kbps = min(128, int(limit * 8 * 0.9 / duration / 1000))
+        out: bytes | None = None
+        while kbps >= 24:
             out = await _ffmpeg(src, dst, ["-vn", "-c:a", "libopus", "-b:a", f"{kbps}k"])
-            if out is not None and len(out) <= limit:
+            if out is None:
+                break
+            if len(out) <= limit:
                 return FittedMedia(out, name, "audio/ogg", f"🔊 {filename} was {human_size(len(data))}, over the "
                                    f"{human_size(limit)} upload limit here, so I re-encoded it as Opus at {kbps} kbit/s.")
-        keep = max(1.0, budget_bits / 32000 * 0.95)
-        out = await _ffmpeg(src, dst, ["-vn", "-t", f"{keep:.1f}", "-c:a", "libopus", "-b:a", "32k"])
-        if out is not None and len(out) <= limit:
-            return FittedMedia(out, name, "audio/ogg", f"🔊 {filename} ({duration:.0f} s) is too long for the "
-                               f"{human_size(limit)} upload limit even at a low bitrate, so only the first "
-                               f"{keep:.0f} s are attached.")
+            kbps = int(kbps * min(0.85, limit / len(out)))
+        # Last resort: 24 kbit/s and only as much of the start as fits (measured, not guessed).
+        full = await _ffmpeg(src, dst, ["-vn", "-c:a", "libopus", "-b:a", "24k"])
+        if full is not None:
+            if len(full) <= limit:
+                return FittedMedia(full, name, "audio/ogg", f"🔊 {filename} was {human_size(len(data))}, over the "
+                                   f"{human_size(limit)} upload limit here, so I re-encoded it as Opus at 24 kbit/s.")
+            keep = duration * limit / len(full) * 0.9
+            while keep >= 0.5:
+                out = await _ffmpeg(src, dst, ["-vn", "-t", f"{keep:.2f}", "-c:a", "libopus", "-b:a", "24k"])
+                if out is None:
+                    break
+                if len(out) <= limit:
+                    return FittedMedia(out, name, "audio/ogg", f"🔊 {filename} ({duration:.0f} s) is too long for the "
+                                       f"{human_size(limit)} upload limit even at a low bitrate, so only the first "
+                                       f"{keep:.1f} s are attached.")
+                keep *= 0.8
     return FittedMedia(None, filename, "audio/ogg", f"🔊 {filename} ({human_size(len(data))}) could not be made "
                        f"smaller than the {human_size(limit)} upload limit, so it is not attached.")
 

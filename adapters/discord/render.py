@@ -247,9 +247,6 @@ def split_message(text: str, limit: int = MESSAGE_LIMIT) -> list[str]:
     text = text.strip("\n")
     if not text.strip():
         return []
-    if len(text) <= limit:
-        return [text]
-
     chunks: list[str] = []
     cur: list[str] = []
     cur_len = 0  # len("\n".join(cur))
