@@ -1,0 +1,444 @@
+"""An OpenAI-compatible stand-in server that plays the controller LLM (sandbox and tests).
+
+It speaks the Chat Completions wire format (https://platform.openai.com/docs/api-reference/chat)
+closely enough for the real ``openai`` SDK: ``POST /v1/chat/completions`` (JSON
+``chat.completion`` or SSE ``chat.completion.chunk`` lines ending with ``data: [DONE]``) and
+``GET /v1/models``. Answers come from the deterministic rules in :mod:`bot.sandbox.heuristics`.
+
+Prompt protocol (written by the pipeline's prompts): ``messages[0]`` is a system message whose first
+line is ``[stage:NAME]`` with NAME one of :data:`STAGES`; the last (user) message carries tagged
+blocks ``<tag>...</tag>``. A request that breaks the protocol gets HTTP 400 with an OpenAI error
+body saying why, so a prompt bug is visible instead of silently answered.
+
+Example::
+
+    async with ControllerStandIn() as ctl:
+        client = openai.AsyncOpenAI(base_url=ctl.base_url, api_key="sandbox")
+        ...
+        assert [r.stage for r in ctl.requests] == ["task-planning", "response-generation"]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from . import heuristics
+
+log = logging.getLogger(__name__)
+
+STAGES: tuple[str, ...] = ("task-planning", "model-selection", "response-generation", "controller-task")
+"""Stage names accepted on the first line of the system message (``[stage:NAME]``)."""
+
+CONTROLLER_TASKS: tuple[str, ...] = (
+    "summarization",
+    "translation",
+    "conversational",
+    "text-generation",
+    "text2text-generation",
+)
+
+_STAGE_RE = re.compile(r"^\[stage:([a-z0-9-]+)\]\s*$")
+
+
+class ProtocolError(ValueError):
+    """The request does not follow the sandbox prompt protocol (answered with HTTP 400)."""
+
+
+@dataclass
+class Recorded:
+    """One request the stand-in received.
+
+    Attributes:
+        stage: the ``[stage:NAME]`` of the request, or ``None`` if it had none.
+        body: the JSON body as sent by the client.
+        start: ``time.monotonic()`` when the request arrived, seconds.
+        end: ``time.monotonic()`` when the answer (or error) was fully sent, seconds; ``None``
+            while still running or when the connection was dropped before the end.
+    """
+
+    stage: str | None
+    body: dict[str, Any]
+    start: float
+    end: float | None = None
+
+
+def tag(text: str, name: str) -> str | None:
+    """The content of ``<name>...</name>`` in ``text`` (may span lines), stripped; ``None`` if absent."""
+    m = re.search(rf"<{re.escape(name)}>(.*?)</{re.escape(name)}>", text, re.S)
+    return m.group(1).strip() if m else None
+
+
+def _json_tag(text: str, name: str, kind: type, required: bool = True) -> Any:
+    raw = tag(text, name)
+    if raw is None:
+        if required:
+            raise ProtocolError(f"the last user message has no <{name}> block")
+        return None
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ProtocolError(f"<{name}> does not hold valid JSON ({exc.msg} at character {exc.pos})") from None
+    if not isinstance(value, kind):
+        raise ProtocolError(f"<{name}> must hold a JSON {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
+def _content_text(message: Any) -> str:
+    """Text of a chat message whose ``content`` is a string or a list of ``{"type": "text"}`` parts."""
+    if not isinstance(message, dict):
+        raise ProtocolError("every message must be a JSON object")
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return ""
+
+
+def stage_of(body: dict[str, Any]) -> str | None:
+    """The stage named on the first line of the first (system) message, or ``None``."""
+    msgs = body.get("messages")
+    if not isinstance(msgs, list) or not msgs or not isinstance(msgs[0], dict):
+        return None
+    if msgs[0].get("role") not in ("system", "developer"):
+        return None
+    first = _content_text(msgs[0]).strip().splitlines()
+    m = _STAGE_RE.match(first[0].strip()) if first else None
+    return m.group(1) if m else None
+
+
+def answer_for(body: dict[str, Any]) -> tuple[str, str]:
+    """Compute the stand-in's answer to one chat completions request body.
+
+    Returns:
+        ``(stage, content)``: the stage name and the assistant's text (a JSON document for
+        ``task-planning`` and ``model-selection``, prose for the other stages).
+
+    Raises:
+        ProtocolError: no ``[stage:NAME]`` line, unknown stage, missing or malformed blocks.
+    """
+    msgs = body.get("messages")
+    if not isinstance(msgs, list) or len(msgs) < 2:
+        raise ProtocolError("expected a system message with [stage:NAME] and a last user message")
+    system = _content_text(msgs[0]).strip().splitlines()
+    if msgs[0].get("role") not in ("system", "developer") or not system:
+        raise ProtocolError("messages[0] must be a system message whose first line is [stage:NAME]")
+    m = _STAGE_RE.match(system[0].strip())
+    if not m:
+        raise ProtocolError(f"the system message's first line must be [stage:NAME], got {system[0][:60]!r}")
+    stage = m.group(1)
+    if stage not in STAGES:
+        raise ProtocolError(f"unknown stage {stage!r}; expected one of {', '.join(STAGES)}")
+    last = msgs[-1]
+    if not isinstance(last, dict) or last.get("role") != "user":
+        raise ProtocolError("the last message must be the user message with the tagged blocks")
+    user = _content_text(last)
+
+    if stage == "task-planning":
+        request = tag(user, "request")
+        if request is None:
+            raise ProtocolError("the last user message has no <request> block")
+        resources = _json_tag(user, "resources", list)
+        available = _json_tag(user, "available_tasks", list)
+        plan = heuristics.plan_tasks(request, resources, [str(a) for a in available])
+        # A <problem> block (repair round) gets the same deterministic plan: it is already valid.
+        return stage, json.dumps({"tasks": plan}, ensure_ascii=False)
+
+    if stage == "model-selection":
+        task = _json_tag(user, "task", dict)
+        candidates = _json_tag(user, "candidates", list)
+        try:
+            pick = heuristics.select_model(task, candidates)
+        except ValueError as exc:
+            raise ProtocolError(str(exc)) from None
+        return stage, json.dumps(pick, ensure_ascii=False)
+
+    if stage == "response-generation":
+        request = tag(user, "request")
+        if request is None:
+            raise ProtocolError("the last user message has no <request> block")
+        plan = _json_tag(user, "plan", list)
+        selections = _json_tag(user, "selections", dict, required=False) or {}
+        results = _json_tag(user, "results", dict, required=False) or {}
+        return stage, heuristics.compose_response(request, plan, selections, results)
+
+    # controller-task
+    task_line = system[1].strip() if len(system) > 1 else ""
+    tm = re.match(r"^task:\s*(\S+)$", task_line)
+    if not tm:
+        raise ProtocolError("a controller-task system message needs a second line 'task: NAME'")
+    if tm.group(1) not in CONTROLLER_TASKS:
+        raise ProtocolError(f"unknown controller task {tm.group(1)!r}; expected one of {', '.join(CONTROLLER_TASKS)}")
+    text = tag(user, "input")
+    if text is None:
+        raise ProtocolError("the last user message has no <input> block")
+    return stage, heuristics.controller_task(tm.group(1), text, tag(user, "context"))
+
+
+def _error_body(message: str, type_: str, code: str | None = None, param: str | None = None) -> dict[str, Any]:
+    """OpenAI's error shape: ``{"error": {"message", "type", "param", "code"}}``."""
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "invalid_request_error",
+    403: "permission_error",
+    404: "not_found_error",
+    429: "rate_limit_exceeded",
+    500: "server_error",
+    503: "server_error",
+}
+
+
+def _tokens(s: str) -> int:
+    """A rough token count (about four characters per token), never zero for non-empty text."""
+    return (len(s) + 3) // 4
+
+
+def _chunks(content: str, pieces: int = 4) -> list[str]:
+    """Split ``content`` into up to ``pieces`` chunks on word boundaries (several deltas to stream)."""
+    if not content:
+        return [""]
+    words = re.findall(r"\S+\s*|\s+", content)
+    size = max(1, -(-len(words) // pieces))
+    return ["".join(words[i : i + size]) for i in range(0, len(words), size)]
+
+
+class ControllerStandIn:
+    """An OpenAI-compatible chat completions server on 127.0.0.1 that plays the controller.
+
+    Args:
+        script: actions consumed one per chat completions request, before the normal behaviour:
+            ``{"status": 401|429|500|503|..., "message": str, "retry_after"?: seconds}`` (an
+            OpenAI error body; ``retry_after`` becomes the ``retry-after`` header),
+            ``{"content": str}`` (returned verbatim, streaming or not), ``{"delay": seconds}``
+            (sleep, then answer normally), ``{"drop": True}`` (close the connection without an
+            answer), ``{"truncate": True}`` (the normal content cut in half, ``finish_reason``
+            ``"length"``). The list is consumed in place (``script`` shows what is left).
+        latency: seconds added to every chat completions request (default 0).
+        accept_json_schema: when ``False``, a request with ``response_format.type ==
+            "json_schema"`` gets HTTP 400 (as llama.cpp and older vLLM do).
+        api_key: when set, requests without ``Authorization: Bearer <api_key>`` get HTTP 401.
+        model: the model id listed by ``GET /v1/models`` (the answer echoes the request's model).
+
+    Attributes:
+        requests: every chat completions request received, in arrival order (:class:`Recorded`).
+        base_url: ``http://127.0.0.1:PORT/v1`` once started (the SDK's ``base_url``).
+    """
+
+    def __init__(
+        self,
+        *,
+        script: list[dict[str, Any]] | None = None,
+        latency: float = 0.0,
+        accept_json_schema: bool = True,
+        api_key: str | None = None,
+        model: str = "sandbox-controller",
+    ) -> None:
+        self.script: list[dict[str, Any]] = script if script is not None else []
+        self.latency = latency
+        self.accept_json_schema = accept_json_schema
+        self.api_key = api_key
+        self.model = model
+        self.requests: list[Recorded] = []
+        self.base_url: str | None = None
+        self._runner: web.AppRunner | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def start(self) -> str:
+        """Listen on 127.0.0.1 (a free port) and return the base URL ``http://127.0.0.1:PORT/v1``."""
+        if self.base_url:
+            return self.base_url
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_get("/v1/models", self._models)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = self._runner.addresses[0][1]
+        self.base_url = f"http://127.0.0.1:{port}/v1"
+        return self.base_url
+
+    async def close(self) -> None:
+        """Stop listening and close open connections. Safe to call twice."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        self.base_url = None
+
+    async def __aenter__(self) -> "ControllerStandIn":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def calls(self, stage: str | None = None) -> list[Recorded]:
+        """Recorded requests, all or only those of ``stage``."""
+        return [r for r in self.requests if stage is None or r.stage == stage]
+
+    # -- handlers --------------------------------------------------------------------------
+    def _authorized(self, request: web.Request) -> bool:
+        return self.api_key is None or request.headers.get("Authorization") == f"Bearer {self.api_key}"
+
+    def _error(self, status: int, message: str, code: str | None = None, headers: dict[str, str] | None = None) -> web.Response:
+        return web.json_response(
+            _error_body(message, _ERROR_TYPES.get(status, "api_error"), code), status=status, headers=headers
+        )
+
+    async def _models(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return self._error(401, "Incorrect API key provided.", "invalid_api_key")
+        return web.json_response(
+            {"object": "list", "data": [{"id": self.model, "object": "model", "created": 0, "owned_by": "sandbox"}]}
+        )
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        start = time.monotonic()
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            body = None
+        if not isinstance(body, dict):
+            self.requests.append(Recorded(None, {}, start, time.monotonic()))
+            return self._error(400, "The request body is not a JSON object.")
+        rec = Recorded(stage_of(body), body, start)
+        self.requests.append(rec)
+        try:
+            response = await self._respond(request, body)
+        except ConnectionResetError:
+            return web.Response(status=499)
+        if response is not None and rec.end is None and not isinstance(response, _Dropped):
+            rec.end = time.monotonic()
+        return response
+
+    async def _respond(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
+        if self.latency:
+            await asyncio.sleep(self.latency)
+        if not self._authorized(request):
+            return self._error(401, "Incorrect API key provided.", "invalid_api_key")
+        action = self.script.pop(0) if self.script else {}
+        if "delay" in action:
+            await asyncio.sleep(float(action["delay"]))
+        if "status" in action:
+            status = int(action["status"])
+            headers = {"retry-after": str(action["retry_after"])} if "retry_after" in action else None
+            return self._error(status, str(action.get("message") or f"scripted error {status}"), None, headers)
+        if action.get("drop"):
+            return await self._drop(request)
+
+        fmt = body.get("response_format")
+        if isinstance(fmt, dict) and fmt.get("type") == "json_schema" and not self.accept_json_schema:
+            return self._error(
+                400,
+                "response_format type 'json_schema' is not supported by this server; use 'json_object' or none.",
+                "unsupported_response_format",
+            )
+        if isinstance(fmt, dict) and fmt.get("type") not in (None, "text", "json_object", "json_schema"):
+            return self._error(400, f"Unknown response_format type {fmt.get('type')!r}.")
+
+        finish = "stop"
+        if "content" in action:
+            content = str(action["content"])
+        else:
+            try:
+                _, content = answer_for(body)
+            except ProtocolError as exc:
+                log.warning("sandbox controller refused a request: %s", exc)
+                return self._error(400, f"[sandbox] prompt protocol error: {exc}", "sandbox_protocol")
+            if action.get("truncate"):
+                content = content[: len(content) // 2]
+                finish = "length"
+        if body.get("stream"):
+            return await self._stream(request, body, content, finish)
+        return web.json_response(self._completion(body, content, finish))
+
+    async def _drop(self, request: web.Request) -> web.StreamResponse:
+        """Close the connection without writing a status line (the client sees a broken connection)."""
+        transport = request.transport
+        if transport is not None:
+            transport.abort()
+        return _Dropped()
+
+    def _usage(self, body: dict[str, Any], content: str) -> dict[str, int]:
+        prompt = sum(_tokens(_content_text(m)) for m in body.get("messages", []) if isinstance(m, dict))
+        completion = _tokens(content)
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+    def _completion(self, body: dict[str, Any], content: str, finish: str) -> dict[str, Any]:
+        return {
+            "id": f"chatcmpl-sandbox-{uuid.uuid4().hex[:12]}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": str(body.get("model") or self.model),
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": content, "refusal": None},
+                    "logprobs": None,
+                    "finish_reason": finish,
+                }
+            ],
+            "usage": self._usage(body, content),
+            "system_fingerprint": "sandbox",
+        }
+
+    async def _stream(self, request: web.Request, body: dict[str, Any], content: str, finish: str) -> web.StreamResponse:
+        resp = web.StreamResponse(
+            status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        await resp.prepare(request)
+        cid = f"chatcmpl-sandbox-{uuid.uuid4().hex[:12]}"
+        created = int(time.time())
+        model = str(body.get("model") or self.model)
+        opts = body.get("stream_options")
+        include_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
+
+        def chunk(delta: dict[str, Any], finish_reason: str | None = None, choices: bool = True) -> bytes:
+            data: dict[str, Any] = {
+                "id": cid,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "system_fingerprint": "sandbox",
+                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]
+                if choices
+                else [],
+            }
+            if include_usage:
+                data["usage"] = None
+            return f"data: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+
+        await resp.write(chunk({"role": "assistant", "content": ""}))
+        for piece in _chunks(content):
+            await resp.write(chunk({"content": piece}))
+            await asyncio.sleep(0)
+        await resp.write(chunk({}, finish))
+        if include_usage:
+            final = json.loads(chunk({}, choices=False)[6:])
+            final["usage"] = self._usage(body, content)
+            await resp.write(f"data: {json.dumps(final)}\n\n".encode())
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+
+class _Dropped(web.StreamResponse):
+    """Marker response for a dropped connection: nothing is written."""
+
+    async def prepare(self, request: web.BaseRequest):  # type: ignore[override]
+        return None
+
+    async def write_eof(self, data: bytes = b"") -> None:
+        return None

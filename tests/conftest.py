@@ -1,0 +1,41 @@
+"""Shared fixtures: real media files, a media store, a resource sink and the inference stand-in."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "0")
+
+from bot.sandbox.inference import InferenceStandIn  # noqa: E402
+from pipeline.media import LocalResourceSink, MediaStore  # noqa: E402
+
+MEDIA_DIR = Path(__file__).parent / "fixtures" / "media"
+
+
+@pytest.fixture
+def media_dir() -> Path:
+    """Directory of the real test media (photos, speech, video)."""
+    return MEDIA_DIR
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> MediaStore:
+    """An empty media store in a temporary data directory."""
+    return MediaStore(tmp_path / "data")
+
+
+@pytest.fixture
+def sink(store: MediaStore) -> LocalResourceSink:
+    """A resource sink over ``store`` with no resources yet."""
+    return LocalResourceSink(store)
+
+
+@pytest.fixture
+async def standin():
+    """A started Hugging Face inference stand-in (empty ``task_of``; tests fill it)."""
+    async with InferenceStandIn() as s:
+        yield s
