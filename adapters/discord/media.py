@@ -82,7 +82,7 @@ def fit_image(data: bytes, filename: str, limit: int) -> FittedMedia:
             img.save(buf, fmt, quality=quality, optimize=True) if fmt == "JPEG" else img.save(buf, fmt, quality=quality)
             out = buf.getvalue()
             if len(out) <= limit:
-                what = f"re-encoded as {fmt}" + (
+                what = f"re-encoded it as {fmt}" + (
                     f" and downscaled from {original[0]}×{original[1]} to {img.size[0]}×{img.size[1]} pixels"
                     if img.size != original else "")
                 note = (f"🖼️ {filename} was {human_size(len(data))}, over the {human_size(limit)} upload limit here, "

@@ -165,7 +165,7 @@ def render_progress(progress: Progress, *, title: str | None = None, now: float 
     if title:
         head.append(f"> {_clip(title, 300)}")
     if not progress.planned:
-        head.append("🧭 Planning the tasks…" if not progress.done else "")
+        head.append("🧭 Planning the tasks…" if not progress.done and not progress.interrupted else "🧭 No plan was made.")
     elif not progress.tasks:
         head.append("🧭 Plan: no expert models needed, answering directly.")
     else:

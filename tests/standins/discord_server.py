@@ -538,8 +538,8 @@ class StandinDiscord:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise TimeoutError("stand-in Discord: condition not met in time")
-                try:
-                    await asyncio.wait_for(self._changed.wait(), left)
+                try:  # also re-check now and then: the predicate may depend on the bot's own state
+                    await asyncio.wait_for(self._changed.wait(), min(left, 0.05))
                 except (asyncio.TimeoutError, TimeoutError):
                     pass
 
