@@ -41,11 +41,13 @@ class TerminalRenderer:
 
     Args:
         out: stream for progress and the answer.
+        err: stream for the error sentence of a failed run.
         color: use ANSI colours.
     """
 
-    def __init__(self, out: TextIO = sys.stdout, color: bool | None = None) -> None:
+    def __init__(self, out: TextIO = sys.stdout, color: bool | None = None, err: TextIO | None = None) -> None:
         self.out = out
+        self.err = err or sys.stderr
         self.color = out.isatty() if color is None else color
         self._answering = False
 
@@ -92,7 +94,8 @@ class TerminalRenderer:
     def finish(self, record: RunRecord) -> None:
         """The error sentence or the list of generated files."""
         if record.status == "error":
-            self.write(self._c("31", f"Error: {record.error}"))
+            self.err.write(f"Error: {record.error}\n")
+            self.err.flush()
         if record.files:
             self.write()
             self.write("Files:")

@@ -107,6 +107,8 @@ async def cmd_run(args: argparse.Namespace) -> int:
             async for event in service.handle(args.text, files):
                 if not args.json or args.verbose:
                     renderer.render(event)
+                elif isinstance(event, Done) and event.record.status == "error":
+                    renderer.finish(event.record)
                 if isinstance(event, Done):
                     record = event.record
         finally:
@@ -114,8 +116,6 @@ async def cmd_run(args: argparse.Namespace) -> int:
     assert record is not None
     if args.json:
         print(json.dumps(record.to_json(), indent=2, ensure_ascii=False))
-    elif record.status == "error":
-        pass  # the renderer printed the sentence
     return record.exit_code
 
 
@@ -133,9 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--sandbox", action="store_true", help="use in-process stand-in backends (no credentials needed)")
     run.set_defaults(func=cmd_run)
 
-    for command, module in _SUBCOMMAND_MODULES.items():
-        mod = importlib.import_module(module)
-        mod.add_parser(sub)
+    for module in dict.fromkeys(_SUBCOMMAND_MODULES.values()):
+        importlib.import_module(module).add_parser(sub)
     return parser
 
 
@@ -143,6 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
 # async main(args, settings) -> int; the CLI loads the settings and calls main.
 _SUBCOMMAND_MODULES: dict[str, str] = {
     "catalog": "bot.catalog_cmd",
+    "chat": "bot.chat_cmd",
+    "store": "bot.chat_cmd",
 }
 
 

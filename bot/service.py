@@ -7,7 +7,22 @@ events it yields. They never decide anything about tasks or models.
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import re
 from dataclasses import dataclass
+from collections.abc import AsyncIterator, Sequence
+from pipeline.catalog import Availability, Catalog
+from pipeline.core import Pipeline
+from pipeline.errors import ConfigError, InputError
+from pipeline.execution import ExecutionLimits
+from pipeline.experts import Experts, ExpertSettings
+from pipeline.llm import Controller
+from pipeline.media import Inspected, LocalResourceSink, MediaStore, inspect_upload
+from pipeline.selection import Selector
+from pipeline.types import Done, Event, Request, Resource, RunRecord
+from .config import Settings
+from .store import ConversationStore, ThreadLocks, open_store
 
 
 @dataclass(frozen=True)
@@ -43,24 +58,6 @@ class ConversationKey:
         """``platform:workspace:channel:thread``, the stored form."""
         return f"{self.platform}:{self.workspace}:{self.channel}:{self.thread}"
 
-
-# ---------------------------------------------------------------------------------------------
-
-import asyncio  # noqa: E402
-import logging  # noqa: E402
-from collections.abc import AsyncIterator, Sequence  # noqa: E402
-
-from pipeline.catalog import Availability, Catalog  # noqa: E402
-from pipeline.core import Pipeline  # noqa: E402
-from pipeline.errors import ConfigError, InputError  # noqa: E402
-from pipeline.execution import ExecutionLimits  # noqa: E402
-from pipeline.experts import Experts, ExpertSettings  # noqa: E402
-from pipeline.llm import Controller  # noqa: E402
-from pipeline.media import LocalResourceSink, MediaStore  # noqa: E402
-from pipeline.types import Done, Event, Request, Resource, RunRecord  # noqa: E402
-
-from .config import Settings  # noqa: E402
-
 log = logging.getLogger(__name__)
 
 
@@ -88,13 +85,24 @@ def require_credentials(settings: Settings) -> None:
 
 
 class Service:
-    """The service front ends talk to (see the module docstring). Build with :meth:`create`."""
+    """The service front ends talk to (see the module docstring). Build with :meth:`create`.
 
-    def __init__(self, settings: Settings, pipeline: Pipeline, media: MediaStore, closers: Sequence) -> None:
+    Conversations (``key`` given): the user's files and every generated file become resources of
+    the conversation with stable ids; the planning and response prompts see the chat log (earlier
+    turns, newest first, within ``[storage] context_tokens``); each turn is stored with its plan,
+    model choices, results, answer, files, timings and status. Two turns of one conversation run
+    in order; different conversations never wait for each other.
+    """
+
+    def __init__(
+        self, settings: Settings, pipeline: Pipeline, media: MediaStore, store: ConversationStore, closers: Sequence
+    ) -> None:
         self.settings = settings
         self.pipeline = pipeline
         self.media = media
+        self.store = store
         self._closers = list(closers)
+        self._locks = ThreadLocks()
         self._inflight: set[asyncio.Task] = set()
 
     @classmethod
@@ -103,9 +111,14 @@ class Service:
 
         Raises:
             ConfigError: a credential is missing or the catalog file is unusable.
+            StorageError: the conversation database is corrupt, locked or not writable.
         """
         require_credentials(settings)
         llm = settings.llm
+        inf = settings.inference
+        catalog = Catalog.load(settings.catalog.path)
+        media = MediaStore(settings.storage.data_dir)
+        store = await open_store(settings.storage, media)
         controller = Controller(
             model=llm.model,
             base_url=llm.base_url,
@@ -115,8 +128,6 @@ class Service:
             structured_output=llm.structured_output,
             temperature=llm.temperature,
         )
-        inf = settings.inference
-        catalog = Catalog.load(settings.catalog.path)
         availability = Availability(
             provider=inf.provider,
             base_url=inf.base_url,
@@ -124,36 +135,20 @@ class Service:
             token=_secret(inf.token),
             ttl=settings.catalog.availability_ttl,
         )
-        experts = Experts(
-            ExpertSettings(
-                provider=inf.provider,
-                token=_secret(inf.token),
-                base_url=inf.base_url,
-                endpoints=inf.endpoints,
-                task_timeout=inf.task_timeout,
-                max_attempts=inf.max_attempts,
-                backoff_max=inf.backoff_max,
-            )
-        )
-        from pipeline.selection import Selector
-
+        experts = Experts(ExpertSettings.from_inference(inf))
         selector = Selector(
-            catalog,
-            availability,
-            controller,
-            strategy=inf.selection,
-            top_k=inf.top_k,
-            controller_tasks=inf.controller_tasks,
+            catalog, availability, controller, strategy=inf.selection, top_k=inf.top_k, controller_tasks=inf.controller_tasks
         )
         limits = ExecutionLimits(task_timeout=inf.task_timeout, deadline=inf.deadline, max_candidates_tried=inf.max_candidates_tried)
         pipeline = Pipeline(controller, selector, experts, limits)
-        media = MediaStore(settings.storage.data_dir)
-        return cls(settings, pipeline, media, [experts.aclose, controller.aclose])
+        return cls(settings, pipeline, media, store, [experts.aclose, controller.aclose, store.close])
 
     async def close(self) -> None:
-        """Cancel runs in flight (their records end as errors) and close clients."""
+        """Cancel runs in flight (their turns are stored as failed: "interrupted") and close clients."""
         for t in list(self._inflight):
             t.cancel()
+        if self._inflight:
+            await asyncio.gather(*self._inflight, return_exceptions=True)
         for close in self._closers:
             try:
                 await close()
@@ -167,24 +162,19 @@ class Service:
             InputError: too many files, or one is empty, too large, undecodable, of an unsupported
                 type or labelled as another kind than its content.
         """
-        from pipeline.media import inspect_upload
+        await self._inspect(files)
 
+    async def _inspect(self, files: Sequence[IncomingFile]) -> list[Inspected]:
         limit = self.settings.storage.max_files
         if len(files) > limit:
             raise InputError(f"Please send at most {limit} files at a time.")
-        for f in files:
-            await inspect_upload(f.data, f.name, f.declared_mime, max_bytes=self.settings.storage.max_file_bytes)
+        return [
+            await inspect_upload(f.data, f.name, f.declared_mime, max_bytes=self.settings.storage.max_file_bytes) for f in files
+        ]
 
-    async def _store_files(self, sink: LocalResourceSink, files: Sequence[IncomingFile]) -> list[Resource]:
-        limit = self.settings.storage.max_files
-        if len(files) > limit:
-            raise InputError(f"Please send at most {limit} files at a time.")
-        out = []
-        for f in files:
-            out.append(
-                await sink.add_user_file(f.data, f.name, f.declared_mime, max_bytes=self.settings.storage.max_file_bytes)
-            )
-        return out
+    async def conversation_id(self, key: ConversationKey) -> str:
+        """The stored conversation id of ``key`` (created on first use)."""
+        return await self.store.get_or_create(key)
 
     async def handle(
         self,
@@ -197,14 +187,87 @@ class Service:
         """Run one turn; see the module docstring and ``pipeline.core.Pipeline.run``.
 
         Raises:
-            InputError: before the first event, if a file is unusable (nothing is stored then).
+            InputError: before the first event, if a file is unusable or the text names a resource
+                id this conversation does not have (nothing is stored then).
+            StorageError: before the first event, if the conversation store fails.
         """
         text = (text or "").strip()
         if not text and not files:
             raise InputError("Please write a request (and attach files if it needs them).")
-        await self.check_files(files)
-        sink = LocalResourceSink(self.media)
-        stored = await self._store_files(sink, files)
-        request = Request(text=text or "What can you tell me about these files?", files=stored)
-        async for event in self.pipeline.run(request, sink):
-            yield event
+        infos = await self._inspect(files)
+        text = text or "What can you tell me about these files?"
+        if key is None:
+            sink = LocalResourceSink(self.media)
+            stored = [
+                await sink.add(f.data, kind=i.kind, mime=i.mime, origin="user", description=i.description, name=f.name)
+                for f, i in zip(files, infos)
+            ]
+            async for event in self.pipeline.run(Request(text=text, files=stored), sink):
+                yield event
+            return
+        async with self._locks.lock(key.as_string()):
+            async for event in self._conversation_turn(key, text, list(zip(files, infos)), user):
+                yield event
+
+    async def _conversation_turn(
+        self, key: ConversationKey, text: str, files: list[tuple[IncomingFile, Inspected]], user: str | None
+    ) -> AsyncIterator[Event]:
+        conv = await self.store.get_or_create(key)
+        history, earlier = await self.store.context(conv, self.settings.storage.context_tokens)
+        check_resource_mentions(text, earlier, len(files))
+        turn = await self.store.begin_turn(conv, text, user)
+        record: RunRecord | None = None
+        try:
+            stored: list[Resource] = []
+            for f, info in files:
+                stored.append(
+                    await self.store.add_resource(
+                        conv, turn, f.data, kind=info.kind, mime=info.mime, origin="user", description=info.description, name=f.name
+                    )
+                )
+            request = Request(
+                text=text, files=stored, resources=earlier, history=history, conversation_id=conv, turn=turn
+            )
+            me = asyncio.current_task()
+            if me is not None:
+                self._inflight.add(me)
+            try:
+                async for event in self.pipeline.run(request, self.store.sink(conv, turn)):
+                    if isinstance(event, Done):
+                        record = event.record
+                        await self.store.finish_turn(conv, turn, record)
+                    yield event
+            finally:
+                if me is not None:
+                    self._inflight.discard(me)
+        finally:
+            if record is None:  # failed before the pipeline ended, or cancelled (shutdown, Ctrl-C)
+                failed = RunRecord(request=text, status="error", error="This turn was interrupted before it finished.")
+                try:
+                    await asyncio.shield(self.store.finish_turn(conv, turn, failed))
+                except Exception:
+                    log.exception("could not mark turn %s/%d as failed", conv, turn)
+
+
+_MENTION = re.compile(r"\b(image|audio|video)-(\d+)\b", re.IGNORECASE)
+
+
+def check_resource_mentions(text: str, resources: Sequence[Resource], new_files: int) -> None:
+    """Refuse a request that names a resource id (``image-3``) this conversation does not have.
+
+    Ids of files attached to this very message are not known yet, so ids of the attached kinds
+    beyond the existing ones are allowed when files are attached.
+
+    Raises:
+        InputError: naming the missing id and the ids the conversation has.
+    """
+    have = {r.id.lower() for r in resources}
+    for m in _MENTION.finditer(text):
+        rid = m.group(0).lower()
+        if rid in have:
+            continue
+        if new_files:
+            continue
+        same = sorted((r.id for r in resources if r.kind == m.group(1).lower()), key=lambda s: int(s.split("-")[1]))
+        known = ", ".join(same) if same else f"no {m.group(1).lower()} yet"
+        raise InputError(f"There is no {rid} in this conversation (it has {known}).")

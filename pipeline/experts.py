@@ -26,6 +26,7 @@ import csv
 import io
 import json
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
@@ -118,6 +119,14 @@ class Experts:
 
     One ``AsyncInferenceClient`` (token, ``timeout=task_timeout``) is shared by all calls; close it
     with :meth:`aclose`.
+
+    Example::
+
+        experts = Experts(ExpertSettings(base_url="http://127.0.0.1:8080"))
+        out = await experts.run("image-to-text", "Salesforce/blip-image-captioning-large",
+                                {"image": photo_resource}, sink, task_id=1)
+        print(out.text)          # the caption
+        await experts.aclose()
     """
 
     def __init__(self, settings: ExpertSettings) -> None:
@@ -208,6 +217,7 @@ class Experts:
             )
 
         raw: Any = None
+        began = time.monotonic()
         async for attempt in AsyncRetrying(
             retry=retry_if_exception(lambda e: isinstance(e, ExpertError) and e.retryable),
             stop=stop_after_attempt(max(1, settings.max_attempts)),
@@ -222,6 +232,7 @@ class Experts:
                     raise
                 except Exception as exc:  # noqa: BLE001 - mapped to one sentence below
                     raise self._map_error(exc, task, model) from exc
+        log.info("task %s (%s) on %s answered in %.2f s", task_id, task, model, time.monotonic() - began)
         try:
             return await self._normalise(task, raw, inputs, sink, task_id)
         except ExpertError:

@@ -10,7 +10,9 @@ import pytest
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "0")
 
+from bot.sandbox import Sandbox  # noqa: E402
 from bot.sandbox.inference import InferenceStandIn  # noqa: E402
+from bot.service import IncomingFile  # noqa: E402
 from pipeline.media import LocalResourceSink, MediaStore  # noqa: E402
 
 MEDIA_DIR = Path(__file__).parent / "fixtures" / "media"
@@ -39,3 +41,15 @@ async def standin():
     """A started Hugging Face inference stand-in (empty ``task_of``; tests fill it)."""
     async with InferenceStandIn() as s:
         yield s
+
+
+def media_file(name: str) -> IncomingFile:
+    """A real fixture file as a user would attach it."""
+    return IncomingFile((MEDIA_DIR / name).read_bytes(), name=name)
+
+
+@pytest.fixture
+async def sandbox():
+    """Both sandbox stand-ins (controller and inference), started on 127.0.0.1."""
+    async with Sandbox() as sb:
+        yield sb

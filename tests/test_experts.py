@@ -292,7 +292,8 @@ async def test_503_waits_estimated_time_then_succeeds(experts, sink, standin):
     assert time.monotonic() - t0 < 2
 
 
-async def test_gives_up_after_max_attempts(experts, sink, standin):
+async def test_gives_up_after_max_attempts(experts, sink, standin, caplog):
+    caplog.set_level("DEBUG")
     model = MODELS["translation"]
     standin.faults[model] = [503, 500, 503, 503]
     with pytest.raises(ExpertError) as ei:
@@ -301,6 +302,7 @@ async def test_gives_up_after_max_attempts(experts, sink, standin):
     assert err.retryable and err.reason == "loading"
     assert len(standin.records) == 3
     assert TOKEN not in err.user_message and TOKEN not in str(err)
+    assert "retrying" in caplog.text and TOKEN not in caplog.text
 
 
 async def test_gone_model_is_not_retried(experts, sink, standin):
@@ -416,3 +418,12 @@ async def test_stalled_request_times_out_then_retry_succeeds(standin, sink):
             break
         await asyncio.sleep(0.02)
     assert sorted(r.status for r in standin.records) == [200, 499]
+
+
+def test_settings_from_inference_settings():
+    from bot.config import InferenceSettings
+
+    inf = InferenceSettings(token="hf_abc", base_url="http://gw", endpoints={"a/b": "http://e"}, task_timeout=9)
+    st = ExpertSettings.from_inference(inf)
+    assert (st.token, st.base_url, st.endpoints, st.task_timeout, st.provider) == ("hf_abc", "http://gw", {"a/b": "http://e"}, 9.0, "hf-inference")
+    assert (st.max_attempts, st.backoff_max) == (inf.max_attempts, inf.backoff_max)

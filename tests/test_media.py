@@ -113,14 +113,23 @@ async def test_put_is_content_addressed_and_idempotent(store, media_dir):
 
 
 async def test_cancelled_write_leaves_no_temporary_file(store):
-    data = os.urandom(1 << 20) * 48  # 48 MiB: written in 1 MiB chunks
+    data = os.urandom(1 << 20) * 64  # 64 MiB: written in 1 MiB chunks
+    media = store.root / "media"
+
+    def temp_files():
+        return [p for p in media.rglob("*.tmp")] if media.exists() else []
+
     task = asyncio.create_task(store.put(data, "video/mp4"))
-    await asyncio.sleep(0.01)
-    assert not task.done()
+    for _ in range(5000):
+        if temp_files():
+            break
+        await asyncio.sleep(0.0005)
+    else:
+        pytest.fail("the write finished before its temporary file was seen")
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    files = [p for p in (store.root / "media").rglob("*") if p.is_file()]
+    files = [p for p in media.rglob("*") if p.is_file()]
     assert not [p for p in files if p.name.endswith(".tmp")]
     for p in files:  # anything under a final name is complete
         assert p.stat().st_size == len(data)

@@ -1,0 +1,128 @@
+"""``hugginggpt run`` as a user runs it: a real subprocess, real files, exit statuses, no tracebacks."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+MEDIA = Path(__file__).parent / "fixtures" / "media"
+
+
+def hugginggpt(args, tmp_path, env_extra=None, timeout=120):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HUGGINGGPT_", "OPENAI_", "HF_TOKEN"))}
+    env["HUGGINGGPT_STORAGE__DATA_DIR"] = str(tmp_path / "data")
+    env.update(env_extra or {})
+    return subprocess.run(
+        [sys.executable, "-m", "bot.cli", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def no_traceback(p):
+    assert "Traceback" not in p.stderr and "Traceback" not in p.stdout, p.stderr
+
+
+def test_run_json_record(tmp_path):
+    p = hugginggpt(["run", "--sandbox", "--json", "Describe this picture in as much detail as you can", "--file", str(MEDIA / "chelsea.png")], tmp_path)
+    no_traceback(p)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert set(doc) >= {"tasks", "selections", "results", "response", "files", "llm_calls", "timings_ms"}
+    assert [t["task"] for t in doc["tasks"]] and all(r["status"] == "ok" for r in doc["results"].values())
+    assert set(doc["selections"]) == set(doc["results"]) == {str(t["id"]) for t in doc["tasks"]}
+    assert doc["llm_calls"] >= 2 and doc["timings_ms"]["total"] > 0
+    [f] = doc["files"]
+    assert Image.open(f["path"]).size == (451, 300)
+    assert "Sandbox stand-in" in doc["response"]
+
+
+def test_run_prints_plan_models_answer_and_files(tmp_path):
+    p = hugginggpt(["run", "--sandbox", "Generate an image of a cat on a red sofa, then tell me what breed it might be"], tmp_path)
+    no_traceback(p)
+    assert p.returncode == 0
+    out = p.stdout
+    assert "[0] text-to-image" in out and "[1] image-classification" in out and "(after 0)" in out
+    assert "running on" in out and "done" in out
+    assert "Files:" in out
+    path = out.split("Files:")[1].strip().splitlines()[0].rsplit(": ", 1)[1]
+    assert Image.open(path).size == (512, 512)
+
+
+def test_missing_credentials_names_the_setting(tmp_path):
+    p = hugginggpt(["run", "hello"], tmp_path)
+    no_traceback(p)
+    assert p.returncode == 2
+    assert "OPENAI_API_KEY" in p.stderr and "--sandbox" in p.stderr
+    p = hugginggpt(["run", "hello"], tmp_path, {"OPENAI_API_KEY": "sk-test-123456"})
+    assert p.returncode == 2 and "HF_TOKEN" in p.stderr
+
+
+def test_invalid_config_file(tmp_path):
+    (tmp_path / "hugginggpt.toml").write_text("[inference]\ntop_k = 'many'\n")
+    p = hugginggpt(["run", "--sandbox", "hello"], tmp_path)
+    no_traceback(p)
+    assert p.returncode == 2 and "inference.top_k" in p.stderr and "hugginggpt.toml" in p.stderr
+    (tmp_path / "hugginggpt.toml").write_text("[llm\n")
+    p = hugginggpt(["run", "--sandbox", "hello"], tmp_path)
+    assert p.returncode == 2 and "not valid TOML" in p.stderr
+
+
+@pytest.mark.parametrize(
+    "make, expected",
+    [
+        (lambda d: d / "nope.png", "does not exist"),
+        (lambda d: (d / "empty.png").write_bytes(b"") and d / "empty.png" or d / "empty.png", "empty"),
+        (lambda d: d, "directory"),
+    ],
+)
+def test_bad_file_arguments(tmp_path, make, expected):
+    p = hugginggpt(["run", "--sandbox", "Describe", "--file", str(make(tmp_path))], tmp_path)
+    no_traceback(p)
+    assert p.returncode == 3 and expected in p.stderr
+
+
+def test_unreachable_controller(tmp_path):
+    env = {"OPENAI_API_KEY": "sk-secret-value-999", "HUGGINGGPT_LLM__BASE_URL": "http://127.0.0.1:9/v1", "HUGGINGGPT_LLM__MAX_RETRIES": "0",
+           "HUGGINGGPT_INFERENCE__BASE_URL": "http://127.0.0.1:9"}
+    p = hugginggpt(["run", "hello"], tmp_path, env)
+    no_traceback(p)
+    assert p.returncode == 4 and "cannot be reached" in p.stderr
+    log = (tmp_path / "data" / "logs" / "hugginggpt.log").read_text()
+    assert "APIConnectionError" in log and "sk-secret-value-999" not in log + p.stderr + p.stdout
+
+
+def test_ctrl_c_leaves_no_half_written_files(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HUGGINGGPT_", "OPENAI_"))}
+    env["HUGGINGGPT_STORAGE__DATA_DIR"] = str(tmp_path / "data")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from bot.cli import main; from bot import sandbox; "
+         "orig = sandbox.Sandbox.__init__\n"
+         "def slow(self, **kw):\n    orig(self, latency={'image-to-text': 30})\n"
+         "sandbox.Sandbox.__init__ = slow\nsys.exit(main(sys.argv[1:]))",
+         "run", "--sandbox", "Describe this picture in as much detail as you can", "--file", str(MEDIA / "chelsea.png")],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    # wait until the slow task is running (its progress line is printed), then interrupt
+    deadline = time.monotonic() + 60
+    seen = ""
+    while time.monotonic() < deadline and "running on" not in seen:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen += line
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "Interrupted" in err
+    leftovers = [p for p in (tmp_path / "data").rglob("*") if p.is_file() and (".tmp" in p.name or p.name.startswith("."))]
+    assert leftovers == []
+    for f in (tmp_path / "data" / "media").rglob("*.png"):
+        Image.open(f).load()  # every stored file is whole
