@@ -15,6 +15,7 @@ import io
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -402,3 +403,47 @@ async def test_shutdown_marks_runs_in_flight(tmp_path: Path) -> None:
         assert env.bot.runs_in_flight == 0
         # new requests during/after shutdown are not started
         assert len(d.threads()) == 1
+
+
+async def test_run_longer_than_the_interaction_token_keeps_posting_in_the_thread(tmp_path: Path) -> None:
+    async with running_bot(tmp_path, latency={"text-to-image": 1.0}) as env:
+        d = env.d
+        d.token_ttl = 0.6  # the stand-in's tokens die early, like Discord's after 15 minutes
+        env.bot.interaction_token_lifetime = timedelta(seconds=0.5)
+        iid = await env.ask("Generate an image of a cat")
+        thread_id = await env.thread_of(iid)
+        msgs = await env.finished(thread_id)
+        assert d.injected[iid] + 0.6 < msgs[-1].created  # the run outlived the token
+        assert _image(next(m for m in msgs if m.files)).size[0] > 0
+        assert "text-to-image" in msgs[-1].content
+        # the bot never used the dead token: every webhook call was made while it was valid
+        hooks = [c for c in d.calls if "/webhooks/" in c.path]
+        assert hooks and all(c.t - d.injected[iid] < 0.6 for c in hooks)
+        assert "Working on it in the thread" in d.interaction_messages(iid)[0].content
+
+
+async def test_discord_command_reports_setup_errors_in_one_sentence(tmp_path: Path) -> None:
+    import argparse
+
+    from adapters import discord_cmd
+    from pipeline.errors import ConfigError
+
+    parser = argparse.ArgumentParser()
+    discord_cmd.add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["discord", "--grace", "1"])
+    assert args.grace == 1.0 and args.sandbox is False
+    async with Sandbox() as sb, StandinDiscord(MEDIA) as d:
+        old = d.patch_client_urls()
+        try:
+            overrides = sb.overrides(tmp_path / "data")
+            with pytest.raises(ConfigError, match="No Discord bot token"):
+                await discord_cmd.main(args, load_settings(env={}, overrides=overrides))
+            overrides["discord"] = {"token": "not-the-token"}
+            with pytest.raises(ConfigError, match="Discord refused the bot token"):
+                await discord_cmd.main(args, load_settings(env={}, overrides=overrides))
+            overrides["discord"] = {"token": d.token}
+            d.refuse_intents = True
+            with pytest.raises(ConfigError, match="Message Content Intent"):
+                await asyncio.wait_for(discord_cmd.main(args, load_settings(env={}, overrides=overrides)), 20)
+        finally:
+            d.restore_client_urls(old)

@@ -62,8 +62,9 @@ from .render import (
 
 log = logging.getLogger("hugginggpt.discord")
 
-INTERACTION_TOKEN_LIFETIME = timedelta(minutes=15)
-"""Interaction tokens are valid for 15 minutes (Discord API docs, "Interactions")."""
+INTERACTION_TOKEN_LIFETIME = timedelta(minutes=14)
+"""Interaction tokens are valid for 15 minutes (Discord API docs, "Interactions"); the bot stops
+using one a minute before, and posts only into the thread after that."""
 MAX_FILES_PER_MESSAGE = 10
 """Attachments per message (Discord API docs, "Create Message")."""
 
@@ -157,6 +158,8 @@ class HuggingGPTBot(discord.Client):
     Attributes:
         tree: the application command tree holding ``/<command_name>``.
         command_syncs: how many times the commands were synced (1 after start; never on reconnect).
+        interaction_token_lifetime: how long after an interaction its token is still used
+            (default 14 minutes; the token dies at 15).
     """
 
     def __init__(
@@ -180,6 +183,7 @@ class HuggingGPTBot(discord.Client):
         self.shutdown_grace = shutdown_grace
         self.tree = app_commands.CommandTree(self)
         self.command_syncs = 0
+        self.interaction_token_lifetime = INTERACTION_TOKEN_LIFETIME
         self._seen = SeenIds()
         self._limiters: dict[int, AsyncLimiter] = {}
         self._active: dict[int, int] = {}
@@ -379,7 +383,7 @@ class HuggingGPTBot(discord.Client):
         record = await self._run_in_thread(thread, prompt, files, key=key, user=str(user.id), progress=progress,
                                            upload_limit=limit)
         # The interaction token lasts 15 minutes; past that, the thread already has everything.
-        if record is not None and discord.utils.utcnow() - interaction.created_at < INTERACTION_TOKEN_LIFETIME - timedelta(minutes=1):
+        if record is not None and discord.utils.utcnow() - interaction.created_at < self.interaction_token_lifetime:
             mark = "✅ Answered" if record.status == "ok" else "⚠️ Stopped"
             where = f" in {thread.mention}" if thread is not channel else " below"
             try:

@@ -158,6 +158,8 @@ class StandinDiscord:
         self.forbid_threads = False
         self.attachment_size_limit = 10 * 1024 * 1024
         self.app_permissions = BOT_PERMISSIONS
+        self.token_ttl: float | None = None  # seconds an interaction token works (Discord: 900)
+        self.refuse_intents = False  # close the gateway with 4014 "Disallowed intent(s)" on IDENTIFY
         self._interactions: dict[str, dict[str, Any]] = {}  # token → {id, channel_id, original}
         self._sockets: list[web.WebSocketResponse] = []
         self._seq = 0
@@ -377,6 +379,9 @@ class StandinDiscord:
                 op = frame.get("op")
                 if op == 1:
                     await ws.send_str(json.dumps({"op": 11}))
+                elif op == 2 and self.refuse_intents:
+                    await ws.close(code=4014, message=b"Disallowed intent(s).")
+                    break
                 elif op == 2:
                     self.identifies += 1
                     self._sockets.append(ws)
@@ -679,9 +684,13 @@ class StandinDiscord:
     def _metadata(self, iid: int) -> dict[str, Any]:
         return {"id": str(iid), "type": 2, "user": self.user, "authorizing_integration_owners": {"0": str(self.guild_id)}}
 
+    def _token_dead(self, token: str) -> bool:
+        info = self._interactions.get(token)
+        return info is None or (self.token_ttl is not None and time.monotonic() - self.injected[info["id"]] > self.token_ttl)
+
     def _original(self, token: str, mid: str) -> StoredMessage | None:
         info = self._interactions.get(token)
-        if info is None:
+        if info is None or self._token_dead(token):
             return None
         target = info["original"] if mid == "@original" else int(mid)
         return self.messages.get(target) if target else None
@@ -695,6 +704,8 @@ class StandinDiscord:
 
     async def _webhook_edit(self, request: web.Request) -> web.Response:
         call = await self._record(request)
+        if self._token_dead(request.match_info["token"]):
+            return self._error(401, 50027, "Invalid Webhook Token")
         msg = self._original(request.match_info["token"], request.match_info["mid"])
         if msg is None or msg.deleted:
             return self._error(404, 10008, "Unknown Message")
@@ -713,8 +724,8 @@ class StandinDiscord:
         call = await self._record(request)
         token = request.match_info["token"]
         info = self._interactions.get(token)
-        if info is None:
-            return self._error(404, 10015, "Unknown Webhook")
+        if info is None or self._token_dead(token):
+            return self._error(401, 50027, "Invalid Webhook Token")
         body = call.json or {}
         too_big = self._check_sizes(call.files)
         if too_big is not None:
