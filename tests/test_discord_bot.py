@@ -397,11 +397,16 @@ async def test_shutdown_marks_runs_in_flight(tmp_path: Path) -> None:
         iid = await env.ask("Generate an image of a cat")
         thread_id = await env.thread_of(iid)
         await d.wait_for(lambda: any("running" in m.content for m in d.bot_messages(thread_id)), 10)
+        draining = asyncio.create_task(env.bot.drain())
+        await asyncio.sleep(0.05)
+        late = await env.ask("Generate an image of a dog")  # arrives while shutting down
+        await d.wait_for(lambda: env.ephemeral_reply(late))
+        assert env.ephemeral_reply(late) == SHUTDOWN_SENTENCE
+        await draining
         await env.bot.close()
         status = d.bot_messages(thread_id)[0]
-        assert SHUTDOWN_SENTENCE in status.content
+        assert SHUTDOWN_SENTENCE in status.content and "⚙️" in status.content
         assert env.bot.runs_in_flight == 0
-        # new requests during/after shutdown are not started
         assert len(d.threads()) == 1
 
 

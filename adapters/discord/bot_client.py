@@ -341,26 +341,41 @@ class HuggingGPTBot(discord.Client):
 
     async def _ask_run(self, interaction: discord.Interaction, prompt: str, attachments: list[discord.Attachment],
                        progress: Progress) -> None:
+        try:
+            opened = await self._open_thread(interaction, prompt, attachments)
+        except asyncio.CancelledError:  # shutdown before the thread existed
+            await asyncio.shield(self._ephemeral(interaction, SHUTDOWN_SENTENCE))
+            raise
+        if opened is not None:
+            thread, files, headline = opened
+            await self._ask_in_thread(interaction, thread, prompt, files, headline, progress)
+
+    async def _open_thread(self, interaction: discord.Interaction, prompt: str,
+                           attachments: list[discord.Attachment]
+                           ) -> tuple[discord.Thread, list[IncomingFile], str] | None:
+        """Download and check the files, then open the thread (or use the current one).
+
+        Returns the thread, the files and the headline shown in the channel, or ``None`` after
+        telling the user (privately) why not."""
         user = interaction.user
         try:
             files = await self._download(attachments)
         except (discord.HTTPException, OSError) as e:
             log.warning("could not download attachments of interaction %s: %s", interaction.id, e)
             await self._ephemeral(interaction, "I could not download your file from Discord; please attach it again.")
-            return
+            return None
         try:
             await self.service.check_files(files)
         except HuggingGPTError as e:
             log.info("files refused for interaction %s: %s", interaction.id, e)
             await self._ephemeral(interaction, e.user_message)
-            return
+            return None
 
         channel = interaction.channel
         headline = f"**{user.display_name}** asked: {prompt.strip()}"
         if attachments:
             headline += f" ({', '.join(a.filename for a in attachments)})"
         headline = headline if len(headline) <= 1900 else headline[:1899] + "…"
-        thread: discord.Thread
         try:
             if isinstance(channel, discord.Thread):
                 thread = channel
@@ -371,14 +386,25 @@ class HuggingGPTBot(discord.Client):
         except discord.Forbidden as e:
             log.warning("no permission to create a thread in channel %s: %s", interaction.channel_id, e)
             await self._ephemeral(interaction, missing_permission_sentence("create_public_threads"))
-            return
+            return None
         except discord.HTTPException as e:
             log.warning("could not start thread for interaction %s: %s", interaction.id, e)
             await self._ephemeral(interaction, "Discord refused to open a thread for this request; please try again.")
-            return
+            return None
+        self._remember_thread(thread.id, self.upload_limit or interaction.filesize_limit)
+        return thread, files, headline
 
-        limit = self.upload_limit or interaction.filesize_limit
-        self._threads[thread.id] = limit
+    def _remember_thread(self, thread_id: int, upload_limit: int) -> None:
+        self._threads.pop(thread_id, None)
+        self._threads[thread_id] = upload_limit
+        while len(self._threads) > 100_000:  # oldest first (dicts keep insertion order)
+            del self._threads[next(iter(self._threads))]
+
+    async def _ask_in_thread(self, interaction: discord.Interaction, thread: discord.Thread, prompt: str,
+                             files: list[IncomingFile], headline: str, progress: Progress) -> None:
+        user = interaction.user
+        channel = interaction.channel
+        limit = self._threads.get(thread.id) or self.upload_limit or interaction.filesize_limit
         key = ConversationKey("discord", str(interaction.guild_id), str(thread.parent_id), str(thread.id))
         record = await self._run_in_thread(thread, prompt, files, key=key, user=str(user.id), progress=progress,
                                            upload_limit=limit)
@@ -451,7 +477,8 @@ class HuggingGPTBot(discord.Client):
             await self._reply(message, "I could not download your file from Discord; please attach it again.")
             return
         limit = self.upload_limit or self._threads.get(thread.id) or thread.guild.filesize_limit
-        self._threads.setdefault(thread.id, limit)
+        if thread.id not in self._threads:
+            self._remember_thread(thread.id, limit)
         key = ConversationKey("discord", str(thread.guild.id), str(thread.parent_id), str(thread.id))
         await self._run_in_thread(thread, text, files, key=key, user=str(message.author.id), progress=progress,
                                   upload_limit=limit, reply_to=message)
@@ -505,7 +532,10 @@ class HuggingGPTBot(discord.Client):
             await editor.close(render_progress(progress))
             await self._post_files(thread, record.files, upload_limit)
             if record.status == "ok":
-                for chunk in split_message(record.response or progress.answer):
+                chunks = split_message(record.response or progress.answer)
+                if not chunks and not record.files:
+                    chunks = ["The run finished without an answer text; please rephrase your request."]
+                for chunk in chunks:
                     await thread.send(chunk)
             else:
                 await thread.send(f"⚠️ {record.error or CRASH_SENTENCE}")
