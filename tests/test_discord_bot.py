@@ -405,7 +405,8 @@ async def test_shutdown_marks_runs_in_flight(tmp_path: Path) -> None:
         await draining
         await env.bot.close()
         status = d.bot_messages(thread_id)[0]
-        assert SHUTDOWN_SENTENCE in status.content and "⚙️" in status.content
+        assert SHUTDOWN_SENTENCE in status.content and "text-to-image" in status.content
+        assert "· interrupted" in status.content and "running" not in status.content
         assert env.bot.runs_in_flight == 0
         assert len(d.threads()) == 1
 
@@ -452,3 +453,24 @@ async def test_discord_command_reports_setup_errors_in_one_sentence(tmp_path: Pa
                 await asyncio.wait_for(discord_cmd.main(args, load_settings(env={}, overrides=overrides)), 20)
         finally:
             d.restore_client_urls(old)
+
+
+async def test_followups_with_audio_and_video_and_the_rate_limit_reply(tmp_path: Path) -> None:
+    async with running_bot(tmp_path, discord={"rate_limit_per_minute": 3}) as env:
+        d = env.d
+        iid = await env.ask("Generate an image of a red rocket")
+        thread_id = await env.thread_of(iid)
+        await env.finished(thread_id)
+        await d.send_message("Transcribe this recording", channel_id=thread_id, files=["speech_weather.mp3"])
+        msgs = await env.finished(thread_id, runs=2)
+        assert "automatic-speech-recognition" in msgs[-1].content and "transcript" in msgs[-1].content
+        assert "automatic-speech-recognition" in [m for m in msgs if m.content.startswith("🧭")][-1].content
+        await d.send_message("What is happening in this video?", channel_id=thread_id, files=["rocket_zoom.mp4"])
+        msgs = await env.finished(thread_id, runs=3)
+        assert msgs[-1].content and not msgs[-1].content.startswith("⚠️")
+        # the fourth request within a minute: one sentence, as a reply to that message
+        user_msg = await d.send_message("Transcribe this recording", channel_id=thread_id, files=["speech_weather.wav"])
+        reply = await d.wait_for(lambda: next((m for m in d.bot_messages(thread_id) if str((m.payload.get(
+            "message_reference") or {}).get("message_id")) == user_msg["id"]), None))
+        assert reply.content == ("You're sending requests faster than 3 per minute; please wait a little and "
+                                 "try again.")

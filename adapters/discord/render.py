@@ -30,7 +30,7 @@ MESSAGE_LIMIT = 2000
 THREAD_NAME_LIMIT = 100
 """Characters in a thread name (Discord API docs, "Start Thread from Message")."""
 
-_STATE_ICON = {"queued": "⏳", "running": "⚙️", "done": "✅", "failed": "❌", "skipped": "⏭️"}
+_STATE_ICON = {"queued": "⏳", "running": "⚙️", "done": "✅", "failed": "❌", "skipped": "⏭️", "interrupted": "⏹️"}
 
 
 @dataclass
@@ -182,7 +182,11 @@ def render_progress(progress: Progress, *, title: str | None = None, now: float 
             tail.append(f"⚠️ Stopped{secs}: {_clip(progress.error or 'the run failed.', 400)}")
     elif progress.answering:
         tail.append("✍️ Writing the answer…")
-    lines = [_task_line(line, now) for line in progress.tasks.values()]
+    shown_lines = progress.tasks.values()
+    if progress.interrupted:  # a stopped run: nothing is running or queued any more
+        shown_lines = [TaskLine(ln.task, ln.model, "interrupted") if ln.state in ("queued", "running") else ln
+                       for ln in shown_lines]
+    lines = [_task_line(line, now) for line in shown_lines]
     head_text = "\n".join(h for h in head if h)
     tail_text = "\n".join(tail)
     budget = limit - len(head_text) - len(tail_text) - 2
