@@ -283,10 +283,14 @@ async def test_rate_limit_and_concurrency_are_refused_privately(tmp_path: Path) 
         assert env.ephemeral_reply(first) is None
     async with running_bot(tmp_path, discord={"max_concurrent_runs": 1}, latency={"text-to-image": 1.5}) as env:
         first = await env.ask("Generate an image of a cat")
-        await env.thread_of(first)
-        second = await env.ask("Generate an image of a dog")
+        second = await env.ask("Generate an image of a dog")  # at the same moment
         await env.d.wait_for(lambda: env.ephemeral_reply(second))
         assert env.ephemeral_reply(second) == "You already have 1 request running; please wait for one to finish."
+        await env.finished(await env.thread_of(first))
+        assert len(env.d.threads()) == 1
+        third = await env.ask("Generate an image of a bird")  # the slot is free again
+        await env.finished(await env.thread_of(third))
+        assert env.ephemeral_reply(third) is None
 
 
 async def test_file_too_large_or_unsupported_is_refused_privately(tmp_path: Path) -> None:

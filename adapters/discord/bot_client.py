@@ -239,7 +239,11 @@ class HuggingGPTBot(discord.Client):
         return lim
 
     async def _throttle_refusal(self, user_id: int) -> str | None:
-        """Check and consume the user's rate and concurrency budget; a sentence when refused."""
+        """Check and consume the user's rate and concurrency budget; a sentence when refused.
+
+        On success one run slot is reserved for the user at once (before any await), so two
+        commands arriving together cannot both pass; :meth:`_spawn`'s task or :meth:`_release`
+        gives it back."""
         if self._active.get(user_id, 0) >= self.cfg.max_concurrent_runs:
             n = self.cfg.max_concurrent_runs
             return (f"You already have {n} request{'s' if n != 1 else ''} running; "
@@ -249,7 +253,15 @@ class HuggingGPTBot(discord.Client):
             return (f"You're sending requests faster than {self.cfg.rate_limit_per_minute} per minute; "
                     f"please wait a little and try again.")
         await lim.acquire()  # has capacity: returns without waiting
+        self._active[user_id] = self._active.get(user_id, 0) + 1
         return None
+
+    def _release(self, user_id: int) -> None:
+        left = self._active.get(user_id, 1) - 1
+        if left > 0:
+            self._active[user_id] = left
+        else:
+            self._active.pop(user_id, None)
 
     @staticmethod
     def _granted(perms: discord.Permissions) -> set[str]:
@@ -260,18 +272,15 @@ class HuggingGPTBot(discord.Client):
         return thread.id in self._threads or (self.user is not None and thread.owner_id == self.user.id)
 
     def _spawn(self, coro: Any, progress: Progress, user_id: int) -> asyncio.Task[Any]:
-        self._active[user_id] = self._active.get(user_id, 0) + 1
+        """Run ``coro`` in the background; the user's run slot (reserved by
+        :meth:`_throttle_refusal`) is released when it ends."""
         task = asyncio.create_task(coro)
         self._runs[task] = _Run(task, progress, user_id=user_id)
 
         def done(t: asyncio.Task[Any]) -> None:
             run = self._runs.pop(t, None)
             if run is not None:
-                left = self._active.get(run.user_id, 1) - 1
-                if left > 0:
-                    self._active[run.user_id] = left
-                else:
-                    self._active.pop(run.user_id, None)
+                self._release(run.user_id)
             if not t.cancelled() and t.exception() is not None:
                 log.error("run failed", exc_info=t.exception())
 
@@ -316,6 +325,7 @@ class HuggingGPTBot(discord.Client):
             await interaction.response.defer(thinking=True)
         except discord.HTTPException as e:  # e.g. 10062 Unknown interaction: the 3 s passed
             log.warning("could not defer interaction %s: %s", interaction.id, e)
+            self._release(interaction.user.id)
             return
         progress = Progress()
         self._spawn(self._ask_run(interaction, prompt, attachments, progress), progress, interaction.user.id)
