@@ -271,3 +271,23 @@ async def test_oversized_file(make_service):
     with pytest.raises(InputError) as e:
         await run(service, "Describe", [media_file("chelsea.png")])
     assert "MiB" in e.value.user_message
+
+
+async def test_real_taskbench_requests_run_end_to_end(make_service, sandbox):
+    """Real user requests (TaskBench, Hugging Face tools): every one ends in an answer or one
+    clear sentence; every planned task ran on a real stand-in call or failed with a reason."""
+    lines = (Path(__file__).parent / "fixtures" / "taskbench" / "data_huggingface_requests.jsonl").read_text().splitlines()
+    service = await make_service(inference={"selection": "top"})
+    photo, speech = media_file("rocket.jpg"), media_file("speech_weather.wav")
+    planned = 0
+    for line in lines[:25]:
+        text = json.loads(line)["user_request"]
+        files = ([photo] if any(x in text for x in (".jpg", ".png")) else []) + ([speech] if any(x in text for x in (".wav", ".mp3", ".flac")) else [])
+        _, record = await run(service, text, files)
+        assert record.status == "ok", (text, record.error)
+        assert record.response.strip()
+        planned += bool(record.tasks)
+        for t in record.tasks:
+            r = record.results[t.id]
+            assert r.status == "ok" or r.error, (text, t)
+    assert planned >= 15

@@ -1,0 +1,634 @@
+"""The Discord client: ``/ask`` slash command, a thread per request, follow-ups in the thread.
+
+What a user sees (issue 4):
+
+1. ``/ask prompt:<text> [file1..file3]``: the bot defers at once ("is thinking…"), then turns its
+   response into a message "<user> asked: …" with a public thread named after the request (or, in
+   an existing thread, works right there).
+2. In the thread: one status message edited as the run progresses (plan, each task's model and
+   state), at most about once per second (Discord rate limits); then generated media as files
+   (shrunk to the upload limit, never dropped silently) and the answer, split at 2000 characters.
+3. Any later message in the thread (with or without images/audio/video) continues the same
+   conversation (``ConversationKey("discord", guild, parent channel, thread)``).
+
+Refusals (not allowed here, rate limited, file too large/unsupported, a missing permission,
+shutting down) are ephemeral replies to the command when it has not yet been deferred, and
+replies in the thread for follow-up messages. A backend failure ends the run with the service's
+sentence in the thread.
+
+Rules followed (PLATFORMS.md and the Discord API docs): acknowledge within 3 s; the interaction
+token lasts 15 minutes, so everything after the first edit is posted with the bot token into the
+thread; slash commands are synced once in :meth:`HuggingGPTBot.setup_hook`, not on reconnects;
+events may be replayed, so interaction and message ids are de-duplicated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import mimetypes
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Optional
+
+import discord
+from aiolimiter import AsyncLimiter
+from discord import app_commands
+
+from bot.config import Settings
+from bot.service import ConversationKey, IncomingFile
+from pipeline.errors import HuggingGPTError
+from pipeline.types import Done, Resource, RunRecord
+
+from .media import fit_media
+from .policy import (
+    AttachmentInfo,
+    REQUIRED_IN_CHANNEL,
+    SeenIds,
+    access_refusal,
+    attachment_refusal,
+    missing_permission,
+)
+from .render import (
+    Progress,
+    apply_event,
+    missing_permission_sentence,
+    render_progress,
+    split_message,
+    thread_name,
+)
+
+log = logging.getLogger("hugginggpt.discord")
+
+INTERACTION_TOKEN_LIFETIME = timedelta(minutes=14)
+"""Interaction tokens are valid for 15 minutes (Discord API docs, "Interactions"); the bot stops
+using one a minute before, and posts only into the thread after that."""
+MAX_FILES_PER_MESSAGE = 10
+"""Attachments per message (Discord API docs, "Create Message")."""
+
+SHUTDOWN_SENTENCE = "I'm restarting and could not finish this; please send your message again in a minute."
+CRASH_SENTENCE = "Something went wrong on my side while answering; the details are in my log. Please try again."
+
+
+def bot_intents() -> discord.Intents:
+    """Gateway intents the bot needs: guilds (channels, threads, roles), guild messages, and the
+    privileged message content intent (follow-ups in threads that do not mention the bot)."""
+    intents = discord.Intents.none()
+    intents.guilds = True
+    intents.guild_messages = True
+    intents.message_content = True
+    return intents
+
+
+class ThrottledEditor:
+    """Keeps one message showing the latest text, editing it at most ``rate`` times per second
+    (an aiolimiter bucket), and skipping intermediate texts that were superseded.
+
+    Args:
+        message: the message to edit.
+        rate: edits per second (Discord: about one per second per message is safe).
+    """
+
+    def __init__(self, message: discord.Message, rate: float = 1.0) -> None:
+        self.message = message
+        self.edits = 0
+        self._limiter = AsyncLimiter(1, 1.0 / rate)
+        self._latest: str | None = None
+        self._sent: str = message.content
+        self._wake = asyncio.Event()
+        self._closed = False
+        self._task = asyncio.create_task(self._loop(), name=f"edit-{message.id}")
+
+    def update(self, text: str) -> None:
+        """Ask for ``text`` to be shown (soon, respecting the rate)."""
+        self._latest = text
+        self._wake.set()
+
+    async def _loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if self._latest is not None and self._latest != self._sent:
+                async with self._limiter:
+                    text = self._latest
+                    try:
+                        await self.message.edit(content=text)
+                        self._sent = text
+                        self.edits += 1
+                    except discord.HTTPException as e:
+                        log.warning("could not edit status message %s: %s", self.message.id, e)
+                        self._sent = text  # do not retry the same text forever
+            if self._closed and (self._latest is None or self._latest == self._sent):
+                return
+
+    async def close(self, final: str | None = None) -> None:
+        """Show ``final`` (if given), wait for the last edit, and stop."""
+        if final is not None:
+            self._latest = final
+        self._closed = True
+        self._wake.set()
+        await self._task
+
+
+@dataclass
+class _Run:
+    """A run in flight (for graceful shutdown)."""
+
+    task: asyncio.Task[Any]
+    progress: Progress
+    editor: ThrottledEditor | None = None
+    user_id: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+
+class HuggingGPTBot(discord.Client):
+    """The Discord front end on one :class:`bot.service.Service`.
+
+    Args:
+        service: the service (``Service.create(settings)``); the caller closes it after the bot.
+        settings: all settings; ``settings.discord`` configures the bot, ``settings.storage``
+            limits incoming files.
+        upload_limit: bytes per uploaded file when no interaction says it (``None``: the guild's
+            limit, ``Guild.filesize_limit``).
+        edit_rate: progress message edits per second (default 1).
+        shutdown_grace: seconds :meth:`close` lets runs in flight finish before marking them.
+
+    Attributes:
+        tree: the application command tree holding ``/<command_name>``.
+        command_syncs: how many times the commands were synced (1 after start; never on reconnect).
+        interaction_token_lifetime: how long after an interaction its token is still used
+            (default 14 minutes; the token dies at 15).
+    """
+
+    def __init__(
+        self,
+        service: Any,
+        settings: Settings,
+        *,
+        upload_limit: int | None = None,
+        edit_rate: float = 1.0,
+        shutdown_grace: float = 30.0,
+        **options: Any,
+    ) -> None:
+        super().__init__(intents=bot_intents(), allowed_mentions=discord.AllowedMentions(everyone=False, roles=False,
+                                                                                          users=True, replied_user=False),
+                         **options)
+        self.service = service
+        self.settings = settings
+        self.cfg = settings.discord
+        self.upload_limit = upload_limit
+        self.edit_rate = edit_rate
+        self.shutdown_grace = shutdown_grace
+        self.tree = app_commands.CommandTree(self)
+        self.command_syncs = 0
+        self.interaction_token_lifetime = INTERACTION_TOKEN_LIFETIME
+        self._seen = SeenIds()
+        self._limiters: dict[int, AsyncLimiter] = {}
+        self._active: dict[int, int] = {}
+        self._runs: dict[asyncio.Task[Any], _Run] = {}
+        self._threads: dict[int, int] = {}  # conversation thread id -> upload limit seen there (bytes)
+        self._closing = False
+        self._add_command()
+
+    # ------------------------------------------------------------------------------------------
+    # setup
+
+    def _add_command(self) -> None:
+        bot = self
+
+        async def ask(
+            interaction: discord.Interaction,
+            prompt: str,
+            file1: Optional[discord.Attachment] = None,
+            file2: Optional[discord.Attachment] = None,
+            file3: Optional[discord.Attachment] = None,
+        ) -> None:
+            await bot.on_ask(interaction, prompt, [f for f in (file1, file2, file3) if f is not None])
+
+        command = app_commands.Command(
+            name=self.cfg.command_name,
+            description="Ask HuggingGPT: it plans AI tasks, runs Hugging Face models and answers with files.",
+            callback=ask,
+        )
+        app_commands.describe(
+            prompt="What you want, e.g. 'describe this photo and read the answer aloud'",
+            file1="An image, audio or video file", file2="Another file", file3="Another file",
+        )(command)
+        app_commands.guild_only()(command)
+        self.tree.add_command(command)
+
+    async def setup_hook(self) -> None:
+        """Sync the slash command once per process start (``setup_hook`` runs once, before the
+        gateway connects; ``on_ready`` runs again after every reconnect)."""
+        await self.tree.sync()
+        self.command_syncs += 1
+        log.info("synced /%s", self.cfg.command_name)
+
+    # ------------------------------------------------------------------------------------------
+    # helpers
+
+    def _limiter(self, user_id: int) -> AsyncLimiter:
+        lim = self._limiters.get(user_id)
+        if lim is None:
+            if len(self._limiters) > 10_000:  # forget idle users; a fresh bucket is full anyway
+                for uid in [u for u, lm in self._limiters.items() if lm.has_capacity(lm.max_rate)][:5000]:
+                    del self._limiters[uid]
+            lim = self._limiters[user_id] = AsyncLimiter(max(1, self.cfg.rate_limit_per_minute), 60)
+        return lim
+
+    async def _throttle_refusal(self, user_id: int) -> str | None:
+        """Check and consume the user's rate and concurrency budget; a sentence when refused.
+
+        On success one run slot is reserved for the user at once (before any await), so two
+        commands arriving together cannot both pass; :meth:`_spawn`'s task or :meth:`_release`
+        gives it back."""
+        if self._active.get(user_id, 0) >= self.cfg.max_concurrent_runs:
+            n = self.cfg.max_concurrent_runs
+            return (f"You already have {n} request{'s' if n != 1 else ''} running; "
+                    f"please wait for one to finish.")
+        lim = self._limiter(user_id)
+        if not lim.has_capacity():
+            return (f"You're sending requests faster than {self.cfg.rate_limit_per_minute} per minute; "
+                    f"please wait a little and try again.")
+        await lim.acquire()  # has capacity: returns without waiting
+        self._active[user_id] = self._active.get(user_id, 0) + 1
+        return None
+
+    def _release(self, user_id: int) -> None:
+        left = self._active.get(user_id, 1) - 1
+        if left > 0:
+            self._active[user_id] = left
+        else:
+            self._active.pop(user_id, None)
+
+    @staticmethod
+    def _granted(perms: discord.Permissions) -> set[str]:
+        # getattr, not iteration: iteration yields canonical names only ("read_messages", not "view_channel")
+        return {name for name in REQUIRED_IN_CHANNEL if getattr(perms, name, False)}
+
+    def _is_conversation_thread(self, thread: discord.Thread) -> bool:
+        return thread.id in self._threads or (self.user is not None and thread.owner_id == self.user.id)
+
+    def _spawn(self, coro: Any, progress: Progress, user_id: int) -> asyncio.Task[Any]:
+        """Run ``coro`` in the background; the user's run slot (reserved by
+        :meth:`_throttle_refusal`) is released when it ends."""
+        task = asyncio.create_task(coro)
+        self._runs[task] = _Run(task, progress, user_id=user_id)
+
+        def done(t: asyncio.Task[Any]) -> None:
+            run = self._runs.pop(t, None)
+            if run is not None:
+                self._release(run.user_id)
+            if not t.cancelled() and t.exception() is not None:
+                log.error("run failed", exc_info=t.exception())
+
+        task.add_done_callback(done)
+        return task
+
+    # ------------------------------------------------------------------------------------------
+    # /ask
+
+    async def on_ask(self, interaction: discord.Interaction, prompt: str, attachments: list[discord.Attachment]) -> None:
+        """Handle ``/ask``: refuse privately, or defer and start the run in the background."""
+        if self._seen.seen(("interaction", interaction.id)):
+            log.info("ignored replayed interaction %s", interaction.id)
+            return
+        channel = interaction.channel
+        in_thread = isinstance(channel, discord.Thread)
+        channel_ids = [interaction.channel_id or 0]
+        if in_thread:
+            channel_ids.append(channel.parent_id)  # type: ignore[union-attr]
+        roles = [r.id for r in getattr(interaction.user, "roles", [])]
+        refusal = access_refusal(self.cfg, guild_id=interaction.guild_id, channel_ids=channel_ids, role_ids=roles)
+        if refusal is None and self._closing:
+            refusal = SHUTDOWN_SENTENCE
+        if refusal is None:
+            missing = missing_permission(self._granted(interaction.app_permissions), in_thread=in_thread)
+            if missing is not None:
+                refusal = missing_permission_sentence(missing, "this thread" if in_thread else "this channel")
+        if refusal is None:
+            refusal = attachment_refusal(
+                [AttachmentInfo(a.filename, a.size, a.content_type) for a in attachments],
+                max_bytes=self.settings.storage.max_file_bytes, max_files=self.settings.storage.max_files)
+        if refusal is None and not prompt.strip() and not attachments:
+            refusal = "Please tell me what you want in the prompt."
+        if refusal is None:
+            refusal = await self._throttle_refusal(interaction.user.id)
+        if refusal is not None:
+            log.info("refused /%s from user %s in channel %s: %s", self.cfg.command_name, interaction.user.id,
+                     interaction.channel_id, refusal)
+            await self._ephemeral(interaction, refusal)
+            return
+        try:
+            await interaction.response.defer(thinking=True)
+        except discord.HTTPException as e:  # e.g. 10062 Unknown interaction: the 3 s passed
+            log.warning("could not defer interaction %s: %s", interaction.id, e)
+            self._release(interaction.user.id)
+            return
+        progress = Progress()
+        self._spawn(self._ask_run(interaction, prompt, attachments, progress), progress, interaction.user.id)
+
+    async def _ephemeral(self, interaction: discord.Interaction, sentence: str) -> None:
+        """Tell only the user: an ephemeral response, or (after a deferral) an ephemeral follow-up
+        replacing the public "thinking" message."""
+        try:
+            if not interaction.response.is_done():
+                await interaction.response.send_message(sentence, ephemeral=True)
+            else:
+                try:
+                    await interaction.delete_original_response()
+                except discord.HTTPException:
+                    pass
+                await interaction.followup.send(sentence, ephemeral=True)
+        except discord.HTTPException as e:
+            log.warning("could not tell user of interaction %s: %s", interaction.id, e)
+
+    async def _download(self, attachments: list[discord.Attachment]) -> list[IncomingFile]:
+        # Attachment URLs are signed and expire: read the bytes now.
+        return [IncomingFile(data=await a.read(), name=a.filename, declared_mime=a.content_type) for a in attachments]
+
+    async def _ask_run(self, interaction: discord.Interaction, prompt: str, attachments: list[discord.Attachment],
+                       progress: Progress) -> None:
+        try:
+            opened = await self._open_thread(interaction, prompt, attachments)
+        except asyncio.CancelledError:  # shutdown before the thread existed
+            await asyncio.shield(self._ephemeral(interaction, SHUTDOWN_SENTENCE))
+            raise
+        if opened is not None:
+            thread, files, headline = opened
+            await self._ask_in_thread(interaction, thread, prompt, files, headline, progress)
+
+    async def _open_thread(self, interaction: discord.Interaction, prompt: str,
+                           attachments: list[discord.Attachment]
+                           ) -> tuple[discord.Thread, list[IncomingFile], str] | None:
+        """Download and check the files, then open the thread (or use the current one).
+
+        Returns the thread, the files and the headline shown in the channel, or ``None`` after
+        telling the user (privately) why not."""
+        user = interaction.user
+        try:
+            files = await self._download(attachments)
+        except (discord.HTTPException, OSError) as e:
+            log.warning("could not download attachments of interaction %s: %s", interaction.id, e)
+            await self._ephemeral(interaction, "I could not download your file from Discord; please attach it again.")
+            return None
+        try:
+            await self.service.check_files(files)
+        except HuggingGPTError as e:
+            log.info("files refused for interaction %s: %s", interaction.id, e)
+            await self._ephemeral(interaction, e.user_message)
+            return None
+
+        channel = interaction.channel
+        headline = f"**{user.display_name}** asked: {prompt.strip()}"
+        if attachments:
+            headline += f" ({', '.join(a.filename for a in attachments)})"
+        headline = headline if len(headline) <= 1900 else headline[:1899] + "…"
+        try:
+            if isinstance(channel, discord.Thread):
+                thread = channel
+                await interaction.edit_original_response(content=f"{headline}\nWorking on it below.")
+            else:
+                original = await interaction.edit_original_response(content=f"{headline}\n🧵 Working on it in the thread.")
+                thread = await original.create_thread(name=thread_name(prompt), auto_archive_duration=1440)
+        except discord.Forbidden as e:
+            log.warning("no permission to create a thread in channel %s: %s", interaction.channel_id, e)
+            await self._ephemeral(interaction, missing_permission_sentence("create_public_threads"))
+            return None
+        except discord.HTTPException as e:
+            log.warning("could not start thread for interaction %s: %s", interaction.id, e)
+            await self._ephemeral(interaction, "Discord refused to open a thread for this request; please try again.")
+            return None
+        self._remember_thread(thread.id, self.upload_limit or interaction.filesize_limit)
+        return thread, files, headline
+
+    def _remember_thread(self, thread_id: int, upload_limit: int) -> None:
+        self._threads.pop(thread_id, None)
+        self._threads[thread_id] = upload_limit
+        while len(self._threads) > 100_000:  # oldest first (dicts keep insertion order)
+            del self._threads[next(iter(self._threads))]
+
+    async def _ask_in_thread(self, interaction: discord.Interaction, thread: discord.Thread, prompt: str,
+                             files: list[IncomingFile], headline: str, progress: Progress) -> None:
+        user = interaction.user
+        channel = interaction.channel
+        limit = self._threads.get(thread.id) or self.upload_limit or interaction.filesize_limit
+        key = ConversationKey("discord", str(interaction.guild_id), str(thread.parent_id), str(thread.id))
+        record = await self._run_in_thread(thread, prompt, files, key=key, user=str(user.id), progress=progress,
+                                           upload_limit=limit)
+        # The interaction token lasts 15 minutes; past that, the thread already has everything.
+        if record is not None and discord.utils.utcnow() - interaction.created_at < self.interaction_token_lifetime:
+            mark = "✅ Answered" if record.status == "ok" else "⚠️ Stopped"
+            where = f" in {thread.mention}" if thread is not channel else " below"
+            try:
+                await interaction.edit_original_response(content=f"{headline}\n{mark}{where}.")
+            except discord.HTTPException as e:
+                log.info("could not update the response of interaction %s: %s", interaction.id, e)
+
+    # ------------------------------------------------------------------------------------------
+    # follow-ups
+
+    async def on_message(self, message: discord.Message) -> None:
+        """A message in one of the bot's conversation threads continues that conversation."""
+        if message.author.bot or message.webhook_id is not None or self.user is None:
+            return  # our own messages (echoed by the gateway) and other bots
+        if message.type not in (discord.MessageType.default, discord.MessageType.reply):
+            return
+        channel = message.channel
+        if not isinstance(channel, discord.Thread) or not self._is_conversation_thread(channel):
+            return
+        mentioned = self.user in message.mentions
+        if self.cfg.followups_need_mention and not mentioned:
+            return
+        if self._seen.seen(("message", message.id)):
+            log.info("ignored replayed message %s", message.id)
+            return
+        text = message.content.replace(f"<@{self.user.id}>", "").replace(f"<@!{self.user.id}>", "").strip()
+        roles = [r.id for r in getattr(message.author, "roles", [])]
+        refusal = access_refusal(self.cfg, guild_id=message.guild.id if message.guild else None,
+                                 channel_ids=[channel.id, channel.parent_id], role_ids=roles)
+        if refusal is None and self._closing:
+            refusal = SHUTDOWN_SENTENCE
+        if refusal is None:
+            refusal = attachment_refusal(
+                [AttachmentInfo(a.filename, a.size, a.content_type) for a in message.attachments],
+                max_bytes=self.settings.storage.max_file_bytes, max_files=self.settings.storage.max_files)
+        if refusal is None and not text and not message.attachments:
+            return  # an empty message (e.g. only a mention): nothing to answer
+        if refusal is None:
+            refusal = await self._throttle_refusal(message.author.id)
+        if refusal is not None:
+            log.info("refused follow-up %s from user %s: %s", message.id, message.author.id, refusal)
+            await self._reply(message, refusal)
+            return
+        progress = Progress()
+        self._spawn(self._followup_run(message, text, progress), progress, message.author.id)
+
+    async def _reply(self, message: discord.Message, text: str) -> None:
+        try:
+            await message.reply(text, mention_author=False)
+        except discord.HTTPException as e:
+            log.warning("could not reply to message %s: %s", message.id, e)
+
+    async def _followup_run(self, message: discord.Message, text: str, progress: Progress) -> None:
+        thread = message.channel
+        assert isinstance(thread, discord.Thread)
+        try:
+            files = await self._download(message.attachments)
+            await self.service.check_files(files)
+        except HuggingGPTError as e:
+            log.info("files refused for message %s: %s", message.id, e)
+            await self._reply(message, e.user_message)
+            return
+        except (discord.HTTPException, OSError) as e:
+            log.warning("could not download attachments of message %s: %s", message.id, e)
+            await self._reply(message, "I could not download your file from Discord; please attach it again.")
+            return
+        limit = self.upload_limit or self._threads.get(thread.id) or thread.guild.filesize_limit
+        if thread.id not in self._threads:
+            self._remember_thread(thread.id, limit)
+        key = ConversationKey("discord", str(thread.guild.id), str(thread.parent_id), str(thread.id))
+        await self._run_in_thread(thread, text, files, key=key, user=str(message.author.id), progress=progress,
+                                  upload_limit=limit, reply_to=message)
+
+    # ------------------------------------------------------------------------------------------
+    # one run, rendered into a thread
+
+    async def _run_in_thread(
+        self,
+        thread: discord.Thread,
+        text: str,
+        files: list[IncomingFile],
+        *,
+        key: ConversationKey,
+        user: str,
+        progress: Progress,
+        upload_limit: int,
+        reply_to: discord.Message | None = None,
+    ) -> RunRecord | None:
+        """Run one turn and render it: status message (edited), files, answer chunks.
+
+        Returns the run's record, or ``None`` when the status message could not be posted.
+        """
+        try:
+            if reply_to is not None:
+                status = await reply_to.reply(render_progress(progress), mention_author=False)
+            else:
+                status = await thread.send(render_progress(progress))
+        except discord.HTTPException as e:
+            log.warning("could not post in thread %s: %s", thread.id, e)
+            return None
+        editor = ThrottledEditor(status, rate=self.edit_rate)
+        run = self._runs.get(asyncio.current_task())  # type: ignore[arg-type]
+        if run is not None:
+            run.editor = editor
+        record: RunRecord | None = None
+        try:
+            try:
+                async for event in self.service.handle(text, files, key=key, user=user):
+                    apply_event(progress, event)
+                    editor.update(render_progress(progress))
+                    if isinstance(event, Done):
+                        record = event.record
+            except HuggingGPTError as e:
+                log.info("run in thread %s refused: %s", thread.id, e)
+                record = RunRecord(request=text, status="error", error=e.user_message)
+                apply_event(progress, Done(record))
+            if record is None:
+                record = RunRecord(request=text, status="error", error=CRASH_SENTENCE)
+                apply_event(progress, Done(record))
+            await editor.close(render_progress(progress))
+            await self._post_files(thread, record.files, upload_limit)
+            if record.status == "ok":
+                chunks = split_message(record.response or progress.answer)
+                if not chunks and not record.files:
+                    chunks = ["The run finished without an answer text; please rephrase your request."]
+                for chunk in chunks:
+                    await thread.send(chunk)
+            else:
+                await thread.send(f"⚠️ {record.error or CRASH_SENTENCE}")
+            return record
+        except asyncio.CancelledError:
+            progress.interrupted = SHUTDOWN_SENTENCE
+            await asyncio.shield(self._mark_interrupted(editor, progress))
+            raise
+        except discord.HTTPException as e:
+            log.warning("could not post the result in thread %s: %s", thread.id, e)
+            return record
+        except Exception:
+            log.exception("run in thread %s crashed", thread.id)
+            progress.interrupted = CRASH_SENTENCE
+            await self._mark_interrupted(editor, progress)
+            return record
+
+    @staticmethod
+    async def _mark_interrupted(editor: ThrottledEditor, progress: Progress) -> None:
+        try:
+            await asyncio.wait_for(editor.close(render_progress(progress)), 5)
+        except (asyncio.TimeoutError, TimeoutError, discord.HTTPException):
+            log.warning("could not mark the status message %s as interrupted", editor.message.id)
+
+    async def _post_files(self, thread: discord.Thread, resources: list[Resource], limit: int) -> None:
+        """Upload generated files (shrunk to ``limit`` bytes each) in messages of at most 10 files,
+        with a note for every file changed or left out."""
+        prepared: list[tuple[bytes, str, str]] = []
+        notes: list[str] = []
+        for res in resources:
+            try:
+                data = await asyncio.to_thread(res.path.read_bytes)
+            except OSError as e:
+                log.warning("generated file %s unreadable: %s", res.path, e)
+                notes.append(f"📎 A generated file ({res.id}) could not be read, so it is not attached.")
+                continue
+            ext = mimetypes.guess_extension(res.mime) or ""
+            name = res.name or f"{res.id}{ext}"
+            fitted = await fit_media(data, filename=name, mime=res.mime, limit=limit)
+            if fitted.note:
+                notes.append(fitted.note)
+            if fitted.data is not None:
+                prepared.append((fitted.data, fitted.filename, res.description[:1000]))
+        batches: list[list[tuple[bytes, str, str]]] = []
+        for item in prepared:
+            if not batches or len(batches[-1]) >= MAX_FILES_PER_MESSAGE or sum(len(i[0]) for i in batches[-1]) + len(item[0]) > limit:
+                batches.append([])
+            batches[-1].append(item)
+        note_text = "\n".join(notes)
+        for n, batch in enumerate(batches):
+            content = note_text[:2000] if n == 0 and note_text else None
+            await thread.send(content=content, files=[discord.File(io.BytesIO(d), filename=f, description=desc or None)
+                                                      for d, f, desc in batch])
+        if not batches and note_text:
+            for chunk in split_message(note_text):
+                await thread.send(chunk)
+
+    # ------------------------------------------------------------------------------------------
+    # shutdown
+
+    @property
+    def runs_in_flight(self) -> int:
+        """Number of runs not yet finished."""
+        return len(self._runs)
+
+    async def drain(self, grace: float | None = None) -> None:
+        """Refuse new requests, let runs in flight finish for ``grace`` seconds, then cancel the
+        rest (their status messages say the bot restarted)."""
+        self._closing = True
+        grace = self.shutdown_grace if grace is None else grace
+        tasks = list(self._runs)
+        if not tasks:
+            return
+        log.info("waiting up to %.0f s for %d runs in flight", grace, len(tasks))
+        _, pending = await asyncio.wait(tasks, timeout=grace)
+        for t in pending:
+            t.cancel()
+        if pending:
+            await asyncio.wait(pending, timeout=10)
+            log.warning("interrupted %d runs at shutdown", len(pending))
+
+    async def close(self) -> None:
+        """Drain runs in flight (see :meth:`drain`), then disconnect."""
+        if not self._closing:
+            await self.drain()
+        await super().close()

@@ -1,0 +1,120 @@
+"""Pure decisions of the Discord front end: who may ask where, which files are acceptable, which
+events were already handled. No I/O, no discord.py imports.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass
+
+from bot.config import DiscordSettings
+
+from .media import human_size
+
+SUPPORTED_KINDS = ("image", "audio", "video")
+"""Declared content types we accept before the service sniffs the bytes (``image/*`` ...)."""
+
+
+class SeenIds:
+    """A bounded set with expiry, for events Discord may deliver twice (a replayed
+    INTERACTION_CREATE after a gateway RESUME, a re-sent MESSAGE_CREATE).
+
+    Args:
+        maxlen: most ids kept; the oldest are forgotten first.
+        ttl: seconds an id is remembered.
+    """
+
+    def __init__(self, maxlen: int = 10_000, ttl: float = 3600.0) -> None:
+        self.maxlen = maxlen
+        self.ttl = ttl
+        self._items: OrderedDict[Hashable, float] = OrderedDict()
+
+    def seen(self, key: Hashable, now: float | None = None) -> bool:
+        """Return ``True`` if ``key`` was recorded within ``ttl``; otherwise record it and return
+        ``False``. ``now`` is ``time.monotonic()`` seconds (default: the clock)."""
+        now = time.monotonic() if now is None else now
+        while self._items:
+            oldest, at = next(iter(self._items.items()))
+            if now - at <= self.ttl and len(self._items) < self.maxlen:
+                break
+            self._items.popitem(last=False)
+        if key in self._items and now - self._items[key] <= self.ttl:
+            return True
+        self._items[key] = now
+        return False
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+def access_refusal(
+    cfg: DiscordSettings, *, guild_id: int | None, channel_ids: Iterable[int], role_ids: Iterable[int]
+) -> str | None:
+    """The sentence refusing a request, or ``None`` when it is allowed.
+
+    Args:
+        cfg: the ``[discord]`` settings; an empty allow-list allows everything.
+        guild_id: the guild (``None`` in direct messages, which are refused: conversations live in
+            guild threads).
+        channel_ids: the channel and, in a thread, its parent channel; either may be allowed.
+        role_ids: the member's role ids.
+    """
+    if guild_id is None:
+        return "I only work in servers, not in direct messages."
+    if cfg.allowed_guilds and guild_id not in cfg.allowed_guilds:
+        return "I'm not enabled on this server."
+    if cfg.allowed_channels and not set(channel_ids) & set(cfg.allowed_channels):
+        return "I'm not allowed to answer in this channel; please ask in one where I'm enabled."
+    if cfg.allowed_roles and not set(role_ids) & set(cfg.allowed_roles):
+        return "You need one of the roles allowed to use me; ask a server admin."
+    return None
+
+
+@dataclass(frozen=True)
+class AttachmentInfo:
+    """What Discord says about an attachment before it is downloaded."""
+
+    filename: str
+    size: int
+    content_type: str | None
+
+
+def attachment_refusal(files: list[AttachmentInfo], *, max_bytes: int, max_files: int) -> str | None:
+    """The sentence refusing attachments by their declared size and type, or ``None``.
+
+    The bytes are checked again by the service (type sniffed from the content); this check only
+    lets the bot refuse at once, privately, before downloading anything.
+    """
+    if len(files) > max_files:
+        return f"Please attach at most {max_files} files."
+    for f in files:
+        if f.size > max_bytes:
+            return (f"{f.filename} is {human_size(f.size)}, over the {human_size(max_bytes)} limit for files I read; "
+                    f"please send a smaller file.")
+        kind = (f.content_type or "").split("/", 1)[0].lower()
+        if kind not in SUPPORTED_KINDS:
+            shown = f.content_type or "of an unknown type"
+            return (f"{f.filename} is {shown}; I can only work with images, audio and video files.")
+    return None
+
+
+REQUIRED_IN_CHANNEL = ("view_channel", "send_messages", "create_public_threads", "send_messages_in_threads",
+                       "attach_files", "read_message_history")
+"""Permissions the bot needs for ``/ask`` in a text channel (it opens a public thread there)."""
+REQUIRED_IN_THREAD = ("view_channel", "send_messages_in_threads", "attach_files", "read_message_history")
+"""Permissions the bot needs to work inside an existing thread."""
+
+
+def missing_permission(granted: set[str], *, in_thread: bool) -> str | None:
+    """The first permission (discord.py attribute name) the bot lacks, or ``None``.
+
+    Args:
+        granted: names of permissions granted (e.g. from ``Interaction.app_permissions``).
+        in_thread: whether the bot works in an existing thread (no thread to create).
+    """
+    for name in REQUIRED_IN_THREAD if in_thread else REQUIRED_IN_CHANNEL:
+        if name not in granted:
+            return name
+    return None

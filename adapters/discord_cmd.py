@@ -1,0 +1,89 @@
+"""``hugginggpt discord``: run the Discord front end until Ctrl-C / SIGTERM.
+
+Setup (intents, permissions, invite URL): ``docs/discord.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+from typing import Any
+
+from bot.config import Settings
+from pipeline.errors import ConfigError
+
+log = logging.getLogger("hugginggpt.discord")
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``discord`` to the CLI's subparsers.
+
+    Args:
+        subparsers: the object ``ArgumentParser.add_subparsers()`` returned.
+
+    Returns:
+        The ``discord`` parser (flags: ``--sandbox``, ``--grace SECONDS``).
+    """
+    p = subparsers.add_parser(
+        "discord",
+        help="run the Discord bot (/ask command, threads as conversations)",
+        description="Run the Discord bot. Needs [discord] token (or DISCORD_BOT_TOKEN); see docs/discord.md.",
+    )
+    p.add_argument("--sandbox", action="store_true", help="use in-process stand-in backends for the models")
+    p.add_argument("--grace", type=float, default=30.0, metavar="SECONDS",
+                   help="on shutdown, let runs in flight finish this long before marking them interrupted (default 30)")
+    return p
+
+
+async def main(args: argparse.Namespace, settings: Settings) -> int:
+    """Start the service and the bot; stop cleanly on SIGINT/SIGTERM.
+
+    Returns:
+        0 after a clean shutdown.
+
+    Raises:
+        ConfigError: no bot token is configured, or Discord refused it (exit status 2).
+    """
+    import discord
+
+    from bot.service import Service
+
+    from .discord.bot_client import HuggingGPTBot
+
+    if settings.discord.token is None or not settings.discord.token.get_secret_value():
+        raise ConfigError("No Discord bot token: set DISCORD_BOT_TOKEN or [discord] token (see docs/discord.md).")
+    service = await Service.create(settings)
+    bot = HuggingGPTBot(service, settings, shutdown_grace=getattr(args, "grace", 30.0))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        try:
+            await bot.login(settings.discord.token.get_secret_value())
+        except discord.LoginFailure:
+            raise ConfigError("Discord refused the bot token; copy it again from the Developer Portal (Bot > Reset Token).") from None
+        runner = asyncio.create_task(bot.connect(reconnect=True), name="discord-gateway")
+        waiter = asyncio.create_task(stop.wait())
+        done, _ = await asyncio.wait({runner, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        if runner in done:
+            exc = runner.exception()
+            if isinstance(exc, discord.PrivilegedIntentsRequired):
+                raise ConfigError("Discord refused the Message Content intent: enable it in the Developer Portal "
+                                  "(Bot > Privileged Gateway Intents > Message Content Intent).") from None
+            if exc is not None:
+                raise exc
+        log.info("shutting down: %d runs in flight", bot.runs_in_flight)
+        waiter.cancel()
+        await bot.close()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await runner
+        return 0
+    finally:
+        if not bot.is_closed():
+            await bot.close()
+        await service.close()

@@ -1,0 +1,870 @@
+"""A stand-in Discord (REST API v10, gateway websocket and CDN) on 127.0.0.1 for tests.
+
+The real discord.py client talks to it after two class attributes are pointed at it (see
+:meth:`StandinDiscord.patch_client_urls`): ``discord.http.Route.BASE`` (REST, interaction callbacks
+and webhook follow-ups) and ``discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY`` (websocket).
+
+What it speaks (Discord API docs, "Gateway" and "Interactions > Receiving and Responding"):
+
+- gateway ``/gw``: HELLO (op 10), IDENTIFY (op 2) or RESUME (op 6), READY, GUILD_CREATE with the
+  guild's channels, roles and members, heartbeat ACKs (op 11), then the events a test injects
+  (INTERACTION_CREATE, MESSAGE_CREATE) plus THREAD_CREATE and MESSAGE_CREATE echoes of what the
+  bot itself creates, as Discord does;
+- REST under ``/api/v10``: the routes a slash-command bot uses (see :meth:`_routes`); JSON bodies
+  are answered with ``Content-Type: application/json`` exactly (discord.py decodes nothing else);
+- CDN ``/attachments/{channel}/{attachment}/{filename}``: attachment bytes from a media folder.
+
+Everything the bot sends is recorded in :attr:`StandinDiscord.calls` with a ``time.monotonic()``
+timestamp; messages keep their edit history, and uploaded files keep their bytes.
+
+Knobs: :attr:`forbid_threads` (thread creation answers 403 "Missing Permissions", code 50013),
+:attr:`attachment_size_limit` (bytes, reported in each interaction and enforced on uploads with
+413 / code 40005), :attr:`app_permissions` (the bot's permissions sent in each interaction).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+DISCORD_EPOCH_MS = 1420070400000
+JSON = "application/json"
+
+# Permission bits (Discord API docs, "Permissions > Bitwise Permission Flags").
+VIEW_CHANNEL = 1 << 10
+SEND_MESSAGES = 1 << 11
+ATTACH_FILES = 1 << 15
+READ_MESSAGE_HISTORY = 1 << 16
+CREATE_PUBLIC_THREADS = 1 << 35
+SEND_MESSAGES_IN_THREADS = 1 << 38
+BOT_PERMISSIONS = (
+    VIEW_CHANNEL | SEND_MESSAGES | ATTACH_FILES | READ_MESSAGE_HISTORY | CREATE_PUBLIC_THREADS | SEND_MESSAGES_IN_THREADS
+)
+
+
+def _now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat()
+
+
+@dataclass
+class Call:
+    """One request the bot made: when (``time.monotonic()``, seconds), what, and its body."""
+
+    t: float
+    method: str
+    path: str
+    json: Any = None
+    files: list["UploadedFile"] = field(default_factory=list)
+    query: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class UploadedFile:
+    """A file the bot uploaded (multipart ``files[n]``)."""
+
+    filename: str
+    content_type: str | None
+    data: bytes
+
+
+@dataclass
+class StoredMessage:
+    """A message as the stand-in keeps it: current payload, edit history, uploaded files."""
+
+    payload: dict[str, Any]
+    files: list[UploadedFile] = field(default_factory=list)
+    history: list[str] = field(default_factory=list)  # every content the message had, oldest first
+    edit_times: list[float] = field(default_factory=list)  # time.monotonic() of each PATCH
+    created: float = field(default_factory=time.monotonic)
+    deleted: bool = False
+
+    @property
+    def id(self) -> int:
+        return int(self.payload["id"])
+
+    @property
+    def channel_id(self) -> int:
+        return int(self.payload["channel_id"])
+
+    @property
+    def content(self) -> str:
+        return self.payload.get("content") or ""
+
+    @property
+    def flags(self) -> int:
+        return int(self.payload.get("flags") or 0)
+
+
+class StandinDiscord:
+    """The stand-in server. Use as ``async with StandinDiscord(media_dir) as d: ...``.
+
+    Attributes:
+        app_id, bot_id, guild_id, channel_id (a text channel), other_channel_id (a text channel
+        outside any allow-list), user (a human member), other_bot (another bot account).
+        calls: every request the bot made, in order.
+        messages: message id → :class:`StoredMessage` (channel posts, interaction responses,
+            follow-ups).
+        command_syncs: how many times application commands were bulk-overwritten (PUT).
+        deferrals: interaction id → ``time.monotonic()`` of its deferral (callback type 5).
+        injected: interaction/message id → ``time.monotonic()`` when its event was sent.
+    """
+
+    def __init__(self, media_dir: Path) -> None:
+        self.media_dir = Path(media_dir)
+        self._ids = itertools.count(1)
+        self.app_id = self.snowflake()
+        self.bot_id = self.app_id
+        self.guild_id = self.snowflake()
+        self.channel_id = self.snowflake()
+        self.other_channel_id = self.snowflake()
+        self.role_id = self.snowflake()
+        self.user = self._user(self.snowflake(), "alice")
+        self.user2 = self._user(self.snowflake(), "bob")
+        self.other_bot = self._user(self.snowflake(), "otherbot", bot=True)
+        self.bot_user = self._user(self.bot_id, "HuggingGPT", bot=True)
+        self.token = "standin-bot-token"
+        self.channels: dict[int, dict[str, Any]] = {}
+        for cid, name in ((self.channel_id, "general"), (self.other_channel_id, "random")):
+            self.channels[cid] = {
+                "id": str(cid),
+                "type": 0,
+                "guild_id": str(self.guild_id),
+                "name": name,
+                "position": 0,
+                "permission_overwrites": [],
+                "nsfw": False,
+                "parent_id": None,
+                "topic": None,
+                "last_message_id": None,
+                "rate_limit_per_user": 0,
+            }
+        self.messages: dict[int, StoredMessage] = {}
+        self.calls: list[Call] = []
+        self.command_syncs = 0
+        self.commands: list[dict[str, Any]] = []
+        self.deferrals: dict[int, float] = {}
+        self.callbacks: dict[int, dict[str, Any]] = {}  # interaction id → callback JSON
+        self.injected: dict[int, float] = {}
+        self.identifies = 0
+        self.resumes = 0
+        self.forbid_threads = False
+        self.attachment_size_limit = 10 * 1024 * 1024
+        self.app_permissions = BOT_PERMISSIONS
+        self.token_ttl: float | None = None  # seconds an interaction token works (Discord: 900)
+        self.refuse_intents = False  # close the gateway with 4014 "Disallowed intent(s)" on IDENTIFY
+        self._interactions: dict[str, dict[str, Any]] = {}  # token → {id, channel_id, original}
+        self._sockets: list[web.WebSocketResponse] = []
+        self._seq = 0
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+        self.identified = asyncio.Event()
+        self._changed = asyncio.Condition()
+
+    # ------------------------------------------------------------------------------------------
+    # lifecycle
+
+    async def __aenter__(self) -> "StandinDiscord":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        app = web.Application(client_max_size=200 * 1024 * 1024)
+        app.add_routes(self._routes())
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    async def stop(self) -> None:
+        for ws in list(self._sockets):
+            await ws.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def api_base(self) -> str:
+        return f"{self.base}/api/v10"
+
+    @property
+    def gateway_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/gw"
+
+    def patch_client_urls(self) -> tuple[Any, Any]:
+        """Point discord.py at this server; returns the old values for :meth:`restore_client_urls`."""
+        import discord.gateway
+        import discord.http
+        import yarl
+
+        old = (discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY)
+        discord.http.Route.BASE = self.api_base
+        discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(self.gateway_url)
+        return old
+
+    @staticmethod
+    def restore_client_urls(old: tuple[Any, Any]) -> None:
+        import discord.gateway
+        import discord.http
+
+        discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = old
+
+    # ------------------------------------------------------------------------------------------
+    # payload builders
+
+    def snowflake(self) -> int:
+        ms = int(time.time() * 1000) - DISCORD_EPOCH_MS
+        return (ms << 22) | (next(self._ids) & 0x3FFFFF)
+
+    @staticmethod
+    def _user(uid: int, name: str, *, bot: bool = False) -> dict[str, Any]:
+        return {
+            "id": str(uid),
+            "username": name,
+            "global_name": name,
+            "discriminator": "0",
+            "avatar": None,
+            "bot": bot,
+            "public_flags": 0,
+        }
+
+    def _member(self, user: dict[str, Any], roles: list[int] | None = None) -> dict[str, Any]:
+        return {
+            "user": user,
+            "roles": [str(r) for r in (roles or [])],
+            "joined_at": "2024-01-01T00:00:00+00:00",
+            "deaf": False,
+            "mute": False,
+            "flags": 0,
+            "nick": None,
+            "avatar": None,
+            "premium_since": None,
+            "pending": False,
+            "communication_disabled_until": None,
+        }
+
+    def guild_payload(self) -> dict[str, Any]:
+        return {
+            "id": str(self.guild_id),
+            "name": "Stand-in guild",
+            "icon": None,
+            "owner_id": self.user["id"],
+            "features": [],
+            "emojis": [],
+            "stickers": [],
+            "roles": [
+                {"id": str(self.guild_id), "name": "@everyone", "permissions": str(BOT_PERMISSIONS), "position": 0,
+                 "color": 0, "hoist": False, "managed": False, "mentionable": False, "flags": 0},
+                {"id": str(self.role_id), "name": "artists", "permissions": "0", "position": 1,
+                 "color": 0, "hoist": False, "managed": False, "mentionable": False, "flags": 0},
+            ],
+            "channels": [c for c in self.channels.values() if c["type"] == 0],
+            "threads": [c for c in self.channels.values() if c["type"] == 11],
+            "members": [self._member(self.bot_user), self._member(self.user, [self.role_id])],
+            "member_count": 4,
+            "premium_tier": 0,
+            "unavailable": False,
+            "large": False,
+            "verification_level": 0,
+            "default_message_notifications": 0,
+            "explicit_content_filter": 0,
+            "mfa_level": 0,
+            "nsfw_level": 0,
+            "preferred_locale": "en-US",
+            "system_channel_flags": 0,
+            "voice_states": [],
+            "presences": [],
+            "stage_instances": [],
+            "guild_scheduled_events": [],
+            "joined_at": "2024-01-01T00:00:00+00:00",
+        }
+
+    def message_payload(
+        self,
+        channel_id: int,
+        author: dict[str, Any],
+        content: str,
+        *,
+        attachments: list[dict[str, Any]] | None = None,
+        mentions: list[dict[str, Any]] | None = None,
+        flags: int = 0,
+        message_type: int = 0,
+        webhook_id: int | None = None,
+        interaction: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        mid = self.snowflake()
+        payload: dict[str, Any] = {
+            "id": str(mid),
+            "channel_id": str(channel_id),
+            "guild_id": str(self.guild_id),
+            "author": author,
+            "content": content,
+            "timestamp": _now_iso(),
+            "edited_timestamp": None,
+            "tts": False,
+            "mention_everyone": False,
+            "mentions": mentions or [],
+            "mention_roles": [],
+            "attachments": attachments or [],
+            "embeds": [],
+            "pinned": False,
+            "type": message_type,
+            "flags": flags,
+        }
+        if webhook_id is not None:
+            payload["webhook_id"] = str(webhook_id)
+        if interaction is not None:
+            payload["interaction_metadata"] = interaction
+        if not author.get("bot"):
+            payload["member"] = {k: v for k, v in self._member(author, [self.role_id] if author is self.user else []).items() if k != "user"}
+        return payload
+
+    def attachment(self, filename: str, *, channel_id: int | None = None, content_type: str | None = None,
+                   size: int | None = None) -> dict[str, Any]:
+        """An attachment payload whose ``url`` is this stand-in's CDN route for ``media_dir/filename``.
+
+        ``content_type`` and ``size`` default to the real ones; pass others to play a lying client.
+        """
+        path = self.media_dir / filename
+        aid = self.snowflake()
+        cid = channel_id or self.channel_id
+        url = f"{self.base}/attachments/{cid}/{aid}/{filename}"
+        guessed = {
+            ".png": "image/png", ".jpg": "image/jpeg", ".wav": "audio/wav", ".ogg": "audio/ogg",
+            ".mp3": "audio/mpeg", ".mp4": "video/mp4", ".txt": "text/plain", ".md": "text/markdown",
+        }.get(path.suffix.lower(), "application/octet-stream")
+        return {
+            "id": str(aid),
+            "filename": filename,
+            "size": size if size is not None else path.stat().st_size,
+            "url": url,
+            "proxy_url": url,
+            "content_type": content_type or guessed,
+        }
+
+    # ------------------------------------------------------------------------------------------
+    # gateway
+
+    async def dispatch(self, event: str, data: dict[str, Any]) -> None:
+        """Send one DISPATCH (op 0) event to every connected gateway socket."""
+        self._seq += 1
+        frame = json.dumps({"op": 0, "t": event, "s": self._seq, "d": data})
+        for ws in list(self._sockets):
+            if not ws.closed:
+                await ws.send_str(frame)
+
+    async def _gateway(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        await ws.send_str(json.dumps({"op": 10, "d": {"heartbeat_interval": 41250}}))
+        try:
+            async for msg in ws:
+                if msg.type != WSMsgType.TEXT:
+                    continue
+                frame = json.loads(msg.data)
+                op = frame.get("op")
+                if op == 1:
+                    await ws.send_str(json.dumps({"op": 11}))
+                elif op == 2 and self.refuse_intents:
+                    await ws.close(code=4014, message=b"Disallowed intent(s).")
+                    break
+                elif op == 2:
+                    self.identifies += 1
+                    self._sockets.append(ws)
+                    await self._send_ready(ws)
+                elif op == 6:
+                    self.resumes += 1
+                    self._sockets.append(ws)
+                    self._seq += 1
+                    await ws.send_str(json.dumps({"op": 0, "t": "RESUMED", "s": self._seq, "d": {}}))
+        finally:
+            if ws in self._sockets:
+                self._sockets.remove(ws)
+        return ws
+
+    async def _send_ready(self, ws: web.WebSocketResponse) -> None:
+        self._seq += 1
+        ready = {
+            "v": 10,
+            "user": {**self.bot_user, "verified": True, "mfa_enabled": False, "flags": 0},
+            "guilds": [{"id": str(self.guild_id), "unavailable": True}],
+            "session_id": f"session-{self.identifies}",
+            "resume_gateway_url": self.gateway_url,
+            "shard": [0, 1],
+            "application": {"id": str(self.app_id), "flags": 0},
+            "private_channels": [],
+            "relationships": [],
+        }
+        await ws.send_str(json.dumps({"op": 0, "t": "READY", "s": self._seq, "d": ready}))
+        self._seq += 1
+        await ws.send_str(json.dumps({"op": 0, "t": "GUILD_CREATE", "s": self._seq, "d": self.guild_payload()}))
+        self.identified.set()
+
+    async def reconnect_gateway(self) -> None:
+        """Ask the client to reconnect (op 7 RECONNECT), as Discord does during maintenance."""
+        for ws in list(self._sockets):
+            await ws.send_str(json.dumps({"op": 7, "d": None}))
+
+    # ------------------------------------------------------------------------------------------
+    # injecting user actions
+
+    def interaction_payload(
+        self,
+        prompt: str,
+        *,
+        files: list[str] | None = None,
+        attachments: list[dict[str, Any]] | None = None,
+        user: dict[str, Any] | None = None,
+        roles: list[int] | None = None,
+        channel_id: int | None = None,
+        command: str = "ask",
+        interaction_id: int | None = None,
+    ) -> dict[str, Any]:
+        """An APPLICATION_COMMAND interaction for ``/command prompt:<prompt> file1..fileN``."""
+        user = user or self.user
+        cid = channel_id or self.channel_id
+        channel = self.channels[cid]
+        iid = interaction_id or self.snowflake()
+        token = f"itoken-{iid}"
+        atts = list(attachments or []) + [self.attachment(f, channel_id=cid) for f in files or []]
+        options: list[dict[str, Any]] = [{"name": "prompt", "type": 3, "value": prompt}]
+        resolved: dict[str, Any] = {}
+        for i, att in enumerate(atts, start=1):
+            options.append({"name": f"file{i}", "type": 11, "value": att["id"]})
+            resolved.setdefault("attachments", {})[att["id"]] = att
+        data: dict[str, Any] = {"id": str(self.commands[0]["id"]) if self.commands else "1", "name": command,
+                                "type": 1, "options": options}
+        if resolved:
+            data["resolved"] = resolved
+        member_roles = [self.role_id] if roles is None and user is self.user else (roles or [])
+        return {
+            "id": str(iid),
+            "application_id": str(self.app_id),
+            "type": 2,
+            "data": data,
+            "guild_id": str(self.guild_id),
+            "channel_id": str(cid),
+            "channel": channel,
+            "member": {**self._member(user, member_roles), "permissions": str(BOT_PERMISSIONS)},
+            "token": token,
+            "version": 1,
+            "locale": "en-US",
+            "guild_locale": "en-US",
+            "app_permissions": str(self.app_permissions),
+            "attachment_size_limit": self.attachment_size_limit,
+            "entitlements": [],
+            "authorizing_integration_owners": {"0": str(self.guild_id)},
+            "context": 0,
+        }
+
+    async def send_interaction(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """Deliver INTERACTION_CREATE (again, for a replay) and remember its token."""
+        self._interactions.setdefault(payload["token"], {"id": int(payload["id"]), "channel_id": int(payload["channel_id"]),
+                                                         "original": None})
+        self.injected.setdefault(int(payload["id"]), time.monotonic())
+        await self.dispatch("INTERACTION_CREATE", payload)
+        return payload
+
+    async def interact(self, prompt: str, **kw: Any) -> dict[str, Any]:
+        """Build and deliver an ``/ask`` interaction; returns its payload."""
+        return await self.send_interaction(self.interaction_payload(prompt, **kw))
+
+    async def send_message(
+        self,
+        content: str,
+        *,
+        channel_id: int,
+        author: dict[str, Any] | None = None,
+        files: list[str] | None = None,
+        mention_bot: bool = False,
+        payload: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Deliver MESSAGE_CREATE for a user message (or replay ``payload``); returns the payload."""
+        if payload is None:
+            author = author or self.user
+            mentions = [self.bot_user] if mention_bot else []
+            if mention_bot:
+                content = f"<@{self.bot_id}> {content}"
+            atts = [self.attachment(f, channel_id=channel_id) for f in files or []]
+            payload = self.message_payload(channel_id, author, content, attachments=atts, mentions=mentions)
+            self.messages[int(payload["id"])] = StoredMessage(payload, history=[content])
+        self.injected.setdefault(int(payload["id"]), time.monotonic())
+        await self.dispatch("MESSAGE_CREATE", payload)
+        return payload
+
+    async def create_thread_as_user(self, name: str) -> int:
+        """A thread some user started in the text channel (not by the bot); returns its id."""
+        thread = self._thread_payload(self.channel_id, name, owner_id=int(self.user["id"]))
+        await self.dispatch("THREAD_CREATE", {**thread, "newly_created": True})
+        return int(thread["id"])
+
+    # ------------------------------------------------------------------------------------------
+    # queries for assertions
+
+    def channel_messages(self, channel_id: int) -> list[StoredMessage]:
+        """Messages in a channel or thread, oldest first (deleted ones left out)."""
+        return sorted((m for m in self.messages.values() if m.channel_id == channel_id and not m.deleted),
+                      key=lambda m: m.id)
+
+    def bot_messages(self, channel_id: int) -> list[StoredMessage]:
+        return [m for m in self.channel_messages(channel_id) if m.payload["author"]["id"] == str(self.bot_id)]
+
+    def threads(self) -> list[dict[str, Any]]:
+        return [c for c in self.channels.values() if c["type"] == 11]
+
+    def interaction_messages(self, interaction_id: int) -> list[StoredMessage]:
+        """The original response and follow-ups of one interaction (including deleted ones)."""
+        return sorted((m for m in self.messages.values()
+                       if (m.payload.get("interaction_metadata") or {}).get("id") == str(interaction_id)),
+                      key=lambda m: m.id)
+
+    async def wait_for(self, predicate: Any, timeout: float = 20.0) -> Any:
+        """Wait until ``predicate()`` is truthy (re-checked after every recorded call); return it."""
+        deadline = time.monotonic() + timeout
+        async with self._changed:
+            while True:
+                value = predicate()
+                if value:
+                    return value
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError("stand-in Discord: condition not met in time")
+                try:  # also re-check now and then: the predicate may depend on the bot's own state
+                    await asyncio.wait_for(self._changed.wait(), min(left, 0.05))
+                except (asyncio.TimeoutError, TimeoutError):
+                    pass
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    # ------------------------------------------------------------------------------------------
+    # REST
+
+    def _routes(self) -> list[web.AbstractRouteDef]:
+        a = "/api/v10"
+        return [
+            web.get("/gw", self._gateway),
+            web.get("/attachments/{cid}/{aid}/{filename}", self._cdn),
+            web.get(f"{a}/users/@me", self._me),
+            web.get(f"{a}/oauth2/applications/@me", self._appinfo),
+            web.get(f"{a}/gateway", self._gateway_info),
+            web.get(f"{a}/gateway/bot", self._gateway_info),
+            web.put(f"{a}/applications/{{app}}/commands", self._sync_commands),
+            web.put(f"{a}/applications/{{app}}/guilds/{{gid}}/commands", self._sync_commands),
+            web.get(f"{a}/applications/{{app}}/commands", self._get_commands),
+            web.post(f"{a}/interactions/{{iid}}/{{token}}/callback", self._callback),
+            web.get(f"{a}/webhooks/{{app}}/{{token}}/messages/{{mid}}", self._webhook_get),
+            web.patch(f"{a}/webhooks/{{app}}/{{token}}/messages/{{mid}}", self._webhook_edit),
+            web.delete(f"{a}/webhooks/{{app}}/{{token}}/messages/{{mid}}", self._webhook_delete),
+            web.post(f"{a}/webhooks/{{app}}/{{token}}", self._webhook_followup),
+            web.get(f"{a}/channels/{{cid}}", self._get_channel),
+            web.get(f"{a}/channels/{{cid}}/messages/{{mid}}", self._get_message),
+            web.post(f"{a}/channels/{{cid}}/messages", self._post_message),
+            web.patch(f"{a}/channels/{{cid}}/messages/{{mid}}", self._edit_message),
+            web.delete(f"{a}/channels/{{cid}}/messages/{{mid}}", self._delete_message),
+            web.post(f"{a}/channels/{{cid}}/messages/{{mid}}/threads", self._thread_from_message),
+            web.post(f"{a}/channels/{{cid}}/threads", self._thread_without_message),
+            web.post(f"{a}/channels/{{cid}}/typing", self._typing),
+            web.put(f"{a}/channels/{{cid}}/thread-members/@me", self._no_content),
+            web.get(f"{a}/guilds/{{gid}}", self._get_guild),
+        ]
+
+    @staticmethod
+    def _json(data: Any, status: int = 200) -> web.Response:
+        # discord.py decodes JSON only when the Content-Type is exactly application/json.
+        return web.Response(status=status, body=json.dumps(data).encode(), headers={"Content-Type": JSON})
+
+    def _error(self, status: int, code: int, message: str) -> web.Response:
+        return self._json({"code": code, "message": message}, status)
+
+    async def _record(self, request: web.Request) -> Call:
+        body: Any = None
+        files: list[UploadedFile] = []
+        ctype = request.headers.get("Content-Type", "")
+        if ctype.startswith("multipart/"):
+            reader = await request.multipart()
+            async for part in reader:
+                data = await part.read()  # type: ignore[union-attr]
+                if part.name == "payload_json":  # type: ignore[union-attr]
+                    body = json.loads(data)
+                else:
+                    files.append(UploadedFile(part.filename or "", part.headers.get("Content-Type"), bytes(data)))  # type: ignore[union-attr]
+        elif request.can_read_body:
+            raw = await request.read()
+            body = json.loads(raw) if raw else None
+        call = Call(time.monotonic(), request.method, request.path, body, files, dict(request.query))
+        self.calls.append(call)
+        return call
+
+    def _auth_ok(self, request: web.Request) -> bool:
+        return request.headers.get("Authorization") == f"Bot {self.token}"
+
+    async def _me(self, request: web.Request) -> web.Response:
+        await self._record(request)
+        if not self._auth_ok(request):
+            return self._error(401, 0, "401: Unauthorized")
+        return self._json({**self.bot_user, "verified": True, "mfa_enabled": False, "flags": 0})
+
+    async def _appinfo(self, request: web.Request) -> web.Response:
+        await self._record(request)
+        return self._json({
+            "id": str(self.app_id), "name": "HuggingGPT", "icon": None, "description": "", "bot_public": True,
+            "bot_require_code_grant": False, "owner": self.user, "verify_key": "00", "flags": 0,
+            "summary": "", "team": None, "rpc_origins": [],
+        })
+
+    async def _gateway_info(self, request: web.Request) -> web.Response:
+        return self._json({"url": self.gateway_url, "shards": 1,
+                           "session_start_limit": {"total": 1000, "remaining": 1000, "reset_after": 0,
+                                                   "max_concurrency": 1}})
+
+    async def _sync_commands(self, request: web.Request) -> web.Response:
+        call = await self._record(request)
+        self.command_syncs += 1
+        self.commands = [{**c, "id": str(self.snowflake()), "application_id": str(self.app_id), "version": "1",
+                          "default_member_permissions": c.get("default_member_permissions")} for c in call.json]
+        await self._notify()
+        return self._json(self.commands)
+
+    async def _get_commands(self, request: web.Request) -> web.Response:
+        return self._json(self.commands)
+
+    async def _cdn(self, request: web.Request) -> web.Response:
+        name = request.match_info["filename"]
+        path = (self.media_dir / name).resolve()
+        if path.parent != self.media_dir.resolve() or not path.is_file():
+            return web.Response(status=404, text="not found")
+        return web.Response(body=path.read_bytes(), headers={"Content-Type": "application/octet-stream"})
+
+    async def _callback(self, request: web.Request) -> web.Response:
+        call = await self._record(request)
+        iid = int(request.match_info["iid"])
+        token = request.match_info["token"]
+        info = self._interactions.get(token)
+        if info is None or info["id"] != iid:
+            return self._error(404, 10062, "Unknown interaction")
+        if iid in self.callbacks:
+            return self._error(400, 40060, "Interaction has already been acknowledged.")
+        body = call.json or {}
+        self.callbacks[iid] = body
+        kind = body.get("type")
+        data = body.get("data") or {}
+        flags = int(data.get("flags") or 0)
+        if kind == 5:
+            self.deferrals[iid] = call.t
+            flags |= 128  # LOADING
+        content = data.get("content") or ""
+        msg = self.message_payload(info["channel_id"], self.bot_user, content, flags=flags, message_type=20,
+                                   webhook_id=self.app_id, interaction=self._metadata(iid))
+        stored = StoredMessage(msg, files=call.files, history=[content])
+        self.messages[int(msg["id"])] = stored
+        info["original"] = int(msg["id"])
+        await self._notify()
+        return self._json({
+            "interaction": {"id": str(iid), "type": 2, "response_message_id": msg["id"],
+                            "response_message_loading": kind == 5, "response_message_ephemeral": bool(flags & 64)},
+            "resource": {"type": kind, "message": msg},
+        })
+
+    def _metadata(self, iid: int) -> dict[str, Any]:
+        return {"id": str(iid), "type": 2, "user": self.user, "authorizing_integration_owners": {"0": str(self.guild_id)}}
+
+    def _token_dead(self, token: str) -> bool:
+        info = self._interactions.get(token)
+        return info is None or (self.token_ttl is not None and time.monotonic() - self.injected[info["id"]] > self.token_ttl)
+
+    def _original(self, token: str, mid: str) -> StoredMessage | None:
+        info = self._interactions.get(token)
+        if info is None or self._token_dead(token):
+            return None
+        target = info["original"] if mid == "@original" else int(mid)
+        return self.messages.get(target) if target else None
+
+    async def _webhook_get(self, request: web.Request) -> web.Response:
+        await self._record(request)
+        msg = self._original(request.match_info["token"], request.match_info["mid"])
+        if msg is None or msg.deleted:
+            return self._error(404, 10008, "Unknown Message")
+        return self._json(msg.payload)
+
+    async def _webhook_edit(self, request: web.Request) -> web.Response:
+        call = await self._record(request)
+        if self._token_dead(request.match_info["token"]):
+            return self._error(401, 50027, "Invalid Webhook Token")
+        msg = self._original(request.match_info["token"], request.match_info["mid"])
+        if msg is None or msg.deleted:
+            return self._error(404, 10008, "Unknown Message")
+        return await self._apply_edit(msg, call)
+
+    async def _webhook_delete(self, request: web.Request) -> web.Response:
+        await self._record(request)
+        msg = self._original(request.match_info["token"], request.match_info["mid"])
+        if msg is None or msg.deleted:
+            return self._error(404, 10008, "Unknown Message")
+        msg.deleted = True
+        await self._notify()
+        return web.Response(status=204)
+
+    async def _webhook_followup(self, request: web.Request) -> web.Response:
+        call = await self._record(request)
+        token = request.match_info["token"]
+        info = self._interactions.get(token)
+        if info is None or self._token_dead(token):
+            return self._error(401, 50027, "Invalid Webhook Token")
+        body = call.json or {}
+        too_big = self._check_sizes(call.files)
+        if too_big is not None:
+            return too_big
+        msg = self.message_payload(info["channel_id"], self.bot_user, body.get("content") or "",
+                                   flags=int(body.get("flags") or 0), webhook_id=self.app_id,
+                                   interaction=self._metadata(info["id"]))
+        self.messages[int(msg["id"])] = StoredMessage(msg, files=call.files, history=[msg["content"]])
+        await self._notify()
+        return self._json(msg)
+
+    def _check_sizes(self, files: list[UploadedFile]) -> web.Response | None:
+        for f in files:
+            if len(f.data) > self.attachment_size_limit:
+                return self._error(413, 40005, "Request entity too large")
+        return None
+
+    async def _apply_edit(self, msg: StoredMessage, call: Call) -> web.Response:
+        body = call.json or {}
+        if "content" in body:
+            msg.payload["content"] = body["content"] or ""
+        msg.payload["flags"] = msg.flags & ~128  # no longer loading
+        msg.payload["edited_timestamp"] = _now_iso()
+        if call.files:
+            too_big = self._check_sizes(call.files)
+            if too_big is not None:
+                return too_big
+            msg.files = list(call.files)
+        msg.history.append(msg.content)
+        msg.edit_times.append(call.t)
+        await self._notify()
+        return self._json(msg.payload)
+
+    async def _get_channel(self, request: web.Request) -> web.Response:
+        await self._record(request)
+        ch = self.channels.get(int(request.match_info["cid"]))
+        return self._json(ch) if ch else self._error(404, 10003, "Unknown Channel")
+
+    async def _get_guild(self, request: web.Request) -> web.Response:
+        await self._record(request)
+        return self._json(self.guild_payload())
+
+    async def _get_message(self, request: web.Request) -> web.Response:
+        await self._record(request)
+        msg = self.messages.get(int(request.match_info["mid"]))
+        return self._json(msg.payload) if msg and not msg.deleted else self._error(404, 10008, "Unknown Message")
+
+    async def _post_message(self, request: web.Request) -> web.Response:
+        call = await self._record(request)
+        cid = int(request.match_info["cid"])
+        if cid not in self.channels:
+            return self._error(404, 10003, "Unknown Channel")
+        too_big = self._check_sizes(call.files)
+        if too_big is not None:
+            return too_big
+        body = call.json or {}
+        msg = self.message_payload(cid, self.bot_user, body.get("content") or "",
+                                   message_type=19 if body.get("message_reference") else 0)
+        if body.get("message_reference"):
+            msg["message_reference"] = body["message_reference"]
+        msg["attachments"] = [
+            {"id": str(self.snowflake()), "filename": f.filename, "size": len(f.data), "url": f"{self.base}/x/{f.filename}",
+             "proxy_url": f"{self.base}/x/{f.filename}", "content_type": f.content_type}
+            for f in call.files
+        ]
+        self.messages[int(msg["id"])] = StoredMessage(msg, files=call.files, history=[msg["content"]])
+        ch = self.channels[cid]
+        if ch["type"] == 11:
+            ch["message_count"] += 1
+        await self._notify()
+        # Discord echoes the bot's own messages over the gateway; the bot must ignore them.
+        await self.dispatch("MESSAGE_CREATE", msg)
+        return self._json(msg)
+
+    async def _edit_message(self, request: web.Request) -> web.Response:
+        call = await self._record(request)
+        msg = self.messages.get(int(request.match_info["mid"]))
+        if msg is None or msg.deleted:
+            return self._error(404, 10008, "Unknown Message")
+        return await self._apply_edit(msg, call)
+
+    async def _delete_message(self, request: web.Request) -> web.Response:
+        await self._record(request)
+        msg = self.messages.get(int(request.match_info["mid"]))
+        if msg is None:
+            return self._error(404, 10008, "Unknown Message")
+        msg.deleted = True
+        await self._notify()
+        return web.Response(status=204)
+
+    async def _typing(self, request: web.Request) -> web.Response:
+        return web.Response(status=204)
+
+    async def _no_content(self, request: web.Request) -> web.Response:
+        return web.Response(status=204)
+
+    def _thread_payload(self, parent_id: int, name: str, *, owner_id: int, thread_id: int | None = None) -> dict[str, Any]:
+        tid = thread_id or self.snowflake()
+        thread = {
+            "id": str(tid),
+            "type": 11,
+            "guild_id": str(self.guild_id),
+            "parent_id": str(parent_id),
+            "owner_id": str(owner_id),
+            "name": name,
+            "last_message_id": None,
+            "message_count": 0,
+            "member_count": 1,
+            "rate_limit_per_user": 0,
+            "flags": 0,
+            "thread_metadata": {"archived": False, "auto_archive_duration": 1440, "archive_timestamp": _now_iso(),
+                                "locked": False, "create_timestamp": _now_iso()},
+            "total_message_sent": 0,
+        }
+        self.channels[tid] = thread
+        return thread
+
+    async def _create_thread(self, request: web.Request, message_id: int | None) -> web.Response:
+        call = await self._record(request)
+        cid = int(request.match_info["cid"])
+        if self.forbid_threads:
+            await self._notify()
+            return self._error(403, 50013, "Missing Permissions")
+        body = call.json or {}
+        name = body.get("name") or ""
+        if not 1 <= len(name) <= 100:
+            return self._error(400, 50035, "Invalid Form Body: name must be between 1 and 100 in length.")
+        if cid not in self.channels or self.channels[cid]["type"] != 0:
+            return self._error(400, 50024, "Cannot execute action on this channel type")
+        thread = self._thread_payload(cid, name, owner_id=self.bot_id, thread_id=message_id)
+        if message_id is not None and message_id in self.messages:
+            self.messages[message_id].payload["thread"] = thread
+        await self._notify()
+        await self.dispatch("THREAD_CREATE", {**thread, "newly_created": True})
+        return self._json(thread, 201)
+
+    async def _thread_from_message(self, request: web.Request) -> web.Response:
+        # A thread started from a message gets the message's id (Discord API docs, "Start Thread from Message").
+        return await self._create_thread(request, int(request.match_info["mid"]))
+
+    async def _thread_without_message(self, request: web.Request) -> web.Response:
+        return await self._create_thread(request, None)
