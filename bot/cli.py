@@ -144,6 +144,7 @@ _SUBCOMMAND_MODULES: dict[str, str] = {
     "catalog": "bot.catalog_cmd",
     "chat": "bot.chat_cmd",
     "store": "bot.chat_cmd",
+    "discord": "adapters.discord_cmd",
 }
 
 
