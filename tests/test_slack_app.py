@@ -260,6 +260,13 @@ async def test_not_allowed_channel_and_rate_limit(slack, service, tmp_path):
         await h.settle()
         assert any("limit of 1 requests per minute" in m.text for m in h.replies(ts2, channel="C0ALLOWED"))
         assert h.slack.thread_files("C0ALLOWED", ts1)
+        # a user who is not allowed chatting in the bot's thread gets no refusal per reply
+        h.bot.slack.allowed_users.append("U1")
+        before = len(h.replies(ts1, channel="C0ALLOWED"))
+        chat, _ = h.user_message("nice picture!", thread_ts=ts1, channel="C0ALLOWED", user="U9")
+        await h.deliver(chat)
+        await h.settle()
+        assert len(h.replies(ts1, channel="C0ALLOWED")) == before
     finally:
         await h.close()
 

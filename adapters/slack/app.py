@@ -155,7 +155,8 @@ class SlackBot:
                              allowed_channels=self.slack.allowed_channels, allowed_users=self.slack.allowed_users)
         if refusal:
             log.info("refused user=%s channel=%s: not allowed", user, channel)
-            await self._say(channel, thread_ts, ":no_entry: " + refusal)
+            if not needs_thread_check:  # say it to mentions and DMs, not to every reply in a thread
+                await self._say(channel, thread_ts, ":no_entry: " + refusal)
             return
         wait = self.rate.acquire(user)
         if wait:
@@ -212,8 +213,10 @@ class SlackBot:
             return
         # The answer goes out at once; the final status edit may wait for chat.update's budget.
         status.set(view.render())
-        await self._deliver(channel, thread_ts, record)
-        await status.close(view.render())
+        try:
+            await self._deliver(channel, thread_ts, record)
+        finally:
+            await asyncio.shield(status.close(view.render()))
 
     async def _deliver(self, channel: str, thread_ts: str, record: RunRecord) -> None:
         """Post the answer (mrkdwn, split) and upload the generated files into the thread."""
