@@ -145,6 +145,7 @@ _SUBCOMMAND_MODULES: dict[str, str] = {
     "chat": "bot.chat_cmd",
     "store": "bot.chat_cmd",
     "discord": "adapters.discord_cmd",
+    "slack": "adapters.slack_cmd",
 }
 
 
