@@ -51,7 +51,7 @@ async def client_main() -> int:
     """``--client``: read the plan (JSON on stdin), send the phases, print latencies (JSON)."""
     import aiohttp
 
-    from standins.slack_api import sign
+    from standins.slack_api import signed_headers
 
     plan = json.loads(sys.stdin.read())
     url, secret = plan["url"], plan["secret"]
@@ -60,12 +60,7 @@ async def client_main() -> int:
 
         async def deliver(body: dict, retry: int | None) -> float:
             raw = json.dumps(body)
-            ts = str(int(time.time()))
-            headers = {"Content-Type": "application/json", "X-Slack-Request-Timestamp": ts,
-                       "X-Slack-Signature": sign(secret, ts, raw)}
-            if retry is not None:
-                headers["X-Slack-Retry-Num"] = str(retry)
-                headers["X-Slack-Retry-Reason"] = "http_timeout"
+            headers = signed_headers(secret, raw, retry)
             t0 = time.perf_counter()
             async with session.post(url, data=raw, headers=headers) as resp:
                 await resp.read()

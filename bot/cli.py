@@ -24,12 +24,15 @@ import os
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.errors import HuggingGPTError, InputError
 
 from .config import Settings, load_settings
 from .logs import setup_logging
+
+if TYPE_CHECKING:
+    from .service import IncomingFile
 
 log = logging.getLogger("hugginggpt")
 
@@ -71,7 +74,7 @@ async def open_settings(args: argparse.Namespace) -> AsyncIterator[Settings]:
             await sandbox.close()
 
 
-def read_user_file(path: str) -> "IncomingFile":
+def read_user_file(path: str) -> IncomingFile:
     """Read a ``--file`` argument.
 
     Raises:

@@ -32,15 +32,6 @@ SELECTION_SCHEMA: dict[str, Any] = {
 }
 
 
-class Card(Protocol):
-    """What selection needs of a catalog entry (``pipeline.catalog.ModelCard``)."""
-
-    id: str
-    downloads: int
-
-    def prompt_view(self) -> dict[str, Any]: ...
-
-
 class CatalogLike(Protocol):
     def candidates(self, task: str) -> list[Any]: ...
 

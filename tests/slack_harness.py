@@ -15,7 +15,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.app import create_bolt_app, get_bot
 from bot.config import Settings, SlackSettings
-from standins.slack_api import SlackStandIn, sign
+from standins.slack_api import SlackStandIn, signed_headers
 
 SECRET = "test-signing-secret"
 CHANNEL = "C0GENERAL"
@@ -36,12 +36,7 @@ class Harness:
     async def deliver(self, body: dict, *, retry_num: int | None = None, secret: str = SECRET) -> tuple[int, float]:
         """POST a signed Events API body; return (HTTP status, seconds until the response)."""
         raw = json.dumps(body)
-        ts = str(int(time.time()))
-        headers = {"Content-Type": "application/json", "X-Slack-Request-Timestamp": ts,
-                   "X-Slack-Signature": sign(secret, ts, raw)}
-        if retry_num is not None:
-            headers["X-Slack-Retry-Num"] = str(retry_num)
-            headers["X-Slack-Retry-Reason"] = "http_timeout"
+        headers = signed_headers(secret, raw, retry_num)
         t0 = time.perf_counter()
         async with self.session.post(self.url, data=raw, headers=headers) as resp:
             await resp.read()

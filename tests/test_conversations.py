@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 
 from bot.config import load_settings
-from bot.service import ConversationKey, IncomingFile, Service
+from bot.service import ConversationKey, Service
 from tests.conftest import media_file
 from pipeline.errors import InputError, StorageError
 from pipeline.types import Done

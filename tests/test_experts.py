@@ -7,8 +7,6 @@ decoded and checked as a user would see them (images opened, audio decoded, vide
 from __future__ import annotations
 
 import asyncio
-import io
-import json
 import time
 import wave
 

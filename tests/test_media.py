@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from pipeline.errors import InputError, StorageError
-from pipeline.media import LocalResourceSink, MediaStore, inspect_upload
+from pipeline.media import LocalResourceSink, inspect_upload
 from pipeline.types import Resource
 
 LIMIT = 25 << 20

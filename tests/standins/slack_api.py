@@ -57,6 +57,16 @@ def sign(secret: str, timestamp: str, body: str) -> str:
     return "v0=" + hmac.new(secret.encode(), base, hashlib.sha256).hexdigest()
 
 
+def signed_headers(secret: str, body: str, retry_num: int | None = None) -> dict[str, str]:
+    """Headers of an Events API delivery of ``body`` signed now; ``retry_num`` marks a Slack retry."""
+    ts = str(int(time.time()))
+    headers = {"Content-Type": "application/json", "X-Slack-Request-Timestamp": ts, "X-Slack-Signature": sign(secret, ts, body)}
+    if retry_num is not None:
+        headers["X-Slack-Retry-Num"] = str(retry_num)
+        headers["X-Slack-Retry-Reason"] = "http_timeout"
+    return headers
+
+
 @dataclass
 class Message:
     channel: str
