@@ -28,11 +28,13 @@ import threading
 import time
 from pathlib import Path
 
-from bot.config import load_settings
+from bot.settings import load_settings
 from bot.sandbox import Sandbox
-from bot.service import IncomingFile, Service
+from bot.incoming import IncomingFile
+from bot.service import Service
 from pipeline.llm import Usage
-from pipeline.media import LocalResourceSink
+from bot.store import LocalResourceSink
+from bot.uploads import inspect_upload
 from pipeline.planning import validate_plan
 from pipeline.tasks import TASKS
 from pipeline.types import Done, Request
@@ -101,7 +103,9 @@ async def bench_graphs(stand: StandIns, data_dir: Path, repeats: int) -> list[di
     service = await Service.create(load_settings(env={}, overrides=overrides))
     pipeline = service.pipeline
     sink = LocalResourceSink(service.media)
-    photo = await sink.add_user_file((MEDIA / "chelsea.png").read_bytes(), "chelsea.png", "image/png", 25 << 20)
+    data = (MEDIA / "chelsea.png").read_bytes()
+    info = await inspect_upload(data, "chelsea.png", "image/png", max_bytes=25 << 20)
+    photo = await sink.add(data, kind=info.kind, mime=info.mime, origin="user", description=info.description, name="chelsea.png")
     request = Request(text="benchmark", files=[photo])
     available = await pipeline.served_tasks()
     rows = []

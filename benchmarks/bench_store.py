@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bot.store import SQLiteStore, condense  # noqa: E402
+from bot.store.sqlite import SQLiteStore, clip_summary  # noqa: E402
 from bot.tokens import count_json_tokens, count_tokens  # noqa: E402
 from pipeline.types import Output, Resource, RunRecord, Selection, Task, TaskResult  # noqa: E402
 
@@ -132,7 +132,7 @@ def build(path: Path, conversations: int, turns: int, seed: int = 7) -> None:
             res_rows.append((cid, images[c], gen.id, "image", str(gen.path), "image/png", gen.size, gen.origin,
                              gen.description, t, images[c], None, count_json_tokens(gen.prompt_view()), ts + 5))
             answer = ANSWER.format(name=f"IMG_{t}.png", rid=rid or "image-1", gen=gen.id)
-            summary = condense(answer)
+            summary = clip_summary(answer)
             turn_rows.append((cid, t, text, answer, "ok", ts, f"user-{c % 97}", summary, tok(text) + tok(summary),
                               None, ts + 4.4, run_record(text, answer, rid or "image-1", gen)))
             if len(turn_rows) >= 20_000:

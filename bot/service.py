@@ -10,78 +10,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from dataclasses import dataclass
 from collections.abc import AsyncIterator, Sequence
-from pipeline.catalog import Availability, Catalog
+
 from pipeline.core import Pipeline
-from pipeline.errors import ConfigError, InputError
-from pipeline.execution import ExecutionLimits
-from pipeline.experts import Experts, ExpertSettings
-from pipeline.llm import Controller
-from pipeline.media import Inspected, LocalResourceSink, MediaStore, inspect_upload
-from pipeline.selection import Selector
 from pipeline.types import Done, Event, Request, Resource, RunRecord
-from .config import Settings
-from .store import ConversationStore, ThreadLocks, open_store
 
+from .backends import build_pipeline
+from .errors import InputError
+from .incoming import ConversationKey, IncomingFile
+from .locks import ThreadLocks
+from .settings import Settings
+from .store import ConversationStore, LocalResourceSink, MediaStore, open_store
+from .uploads import Inspected, inspect_upload
 
-@dataclass(frozen=True)
-class IncomingFile:
-    """A file a user attached, as bytes (platform URLs expire: download at once).
-
-    Attributes:
-        data: the file's content.
-        name: the user's file name, if any.
-        declared_mime: the platform's or user's content type, if any (never trusted: the type is
-            sniffed from ``data``; a mismatch of kind is an error).
-    """
-
-    data: bytes
-    name: str | None = None
-    declared_mime: str | None = None
-
-
-@dataclass(frozen=True)
-class ConversationKey:
-    """Identifies a conversation: platform + workspace/guild + channel + thread.
-
-    ``thread`` is the thread id (Discord thread channel id, Slack ``thread_ts``, terminal session
-    id). Two keys are the same conversation exactly when all four fields are equal.
-    """
-
-    platform: str
-    workspace: str
-    channel: str
-    thread: str
-
-    def as_string(self) -> str:
-        """``platform:workspace:channel:thread``, the stored form."""
-        return f"{self.platform}:{self.workspace}:{self.channel}:{self.thread}"
 
 log = logging.getLogger(__name__)
-
-
-def _secret(value) -> str | None:
-    return value.get_secret_value() if value is not None else None
-
-
-def require_credentials(settings: Settings) -> None:
-    """Check that the backends have what they need.
-
-    Raises:
-        ConfigError: naming exactly the missing setting and where to set it.
-    """
-    if not _secret(settings.llm.api_key):
-        raise ConfigError(
-            "No API key for the controller LLM: set [llm] api_key in the config file, "
-            "HUGGINGGPT_LLM__API_KEY or OPENAI_API_KEY (any string for a local server), or try --sandbox."
-        )
-    inf = settings.inference
-    if not inf.base_url and inf.provider and not _secret(inf.token):
-        raise ConfigError(
-            "No Hugging Face token for Inference Providers: set [inference] token in the config file, "
-            "HUGGINGGPT_INFERENCE__TOKEN or HF_TOKEN, or set [inference] base_url to your own gateway, or try --sandbox."
-        )
 
 
 class Service:
@@ -113,35 +56,15 @@ class Service:
             ConfigError: a credential is missing or the catalog file is unusable.
             StorageError: the conversation database is corrupt, locked or not writable.
         """
-        require_credentials(settings)
-        llm = settings.llm
-        inf = settings.inference
-        catalog = Catalog.load(settings.catalog.path)
+        pipeline, closers = build_pipeline(settings)
         media = MediaStore(settings.storage.data_dir)
-        store = await open_store(settings.storage, media)
-        controller = Controller(
-            model=llm.model,
-            base_url=llm.base_url,
-            api_key=_secret(llm.api_key) or "",
-            timeout=llm.timeout,
-            max_retries=llm.max_retries,
-            structured_output=llm.structured_output,
-            temperature=llm.temperature,
-        )
-        availability = Availability(
-            provider=inf.provider,
-            base_url=inf.base_url,
-            endpoints=inf.endpoints,
-            token=_secret(inf.token),
-            ttl=settings.catalog.availability_ttl,
-        )
-        experts = Experts(ExpertSettings.from_inference(inf))
-        selector = Selector(
-            catalog, availability, controller, strategy=inf.selection, top_k=inf.top_k, controller_tasks=inf.controller_tasks
-        )
-        limits = ExecutionLimits(task_timeout=inf.task_timeout, deadline=inf.deadline, max_candidates_tried=inf.max_candidates_tried)
-        pipeline = Pipeline(controller, selector, experts, limits)
-        return cls(settings, pipeline, media, store, [experts.aclose, controller.aclose, store.close])
+        try:
+            store = await open_store(settings.storage, media)
+        except BaseException:
+            for close in closers:
+                await close()
+            raise
+        return cls(settings, pipeline, media, store, [*closers, store.close])
 
     async def close(self) -> None:
         """Cancel runs in flight (their turns are stored as failed: "interrupted") and close clients."""

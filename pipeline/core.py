@@ -132,7 +132,7 @@ class Pipeline:
         except HuggingGPTError as e:
             record.status = "error"
             record.error = e.user_message
-            record.exit_code = e.exit_code
+            record.failure = e
             log.warning("run failed: %s", e)
         record.llm_calls = usage.calls
         record.timings_ms["total"] = (time.monotonic() - t0) * 1000

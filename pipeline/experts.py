@@ -73,7 +73,7 @@ class ExpertSettings:
 
     @classmethod
     def from_inference(cls, inference: Any) -> "ExpertSettings":
-        """Build from an object shaped like ``bot.config.InferenceSettings`` (token may be a SecretStr)."""
+        """Build from an object shaped like ``bot.settings.InferenceSettings`` (token may be a SecretStr)."""
         token = inference.token
         if token is not None and hasattr(token, "get_secret_value"):
             token = token.get_secret_value()

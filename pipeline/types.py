@@ -273,7 +273,8 @@ class RunRecord:
         timings_ms: stage name to wall time in milliseconds.
         status: ``"ok"`` or ``"error"``.
         error: one sentence for the user when ``status == "error"``.
-        exit_code: the CLI exit status (0, or the error class's ``exit_code``).
+        failure: the error that ended the run, when ``status == "error"`` (not in :meth:`to_json`;
+            the command line maps its class to an exit status).
     """
 
     request: str
@@ -286,7 +287,7 @@ class RunRecord:
     timings_ms: dict[str, float] = field(default_factory=dict)
     status: Literal["ok", "error"] = "ok"
     error: str | None = None
-    exit_code: int = 0
+    failure: Exception | None = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         """JSON document of the run, shape documented in ARCHITECTURE.md (``--json``)."""

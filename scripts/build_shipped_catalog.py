@@ -20,8 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bot.catalog_cmd import write_catalog
 from pipeline.catalog import SHIPPED_CATALOG, Catalog, ModelCard
+from pipeline.catalog.refresh import write_catalog
 from pipeline.tasks import CONTROLNET_CONDITIONS, TASKS
 
 SNAPSHOT = "2023-03 reference snapshot; availability checked at run time"

@@ -12,8 +12,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "0")
 
 from bot.sandbox import Sandbox  # noqa: E402
 from bot.sandbox.inference import InferenceStandIn  # noqa: E402
-from bot.service import IncomingFile  # noqa: E402
-from pipeline.media import LocalResourceSink, MediaStore  # noqa: E402
+from bot.incoming import IncomingFile  # noqa: E402
+from bot.store import LocalResourceSink, MediaStore  # noqa: E402
 
 MEDIA_DIR = Path(__file__).parent / "fixtures" / "media"
 
@@ -53,3 +53,11 @@ async def sandbox():
     """Both sandbox stand-ins (controller and inference), started on 127.0.0.1."""
     async with Sandbox() as sb:
         yield sb
+
+
+async def stored_upload(sink, data: bytes, name: str | None, declared_mime: str | None, max_bytes: int = 25 << 20):
+    """Check a user's file as the service does (``inspect_upload``) and store it through ``sink``."""
+    from bot.uploads import inspect_upload
+
+    info = await inspect_upload(data, name, declared_mime, max_bytes=max_bytes)
+    return await sink.add(data, kind=info.kind, mime=info.mime, origin="user", description=info.description, name=name)

@@ -14,7 +14,7 @@ from aiohttp import web
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.app import create_bolt_app, get_bot
-from bot.config import Settings, SlackSettings
+from bot.settings import Settings, SlackSettings
 from standins.slack_api import SlackStandIn, signed_headers
 
 SECRET = "test-signing-secret"

@@ -9,7 +9,7 @@ import socket
 from pathlib import Path
 from typing import AsyncIterator
 
-from bot.config import load_settings
+from bot.settings import load_settings
 from bot.sandbox import Sandbox
 from bot.service import Service
 

@@ -21,10 +21,13 @@ from pathlib import Path
 
 import pytest
 
-from bot.catalog_cmd import add_parser, main, refresh_catalog
-from bot.config import load_settings
+from bot.cli.catalog import add_parser, main
+from pipeline.catalog.refresh import refresh_catalog
+from bot.settings import load_settings
 from pipeline.catalog import SHIPPED_CATALOG, Availability, Catalog, ModelCard
-from pipeline.errors import ConfigError, StorageError
+from bot.cli.common import exit_status
+from bot.errors import InputError
+from pipeline.errors import CatalogError
 from pipeline.tasks import TASKS
 from tests.standins.hub import FIXTURE, HubStandIn, reference_hub_models
 
@@ -159,18 +162,18 @@ def test_our_format_with_header_and_providers(tmp_path: Path) -> None:
 def test_broken_lines_name_the_file_and_line(tmp_path: Path, content: str, needle: str) -> None:
     path = tmp_path / "broken.jsonl"
     path.write_text(content, encoding="utf-8")
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(CatalogError) as info:
         Catalog.load(path)
     assert str(path) in info.value.user_message and needle in info.value.user_message
-    assert info.value.exit_code == 2
+    assert exit_status(info.value) == 2
 
 
 def test_missing_and_unreadable_files(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="does not exist"):
+    with pytest.raises(CatalogError, match="does not exist"):
         Catalog.load(tmp_path / "nope.jsonl")
     binary = tmp_path / "bin.jsonl"
     binary.write_bytes(b"\xff\xfe\x00garbage")
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(CatalogError) as info:
         Catalog.load(binary)
     assert info.value.user_message == f"The model catalog {binary} cannot be read (UnicodeDecodeError)."
 
@@ -328,24 +331,24 @@ async def test_refresh_errors_are_one_sentence(hub: HubStandIn, tmp_path: Path) 
     out = tmp_path / "c.jsonl"
     out.write_text("previous\n")
     start = time.perf_counter()
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(CatalogError) as info:
         await refresh_catalog(out, hub_endpoint=closed_port_url(), token=None, tasks=["translation"])
     assert time.perf_counter() - start < 5
     assert "cannot be reached" in info.value.user_message and info.value.user_message.count(". ") == 0
     assert out.read_text() == "previous\n"  # nothing half-written
 
     hub.token = "hf_right"
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(CatalogError) as info:
         await refresh_catalog(out, hub_endpoint=hub.url, token="hf_wrong_secret", tasks=["translation"])
     assert "refused the token (401)" in info.value.user_message
     assert "hf_wrong_secret" not in info.value.user_message and "hf_wrong_secret" not in str(info.value)
 
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    with pytest.raises(StorageError) as info:
+    with pytest.raises(CatalogError) as info:
         await refresh_catalog(blocker / "c.jsonl", hub_endpoint=hub.url, token="hf_right", tasks=["translation"], readmes=0)
     assert "cannot be written" in info.value.user_message
-    with pytest.raises(ConfigError, match="not a known task"):
+    with pytest.raises(CatalogError, match="not a known task"):
         await refresh_catalog(out, hub_endpoint=hub.url, token=None, tasks=["juggling"])
 
 
@@ -362,14 +365,14 @@ def parse(argv: list[str]) -> argparse.Namespace:
 async def test_cli_refresh_then_show(hub: HubStandIn, tmp_path: Path) -> None:
     out = tmp_path / "fresh.jsonl"
     settings = load_settings(env={}, overrides={"inference": {"provider": "fal-ai"}, "storage": {"data_dir": str(tmp_path)}})
-    stdout, stderr = io.StringIO(), io.StringIO()
+    stdout = io.StringIO()
     args = parse(["catalog", "refresh", "--out", str(out), "--hub-endpoint", hub.url, "--tasks", "object-detection", "--provider", "all"])
-    assert await main(args, settings, stdout=stdout, stderr=stderr) == 0
+    assert await main(args, settings, stdout=stdout) == 0
     assert "Wrote 3 models for 1 tasks" in stdout.getvalue() and "[catalog] path" in stdout.getvalue()
 
     settings = load_settings(env={}, overrides={"inference": {"provider": "fal-ai"}, "catalog": {"path": str(out)}})
     stdout = io.StringIO()
-    assert await main(parse(["catalog", "show", "object-detection"]), settings, stdout=stdout, stderr=stderr) == 0
+    assert await main(parse(["catalog", "show", "object-detection"]), settings, stdout=stdout) == 0
     rows = [line for line in stdout.getvalue().splitlines() if "served:" in line]
     assert len(rows) == 3
     assert "facebook/detr-resnet-50" in rows[1] and "served: yes" in rows[1]
@@ -378,9 +381,9 @@ async def test_cli_refresh_then_show(hub: HubStandIn, tmp_path: Path) -> None:
 
 async def test_cli_show_checks_the_shipped_catalog_on_the_hub(hub: HubStandIn) -> None:
     settings = load_settings(env={}, overrides={"inference": {"provider": "hf-inference"}})
-    stdout, stderr = io.StringIO(), io.StringIO()
+    stdout = io.StringIO()
     args = parse(["catalog", "show", "object-detection", "--limit", "3", "--hub-endpoint", hub.url])
-    assert await main(args, settings, stdout=stdout, stderr=stderr) == 0
+    assert await main(args, settings, stdout=stdout) == 0
     text = stdout.getvalue()
     assert "2023-03" in text
     rows = [line for line in text.splitlines() if "served:" in line]
@@ -389,7 +392,7 @@ async def test_cli_show_checks_the_shipped_catalog_on_the_hub(hub: HubStandIn) -
     assert "providers: fal-ai (Hub now)" in rows[1]  # staging on hf-inference does not count
 
     stdout = io.StringIO()
-    assert await main(parse(["catalog", "show", "canny-control"]), settings, stdout=stdout, stderr=stderr) == 0
+    assert await main(parse(["catalog", "show", "canny-control"]), settings, stdout=stdout) == 0
     assert "locally" in stdout.getvalue()
-    assert await main(parse(["catalog", "show", "juggling"]), settings, stdout=stdout, stderr=stderr) == 2
-    assert "not a known task" in stderr.getvalue()
+    with pytest.raises(InputError, match="not a known task"):
+        await main(parse(["catalog", "show", "juggling"]), settings, stdout=stdout)

@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from bot.config import load_settings
-from bot.service import ConversationKey, Service
+from bot.settings import load_settings
+from bot.incoming import ConversationKey
+from bot.service import Service
 from tests.conftest import media_file
-from pipeline.errors import InputError, StorageError
+from bot.errors import InputError, StorageError
 from pipeline.types import Done
 
 MEDIA = Path(__file__).parent / "fixtures" / "media"

@@ -24,7 +24,7 @@ from PIL import Image
 
 from adapters.discord.bot_client import SHUTDOWN_SENTENCE, HuggingGPTBot
 from adapters.discord.render import thread_name
-from bot.config import Settings, load_settings
+from bot.settings import Settings, load_settings
 from bot.sandbox import Sandbox
 from bot.service import Service
 from tests.standins.discord_server import ATTACH_FILES, BOT_PERMISSIONS, StandinDiscord, StoredMessage
@@ -435,8 +435,8 @@ async def test_run_longer_than_the_interaction_token_keeps_posting_in_the_thread
 async def test_discord_command_reports_setup_errors_in_one_sentence(tmp_path: Path) -> None:
     import argparse
 
-    from adapters import discord_cmd
-    from pipeline.errors import ConfigError
+    from bot.cli import discord as discord_cmd
+    from bot.errors import ConfigError
 
     parser = argparse.ArgumentParser()
     discord_cmd.add_parser(parser.add_subparsers(dest="command"))

@@ -18,7 +18,7 @@ from adapters.discord.render import (
     split_message,
     thread_name,
 )
-from bot.config import DiscordSettings
+from bot.settings import DiscordSettings
 from pipeline.types import (
     Done,
     ModelSelected,

@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests.conftest import stored_upload
 from pipeline.errors import ExpertError
 from pipeline.experts import Experts, ExpertSettings
-from pipeline.media import ffprobe
+from bot.uploads import ffprobe
 from pipeline.tasks import TASKS
 
 TOKEN = "hf_sandboxSECRETtoken123"
@@ -38,7 +39,7 @@ async def experts(standin):
 
 async def upload(sink, media_dir, name):
     data = (media_dir / name).read_bytes()
-    return await sink.add_user_file(data, name, None, 25 << 20)
+    return await stored_upload(sink, data, name, None)
 
 
 def rgb(path) -> np.ndarray:
@@ -419,7 +420,7 @@ async def test_stalled_request_times_out_then_retry_succeeds(standin, sink):
 
 
 def test_settings_from_inference_settings():
-    from bot.config import InferenceSettings
+    from bot.settings import InferenceSettings
 
     inf = InferenceSettings(token="hf_abc", base_url="http://gw", endpoints={"a/b": "http://e"}, task_timeout=9)
     st = ExpertSettings.from_inference(inf)

@@ -11,8 +11,10 @@ import os
 import pytest
 from PIL import Image
 
-from pipeline.errors import InputError, StorageError
-from pipeline.media import LocalResourceSink, inspect_upload
+from bot.errors import InputError, StorageError
+from bot.store import LocalResourceSink
+from bot.uploads import inspect_upload
+from tests.conftest import stored_upload
 from pipeline.types import Resource
 
 LIMIT = 25 << 20
@@ -157,9 +159,9 @@ async def test_sink_ids_continue_after_existing_resources(store, media_dir, tmp_
         Resource(id="audio-1", kind="audio", path=tmp_path / "c.wav", mime="audio/wav", size=1),
     ]
     sink = LocalResourceSink(store, existing)
-    cat = await sink.add_user_file((media_dir / "chelsea.png").read_bytes(), "chelsea.png", "image/png", LIMIT)
-    speech = await sink.add_user_file((media_dir / "speech_weather.mp3").read_bytes(), "weather.mp3", None, LIMIT)
-    clip = await sink.add_user_file((media_dir / "rocket_zoom.mp4").read_bytes(), None, "video/mp4", LIMIT)
+    cat = await stored_upload(sink, (media_dir / "chelsea.png").read_bytes(), "chelsea.png", "image/png", LIMIT)
+    speech = await stored_upload(sink, (media_dir / "speech_weather.mp3").read_bytes(), "weather.mp3", None, LIMIT)
+    clip = await stored_upload(sink, (media_dir / "rocket_zoom.mp4").read_bytes(), None, "video/mp4", LIMIT)
     assert (cat.id, speech.id, clip.id) == ("image-4", "audio-2", "video-1")
     assert cat.origin == "user" and cat.name == "chelsea.png" and cat.description == "image chelsea.png, 451x300 pixels"
     assert clip.description == "video (mp4), 2.0 s, 320x400 pixels"

@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from bot.config import load_settings
-from bot.service import IncomingFile, Service
+from bot.settings import load_settings
+from bot.incoming import IncomingFile
+from bot.service import Service
 from tests.conftest import media_file
-from pipeline.errors import InputError
+from bot.cli.common import record_exit_status
+from bot.errors import InputError
 from pipeline.types import Done, ModelSelected, PlanReady, ResponseDelta, TaskFailed, TaskFinished, TaskSkipped, TaskStarted
 
 MEDIA = Path(__file__).parent / "fixtures" / "media"
@@ -204,7 +206,7 @@ async def test_plan_still_invalid_after_repair_is_refused(make_service, sandbox)
     sandbox.controller.script += [hostile, hostile]
     service = await make_service()
     _, record = await run(service, "Describe this picture", [media_file("chelsea.png")])
-    assert record.status == "error" and record.exit_code == 5
+    assert record.status == "error" and record_exit_status(record) == 5
     assert "valid plan" in record.error and "/etc/passwd" in record.error
     assert sandbox.inference.records == []  # nothing was run
 
@@ -237,7 +239,7 @@ async def test_controller_failures_are_one_sentence(make_service, sandbox, scrip
     sandbox.controller.script.append(script)
     service = await make_service()
     _, record = await run(service, "Describe this picture", [media_file("chelsea.png")])
-    assert record.status == "error" and expected in record.error and record.exit_code == code
+    assert record.status == "error" and expected in record.error and record_exit_status(record) == code
     assert "sandbox" not in record.error.lower() or "127.0.0.1" in record.error
 
 

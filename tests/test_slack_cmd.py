@@ -1,5 +1,5 @@
 """``hugginggpt slack``: settings checks, HTTP mode and Socket Mode end to end through
-``adapters.slack_cmd.main`` (real Service on sandbox backends, stand-in Slack), graceful stop."""
+``bot.cli.slack.main`` (real Service on sandbox backends, stand-in Slack), graceful stop."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import time
 import aiohttp
 import pytest
 
-from adapters import slack_cmd
-from bot.config import load_settings
+from bot.cli import slack as slack_cmd
+from bot.settings import load_settings
 from bot.sandbox import Sandbox
-from pipeline.errors import ConfigError
+from bot.errors import ConfigError
 from standins.slack_api import SlackStandIn, sign
 
 SECRET = "cmd-signing-secret"

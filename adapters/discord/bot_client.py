@@ -37,8 +37,8 @@ import discord
 from aiolimiter import AsyncLimiter
 from discord import app_commands
 
-from bot.config import Settings
-from bot.service import ConversationKey, IncomingFile
+from bot.settings import Settings
+from bot.incoming import ConversationKey, IncomingFile
 from pipeline.errors import HuggingGPTError
 from pipeline.types import Done, Resource, RunRecord
 

@@ -9,7 +9,7 @@ from collections import OrderedDict
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 
-from bot.config import DiscordSettings
+from bot.settings import DiscordSettings
 
 from .media import human_size
 

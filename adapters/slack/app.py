@@ -33,9 +33,10 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.config import Settings
-from bot.service import ConversationKey, IncomingFile
-from pipeline.errors import ConfigError, HuggingGPTError, InputError
+from bot.settings import Settings
+from bot.incoming import ConversationKey, IncomingFile
+from bot.errors import ConfigError, InputError
+from pipeline.errors import HuggingGPTError
 from pipeline.types import Done, RunRecord
 
 from . import io as slack_io

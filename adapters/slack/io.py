@@ -28,8 +28,9 @@ from aiolimiter import AsyncLimiter
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.service import IncomingFile
-from pipeline.errors import HuggingGPTError, InputError
+from bot.incoming import IncomingFile
+from bot.errors import InputError
+from pipeline.errors import HuggingGPTError
 from pipeline.types import Resource
 
 from .logic import TTLCache, missing_scope_sentence

@@ -6,7 +6,7 @@ Socket Mode (default) needs the bot token (``xoxb-``) and an app-level token (``
 ``connections:write``) and no public URL. HTTP mode serves the Events API at ``[slack] path``
 (default ``/slack/events``) behind a load balancer and needs the signing secret; ``GET /healthz``
 answers 200 for health checks. SIGINT/SIGTERM stop it gracefully: no new work, runs in flight get
-up to ``--drain`` seconds to finish, the rest are marked as interrupted in their thread.
+up to ``--grace`` seconds to finish, the rest are marked as interrupted in their thread.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ import logging
 import signal
 from typing import Any
 
-from bot.config import Settings
-from pipeline.errors import ConfigError
+from ..errors import ConfigError
+from ..settings import Settings, secret
+from .common import add_grace_option, add_sandbox_option
 
 log = logging.getLogger(__name__)
 
@@ -32,14 +33,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--host", default=None, help="HTTP mode: address to bind (default: [slack] host, 0.0.0.0)")
     p.add_argument("--api-url", default=None,
                    help="Slack Web API base URL (default https://slack.com/api/; GovSlack: https://slack-gov.com/api/)")
-    p.add_argument("--drain", type=float, default=30.0, help="seconds runs in flight may finish on shutdown")
-    p.add_argument("--sandbox", action="store_true", help="use in-process stand-in backends for the LLM and models")
-    p.set_defaults(command="slack")
+    add_grace_option(p)
+    add_sandbox_option(p)
+    p.set_defaults(handler=main)
     return p
-
-
-def _secret(v: Any) -> str | None:
-    return v.get_secret_value() if v is not None else None
 
 
 def check_settings(settings: Settings, mode: str) -> None:
@@ -49,19 +46,19 @@ def check_settings(settings: Settings, mode: str) -> None:
         ConfigError: naming the missing setting and where to set it.
     """
     s = settings.slack
-    bot = _secret(s.bot_token)
+    bot = secret(s.bot_token)
     if not bot:
         raise ConfigError("The Slack bot token is missing: set SLACK_BOT_TOKEN (xoxb-...) or [slack] bot_token.")
     if not bot.startswith("xoxb-"):
         raise ConfigError("The Slack bot token must be a bot token starting with xoxb- (OAuth & Permissions page).")
     if mode == "socket":
-        app = _secret(s.app_token)
+        app = secret(s.app_token)
         if not app:
             raise ConfigError("Socket Mode needs an app-level token: set SLACK_APP_TOKEN (xapp-..., scope connections:write) "
                               "or [slack] app_token, or use --mode http.")
         if not app.startswith("xapp-"):
             raise ConfigError("The Slack app token must be an app-level token starting with xapp- (Basic Information page).")
-    elif not _secret(s.signing_secret):
+    elif not secret(s.signing_secret):
         raise ConfigError("HTTP mode needs the signing secret: set SLACK_SIGNING_SECRET or [slack] signing_secret "
                           "(Basic Information page), or use --mode socket.")
 
@@ -94,11 +91,12 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
     from slack_sdk.web.async_client import AsyncWebClient
 
     from adapters.slack.app import create_bolt_app, get_bot
-    from bot.service import Service
+
+    from ..service import Service
 
     mode = args.mode or settings.slack.mode
     check_settings(settings, mode)
-    client_kw: dict[str, Any] = {"token": _secret(settings.slack.bot_token)}
+    client_kw: dict[str, Any] = {"token": secret(settings.slack.bot_token)}
     if getattr(args, "api_url", None):
         client_kw["base_url"] = args.api_url
     client = AsyncWebClient(**client_kw)
@@ -122,7 +120,7 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
         if mode == "socket":
             from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 
-            handler = AsyncSocketModeHandler(app, app_token=_secret(settings.slack.app_token))
+            handler = AsyncSocketModeHandler(app, app_token=secret(settings.slack.app_token))
             await handler.connect_async()
             log.info("connected to Slack in Socket Mode")
         else:
@@ -149,7 +147,7 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
         if runner is not None:
             with contextlib.suppress(Exception):
                 await runner.cleanup()
-        await asyncio.shield(bot.close(timeout=getattr(args, "drain", 30.0)))
+        await asyncio.shield(bot.close(timeout=args.grace))
         await asyncio.shield(service.close())
         for sig in installed:
             loop.remove_signal_handler(sig)

@@ -21,6 +21,8 @@ raises :class:`pipeline.errors.StorageError` whose message names the file; nothi
 
 from __future__ import annotations
 
+from __future__ import annotations
+
 import asyncio
 import errno
 import json
@@ -29,21 +31,21 @@ import re
 import secrets
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, AsyncContextManager, Protocol, runtime_checkable
+from typing import Any
 
 import aiosqlite
 
-from bot.tokens import count_json_tokens, count_tokens
-from pipeline.errors import HuggingGPTError, StorageError
+from pipeline.errors import HuggingGPTError
 from pipeline.types import MODALITIES, Modality, Resource, ResourceSink, RunRecord, Turn
 
-if TYPE_CHECKING:  # bot.service imports this module; avoid the import cycle at run time
-    from bot.config import StorageSettings
-    from bot.service import ConversationKey
+from ..errors import StorageError
+from ..incoming import ConversationKey
+from ..settings import StorageSettings
+from ..tokens import count_json_tokens, count_tokens
+from .protocol import MediaWriter, PruneReport
 
 log = logging.getLogger(__name__)
 
@@ -56,154 +58,11 @@ TURN_OVERHEAD_TOKENS = 8
 INTERRUPTED = "interrupted"
 
 
-class MediaWriter(Protocol):
-    """What the store needs from the media store (``pipeline.media.MediaStore``)."""
-
-    async def put(self, data: bytes, mime: str) -> Path:  # pragma: no cover - protocol
-        """Store ``data`` atomically under a content-hash name; return its absolute path."""
-        ...
-
-
-@dataclass(frozen=True)
-class PruneReport:
-    """What :meth:`ConversationStore.prune` removed.
-
-    Attributes:
-        conversations: conversations deleted (with their turns and resource rows).
-        files: media files deleted from disk.
-        bytes_freed: bytes of those files (sizes as recorded when stored).
-        media_bytes: bytes of media still referenced after pruning.
-    """
-
-    conversations: int = 0
-    files: int = 0
-    bytes_freed: int = 0
-    media_bytes: int = 0
-
-
-@runtime_checkable
-class ConversationStore(Protocol):
-    """The one interface to conversation storage (SQLite by default, a server database later).
-
-    Every method raises :class:`StorageError` (one sentence naming the store) when the storage is
-    unusable; none raises a driver exception.
-    """
-
-    async def open(self) -> None:
-        """Open (create or migrate) the store."""
-        ...
-
-    async def close(self) -> None:
-        """Close the store; idempotent."""
-        ...
-
-    async def get_or_create(self, key: ConversationKey) -> str:
-        """Return the short stable id of the conversation for ``key``, creating it if new."""
-        ...
-
-    async def find(self, conversation_id: str) -> ConversationKey | None:
-        """Return the key of a conversation id, or ``None`` if unknown."""
-        ...
-
-    async def begin_turn(self, conversation_id: str, user_text: str, user: str | None) -> int:
-        """Record a new turn with status ``"running"``; return its 0-based index."""
-        ...
-
-    async def add_resource(
-        self,
-        conversation_id: str,
-        turn: int,
-        data: bytes,
-        *,
-        kind: Modality,
-        mime: str,
-        origin: str,
-        description: str,
-        name: str | None = None,
-    ) -> Resource:
-        """Store ``data`` in the media store and register it as a resource with a fresh id."""
-        ...
-
-    def sink(self, conversation_id: str, turn: int) -> ResourceSink:
-        """A :class:`ResourceSink` that adds generated files to ``turn`` of the conversation."""
-        ...
-
-    async def resources(self, conversation_id: str) -> list[Resource]:
-        """All resources of the conversation, oldest first."""
-        ...
-
-    async def finish_turn(self, conversation_id: str, turn: int, record: RunRecord) -> None:
-        """Store the run's record (plan, selections, results, answer, files, timings, status)."""
-        ...
-
-    async def context(self, conversation_id: str, budget_tokens: int) -> tuple[list[Turn], list[Resource]]:
-        """Chat-log context: earlier finished turns newest first within the budget; all resources."""
-        ...
-
-    async def turns(self, conversation_id: str) -> list[dict[str, Any]]:
-        """Every turn of the conversation, oldest first, as JSON-able dicts (display/resume)."""
-        ...
-
-    async def mark_interrupted(self) -> int:
-        """Mark turns left ``"running"`` by a crash as failed; return how many."""
-        ...
-
-    async def prune(self, *, max_age_days: float | None, max_media_bytes: int | None) -> PruneReport:
-        """Apply the retention limits, oldest conversations first."""
-        ...
-
-    async def forget(self, conversation_id: str) -> bool:
-        """Delete a conversation and its media not shared with another; ``False`` if unknown."""
-        ...
-
-
-# ----------------------------------------------------------------------------------------------
-# Ordering of runs per conversation
-
-
-class ThreadLocks:
-    """One FIFO lock per conversation key: runs of the same thread go in order, different threads
-    never wait for each other. A key's lock exists only while someone holds or waits for it, so
-    memory stays bounded by the number of runs in flight.
-
-    Example::
-
-        locks = ThreadLocks()
-        async with locks.lock(key.as_string()):
-            ...  # one turn of this thread
-    """
-
-    def __init__(self) -> None:
-        self._locks: dict[Hashable, list[Any]] = {}  # key -> [asyncio.Lock, holders + waiters]
-
-    def __len__(self) -> int:
-        """Number of keys with a run holding or waiting for their lock."""
-        return len(self._locks)
-
-    def lock(self, key: Hashable) -> AsyncContextManager[None]:
-        """Async context manager holding the lock of ``key`` (any hashable, e.g. a key string)."""
-        return self._hold(key)
-
-    @asynccontextmanager
-    async def _hold(self, key: Hashable) -> AsyncIterator[None]:
-        entry = self._locks.get(key)
-        if entry is None:
-            entry = self._locks[key] = [asyncio.Lock(), 0]
-        entry[1] += 1
-        try:
-            async with entry[0]:
-                yield
-        finally:
-            entry[1] -= 1
-            if entry[1] == 0:
-                self._locks.pop(key, None)
-
-
 # ----------------------------------------------------------------------------------------------
 # Helpers
 
 
-def condense(text: str, limit: int = SUMMARY_CHARS) -> str:
+def clip_summary(text: str, limit: int = SUMMARY_CHARS) -> str:
     """Whitespace-collapsed ``text`` cut at a word boundary to at most ``limit`` characters
     (``"…"`` appended when cut)."""
     flat = " ".join(text.split())
@@ -344,7 +203,7 @@ async def _migrate_2(db: aiosqlite.Connection) -> None:
         "INSERT INTO turns_v2(conversation_id, idx, status, tokens, user_text, summary, created, finished)"
         " VALUES (?,?,?,?,?,?,?,?)",
         [
-            (c, i, st, count_tokens(u) + count_tokens(condense(a)), u, condense(a), cr,
+            (c, i, st, count_tokens(u) + count_tokens(clip_summary(a)), u, clip_summary(a), cr,
              None if st == "running" else cr)
             for c, i, u, a, st, cr in rows
         ],
@@ -617,8 +476,6 @@ class SQLiteStore:
 
     async def find(self, conversation_id: str) -> ConversationKey | None:
         """Return the :class:`ConversationKey` of ``conversation_id``, or ``None`` if unknown."""
-        from bot.service import ConversationKey
-
         rows = await self._read(
             "looking up a conversation",
             "SELECT platform, workspace, channel, thread FROM conversations WHERE id=?",
@@ -667,7 +524,7 @@ class SQLiteStore:
             StorageError: the turn does not exist or the database is unusable.
         """
         doc = _clean(json.dumps(record.to_json(), ensure_ascii=False, default=str))
-        summary = _clean(condense(record.response or (record.error or "")))
+        summary = _clean(clip_summary(record.response or (record.error or "")))
         response, error = _clean(record.response), _clean(record.error) if record.error is not None else None
         now = self._clock()
         async with self._lock:

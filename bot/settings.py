@@ -8,22 +8,34 @@ Sources, strongest first (ARCHITECTURE.md, "Configuration and command line"):
 3. one TOML file: ``--config FILE``, else ``HUGGINGGPT_CONFIG``, else ``./hugginggpt.toml``;
 4. the defaults below.
 
-Secrets are ``SecretStr``: they print as ``**********`` in logs and reprs.
+Secrets are ``SecretStr``: they print as ``**********`` in logs and reprs. The environment is
+read from the mapping :func:`load_settings` is given (a custom pydantic-settings source); the
+process environment is never modified.
 """
 
 from __future__ import annotations
 
 import os
 import tomllib
+from collections.abc import Mapping
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings.sources.utils import parse_env_vars
 
-from pipeline.errors import ConfigError
+from .errors import ConfigError
 
 MiB = 1024 * 1024
+
+
+def secret(value: SecretStr | str | None) -> str | None:
+    """The plain value of a secret setting (``SecretStr``), a plain string as is, ``None`` as is."""
+    if value is None:
+        return None
+    return value.get_secret_value() if isinstance(value, SecretStr) else str(value)
 
 
 class LLMSettings(BaseModel):
@@ -134,7 +146,37 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # env beats the file (passed as init kwargs after merging, see load_settings)
-        return (env_settings, init_settings)
+        return (MappingEnvSource(settings_cls, _ENVIRONMENT.get()), init_settings)
+
+    def secret_values(self) -> list[str]:
+        """Every secret that is set (API keys, tokens, signing secret), for log masking."""
+        values = []
+        for section in (self.llm, self.inference, self.discord, self.slack):
+            for name in type(section).model_fields:
+                value = getattr(section, name)
+                if isinstance(value, SecretStr) and value.get_secret_value():
+                    values.append(value.get_secret_value())
+        return values
+
+
+_ENVIRONMENT: ContextVar[Mapping[str, str]] = ContextVar("hugginggpt_settings_environment", default={})
+"""The environment :func:`load_settings` reads, for :class:`MappingEnvSource` (task-local)."""
+
+
+class MappingEnvSource(EnvSettingsSource):
+    """pydantic-settings' environment source, reading a given mapping instead of ``os.environ``.
+
+    Args:
+        settings_cls: the settings class.
+        env: variable name to value.
+    """
+
+    def __init__(self, settings_cls: type[BaseSettings], env: Mapping[str, str]) -> None:
+        self._mapping = dict(env)
+        super().__init__(settings_cls)
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return parse_env_vars(self._mapping, self.case_sensitive, self.env_ignore_empty, self.env_parse_none_str)
 
 
 # (section, key) filled from a conventional variable when not set otherwise.
@@ -202,11 +244,8 @@ def load_settings(
             data.setdefault(section, {})[key] = env[var]
     for section, values in (overrides or {}).items():
         data.setdefault(section, {}).update(values)
-    saved = dict(os.environ)
+    token = _ENVIRONMENT.set(env)
     try:
-        # pydantic-settings reads os.environ; make it see exactly `env`.
-        os.environ.clear()
-        os.environ.update(env)
         return Settings(**data)
     except ValidationError as e:
         first = e.errors()[0]
@@ -214,5 +253,4 @@ def load_settings(
         origin = f" in {file}" if file else ""
         raise ConfigError(f"The setting {where}{origin} is invalid: {first['msg']}.", str(e)) from None
     finally:
-        os.environ.clear()
-        os.environ.update(saved)
+        _ENVIRONMENT.reset(token)

@@ -1,37 +1,27 @@
-"""``hugginggpt catalog refresh|show``: rebuild the model catalog from the Hub, and inspect it.
+"""The Hub crawl behind ``hugginggpt catalog refresh``: rebuild the model catalog from the Hub.
 
 The paper (HuggingGPT §3.2) picks candidates per task from the Hub, ranked by downloads. Which
 models are *served* changes over time, so ``refresh`` records, per model, the Inference Providers
 with a live mapping (``HfApi.list_models(expand=["inferenceProviderMapping", ...])``); the loader
 (:class:`pipeline.catalog.Catalog`) and :class:`pipeline.catalog.Availability` read them back.
-
-Wiring (``bot/cli.py``)::
-
-    from bot import catalog_cmd
-    catalog_cmd.add_parser(subparsers)          # adds "catalog" with "refresh" and "show"
-    ...
-    if args.command == "catalog":
-        return asyncio.run(catalog_cmd.main(args, settings))
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import datetime as dt
 import json
 import logging
 import os
 import re
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
-from pipeline.catalog import Availability, Catalog, ModelCard, clean_tags, condense
-from pipeline.errors import ConfigError, HuggingGPTError, StorageError
-from pipeline.tasks import CONTROLNET_CONDITIONS, TASKS, canonical_task
+from ..errors import CatalogError
+from ..tasks import CONTROLNET_CONDITIONS, TASKS, canonical_task
+from .models import Catalog, ModelCard, clean_tags, condense_description
 
 log = logging.getLogger(__name__)
 
@@ -109,19 +99,19 @@ def _condition_in(model_id: str, cond: str) -> bool:
     return re.search(rf"(^|[^a-z]){re.escape(cond)}([^a-z]|$)", name) is not None
 
 
-def _hub_error(e: BaseException, endpoint: str) -> HuggingGPTError:
+def _hub_error(e: BaseException, endpoint: str) -> CatalogError:
     """One sentence for an operator from a Hub failure."""
     from huggingface_hub.errors import HfHubHTTPError
 
     if isinstance(e, HfHubHTTPError) and e.response is not None:
         status = e.response.status_code
         if status in (401, 403):
-            return ConfigError(
+            return CatalogError(
                 f"The Hugging Face Hub at {endpoint} refused the token ({status}); check HF_TOKEN or [inference] token.",
                 str(e),
             )
-        return ConfigError(f"The Hugging Face Hub at {endpoint} answered {status}; try again later.", str(e))
-    return ConfigError(
+        return CatalogError(f"The Hugging Face Hub at {endpoint} answered {status}; try again later.", str(e))
+    return CatalogError(
         f"The Hugging Face Hub at {endpoint} cannot be reached ({e.__class__.__name__}); check the network and HF_ENDPOINT.",
         str(e),
     )
@@ -164,8 +154,8 @@ async def refresh_catalog(
         A :class:`RefreshSummary`.
 
     Raises:
-        ConfigError: unknown task name; Hub unreachable, token refused (401/403), other Hub error.
-        StorageError: ``out`` cannot be written.
+        CatalogError: unknown task name; Hub unreachable, token refused (401/403), other Hub error.
+        CatalogError: ``out`` cannot be written.
     """
     from huggingface_hub import HfApi
     from huggingface_hub.utils import build_hf_headers, get_session
@@ -173,12 +163,12 @@ async def refresh_catalog(
     if provider == "auto":  # the client's "auto" = any provider = the Hub's "all"
         provider = "all"
     if per_task < 1:
-        raise ConfigError("--per-task must be at least 1.")
+        raise CatalogError("--per-task must be at least 1.")
     wanted = hub_tasks() + controlnet_tasks() if tasks is None else []
     for name in tasks or []:
         canon = canonical_task(name)
         if canon is None:
-            raise ConfigError(f"The task {name!r} is not a known task.")
+            raise CatalogError(f"The task {name!r} is not a known task.")
         if TASKS[canon].local:
             continue
         wanted.append(canon)
@@ -229,7 +219,7 @@ async def refresh_catalog(
         for repo in _CONTROL_REPOS:
             owner, name = repo.split("/")
             queries[f"repo:{repo}"] = {"search": name, "author": owner}
-    # gather: the first Hub error propagates as our ConfigError (not an ExceptionGroup).
+    # gather: the first Hub error propagates as our CatalogError (not an ExceptionGroup).
     answers = await asyncio.gather(*(fetch(**q) for q in queries.values()))
     results = dict(zip(queries, answers))
 
@@ -283,7 +273,7 @@ async def refresh_catalog(
             async with sem:
                 text = await asyncio.to_thread(get_readme, model_id)
             if text:
-                desc = condense(text)
+                desc = condense_description(text)
                 if desc:
                     readme_text[model_id] = desc
 
@@ -298,7 +288,7 @@ async def refresh_catalog(
                     task=task,
                     downloads=int(info.downloads or 0),
                     likes=int(info.likes or 0),
-                    description=readme_text.get(info.id) or condense(_card_description(info)),
+                    description=readme_text.get(info.id) or condense_description(_card_description(info)),
                     providers=tuple(live),
                     tags=clean_tags(info.tags or []),
                 )
@@ -332,7 +322,7 @@ def write_catalog(out: Path, catalog: Catalog, header: dict[str, Any]) -> None:
     (temporary file in the same directory, then ``os.replace``).
 
     Raises:
-        StorageError: the directory or file cannot be written.
+        CatalogError: the directory or file cannot be written.
     """
     out = Path(out)
     tmp: str | None = None
@@ -346,131 +336,10 @@ def write_catalog(out: Path, catalog: Catalog, header: dict[str, Any]) -> None:
         os.replace(tmp, out)
         tmp = None
     except OSError as e:
-        raise StorageError(f"The catalog cannot be written to {out} ({e.strerror or e.__class__.__name__}).", str(e)) from None
+        raise CatalogError(f"The catalog cannot be written to {out} ({e.strerror or e.__class__.__name__}).", str(e)) from None
     finally:
         if tmp is not None:
             try:
                 os.unlink(tmp)
             except OSError:
                 pass
-
-
-# ---------------------------------------------------------------------------------------------
-# Command line
-
-
-def add_parser(subparsers: Any) -> None:
-    """Add ``catalog refresh`` and ``catalog show`` to an ``argparse`` sub-parser set.
-
-    Sets ``args.command = "catalog"`` and ``args.catalog_command`` (``"refresh" | "show"``).
-    """
-    p = subparsers.add_parser("catalog", help="inspect or refresh the model catalog")
-    sub = p.add_subparsers(dest="catalog_command", required=True, metavar="{refresh,show}")
-    r = sub.add_parser("refresh", help="rebuild the catalog from the Hugging Face Hub")
-    r.add_argument("--out", type=Path, help="file to write (default: [catalog] path, else DATA_DIR/catalog.jsonl)")
-    r.add_argument("--tasks", nargs="+", metavar="TASK", help="only these tasks (default: all that need a model)")
-    r.add_argument("--per-task", type=int, default=30, metavar="N", help="models per task (default 30)")
-    r.add_argument(
-        "--provider",
-        default="all",
-        help="'all' (served by any Inference Provider, default), a provider name, or 'none' (no filter)",
-    )
-    r.add_argument("--readmes", type=int, default=5, metavar="N", help="README descriptions for the top N per task (0: none)")
-    r.add_argument("--hub-endpoint", help="Hub URL (default: HF_ENDPOINT or huggingface.co)")
-    s = sub.add_parser("show", help="list a task's ranked candidates and whether they can run now")
-    s.add_argument("task", help="task name, e.g. object-detection")
-    s.add_argument("--limit", type=int, default=20, metavar="N", help="rows to show (default 20)")
-    s.add_argument("--hub-endpoint", help="Hub URL for availability look-ups")
-    p.set_defaults(command="catalog")
-
-
-def _secret(value: Any) -> str | None:
-    if value is None:
-        return None
-    return value.get_secret_value() if hasattr(value, "get_secret_value") else str(value)
-
-
-async def main(args: argparse.Namespace, settings: Any, *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
-    """Run ``catalog refresh`` or ``catalog show``.
-
-    Args:
-        args: parsed by the parser of :func:`add_parser`.
-        settings: :class:`bot.config.Settings`.
-
-    Returns:
-        Exit status: 0, or the ``exit_code`` of the :class:`HuggingGPTError` met (its sentence
-        printed on stderr).
-    """
-    out = stdout or sys.stdout
-    err = stderr or sys.stderr
-    try:
-        if args.catalog_command == "refresh":
-            return await _refresh(args, settings, out)
-        return await _show(args, settings, out)
-    except HuggingGPTError as e:
-        log.debug("catalog %s failed: %s", args.catalog_command, e)
-        print(e.user_message, file=err)
-        return e.exit_code
-
-
-async def _refresh(args: argparse.Namespace, settings: Any, out: TextIO) -> int:
-    target = args.out or settings.catalog.path or Path(settings.storage.data_dir) / "catalog.jsonl"
-    provider = None if str(args.provider).lower() == "none" else args.provider
-    summary = await refresh_catalog(
-        Path(target),
-        hub_endpoint=args.hub_endpoint,
-        token=_secret(settings.inference.token),
-        tasks=args.tasks,
-        per_task=args.per_task,
-        provider=provider,
-        readmes=args.readmes,
-    )
-    print(f"Wrote {summary.models} models for {len(summary.per_task) - len(summary.missing)} tasks to {summary.path} "
-          f"(snapshot {summary.snapshot}, from {summary.source}).", file=out)
-    if summary.missing:
-        print(f"No served models found for: {', '.join(summary.missing)}.", file=out)
-    configured = settings.catalog.path
-    if configured is None or Path(configured).resolve() != Path(summary.path).resolve():
-        print(f"To use it, set [catalog] path = \"{summary.path}\" (or HUGGINGGPT_CATALOG__PATH).", file=out)
-    return 0
-
-
-async def _show(args: argparse.Namespace, settings: Any, out: TextIO) -> int:
-    task = canonical_task(args.task)
-    if task is None:
-        raise ConfigError(f"The task {args.task!r} is not a known task; known tasks: {', '.join(sorted(TASKS))}.")
-    spec = TASKS[task]
-    if spec.local:
-        print(f"{task} is computed locally and needs no model.", file=out)
-        return 0
-    catalog = Catalog.load(settings.catalog.path)
-    inf = settings.inference
-    availability = Availability(
-        provider=inf.provider,
-        base_url=inf.base_url,
-        endpoints=dict(inf.endpoints),
-        token=_secret(inf.token),
-        ttl=settings.catalog.availability_ttl,
-        hub_endpoint=args.hub_endpoint,
-    )
-    cards = catalog.candidates(task)[: max(args.limit, 0)]
-    served = {c.id for c in await availability.filter(cards)}
-    backend = inf.base_url and f"gateway {inf.base_url}" or (f"provider {inf.provider}" if inf.provider else "no provider")
-    print(f"{task}: {len(catalog.candidates(task))} models in the catalog "
-          f"(snapshot {catalog.snapshot or 'unknown'}); availability for {backend}.", file=out)
-    if task in set(inf.controller_tasks) and spec.controller_capable:
-        print("This task is also served by the controller LLM ([inference] controller_tasks).", file=out)
-    if not cards:
-        print("No models.", file=out)
-        return 0
-    width = max(len(c.id) for c in cards)
-    for rank, card in enumerate(cards, start=1):
-        if card.providers is not None:
-            providers = ",".join(card.providers) or "-"
-        else:
-            live = availability.looked_up(card.id)
-            providers = "unknown" if live is None else (",".join(live) or "-") + " (Hub now)"
-        mark = "yes" if card.id in served else "no"
-        print(f"{rank:>3}  {card.id:<{width}}  {card.downloads:>10,} dl  {card.likes:>6,} likes  "
-              f"served: {mark:<3}  providers: {providers}", file=out)
-    return 0

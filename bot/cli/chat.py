@@ -1,4 +1,4 @@
-"""``hugginggpt chat`` (a terminal conversation) and ``hugginggpt store prune|forget``.
+"""``hugginggpt chat``: a multi-turn conversation in the terminal.
 
 In a chat, each line is one turn of the same conversation; ``/file PATH`` attaches a file to the
 next message, ``/files`` lists the conversation's files, ``/new`` starts a new conversation,
@@ -15,61 +15,23 @@ import sys
 from typing import Any, TextIO
 
 from adapters.terminal import TerminalRenderer
-from pipeline.errors import HuggingGPTError, InputError
-from pipeline.media import MediaStore
+from pipeline.errors import HuggingGPTError
 
-from .config import Settings
-from .service import ConversationKey, IncomingFile, Service
-from .store import SQLiteStore
+from ..errors import InputError
+from ..incoming import ConversationKey, IncomingFile
+from ..service import Service
+from ..settings import Settings
+from .common import add_sandbox_option, read_user_file
 
 HELP = "Type a request. /file PATH attaches a file, /files lists files, /new starts over, /quit leaves."
 
 
 def add_parser(subparsers: Any) -> None:
-    """Add the ``chat`` and ``store`` subcommands."""
-    chat = subparsers.add_parser("chat", help="a multi-turn conversation in the terminal")
-    chat.add_argument("--conversation", metavar="ID", help="resume a stored conversation")
-    chat.add_argument("--sandbox", action="store_true", help="use in-process stand-in backends")
-    store = subparsers.add_parser("store", help="conversation storage maintenance")
-    ssub = store.add_subparsers(dest="store_command", required=True)
-    prune = ssub.add_parser("prune", help="apply the retention settings ([storage] max_age_days, max_media_bytes)")
-    prune.add_argument("--max-age-days", type=float, help="override [storage] max_age_days")
-    prune.add_argument("--max-media-mb", type=float, help="override [storage] max_media_bytes, in MiB")
-    forget = ssub.add_parser("forget", help="delete one conversation and its files")
-    forget.add_argument("id", help="conversation id")
-
-
-async def main(args: argparse.Namespace, settings: Settings) -> int:
-    """Run ``chat`` or ``store``. Returns the exit status."""
-    if args.command == "store":
-        return await store_main(args, settings)
-    return await chat_main(args, settings)
-
-
-async def store_main(args: argparse.Namespace, settings: Settings, out: TextIO = sys.stdout) -> int:
-    """``store prune`` / ``store forget ID``.
-
-    Raises:
-        StorageError: the database is unusable.
-        InputError: unknown conversation id (forget).
-    """
-    async with SQLiteStore(settings.storage.data_dir, MediaStore(settings.storage.data_dir)) as store:
-        if args.store_command == "forget":
-            if not await store.forget(args.id):
-                raise InputError(f"There is no conversation {args.id}.")
-            print(f"Deleted conversation {args.id} and its files.", file=out)
-            return 0
-        age = args.max_age_days if args.max_age_days is not None else settings.storage.max_age_days
-        size = int(args.max_media_mb * 1024 * 1024) if args.max_media_mb is not None else settings.storage.max_media_bytes
-        if age is None and size is None:
-            raise InputError("Nothing to prune: set [storage] max_age_days or max_media_bytes, or pass --max-age-days / --max-media-mb.")
-        report = await store.prune(max_age_days=age, max_media_bytes=size)
-        print(
-            f"Removed {report.conversations} conversations and {report.files} files "
-            f"({report.bytes_freed / 1024 / 1024:.1f} MiB); media now {report.media_bytes / 1024 / 1024:.1f} MiB.",
-            file=out,
-        )
-        return 0
+    """Add ``chat`` to the command line's subparsers."""
+    p = subparsers.add_parser("chat", help="a multi-turn conversation in the terminal")
+    p.add_argument("--conversation", metavar="ID", help="resume a stored conversation")
+    add_sandbox_option(p)
+    p.set_defaults(handler=main)
 
 
 def _new_key() -> ConversationKey:
@@ -86,9 +48,8 @@ async def _read_line(prompt: str) -> str | None:
     return await asyncio.to_thread(read)
 
 
-async def chat_main(args: argparse.Namespace, settings: Settings, out: TextIO = sys.stdout) -> int:
-    """The terminal conversation loop."""
-    from .cli import read_user_file
+async def main(args: argparse.Namespace, settings: Settings, out: TextIO = sys.stdout) -> int:
+    """The terminal conversation loop. Returns the exit status (0 when the user leaves)."""
 
     service = await Service.create(settings)
     try:

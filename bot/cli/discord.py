@@ -12,8 +12,9 @@ import logging
 import signal
 from typing import Any
 
-from bot.config import Settings
-from pipeline.errors import ConfigError
+from ..errors import ConfigError
+from ..settings import Settings, secret
+from .common import add_grace_option, add_sandbox_option
 
 log = logging.getLogger("hugginggpt.discord")
 
@@ -32,9 +33,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="run the Discord bot (/ask command, threads as conversations)",
         description="Run the Discord bot. Needs [discord] token (or DISCORD_BOT_TOKEN); see docs/discord.md.",
     )
-    p.add_argument("--sandbox", action="store_true", help="use in-process stand-in backends for the models")
-    p.add_argument("--grace", type=float, default=30.0, metavar="SECONDS",
-                   help="on shutdown, let runs in flight finish this long before marking them interrupted (default 30)")
+    add_sandbox_option(p)
+    add_grace_option(p)
+    p.set_defaults(handler=main)
     return p
 
 
@@ -49,14 +50,14 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
     """
     import discord
 
-    from bot.service import Service
+    from adapters.discord.bot_client import HuggingGPTBot
 
-    from .discord.bot_client import HuggingGPTBot
+    from ..service import Service
 
-    if settings.discord.token is None or not settings.discord.token.get_secret_value():
+    if not secret(settings.discord.token):
         raise ConfigError("No Discord bot token: set DISCORD_BOT_TOKEN or [discord] token (see docs/discord.md).")
     service = await Service.create(settings)
-    bot = HuggingGPTBot(service, settings, shutdown_grace=getattr(args, "grace", 30.0))
+    bot = HuggingGPTBot(service, settings, shutdown_grace=args.grace)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -64,7 +65,7 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
             loop.add_signal_handler(sig, stop.set)
     try:
         try:
-            await bot.login(settings.discord.token.get_secret_value())
+            await bot.login(secret(settings.discord.token) or "")
         except discord.LoginFailure:
             raise ConfigError("Discord refused the bot token; copy it again from the Developer Portal (Bot > Reset Token).") from None
         runner = asyncio.create_task(bot.connect(reconnect=True), name="discord-gateway")

@@ -1,0 +1,77 @@
+"""The backends of the pipeline, built from settings: the controller LLM, the model catalog and its
+live availability, the experts, model selection and the execution limits.
+
+This is the part of the composition root that knows the pipeline's classes; the service
+(:meth:`bot.service.Service.create`) adds storage around it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from pipeline.catalog import Availability, Catalog
+from pipeline.core import Pipeline
+from pipeline.execution import ExecutionLimits
+from pipeline.experts import Experts, ExpertSettings
+from pipeline.llm import Controller
+from pipeline.selection import Selector
+
+from .errors import ConfigError
+from .settings import Settings, secret
+
+
+def require_credentials(settings: Settings) -> None:
+    """Check that the backends have what they need.
+
+    Raises:
+        ConfigError: naming exactly the missing setting and where to set it.
+    """
+    if not secret(settings.llm.api_key):
+        raise ConfigError(
+            "No API key for the controller LLM: set [llm] api_key in the config file, "
+            "HUGGINGGPT_LLM__API_KEY or OPENAI_API_KEY (any string for a local server), or try --sandbox."
+        )
+    inf = settings.inference
+    if not inf.base_url and inf.provider and not secret(inf.token):
+        raise ConfigError(
+            "No Hugging Face token for Inference Providers: set [inference] token in the config file, "
+            "HUGGINGGPT_INFERENCE__TOKEN or HF_TOKEN, or set [inference] base_url to your own gateway, or try --sandbox."
+        )
+
+
+def build_pipeline(settings: Settings) -> tuple[Pipeline, list[Callable[[], Awaitable[None]]]]:
+    """Build the four stages' backends from ``settings``.
+
+    Returns:
+        The pipeline and the coroutine functions that close its HTTP clients (call each once).
+
+    Raises:
+        ConfigError: a credential is missing.
+        CatalogError: the catalog file is unusable.
+    """
+    require_credentials(settings)
+    llm = settings.llm
+    inf = settings.inference
+    catalog = Catalog.load(settings.catalog.path)
+    controller = Controller(
+        model=llm.model,
+        base_url=llm.base_url,
+        api_key=secret(llm.api_key) or "",
+        timeout=llm.timeout,
+        max_retries=llm.max_retries,
+        structured_output=llm.structured_output,
+        temperature=llm.temperature,
+    )
+    availability = Availability(
+        provider=inf.provider,
+        base_url=inf.base_url,
+        endpoints=inf.endpoints,
+        token=secret(inf.token),
+        ttl=settings.catalog.availability_ttl,
+    )
+    experts = Experts(ExpertSettings.from_inference(inf))
+    selector = Selector(
+        catalog, availability, controller, strategy=inf.selection, top_k=inf.top_k, controller_tasks=inf.controller_tasks
+    )
+    limits = ExecutionLimits(task_timeout=inf.task_timeout, deadline=inf.deadline, max_candidates_tried=inf.max_candidates_tried)
+    return Pipeline(controller, selector, experts, limits), [experts.aclose, controller.aclose]

@@ -1,0 +1,127 @@
+"""``hugginggpt catalog refresh|show``: rebuild the model catalog from the Hub, and inspect it.
+
+The crawl itself is :func:`pipeline.catalog.refresh.refresh_catalog`; this module only parses the
+options and prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from pipeline.catalog import Availability, Catalog
+from pipeline.catalog.refresh import refresh_catalog
+from pipeline.tasks import TASKS, canonical_task
+
+from ..errors import InputError
+from ..settings import Settings, secret
+
+log = logging.getLogger(__name__)
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line
+
+
+def add_parser(subparsers: Any) -> None:
+    """Add ``catalog refresh`` and ``catalog show`` to an ``argparse`` sub-parser set.
+
+    Sets ``args.command = "catalog"`` and ``args.catalog_command`` (``"refresh" | "show"``).
+    """
+    p = subparsers.add_parser("catalog", help="inspect or refresh the model catalog")
+    sub = p.add_subparsers(dest="catalog_command", required=True, metavar="{refresh,show}")
+    r = sub.add_parser("refresh", help="rebuild the catalog from the Hugging Face Hub")
+    r.add_argument("--out", type=Path, help="file to write (default: [catalog] path, else DATA_DIR/catalog.jsonl)")
+    r.add_argument("--tasks", nargs="+", metavar="TASK", help="only these tasks (default: all that need a model)")
+    r.add_argument("--per-task", type=int, default=30, metavar="N", help="models per task (default 30)")
+    r.add_argument(
+        "--provider",
+        default="all",
+        help="'all' (served by any Inference Provider, default), a provider name, or 'none' (no filter)",
+    )
+    r.add_argument("--readmes", type=int, default=5, metavar="N", help="README descriptions for the top N per task (0: none)")
+    r.add_argument("--hub-endpoint", help="Hub URL (default: HF_ENDPOINT or huggingface.co)")
+    s = sub.add_parser("show", help="list a task's ranked candidates and whether they can run now")
+    s.add_argument("task", help="task name, e.g. object-detection")
+    s.add_argument("--limit", type=int, default=20, metavar="N", help="rows to show (default 20)")
+    s.add_argument("--hub-endpoint", help="Hub URL for availability look-ups")
+    p.set_defaults(handler=main)
+
+
+async def main(args: argparse.Namespace, settings: Settings, *, stdout: TextIO | None = None) -> int:
+    """Run ``catalog refresh`` or ``catalog show``; returns 0.
+
+    Raises:
+        CatalogError: the Hub cannot be reached or refused the token, or the file cannot be written.
+        InputError: an unknown task name.
+    """
+    out = stdout or sys.stdout
+    if args.catalog_command == "refresh":
+        return await _refresh(args, settings, out)
+    return await _show(args, settings, out)
+
+
+async def _refresh(args: argparse.Namespace, settings: Any, out: TextIO) -> int:
+    target = args.out or settings.catalog.path or Path(settings.storage.data_dir) / "catalog.jsonl"
+    provider = None if str(args.provider).lower() == "none" else args.provider
+    summary = await refresh_catalog(
+        Path(target),
+        hub_endpoint=args.hub_endpoint,
+        token=secret(settings.inference.token),
+        tasks=args.tasks,
+        per_task=args.per_task,
+        provider=provider,
+        readmes=args.readmes,
+    )
+    print(f"Wrote {summary.models} models for {len(summary.per_task) - len(summary.missing)} tasks to {summary.path} "
+          f"(snapshot {summary.snapshot}, from {summary.source}).", file=out)
+    if summary.missing:
+        print(f"No served models found for: {', '.join(summary.missing)}.", file=out)
+    configured = settings.catalog.path
+    if configured is None or Path(configured).resolve() != Path(summary.path).resolve():
+        print(f"To use it, set [catalog] path = \"{summary.path}\" (or HUGGINGGPT_CATALOG__PATH).", file=out)
+    return 0
+
+
+async def _show(args: argparse.Namespace, settings: Any, out: TextIO) -> int:
+    task = canonical_task(args.task)
+    if task is None:
+        raise InputError(f"The task {args.task!r} is not a known task; known tasks: {', '.join(sorted(TASKS))}.")
+    spec = TASKS[task]
+    if spec.local:
+        print(f"{task} is computed locally and needs no model.", file=out)
+        return 0
+    catalog = Catalog.load(settings.catalog.path)
+    inf = settings.inference
+    availability = Availability(
+        provider=inf.provider,
+        base_url=inf.base_url,
+        endpoints=dict(inf.endpoints),
+        token=secret(inf.token),
+        ttl=settings.catalog.availability_ttl,
+        hub_endpoint=args.hub_endpoint,
+    )
+    cards = catalog.candidates(task)[: max(args.limit, 0)]
+    served = {c.id for c in await availability.filter(cards)}
+    backend = inf.base_url and f"gateway {inf.base_url}" or (f"provider {inf.provider}" if inf.provider else "no provider")
+    print(f"{task}: {len(catalog.candidates(task))} models in the catalog "
+          f"(snapshot {catalog.snapshot or 'unknown'}); availability for {backend}.", file=out)
+    if task in set(inf.controller_tasks) and spec.controller_capable:
+        print("This task is also served by the controller LLM ([inference] controller_tasks).", file=out)
+    if not cards:
+        print("No models.", file=out)
+        return 0
+    width = max(len(c.id) for c in cards)
+    for rank, card in enumerate(cards, start=1):
+        if card.providers is not None:
+            providers = ",".join(card.providers) or "-"
+        else:
+            live = availability.looked_up(card.id)
+            providers = "unknown" if live is None else (",".join(live) or "-") + " (Hub now)"
+        mark = "yes" if card.id in served else "no"
+        print(f"{rank:>3}  {card.id:<{width}}  {card.downloads:>10,} dl  {card.likes:>6,} likes  "
+              f"served: {mark:<3}  providers: {providers}", file=out)
+    return 0

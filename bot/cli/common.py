@@ -1,0 +1,122 @@
+"""What every command shares: the options defined once, loading settings (with the sandbox),
+reading ``--file`` arguments, and the exit status each error class means.
+
+Exit statuses (ARCHITECTURE.md, "Configuration and command line"): 0 ok; 2 settings; 3 input
+file; 4 controller; 5 plan; 6 some task failed or was skipped; 7 the run's deadline; 8 storage;
+130 interrupted (Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import mimetypes
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import CatalogError, ControllerError, ExpertError, HuggingGPTError, PlanError
+from pipeline.types import RunRecord
+
+from ..errors import ConfigError, InputError, StorageError
+from ..incoming import IncomingFile
+from ..logs import setup_logging
+from ..settings import Settings, load_settings
+
+log = logging.getLogger("hugginggpt")
+
+EXIT_STATUS: dict[type[HuggingGPTError], int] = {
+    ConfigError: 2,
+    CatalogError: 2,
+    InputError: 3,
+    ControllerError: 4,
+    PlanError: 5,
+    ExpertError: 6,
+    StorageError: 8,
+}
+"""Error class → exit status of the command line (subclasses inherit their base's status)."""
+INTERRUPTED = 130
+"""Exit status after Ctrl-C (128 + SIGINT, the shell convention)."""
+
+
+def exit_status(error: BaseException | None) -> int:
+    """The exit status for ``error`` (``None``: 0; an error of no listed class: 1)."""
+    if error is None:
+        return 0
+    for cls in type(error).__mro__:
+        if cls in EXIT_STATUS:
+            return EXIT_STATUS[cls]
+    return 1
+
+
+def record_exit_status(record: RunRecord) -> int:
+    """The exit status of a finished run: 0 when its status is ``"ok"``, else that of its error."""
+    if record.status == "ok":
+        return 0
+    return exit_status(record.failure) or 1
+
+
+# ----------------------------------------------------------------------------------------------
+# Options shared by several commands, each defined once
+
+
+def add_sandbox_option(parser: argparse.ArgumentParser) -> None:
+    """``--sandbox``: run on the stand-in backends (no credentials needed)."""
+    parser.add_argument(
+        "--sandbox", action="store_true",
+        help="use stand-in backends on 127.0.0.1 for the controller and the models (no credentials needed)",
+    )
+
+
+def add_grace_option(parser: argparse.ArgumentParser) -> None:
+    """``--grace SECONDS``: how long runs in flight may finish on shutdown."""
+    parser.add_argument(
+        "--grace", type=float, default=30.0, metavar="SECONDS",
+        help="on shutdown, let runs in flight finish this long before marking them interrupted (default 30)",
+    )
+
+
+@contextlib.asynccontextmanager
+async def open_settings(args: argparse.Namespace) -> AsyncIterator[Settings]:
+    """Load settings (starting the sandbox stand-ins first with ``--sandbox``) and set up logging.
+
+    Raises:
+        ConfigError: the config file or a value is invalid.
+    """
+    overrides: dict[str, dict[str, Any]] = {}
+    sandbox = None
+    if getattr(args, "sandbox", False):
+        from ..sandbox import Sandbox
+
+        sandbox = await Sandbox().start()
+        overrides = sandbox.overrides()
+    try:
+        settings = load_settings(args.config, overrides=overrides)
+        setup_logging(
+            verbose=args.verbose,
+            log_file=settings.storage.data_dir / "logs" / "hugginggpt.log",
+            secrets=settings.secret_values(),
+        )
+        yield settings
+    finally:
+        if sandbox is not None:
+            await sandbox.close()
+
+
+def read_user_file(path: str) -> IncomingFile:
+    """Read a ``--file`` (or ``/file``) argument into an :class:`IncomingFile`.
+
+    Raises:
+        InputError: the file does not exist, is a directory or cannot be read.
+    """
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"The file {path} does not exist.") from None
+    except IsADirectoryError:
+        raise InputError(f"{path} is a directory, not a file.") from None
+    except OSError as e:
+        raise InputError(f"The file {path} cannot be read ({e.strerror or e.__class__.__name__}).") from None
+    return IncomingFile(data=data, name=p.name, declared_mime=mimetypes.guess_type(p.name)[0])

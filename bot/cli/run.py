@@ -1,0 +1,53 @@
+"""``hugginggpt run TEXT [--file PATH]... [--json] [--sandbox]``: one request end to end."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from adapters.terminal import TerminalRenderer
+from pipeline.types import Done, RunRecord
+
+from ..service import Service
+from ..settings import Settings
+from .common import add_sandbox_option, read_user_file, record_exit_status
+
+
+def add_parser(subparsers: Any) -> None:
+    """Add ``run`` to the command line's subparsers."""
+    p = subparsers.add_parser("run", help="run one request end to end")
+    p.add_argument("text", help="the request")
+    p.add_argument("--file", action="append", default=[], metavar="PATH", help="attach a file (repeatable)")
+    p.add_argument("--json", action="store_true", help="print the machine-readable record of the run")
+    add_sandbox_option(p)
+    p.set_defaults(handler=main)
+
+
+async def main(args: argparse.Namespace, settings: Settings) -> int:
+    """Run one request, render its progress, and return the exit status of the run.
+
+    Raises:
+        InputError: a ``--file`` cannot be read or is unusable (exit status 3).
+        ConfigError, StorageError: settings or storage unusable.
+    """
+    files = [read_user_file(p) for p in args.file]
+    service = await Service.create(settings)
+    record: RunRecord | None = None
+    try:
+        renderer = TerminalRenderer(sys.stderr if args.json else sys.stdout)
+        async for event in service.handle(args.text, files):
+            if not args.json or args.verbose:
+                renderer.render(event)
+            elif isinstance(event, Done) and event.record.status == "error":
+                renderer.finish(event.record)
+            if isinstance(event, Done):
+                record = event.record
+    finally:
+        await service.close()
+    if record is None:  # the pipeline always ends with Done; a bug otherwise
+        raise RuntimeError("the run ended without a record")
+    if args.json:
+        print(json.dumps(record.to_json(), indent=2, ensure_ascii=False))
+    return record_exit_status(record)

@@ -1,0 +1,22 @@
+"""Errors of the service around the pipeline: settings, user input and storage.
+
+Like :class:`pipeline.errors.HuggingGPTError`, each carries one sentence for the user
+(``user_message``) and operator details in ``str(exc)``.
+"""
+
+from __future__ import annotations
+
+from pipeline.errors import HuggingGPTError
+
+
+class ConfigError(HuggingGPTError):
+    """A setting is missing or invalid, or a credential is refused at start."""
+
+
+class InputError(HuggingGPTError):
+    """The user's input is unusable: file unreadable, empty, too large, mislabelled, or a request
+    naming a resource the conversation does not have."""
+
+
+class StorageError(HuggingGPTError):
+    """The conversation store or media directory is unusable: corrupt, locked, full."""

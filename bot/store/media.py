@@ -1,0 +1,177 @@
+"""The media store: every file the bot keeps (user uploads, generated media) lives here.
+
+Files are stored under ``<root>/media/<h[:2]>/<h>.<ext>`` where ``h`` is the SHA-256 hex digest of
+the content, so identical content is stored once and a name never changes meaning. Writes are
+atomic (temporary file in the same directory, ``fsync``, ``os.replace``) so a cancelled or
+interrupted write never leaves a half-written file under a final name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import hashlib
+import logging
+import os
+import re
+import threading
+import uuid
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from pipeline.media import extension_for
+from pipeline.types import Modality, Resource
+
+from ..errors import StorageError
+
+log = logging.getLogger(__name__)
+
+MiB = 1024 * 1024
+_CHUNK = 1 * MiB
+
+
+def _unlink_quiet(path: Path) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+
+
+
+class MediaStore:
+    """Content-addressed file store under ``root/media``.
+
+    Args:
+        root: the data directory (``[storage] data_dir``); created on first write.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.dir = self.root / "media"
+
+    def path_for(self, data: bytes, mime: str) -> Path:
+        """Final path of ``data``: ``media/<h[:2]>/<h><ext>`` with ``h`` its SHA-256 hex digest."""
+        digest = hashlib.sha256(data).hexdigest()
+        return self.dir / digest[:2] / f"{digest}{extension_for(mime)}"
+
+    async def put(self, data: bytes, mime: str) -> Path:
+        """Store ``data`` and return its absolute path.
+
+        Atomic and idempotent: the bytes go to a temporary file in the target directory, are
+        flushed with ``fsync`` and renamed over the final name (``os.replace``); storing the same
+        content again returns the existing path. The blocking I/O runs in a worker thread. If the
+        caller is cancelled, the worker stops between chunks and removes its temporary file before
+        the cancellation propagates.
+
+        Raises:
+            StorageError: the disk is full (ENOSPC) or the directory is not writable.
+        """
+        final = self.path_for(data, mime)
+        stop = threading.Event()
+        worker = asyncio.ensure_future(asyncio.to_thread(self._write, data, final, stop))
+        try:
+            return await asyncio.shield(worker)
+        except asyncio.CancelledError:
+            stop.set()
+            try:
+                await worker
+            except BaseException:  # noqa: BLE001 - the write was abandoned; cancellation wins
+                pass
+            raise
+
+    def _write(self, data: bytes, final: Path, stop: threading.Event) -> Path:
+        if final.exists() and final.stat().st_size == len(data):
+            return final.resolve()
+        tmp = final.parent / f".{final.name}.{uuid.uuid4().hex}.tmp"
+        done = False
+        try:
+            final.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                view = memoryview(data)
+                for start in range(0, len(data), _CHUNK):
+                    if stop.is_set():
+                        raise asyncio.CancelledError()
+                    chunk = view[start : start + _CHUNK]
+                    while chunk:
+                        n = os.write(fd, chunk)
+                        chunk = chunk[n:]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            if stop.is_set():
+                raise asyncio.CancelledError()
+            os.replace(tmp, final)
+            done = True
+            return final.resolve()
+        except OSError as exc:
+            if exc.errno == errno.ENOSPC:
+                log.error("media store full while writing %s (%d bytes)", final, len(data))
+                raise StorageError(
+                    "The bot's media storage is full, so the file could not be saved.", f"ENOSPC writing {final}"
+                ) from exc
+            log.error("media store write failed for %s: %s", final, exc)
+            raise StorageError("The bot could not save the file to its media storage.", f"{exc!r}") from exc
+        finally:
+            if not done:
+                _unlink_quiet(tmp)
+
+
+# ----------------------------------------------------------------------------------------------
+# Resource sink for one-off runs
+
+_ID_RE = re.compile(r"^(image|audio|video|text)-(\d+)$")
+
+
+class LocalResourceSink:
+    """A :class:`pipeline.types.ResourceSink` over a :class:`MediaStore`, for one-off runs.
+
+    Ids are ``<kind>-<n>`` counted per kind (``image-1``, ``image-2``, ``audio-1``), continuing
+    after the ids already taken.
+
+    Args:
+        store: where bytes go.
+        prefix_counts: what is already taken: either existing :class:`Resource` objects (their ids
+            are parsed) or a mapping kind -> highest number used.
+        turn: turn index written into new resources (``None`` outside a conversation).
+
+    Attributes:
+        resources: every resource created through this sink, in order.
+    """
+
+    def __init__(
+        self,
+        store: MediaStore,
+        prefix_counts: Mapping[str, int] | Iterable[Resource] | None = None,
+        *,
+        turn: int | None = None,
+    ) -> None:
+        self.store = store
+        self.turn = turn
+        self.resources: list[Resource] = []
+        self._counts: dict[str, int] = {}
+        if isinstance(prefix_counts, Mapping):
+            self._counts.update({str(k): int(v) for k, v in prefix_counts.items()})
+        elif prefix_counts is not None:
+            for r in prefix_counts:
+                m = _ID_RE.match(r.id)
+                if m:
+                    self._counts[m[1]] = max(self._counts.get(m[1], 0), int(m[2]))
+
+    def _next_id(self, kind: str) -> str:
+        n = self._counts.get(kind, 0) + 1
+        self._counts[kind] = n
+        return f"{kind}-{n}"
+
+    async def add(
+        self, data: bytes, *, kind: Modality, mime: str, origin: str, description: str, name: str | None = None
+    ) -> Resource:
+        """Store ``data`` and return a new :class:`Resource` (id assigned before any await)."""
+        rid = self._next_id(kind)
+        path = await self.store.put(data, mime)
+        res = Resource(
+            id=rid, kind=kind, path=path, mime=mime, size=len(data), origin=origin,
+            description=description, turn=self.turn, name=name,
+        )
+        self.resources.append(res)
+        return res

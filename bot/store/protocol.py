@@ -1,0 +1,115 @@
+"""The one interface to conversation storage, and what it needs from the media store.
+
+Front ends and the service use only :class:`ConversationStore`; :class:`bot.store.sqlite.SQLiteStore`
+implements it (a server database can implement it too).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from pipeline.types import Modality, Resource, ResourceSink, RunRecord, Turn
+
+from ..incoming import ConversationKey
+
+
+class MediaWriter(Protocol):
+    """What the store needs from the media store (``pipeline.media.MediaStore``)."""
+
+    async def put(self, data: bytes, mime: str) -> Path:  # pragma: no cover - protocol
+        """Store ``data`` atomically under a content-hash name; return its absolute path."""
+        ...
+
+
+@dataclass(frozen=True)
+class PruneReport:
+    """What :meth:`ConversationStore.prune` removed.
+
+    Attributes:
+        conversations: conversations deleted (with their turns and resource rows).
+        files: media files deleted from disk.
+        bytes_freed: bytes of those files (sizes as recorded when stored).
+        media_bytes: bytes of media still referenced after pruning.
+    """
+
+    conversations: int = 0
+    files: int = 0
+    bytes_freed: int = 0
+    media_bytes: int = 0
+
+
+class ConversationStore(Protocol):
+    """The one interface to conversation storage (SQLite by default, a server database later).
+
+    Every method raises :class:`StorageError` (one sentence naming the store) when the storage is
+    unusable; none raises a driver exception.
+    """
+
+    async def open(self) -> None:
+        """Open (create or migrate) the store."""
+        ...
+
+    async def close(self) -> None:
+        """Close the store; idempotent."""
+        ...
+
+    async def get_or_create(self, key: ConversationKey) -> str:
+        """Return the short stable id of the conversation for ``key``, creating it if new."""
+        ...
+
+    async def find(self, conversation_id: str) -> ConversationKey | None:
+        """Return the key of a conversation id, or ``None`` if unknown."""
+        ...
+
+    async def begin_turn(self, conversation_id: str, user_text: str, user: str | None) -> int:
+        """Record a new turn with status ``"running"``; return its 0-based index."""
+        ...
+
+    async def add_resource(
+        self,
+        conversation_id: str,
+        turn: int,
+        data: bytes,
+        *,
+        kind: Modality,
+        mime: str,
+        origin: str,
+        description: str,
+        name: str | None = None,
+    ) -> Resource:
+        """Store ``data`` in the media store and register it as a resource with a fresh id."""
+        ...
+
+    def sink(self, conversation_id: str, turn: int) -> ResourceSink:
+        """A :class:`ResourceSink` that adds generated files to ``turn`` of the conversation."""
+        ...
+
+    async def resources(self, conversation_id: str) -> list[Resource]:
+        """All resources of the conversation, oldest first."""
+        ...
+
+    async def finish_turn(self, conversation_id: str, turn: int, record: RunRecord) -> None:
+        """Store the run's record (plan, selections, results, answer, files, timings, status)."""
+        ...
+
+    async def context(self, conversation_id: str, budget_tokens: int) -> tuple[list[Turn], list[Resource]]:
+        """Chat-log context: earlier finished turns newest first within the budget; all resources."""
+        ...
+
+    async def turns(self, conversation_id: str) -> list[dict[str, Any]]:
+        """Every turn of the conversation, oldest first, as JSON-able dicts (display/resume)."""
+        ...
+
+    async def mark_interrupted(self) -> int:
+        """Mark turns left ``"running"`` by a crash as failed; return how many."""
+        ...
+
+    async def prune(self, *, max_age_days: float | None, max_media_bytes: int | None) -> PruneReport:
+        """Apply the retention limits, oldest conversations first."""
+        ...
+
+    async def forget(self, conversation_id: str) -> bool:
+        """Delete a conversation and its media not shared with another; ``False`` if unknown."""
+        ...

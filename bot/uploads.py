@@ -1,0 +1,271 @@
+"""Checks of the files users send, before anything else sees them.
+
+The type is sniffed from the content (magic bytes, Pillow, ``ffprobe``), never taken from the
+user's label; a file whose content is another kind than its label is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import mimetypes
+import os
+import tempfile
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from PIL import Image, UnidentifiedImageError
+
+from pipeline.media import extension_for, sniff
+from pipeline.types import Modality
+
+from .errors import InputError, StorageError
+
+MiB = 1024 * 1024
+
+_PIL_MIME = {
+    "PNG": "image/png",
+    "JPEG": "image/jpeg",
+    "GIF": "image/gif",
+    "WEBP": "image/webp",
+    "BMP": "image/bmp",
+    "TIFF": "image/tiff",
+}
+
+
+
+def _looks_like(data: bytes) -> str:
+    """A short name for well-known non-media content, for error messages."""
+    head = data[:1024].lstrip().lower()
+    if head.startswith(b"%pdf"):
+        return "a PDF document"
+    if head.startswith(b"pk\x03\x04"):
+        return "a ZIP archive"
+    if head.startswith((b"<!doctype html", b"<html")) or b"<html" in head[:256]:
+        return "an HTML page"
+    if head.startswith(b"<?xml") or head.startswith(b"<svg"):
+        return "an XML/SVG document"
+    if head.startswith((b"{", b"[")):
+        return "JSON text"
+    try:
+        data[:4096].decode("utf-8")
+        return "plain text"
+    except UnicodeDecodeError:
+        return "a file of an unsupported type"
+
+
+def _declared_kind(name: str | None, declared_mime: str | None) -> tuple[str | None, str | None]:
+    """Kind the user's label claims (``image|audio|video`` or ``None``) and where it came from."""
+    if declared_mime:
+        major = declared_mime.split("/")[0].strip().lower()
+        if major in ("image", "audio", "video"):
+            return major, f"type {declared_mime}"
+    if name:
+        guessed = mimetypes.guess_type(name)[0]
+        if guessed:
+            major = guessed.split("/")[0]
+            if major in ("image", "audio", "video"):
+                return major, f"extension {Path(name).suffix}"
+    return None, None
+
+
+
+
+
+@dataclass(frozen=True)
+class Inspected:
+    """A checked upload.
+
+    Attributes:
+        kind: ``"image" | "audio" | "video"``.
+        mime: MIME type sniffed from the content.
+        size: bytes.
+        description: one line, e.g. ``"image chelsea.png, 451x300 pixels"``.
+        width, height: pixels (images and videos).
+        duration: seconds (audio and video).
+    """
+
+    kind: Modality
+    mime: str
+    size: int
+    description: str
+    width: int | None = None
+    height: int | None = None
+    duration: float | None = None
+
+
+def _check_image(data: bytes, label: str) -> tuple[str, int, int]:
+    """Decode an image fully; returns ``(mime, width, height)``. Raises InputError."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(data)) as im:
+                im.verify()
+            with Image.open(io.BytesIO(data)) as im:
+                im.load()
+                fmt = im.format or ""
+                w, h = im.size
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+        raise InputError(
+            f"The image {label} has too many pixels to process safely.", f"decompression bomb check: {exc}"
+        ) from exc
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+        raise InputError(
+            f"The image {label} could not be decoded; it may be truncated or corrupt.", f"Pillow: {exc!r}"
+        ) from exc
+    return _PIL_MIME.get(fmt, f"image/{fmt.lower() or 'unknown'}"), w, h
+
+
+async def ffprobe(path: Path, timeout: float = 20.0) -> dict:
+    """Run ``ffprobe`` on ``path`` and return its JSON (``format`` and ``streams``).
+
+    Raises:
+        InputError: ffprobe cannot read the file.
+        StorageError: ffprobe is not installed.
+    """
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            "ffprobe", "-v", "error", "-print_format", "json", "-show_format", "-show_streams", str(path),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )
+    except FileNotFoundError as exc:  # pragma: no cover - environment problem
+        raise StorageError("The media tools (ffprobe) are not installed on the bot's host.", str(exc)) from exc
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    except (asyncio.TimeoutError, asyncio.CancelledError):
+        proc.kill()
+        await proc.wait()
+        raise
+    if proc.returncode != 0:
+        raise InputError("The file could not be read as audio or video.", f"ffprobe: {err.decode(errors='replace')[:300]}")
+    try:
+        return json.loads(out or b"{}")
+    except json.JSONDecodeError as exc:
+        raise InputError("The file could not be read as audio or video.", f"ffprobe output: {exc}") from exc
+
+
+async def probe_bytes(data: bytes, suffix: str = "") -> dict:
+    """:func:`ffprobe` for in-memory data (written to a temporary file first; MP4 needs seeking)."""
+
+    def write() -> str:
+        fd, name = tempfile.mkstemp(prefix="hg-probe-", suffix=suffix)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        return name
+
+    name = await asyncio.to_thread(write)
+    try:
+        return await ffprobe(Path(name))
+    finally:
+        await asyncio.to_thread(_unlink_quiet, Path(name))
+
+
+def _unlink_quiet(path: Path) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+
+
+def _duration(info: dict, stream: dict) -> float | None:
+    for value in (stream.get("duration"), info.get("format", {}).get("duration")):
+        try:
+            d = float(value)
+        except (TypeError, ValueError):
+            continue
+        if d > 0:
+            return d
+    return None
+
+
+async def inspect_upload(
+    data: bytes, name: str | None, declared_mime: str | None, *, max_bytes: int
+) -> Inspected:
+    """Check a user's file and describe it.
+
+    Checks, in order: not empty; at most ``max_bytes``; the content is an image, audio or video
+    (sniffed from the bytes, HTML/text/PDF/ZIP refused); it decodes (Pillow ``verify`` and ``load``
+    for images, an ``ffprobe`` stream with a duration for audio/video); the user's label (MIME type
+    or file extension) does not claim another kind than the content (a ``.png`` that is really a
+    JPEG is fine: the content wins).
+
+    Args:
+        data: the file's bytes.
+        name: the user's file name, if any.
+        declared_mime: the MIME type the platform or user gave, if any.
+        max_bytes: size limit in bytes (``[storage] max_file_bytes``).
+
+    Returns:
+        :class:`Inspected`.
+
+    Raises:
+        InputError: with one sentence for the user when any check fails.
+    """
+    label = name or "file"
+    if not data:
+        raise InputError(f"The {label} is empty.")
+    if len(data) > max_bytes:
+        raise InputError(
+            f"The {label} is {len(data) / MiB:.1f} MiB, more than the limit of {max_bytes / MiB:g} MiB.",
+            f"size {len(data)} > max_bytes {max_bytes}",
+        )
+    sniffed = sniff(data)
+    if sniffed is None:
+        what = _looks_like(data)
+        raise InputError(
+            f"The {label} is {what}, not an image, audio or video file.",
+            f"unsupported content; declared {declared_mime!r}",
+        )
+    kind: Modality = sniffed.kind
+    mime = sniffed.mime
+    width = height = None
+    duration = None
+    if kind == "image":
+        mime, width, height = await asyncio.to_thread(_check_image, data, label)
+    else:
+        try:
+            info = await probe_bytes(data, suffix=extension_for(mime))
+        except InputError as exc:
+            raise InputError(f"The {label} could not be read as {kind}; it may be truncated or corrupt.", str(exc)) from exc
+        streams = info.get("streams", [])
+        video = [s for s in streams if s.get("codec_type") == "video" and s.get("disposition", {}).get("attached_pic") != 1]
+        audio = [s for s in streams if s.get("codec_type") == "audio"]
+        if video:
+            kind = "video"
+            if mime.startswith("audio/"):
+                mime = {"audio/ogg": "video/ogg", "audio/mp4": "video/mp4"}.get(mime, mime)
+            stream = video[0]
+            width, height = stream.get("width"), stream.get("height")
+        elif audio:
+            kind = "audio"
+            if mime.startswith("video/"):
+                mime = {"video/mp4": "audio/mp4", "video/webm": "audio/webm", "video/quicktime": "audio/mp4"}.get(
+                    mime, mime
+                )
+            stream = audio[0]
+        else:
+            raise InputError(f"The {label} has no audio or video stream.", f"ffprobe streams: {streams}")
+        duration = _duration(info, stream)
+        if duration is None:
+            raise InputError(f"The {label} could not be decoded: its length is unknown.", f"ffprobe: {info.get('format')}")
+
+    claimed, source = _declared_kind(name, declared_mime)
+    if claimed and claimed != kind and not (sniffed.container and {claimed, kind} == {"audio", "video"}):
+        raise InputError(
+            f"The {label} is labelled as {claimed} ({source}) but its content is {_a(kind)} {kind} file.",
+            f"declared {declared_mime!r} name {name!r}, sniffed {mime}",
+        )
+
+    title = f"{kind} {name}" if name else f"{kind} ({mime.split('/')[1]})"
+    parts = [title]
+    if duration is not None:
+        parts.append(f"{duration:.1f} s")
+    if width and height:
+        parts.append(f"{width}x{height} pixels")
+    return Inspected(kind, mime, len(data), ", ".join(parts), width, height, duration)
+
+
+def _a(word: str) -> str:
+    return "an" if word[:1] in "aeiou" else "a"

@@ -1,0 +1,172 @@
+"""Live availability: which catalog models the configured backends can run right now."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from .models import LIVE, ModelCard
+
+log = logging.getLogger(__name__)
+
+
+class Availability:
+    """Which models the configured backends can run right now (the paper's §3.2 filter on
+    "models that can be served", with today's Hugging Face Inference Providers).
+
+    Rules, first match wins:
+
+    1. ``base_url`` set: every model is served (a gateway in the inference wire format);
+    2. the model has a dedicated endpoint in ``endpoints``: served;
+    3. no ``provider``: not served;
+    4. the card knows its live providers: served iff ``provider`` is among them (``"auto"``: any);
+    5. otherwise the Hub is asked (``HfApi.model_info(id, expand=["inferenceProviderMapping"])``),
+       the answer is cached per model for ``ttl`` seconds, and only mappings with status
+       ``"live"`` count. A Hub that cannot be reached or answers an error means "not served"
+       (warning logged; that answer is cached for ``min(ttl, error_ttl)`` seconds) — a model that
+       cannot be run is never offered.
+
+    Args:
+        provider: Inference Providers name (``"hf-inference"``, ``"fal-ai"``, ...), ``"auto"``, or None.
+        base_url: gateway URL, or None.
+        endpoints: model id → dedicated endpoint URL.
+        token: Hugging Face token for Hub look-ups (never logged), or None for the library default.
+        ttl: seconds a Hub answer stays valid.
+        hub_endpoint: Hub URL (None: ``huggingface_hub``'s default, which honours ``HF_ENDPOINT``).
+        timeout: seconds per Hub look-up.
+        error_ttl: seconds a failed look-up is remembered.
+        max_concurrency: Hub look-ups in flight at once.
+    """
+
+    def __init__(
+        self,
+        *,
+        provider: str | None,
+        base_url: str | None,
+        endpoints: dict[str, str],
+        token: str | None,
+        ttl: float = 3600,
+        hub_endpoint: str | None = None,
+        timeout: float = 10.0,
+        error_ttl: float = 60.0,
+        max_concurrency: int = 8,
+    ) -> None:
+        self.provider = provider
+        self.base_url = base_url
+        self.endpoints = dict(endpoints)
+        self.ttl = ttl
+        self.error_ttl = min(ttl, error_ttl)
+        self.timeout = timeout
+        self._token = token
+        self._hub_endpoint = hub_endpoint
+        self._api: Any = None
+        self._cache: dict[str, tuple[float, frozenset[str]]] = {}
+        self._inflight: dict[str, asyncio.Future[frozenset[str]]] = {}
+        self._semaphore = asyncio.Semaphore(max_concurrency)
+        self._quiet_until = 0.0
+
+    def known(self, card: ModelCard) -> bool | None:
+        """Whether ``card`` is served, decided without the Hub; ``None`` if a look-up is needed."""
+        if self.base_url:
+            return True
+        if card.id in self.endpoints:
+            return True
+        if not self.provider:
+            return False
+        providers = card.providers
+        if providers is None:
+            cached = self._cache.get(card.id)
+            if cached is None or cached[0] <= time.monotonic():
+                return None
+            providers = tuple(cached[1])
+        return self._serves(providers)
+
+    def looked_up(self, model_id: str) -> tuple[str, ...] | None:
+        """Live providers of ``model_id`` from a still-valid Hub answer, or ``None`` if not looked up."""
+        cached = self._cache.get(model_id)
+        if cached is None or cached[0] <= time.monotonic():
+            return None
+        return tuple(sorted(cached[1]))
+
+    def _serves(self, providers: Iterable[str]) -> bool:
+        providers = tuple(providers)
+        if self.provider == "auto":
+            return bool(providers)
+        return self.provider in providers
+
+    async def filter(self, cards: list[ModelCard]) -> list[ModelCard]:
+        """The cards whose models can run now, in the given order.
+
+        Hub look-ups for several unknown cards run concurrently (at most ``max_concurrency``).
+        Never raises for Hub trouble: unknown models are then left out (warning logged).
+        """
+        decided = [self.known(card) for card in cards]
+        unknown = list(dict.fromkeys(card.id for card, ok in zip(cards, decided) if ok is None))
+        if unknown:
+            answers = await asyncio.gather(*(self._live_providers(model_id) for model_id in unknown))
+            live = dict(zip(unknown, answers))
+            decided = [self._serves(live[card.id]) if ok is None else ok for card, ok in zip(cards, decided)]
+        return [card for card, ok in zip(cards, decided) if ok]
+
+    async def _live_providers(self, model_id: str) -> frozenset[str]:
+        cached = self._cache.get(model_id)
+        if cached is not None and cached[0] > time.monotonic():
+            return cached[1]
+        pending = self._inflight.get(model_id)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future: asyncio.Future[frozenset[str]] = asyncio.get_running_loop().create_future()
+        self._inflight[model_id] = future
+        try:
+            async with self._semaphore:
+                live, ttl = await self._look_up(model_id)
+            self._cache[model_id] = (time.monotonic() + ttl, live)
+            future.set_result(live)
+            return live
+        except BaseException as e:  # cancellation: let waiters see it too
+            future.set_exception(e)
+            future.exception()  # mark retrieved
+            raise
+        finally:
+            self._inflight.pop(model_id, None)
+
+    def _warn(self, message: str, model_id: str) -> None:
+        """Log a Hub failure: a warning at most once per ``error_ttl`` seconds, debug otherwise."""
+        now = time.monotonic()
+        if now >= self._quiet_until:
+            self._quiet_until = now + self.error_ttl
+            log.warning(message, model_id)
+        else:
+            log.debug(message, model_id)
+
+    async def _look_up(self, model_id: str) -> tuple[frozenset[str], float]:
+        """Live providers of ``model_id`` from the Hub and how long to trust the answer (seconds)."""
+        from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
+
+        if self._api is None:
+            from huggingface_hub import HfApi
+
+            self._api = HfApi(endpoint=self._hub_endpoint, token=self._token)
+        try:
+            info = await asyncio.to_thread(
+                self._api.model_info, model_id, expand=["inferenceProviderMapping"], timeout=self.timeout
+            )
+        except RepositoryNotFoundError:
+            log.info("availability: %s is not on the Hub (gone, private or gated); not offered", model_id)
+            return frozenset(), self.ttl
+        except HfHubHTTPError as e:
+            status = e.response.status_code if e.response is not None else "?"
+            why = "refused the token" if status in (401, 403) else "failed"
+            self._warn(f"availability: the Hub {why} ({status}) when checking %s; model not offered", model_id)
+            return frozenset(), self.error_ttl
+        except Exception as e:  # connection refused, timeout, bad JSON: the Hub is unusable
+            self._warn(
+                f"availability: the Hub cannot be reached to check %s ({e.__class__.__name__}); model not offered",
+                model_id,
+            )
+            return frozenset(), self.error_ttl
+        mapping = info.inference_provider_mapping or []
+        return frozenset(m.provider for m in mapping if getattr(m, "status", None) == LIVE), self.ttl
