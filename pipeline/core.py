@@ -64,7 +64,7 @@ class Pipeline:
             },
             {"role": "user", "content": prompts.render("controller_task.user", text=args.get("text", ""), context=args.get("context"))},
         ]
-        return (await self.controller.complete_text(messages, usage=usage)).strip()
+        return (await self.controller.complete_text(messages, stage="controller-task", task=task, usage=usage)).strip()
 
     async def run(self, request: Request, sink: ResourceSink) -> AsyncIterator[Event]:
         """Run one request through the four stages.
@@ -121,7 +121,8 @@ class Pipeline:
             t2 = time.monotonic()
             parts: list[str] = []
             async for delta in self.controller.stream_text(
-                response_messages(request, tasks, record.selections, record.results), usage=usage
+                response_messages(request, tasks, record.selections, record.results),
+                stage="response-generation", usage=usage
             ):
                 parts.append(delta)
                 yield ResponseDelta(delta)

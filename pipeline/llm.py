@@ -21,6 +21,29 @@ from .errors import ControllerError
 log = logging.getLogger(__name__)
 
 
+STAGE_HEADER = "X-HuggingGPT-Stage"
+"""HTTP header naming the stage of each controller call (ARCHITECTURE.md): ``task-planning``,
+``model-selection``, ``controller-task`` or ``response-generation``. Gateways can log it; the
+sandbox's stand-in controller routes on it. Prompts carry no such marker."""
+TASK_HEADER = "X-HuggingGPT-Task"
+"""HTTP header naming the task (pipeline tag) of a ``controller-task`` call."""
+STAGES = ("task-planning", "model-selection", "controller-task", "response-generation")
+
+
+def stage_headers(stage: str, task: str | None = None) -> dict[str, str]:
+    """The headers sent with a controller call of ``stage`` (one of :data:`STAGES`).
+
+    Raises:
+        ValueError: ``stage`` is not one of :data:`STAGES` (a programming error).
+    """
+    if stage not in STAGES:
+        raise ValueError(f"unknown stage {stage!r}")
+    headers = {STAGE_HEADER: stage}
+    if task:
+        headers[TASK_HEADER] = task
+    return headers
+
+
 @dataclass
 class Usage:
     """LLM calls made during one run (every HTTP request counted, fallbacks included)."""
@@ -97,7 +120,7 @@ class Controller:
         return ControllerError(msg, detail)
 
     async def complete_json(
-        self, messages: list[dict[str, Any]], *, schema_name: str, schema: dict[str, Any], usage: Usage
+        self, messages: list[dict[str, Any]], *, stage: str, schema_name: str, schema: dict[str, Any], usage: Usage
     ) -> str:
         """Ask for a JSON answer; returns the raw content (still to be repaired and validated).
 
@@ -121,7 +144,8 @@ class Controller:
             usage.calls += 1
             try:
                 resp = await self._client.chat.completions.create(
-                    model=self.model, messages=messages, temperature=self.temperature, **kwargs
+                    model=self.model, messages=messages, temperature=self.temperature,
+                    extra_headers=stage_headers(stage), **kwargs
                 )
             except openai.BadRequestError as e:
                 last = e
@@ -135,18 +159,25 @@ class Controller:
             return _content(resp)
         raise self._error(last or RuntimeError("no mode left"))
 
-    async def complete_text(self, messages: list[dict[str, Any]], *, usage: Usage) -> str:
-        """Plain text completion. Raises :class:`ControllerError` as :meth:`complete_json`."""
+    async def complete_text(
+        self, messages: list[dict[str, Any]], *, stage: str, usage: Usage, task: str | None = None
+    ) -> str:
+        """Plain text completion for ``stage`` (and ``task`` for a controller-served task).
+
+        Raises:
+            ControllerError: as :meth:`complete_json`.
+        """
         usage.calls += 1
         try:
             resp = await self._client.chat.completions.create(
-                model=self.model, messages=messages, temperature=self.temperature
+                model=self.model, messages=messages, temperature=self.temperature,
+                extra_headers=stage_headers(stage, task),
             )
         except openai.OpenAIError as e:
             raise self._error(e) from None
         return _content(resp)
 
-    async def stream_text(self, messages: list[dict[str, Any]], *, usage: Usage) -> AsyncIterator[str]:
+    async def stream_text(self, messages: list[dict[str, Any]], *, stage: str, usage: Usage) -> AsyncIterator[str]:
         """Stream a text completion as deltas (``str`` pieces, in order).
 
         Raises:
@@ -155,7 +186,8 @@ class Controller:
         usage.calls += 1
         try:
             stream = await self._client.chat.completions.create(
-                model=self.model, messages=messages, temperature=self.temperature, stream=True
+                model=self.model, messages=messages, temperature=self.temperature, stream=True,
+                extra_headers=stage_headers(stage),
             )
             async for chunk in stream:
                 if chunk.choices and chunk.choices[0].delta and chunk.choices[0].delta.content:

@@ -343,7 +343,7 @@ async def plan(controller: Controller, request: Request, available: set[str], us
     """
     schema = plan_schema(available)
     messages = planning_messages(request, available)
-    raw = await controller.complete_json(messages, schema_name="task_plan", schema=schema, usage=usage)
+    raw = await controller.complete_json(messages, stage="task-planning", schema_name="task_plan", schema=schema, usage=usage)
     try:
         return validate_plan(parse_plan(raw), available=available, resources=request.resources)
     except PlanInvalid as e:
@@ -351,7 +351,7 @@ async def plan(controller: Controller, request: Request, available: set[str], us
         log.warning("plan rejected (%s); raw=%r", problem, raw[:500])
     repair = planning_messages(request, available, problem=problem)
     repair.insert(-1, {"role": "assistant", "content": raw[:4000]})
-    raw2 = await controller.complete_json(repair, schema_name="task_plan", schema=schema, usage=usage)
+    raw2 = await controller.complete_json(repair, stage="task-planning", schema_name="task_plan", schema=schema, usage=usage)
     try:
         return validate_plan(parse_plan(raw2), available=available, resources=request.resources)
     except PlanInvalid as e:

@@ -132,7 +132,7 @@ class Selector:
             },
         ]
         try:
-            raw = await self.controller.complete_json(messages, schema_name="model_choice", schema=SELECTION_SCHEMA, usage=usage)
+            raw = await self.controller.complete_json(messages, stage="model-selection", schema_name="model_choice", schema=SELECTION_SCHEMA, usage=usage)
         except ControllerError as e:
             log.warning("model selection for task %d fell back to the top model: %s", task.id, e)
             return Selection(task.id, ids[0], "the controller could not be asked; took the most downloaded model", tuple(ids), "top"), ids

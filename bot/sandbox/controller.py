@@ -104,8 +104,15 @@ def _content_text(message: Any) -> str:
     return ""
 
 
-def stage_of(body: dict[str, Any]) -> str | None:
-    """The stage named on the first line of the first (system) message, or ``None``."""
+STAGE_HEADER = "X-HuggingGPT-Stage"
+TASK_HEADER = "X-HuggingGPT-Task"
+
+
+def stage_of(body: dict[str, Any], headers: Any = None) -> str | None:
+    """The stage of a request: the ``X-HuggingGPT-Stage`` header the pipeline sends, else (for
+    hand-written test prompts) the ``[stage:NAME]`` first line of the system message; ``None``."""
+    if headers is not None and headers.get(STAGE_HEADER):
+        return str(headers.get(STAGE_HEADER))
     msgs = body.get("messages")
     if not isinstance(msgs, list) or not msgs or not isinstance(msgs[0], dict):
         return None
@@ -116,7 +123,7 @@ def stage_of(body: dict[str, Any]) -> str | None:
     return m.group(1) if m else None
 
 
-def answer_for(body: dict[str, Any]) -> tuple[str, str]:
+def answer_for(body: dict[str, Any], headers: Any = None) -> tuple[str, str]:
     """Compute the stand-in's answer to one chat completions request body.
 
     Returns:
@@ -132,10 +139,16 @@ def answer_for(body: dict[str, Any]) -> tuple[str, str]:
     system = _content_text(msgs[0]).strip().splitlines()
     if msgs[0].get("role") not in ("system", "developer") or not system:
         raise ProtocolError("messages[0] must be a system message whose first line is [stage:NAME]")
-    m = _STAGE_RE.match(system[0].strip())
-    if not m:
-        raise ProtocolError(f"the system message's first line must be [stage:NAME], got {system[0][:60]!r}")
-    stage = m.group(1)
+    header_stage = headers.get(STAGE_HEADER) if headers is not None else None
+    header_task = headers.get(TASK_HEADER) if headers is not None else None
+    if header_stage:
+        stage = str(header_stage)
+    else:
+        m = _STAGE_RE.match(system[0].strip())
+        if not m:
+            raise ProtocolError(f"the system message's first line must be [stage:NAME], got {system[0][:60]!r}")
+        stage = m.group(1)
+        system = system[1:]
     if stage not in STAGES:
         raise ProtocolError(f"unknown stage {stage!r}; expected one of {', '.join(STAGES)}")
     last = msgs[-1]
@@ -172,16 +185,20 @@ def answer_for(body: dict[str, Any]) -> tuple[str, str]:
         return stage, heuristics.compose_response(request, plan, selections, results)
 
     # controller-task
-    task_line = system[1].strip() if len(system) > 1 else ""
-    tm = re.match(r"^task:\s*(\S+)$", task_line)
-    if not tm:
-        raise ProtocolError("a controller-task system message needs a second line 'task: NAME'")
-    if tm.group(1) not in CONTROLLER_TASKS:
-        raise ProtocolError(f"unknown controller task {tm.group(1)!r}; expected one of {', '.join(CONTROLLER_TASKS)}")
+    if header_task:
+        task_name = str(header_task)
+    else:
+        task_line = system[0].strip() if system else ""
+        tm = re.match(r"^task:\s*(\S+)$", task_line)
+        if not tm:
+            raise ProtocolError("a controller-task call needs the X-HuggingGPT-Task header (or a line 'task: NAME')")
+        task_name = tm.group(1)
+    if task_name not in CONTROLLER_TASKS:
+        raise ProtocolError(f"unknown controller task {task_name!r}; expected one of {', '.join(CONTROLLER_TASKS)}")
     text = tag(user, "input")
     if text is None:
         raise ProtocolError("the last user message has no <input> block")
-    return stage, heuristics.controller_task(tm.group(1), text, tag(user, "context"))
+    return stage, heuristics.controller_task(task_name, text, tag(user, "context"))
 
 
 def _error_body(message: str, type_: str, code: str | None = None, param: str | None = None) -> dict[str, Any]:
@@ -313,7 +330,7 @@ class ControllerStandIn:
         if not isinstance(body, dict):
             self.requests.append(Recorded(None, {}, start, time.monotonic()))
             return self._error(400, "The request body is not a JSON object.")
-        rec = Recorded(stage_of(body), body, start)
+        rec = Recorded(stage_of(body, request.headers), body, start)
         self.requests.append(rec)
         try:
             response = await self._respond(request, body)
@@ -353,7 +370,7 @@ class ControllerStandIn:
             content = str(action["content"])
         else:
             try:
-                _, content = answer_for(body)
+                _, content = answer_for(body, request.headers)
             except ProtocolError as exc:
                 log.warning("sandbox controller refused a request: %s", exc)
                 return self._error(400, f"[sandbox] prompt protocol error: {exc}", "sandbox_protocol")
