@@ -12,7 +12,9 @@ from collections.abc import Awaitable, Callable
 from pipeline.catalog import Availability, Catalog
 from pipeline.core import Pipeline
 from pipeline.execution import ExecutionLimits
-from pipeline.experts import Experts, ExpertSettings
+from pipeline.experts.controller import ControllerRunner
+from pipeline.experts.hub import ExpertSettings, HubRunner
+from pipeline.experts.local import LocalRunner
 from pipeline.llm import Controller
 from pipeline.selection import Selector
 
@@ -69,9 +71,10 @@ def build_pipeline(settings: Settings) -> tuple[Pipeline, list[Callable[[], Awai
         token=secret(inf.token),
         ttl=settings.catalog.availability_ttl,
     )
-    experts = Experts(ExpertSettings.from_inference(inf))
+    hub = HubRunner(ExpertSettings.from_inference(inf))
     selector = Selector(
         catalog, availability, controller, strategy=inf.selection, top_k=inf.top_k, controller_tasks=inf.controller_tasks
     )
     limits = ExecutionLimits(task_timeout=inf.task_timeout, deadline=inf.deadline, max_candidates_tried=inf.max_candidates_tried)
-    return Pipeline(controller, selector, experts, limits), [experts.aclose, controller.aclose]
+    runners = {"hub": hub, "controller": ControllerRunner(controller), "local": LocalRunner()}
+    return Pipeline(controller, selector, runners, limits), [hub.aclose, controller.aclose]

@@ -12,9 +12,12 @@ import logging
 import time
 from collections.abc import AsyncIterator
 
-from . import planning, prompts
+from collections.abc import Mapping
+
+from . import planning
 from .errors import ControllerError, HuggingGPTError
-from .execution import ExecutionLimits, Executor, ExpertRunner
+from .execution import ExecutionLimits, Executor
+from .experts.base import ExpertRunner, RunnerKind
 from .llm import Controller, Usage
 from .response import response_messages
 from .selection import Selector
@@ -22,31 +25,25 @@ from .types import Done, Event, PlanReady, Request, ResourceSink, ResponseDelta,
 
 log = logging.getLogger(__name__)
 
-_CONTROLLER_INSTRUCTIONS = {
-    "summarization": "Summarise the input in a few sentences.",
-    "translation": "Translate the input as it asks (into English if no language is named).",
-    "conversational": "Reply to the input as a helpful chat partner.",
-    "text-generation": "Write the text the input asks for, or continue it.",
-    "text2text-generation": "Rewrite the input as it asks.",
-}
-
-
 class Pipeline:
     """HuggingGPT's four stages.
 
     Args:
         controller: the controller LLM.
         selector: model selection (catalog + availability).
-        experts: expert runner (``pipeline.experts.Experts``).
+        runners: the expert runner of each kind (``"hub"``, ``"controller"``, ``"local"``,
+            :mod:`pipeline.experts`).
         limits: per-task timeout, overall deadline, models tried per task.
     """
 
-    def __init__(self, controller: Controller, selector: Selector, experts: ExpertRunner, limits: ExecutionLimits) -> None:
+    def __init__(
+        self, controller: Controller, selector: Selector, runners: Mapping[RunnerKind, ExpertRunner], limits: ExecutionLimits
+    ) -> None:
         self.controller = controller
         self.selector = selector
-        self.experts = experts
+        self.runners = dict(runners)
         self.limits = limits
-        self.executor = Executor(selector, experts, self._controller_task, limits)
+        self.executor = Executor(selector, runners, limits)
         self._served: tuple[float, set[str]] | None = None
 
     async def served_tasks(self) -> set[str]:
@@ -55,16 +52,6 @@ class Pipeline:
         if self._served is None or now - self._served[0] > 300:
             self._served = (now, await self.selector.served_tasks())
         return self._served[1]
-
-    async def _controller_task(self, task: str, args: dict[str, str], usage: Usage) -> str:
-        messages = [
-            {
-                "role": "system",
-                "content": prompts.render("controller_task.system", task=task, instruction=_CONTROLLER_INSTRUCTIONS.get(task, "")),
-            },
-            {"role": "user", "content": prompts.render("controller_task.user", text=args.get("text", ""), context=args.get("context"))},
-        ]
-        return (await self.controller.complete_text(messages, stage="controller-task", task=task, usage=usage)).strip()
 
     async def run(self, request: Request, sink: ResourceSink) -> AsyncIterator[Event]:
         """Run one request through the four stages.

@@ -13,11 +13,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from .errors import ControllerError, ExpertError
+from .experts.base import ExpertRunner, RunnerKind
 from .llm import Usage
 from .planning import PLACEHOLDER
 from .selection import Selector
@@ -25,7 +26,6 @@ from .tasks import TASKS
 from .types import (
     Event,
     ModelSelected,
-    Output,
     Request,
     Resource,
     ResourceSink,
@@ -39,16 +39,6 @@ from .types import (
 )
 
 log = logging.getLogger(__name__)
-
-
-class ExpertRunner(Protocol):
-    """``pipeline.experts.Experts``: runs one task on one model and normalises the output."""
-
-    async def run(self, task: str, model: str, args: dict[str, Any], sink: ResourceSink, *, task_id: int) -> Output: ...
-
-
-ControllerTask = Callable[[str, dict[str, str], Usage], Awaitable[str]]
-"""``(task name, text args, usage) -> text``: a text task served by the controller LLM."""
 
 
 @dataclass
@@ -114,17 +104,13 @@ class Executor:
 
     Args:
         selector: model selection.
-        experts: expert runner.
-        controller_task: how controller-served text tasks are run.
+        runners: the expert runner of each kind a selection may name (``Selection.runner``).
         limits: time limits.
     """
 
-    def __init__(
-        self, selector: Selector, experts: ExpertRunner, controller_task: ControllerTask, limits: ExecutionLimits
-    ) -> None:
+    def __init__(self, selector: Selector, runners: Mapping[RunnerKind, ExpertRunner], limits: ExecutionLimits) -> None:
         self.selector = selector
-        self.experts = experts
-        self.controller_task = controller_task
+        self.runners = dict(runners)
         self.limits = limits
 
     async def execute(
@@ -184,7 +170,7 @@ class Executor:
                     result = TaskResult(task.id, "failed", error=f"Task {task.id} could not get its input: {e}.")
                     emit(TaskFailed(result))
                     return
-                result = await self._run_models(task, order, args, sink, emit, usage)
+                result = await self._run_models(task, selection, order, args, sink, emit, usage)
                 emit(TaskFinished(result) if result.status == "ok" else TaskFailed(result))
             finally:
                 results[task.id] = result
@@ -216,6 +202,7 @@ class Executor:
     async def _run_models(
         self,
         task: Task,
+        selection: Selection,
         order: list[str],
         args: dict[str, str | Resource],
         sink: ResourceSink,
@@ -225,16 +212,16 @@ class Executor:
         tried: list[str] = []
         last_error = "no model could run it"
         started = time.monotonic()
+        runner = self.runners.get(selection.runner)
+        if runner is None:
+            return TaskResult(task.id, "failed", error=f"{task.task} failed: no {selection.runner} runner is configured.",
+                              started=started, finished=time.monotonic())
         for model in order[: self.limits.max_candidates_tried]:
             tried.append(model)
             emit(TaskStarted(task.id, model))
             try:
                 async with asyncio.timeout(self.limits.task_timeout):
-                    if model.startswith("controller:"):
-                        text_args = {k: v for k, v in args.items() if isinstance(v, str)}
-                        output = Output(text=await self.controller_task(task.task, text_args, usage))
-                    else:
-                        output = await self.experts.run(task.task, model, args, sink, task_id=task.id)
+                    output = await runner.run(task.task, model, args, sink, task_id=task.id, usage=usage)
                 return TaskResult(task.id, "ok", output=output, model=model, attempts=tried, started=started, finished=time.monotonic())
             except TimeoutError:
                 last_error = f"{model} did not answer within {self.limits.task_timeout:g} seconds"

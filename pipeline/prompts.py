@@ -37,3 +37,11 @@ def demonstrations() -> list[dict[str, Any]]:
     """The few-shot planning demonstrations: ``[{"request", "resources", "tasks"}]``."""
     text = resources.files("prompts").joinpath("demonstrations.json").read_text(encoding="utf-8")
     return json.loads(text)
+
+
+@lru_cache(maxsize=1)
+def controller_instructions() -> dict[str, str]:
+    """Task name → the instruction for a text task the controller serves itself
+    (``prompts/controller_tasks.json``)."""
+    text = resources.files("prompts").joinpath("controller_tasks.json").read_text(encoding="utf-8")
+    return json.loads(text)

@@ -52,8 +52,8 @@ def results_view(tasks: list[Task], results: dict[int, TaskResult]) -> dict[str,
                 entry["text"] = text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + "…"
             if r.output.files:
                 entry["files"] = [{"id": f.id, "kind": f.kind, "description": f.description} for f in r.output.files]
-            if r.output.data:
-                entry["data"] = condense(r.output.data)
+            if r.output.data is not None:
+                entry["data"] = condense(r.output.data.to_json())
         if r.error:
             entry["error"] = r.error
         view[str(t.id)] = entry

@@ -18,6 +18,7 @@ import json_repair
 
 from . import prompts
 from .errors import ControllerError
+from .experts.local import LOCAL_MODEL
 from .llm import Controller, Usage
 from .tasks import TASKS
 from .types import Selection, Task
@@ -105,12 +106,12 @@ class Selector:
         """
         spec = TASKS[task.task]
         if spec.local:
-            return Selection(task.id, f"local:{task.task.split('-')[0]}", "computed locally, no model needed", (), "local"), [
-                f"local:{task.task.split('-')[0]}"
-            ]
+            sel = Selection(task.id, LOCAL_MODEL, "computed locally, no model needed", (), "local", runner="local")
+            return sel, [LOCAL_MODEL]
         if task.task in self.controller_tasks:
-            model = f"controller:{self.controller.model}"
-            return Selection(task.id, model, "the controller LLM does this text task itself", (), "controller"), [model]
+            model = self.controller.model
+            sel = Selection(task.id, model, "the controller LLM does this text task itself", (), "controller", runner="controller")
+            return sel, [model]
         cands = await self.candidates(task.task)
         ids = [c.id for c in cands]
         if not cands:

@@ -91,11 +91,14 @@ class Selection:
 
     Attributes:
         task_id: the task's id.
-        model: Hugging Face model id, ``"controller:<llm model>"`` or ``"local:<name>"``.
+        model: Hugging Face model id; for the controller the LLM's model name; for a local task
+            the name of the local implementation (``"opencv-canny"``). Shown to users, never parsed.
         reason: one sentence on why.
         candidates: the ranked candidate ids that were considered (best first).
         strategy: ``"llm"`` (controller picked), ``"single"`` (one candidate, no LLM call),
             ``"top"`` (top-ranked by setting or fallback), ``"controller"`` or ``"local"``.
+        runner: which expert runner serves it: ``"hub"`` (a Hugging Face model), ``"controller"``
+            (the controller LLM) or ``"local"`` (computed in-process).
     """
 
     task_id: int
@@ -103,6 +106,15 @@ class Selection:
     reason: str
     candidates: tuple[str, ...] = ()
     strategy: str = "top"
+    runner: Literal["hub", "controller", "local"] = "hub"
+
+
+class TaskData(Protocol):
+    """Typed structured result of a task (``pipeline.tasks.outputs``): labels, boxes, answers ..."""
+
+    def to_json(self) -> dict[str, Any]:  # pragma: no cover - protocol
+        """The JSON view (what the response stage condenses and ``--json`` prints)."""
+        ...
 
 
 @dataclass
@@ -112,13 +124,14 @@ class Output:
     Attributes:
         text: the textual result (caption, transcript, label summary, answer), if any.
         files: generated media saved in the media store (annotated image, speech, video ...).
-        data: structured results, JSON-able (labels, scores, boxes ``[xmin, ymin, xmax, ymax]`` in
-            pixels, ...). Condensed before it reaches a prompt.
+        data: typed structured results (labels, scores, boxes ``(xmin, ymin, xmax, ymax)`` in
+            pixels, ...; :mod:`pipeline.tasks.outputs`), or ``None``. Condensed before it reaches a
+            prompt.
     """
 
     text: str | None = None
     files: list[Resource] = field(default_factory=list)
-    data: dict[str, Any] = field(default_factory=dict)
+    data: TaskData | None = None
 
     def modality(self, kind: Modality) -> str | Resource | None:
         """Return the output of ``kind``: the text for ``"text"``, else the first file of that kind."""
@@ -298,7 +311,7 @@ class RunRecord:
             return {
                 "text": o.text,
                 "files": [{"id": f.id, "kind": f.kind, "path": str(f.path), "mime": f.mime} for f in o.files],
-                "data": o.data,
+                "data": o.data.to_json() if o.data is not None else {},
             }
 
         return {
@@ -307,7 +320,8 @@ class RunRecord:
             "error": self.error,
             "tasks": [t.to_json() for t in self.tasks],
             "selections": {
-                str(k): {"model": s.model, "reason": s.reason, "strategy": s.strategy, "candidates": list(s.candidates)}
+                str(k): {"model": s.model, "runner": s.runner, "reason": s.reason, "strategy": s.strategy,
+                         "candidates": list(s.candidates)}
                 for k, s in sorted(self.selections.items())
             },
             "results": {

@@ -84,13 +84,24 @@ def controlnet_cards() -> list[ModelCard]:
     return cards
 
 
+# Models for tasks the reference snapshot has none of (download counts unknown: 0).
+EXTRA_CARDS: tuple[ModelCard, ...] = (
+    ModelCard(id="google-bert/bert-base-uncased", task="fill-mask", downloads=0, likes=0,
+              description="BERT base (uncased), pretrained on English with masked language modelling: "
+                          "predicts the word behind [MASK].", providers=None, tags=("bert", "fill-mask", "en")),
+    ModelCard(id="FacebookAI/roberta-base", task="fill-mask", downloads=0, likes=0,
+              description="RoBERTa base, pretrained on English with masked language modelling: "
+                          "predicts the word behind <mask>.", providers=None, tags=("roberta", "fill-mask", "en")),
+)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--source", type=Path, default=ROOT / "tests/fixtures/catalog/p0_models.jsonl")
     parser.add_argument("--out", type=Path, default=SHIPPED_CATALOG)
     args = parser.parse_args()
     reference = Catalog.load(args.source)
-    cards = reference.cards() + controlnet_cards()
+    cards = reference.cards() + controlnet_cards() + list(EXTRA_CARDS)
     catalog = Catalog(cards)
     header = {"_catalog": {"snapshot": SNAPSHOT, "source": "reference implementation p0_models.jsonl (JARVIS)", "generated_at": None}}
     write_catalog(args.out, catalog, header)

@@ -7,6 +7,7 @@ decoded and checked as a user would see them (images opened, audio decoded, vide
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import wave
 
@@ -16,7 +17,8 @@ from PIL import Image
 
 from tests.conftest import stored_upload
 from pipeline.errors import ExpertError
-from pipeline.experts import Experts, ExpertSettings
+from pipeline.experts.hub import ExpertSettings, HubRunner
+from pipeline.experts.local import LOCAL_MODEL, LocalRunner
 from bot.uploads import ffprobe
 from pipeline.tasks import TASKS
 
@@ -27,7 +29,7 @@ MODELS = {task: f"sandbox/{task}-model" for task, spec in TASKS.items() if not s
 @pytest.fixture
 async def experts(standin):
     standin.task_of.update({m: t for t, m in MODELS.items()})
-    ex = Experts(
+    ex = HubRunner(
         ExpertSettings(
             provider="hf-inference", token=TOKEN, base_url=standin.url, endpoints={},
             task_timeout=5.0, max_attempts=3, backoff_max=0.3,
@@ -50,21 +52,23 @@ def rgb(path) -> np.ndarray:
 # -- NLP -----------------------------------------------------------------------------------------
 
 
-async def test_text_classification_reads_the_sentiment(experts, sink):
+async def test_text_classification_reads_the_sentiment(experts, sink, standin):
     out = await experts.run("text-classification", MODELS["text-classification"], {"text": "I love this, it is great"}, sink, task_id=1)
-    assert out.data["labels"][0]["label"] == "POSITIVE"
-    assert out.text.startswith("POSITIVE (0.")
-    out = await experts.run("text-classification", MODELS["text-classification"], {"text": "terrible and sad"}, sink, task_id=2)
-    assert out.data["labels"][0]["label"] == "NEGATIVE"
+    sent = sorted(json.loads(standin.records[-1].answer)[0], key=lambda x: -x["score"])
+    # the labels come back best first, with the scores the model sent, and the text names the best
+    assert [(x.label, x.score) for x in out.data.items] == [(x["label"], x["score"]) for x in sent]
+    assert out.text.startswith(f"{sent[0]['label']} ({sent[0]['score']:.2f})")
+    other = await experts.run("text-classification", MODELS["text-classification"], {"text": "terrible and sad"}, sink, task_id=2)
+    assert other.data.items[0].label != out.data.items[0].label
 
 
 async def test_token_classification_finds_names(experts, sink):
     text = "Yesterday Clara Smith flew from Berkeley to Paris."
     out = await experts.run("token-classification", MODELS["token-classification"], {"text": text}, sink, task_id=1)
-    words = [e["word"] for e in out.data["entities"]]
+    words = [e.word for e in out.data.items]
     assert "Clara Smith" in words and "Paris" in words
-    e = out.data["entities"][0]
-    assert text[e["start"] : e["end"]] == e["word"]
+    e = out.data.items[0]
+    assert text[e.start : e.end] == e.word
 
 
 @pytest.mark.parametrize(
@@ -90,7 +94,7 @@ async def test_question_answering_picks_the_span(experts, sink):
         "question-answering", MODELS["question-answering"], {"text": "Where do I live?", "context": ctx}, sink, task_id=1
     )
     assert "Berkeley" in out.text
-    assert ctx[out.data["start"] : out.data["end"]] == "I live in Berkeley and work on rockets."
+    assert ctx[out.data.start : out.data.end] == "I live in Berkeley and work on rockets."
 
 
 async def test_sentence_similarity_scores_each_line(experts, sink):
@@ -98,14 +102,16 @@ async def test_sentence_similarity_scores_each_line(experts, sink):
         "sentence-similarity", MODELS["sentence-similarity"],
         {"text": "a cat sits on the mat", "context": "a cat sits on the rug\nstocks fell sharply\n"}, sink, task_id=1,
     )
-    scores = {s["sentence"]: s["score"] for s in out.data["scores"]}
+    scores = {s.sentence: s.score for s in out.data.items}
     assert scores["a cat sits on the rug"] > scores["stocks fell sharply"] == 0.0
 
 
-async def test_tabular_classification_from_csv(experts, sink):
+async def test_tabular_classification_from_csv(experts, sink, standin):
     csv_text = "alcohol,acidity\n9.4,0.7\n12.6,0.9\n9.8,0.6\n"
     out = await experts.run("tabular-classification", MODELS["tabular-classification"], {"text": csv_text}, sink, task_id=1)
-    assert out.data["predictions"] == ["below-average", "above-average", "below-average"]
+    # one prediction per data row, in row order, as the model sent them
+    assert list(out.data.items) == [str(p) for p in json.loads(standin.records[-1].answer)]
+    assert len(out.data.items) == 3 and out.text.startswith(f"row 1: {out.data.items[0]}")
     with pytest.raises(ExpertError) as ei:
         await experts.run("tabular-classification", MODELS["tabular-classification"], {"text": "just words"}, sink, task_id=2)
     assert ei.value.reason == "refused"
@@ -117,23 +123,23 @@ async def test_tabular_classification_from_csv(experts, sink):
 async def test_object_detection_draws_boxes(experts, sink, media_dir):
     cat = await upload(sink, media_dir, "chelsea.png")
     out = await experts.run("object-detection", MODELS["object-detection"], {"image": cat}, sink, task_id=4)
-    assert out.data["objects"], "the stand-in derives boxes from bright/dark regions"
+    assert out.data.items, "the stand-in derives boxes from bright/dark regions"
     (drawn,) = out.files
     assert drawn.kind == "image" and drawn.origin == "task:4" and drawn.id == "image-2"
     before, after = rgb(cat.path), rgb(drawn.path)
     assert before.shape == after.shape
-    xmin, ymin, xmax, ymax = out.data["objects"][0]["box"]
+    xmin, ymin, xmax, ymax = out.data.items[0].box
     assert 0 <= xmin < xmax <= 451 and 0 <= ymin < ymax <= 300
     # The box outline changed the pixels on its left edge; pixels far outside all boxes did not.
     edge = np.abs(after[ymin + 5 : ymax - 5, xmin] - before[ymin + 5 : ymax - 5, xmin]).sum()
     assert edge > 0
-    assert out.data["objects"][0]["label"] in out.text
+    assert out.data.items[0].label in out.text
 
 
 async def test_image_classification_and_caption_follow_the_image(experts, sink, media_dir):
     cat = await upload(sink, media_dir, "chelsea.png")
     cls = await experts.run("image-classification", MODELS["image-classification"], {"image": cat}, sink, task_id=1)
-    assert 0.99 <= sum(x["score"] for x in cls.data["labels"]) <= 1.01 or len(cls.data["labels"]) == 5
+    assert 0.99 <= sum(x.score for x in cls.data.items) <= 1.01 or len(cls.data.items) == 5
     cap = await experts.run("image-to-text", MODELS["image-to-text"], {"image": cat}, sink, task_id=2)
     assert cap.text.startswith("[sandbox]") and "451x300" in cap.text
 
@@ -164,7 +170,7 @@ async def test_image_to_image_black_and_white(experts, sink, media_dir):
 async def test_image_segmentation_overlays_masks_with_legend(experts, sink, media_dir):
     coffee = await upload(sink, media_dir, "coffee.png")
     out = await experts.run("image-segmentation", MODELS["image-segmentation"], {"image": coffee}, sink, task_id=1)
-    labels = [s["label"] for s in out.data["segments"]]
+    labels = [s.label for s in out.data.items]
     assert 1 <= len(labels) <= 3 and labels[0] in out.text
     with Image.open(out.files[0].path) as im:
         assert im.width == 600 and im.height > 400  # legend strip below the image
@@ -183,12 +189,12 @@ async def test_image_question_answering(experts, sink, media_dir, task):
     doc = await upload(sink, media_dir, "text.png")
     out = await experts.run(task, MODELS[task], {"image": doc, "text": "What does it say?"}, sink, task_id=1)
     assert "What does it say?" in out.text and "448x172" in out.text
-    assert out.data["answers"][0]["answer"] == out.text
+    assert out.data.items[0].answer == out.text
 
 
 async def test_controlnet_tasks(experts, sink, media_dir, standin):
     cat = await upload(sink, media_dir, "chelsea.png")
-    edges = await experts.run("canny-control", "local:canny", {"image": cat}, sink, task_id=1)
+    edges = await LocalRunner().run("canny-control", LOCAL_MODEL, {"image": cat}, sink, task_id=1)
     assert standin.records == [], "canny-control is computed locally"
     arr = rgb(edges.files[0].path)
     assert arr.shape == (300, 451, 3)
@@ -226,14 +232,14 @@ async def test_speech_recognition_of_real_speech_is_labelled(experts, sink, medi
     assert out.text == "[sandbox transcript of 5.8 s of audio]"
 
 
-async def test_audio_to_audio_and_classification(experts, sink, media_dir):
+async def test_audio_to_audio_and_classification(experts, sink, media_dir, standin):
     mp3 = await upload(sink, media_dir, "speech_weather.mp3")
     out = await experts.run("audio-to-audio", MODELS["audio-to-audio"], {"audio": mp3}, sink, task_id=1)
     (clean,) = out.files
     with wave.open(str(clean.path)) as w:
         assert 4.5 < w.getnframes() / w.getframerate() < 5.5
     cls = await experts.run("audio-classification", MODELS["audio-classification"], {"audio": mp3}, sink, task_id=2)
-    assert {x["label"] for x in cls.data["labels"]} == {"loud sound", "quiet sound"}
+    assert {x.label for x in cls.data.items} == {x["label"] for x in json.loads(standin.records[-1].answer)}
 
 
 async def test_text_to_video_is_a_real_mp4(experts, sink):
@@ -246,18 +252,49 @@ async def test_text_to_video_is_a_real_mp4(experts, sink):
     assert float(info["format"]["duration"]) > 1.0
 
 
-async def test_every_task_has_a_working_path():
-    covered = {
-        "text-classification", "token-classification", "summarization", "translation", "text-generation",
-        "text2text-generation", "conversational", "question-answering", "sentence-similarity",
-        "tabular-classification", "object-detection", "image-classification", "image-to-text", "text-to-image",
-        "image-to-image", "image-segmentation", "depth-estimation", "visual-question-answering",
-        "document-question-answering", "text-to-speech", "automatic-speech-recognition", "audio-to-audio",
-        "audio-classification", "text-to-video", "canny-control", "openpose-control", "canny-text-to-image",
-    }
-    rest = set(TASKS) - covered
-    # The remaining ControlNet tasks share the two code paths tested above.
-    assert all(t.endswith(("-control", "-text-to-image")) for t in rest)
+# Arguments a user could give each kind of task (texts that the task needs in its own shape).
+SAMPLE_TEXT = {
+    "question-answering": {"text": "Where do I live?", "context": "My name is Clara. I live in Berkeley."},
+    "sentence-similarity": {"text": "a cat sits on the mat", "context": "a cat sits on the rug\nstocks fell"},
+    "tabular-classification": {"text": "alcohol,acidity\n9.4,0.7\n12.6,0.9\n"},
+    "fill-mask": {"text": "Paris is the [MASK] of France."},
+}
+
+
+async def decodes(resource) -> bool:
+    if resource.kind == "image":
+        with Image.open(resource.path) as im:
+            im.load()
+            return im.width > 0 and im.height > 0
+    info = await ffprobe(resource.path)
+    return any(s["codec_type"] == resource.kind for s in info["streams"])
+
+
+@pytest.mark.parametrize("task", sorted(TASKS))
+async def test_every_task_has_a_working_path(experts, sink, media_dir, task):
+    """Each registry entry runs end to end through the real client against the stand-in and yields
+    an output of every modality its entry declares (text, or a file that decodes)."""
+    spec = TASKS[task]
+    args: dict = dict(SAMPLE_TEXT.get(task, {}))
+    for key, kind in spec.required.items():
+        if key in args:
+            continue
+        if kind == "text":
+            args[key] = "a red balloon over a green field"
+        elif kind == "image":
+            args[key] = await upload(sink, media_dir, "chelsea.png")
+        elif kind == "audio":
+            args[key] = await upload(sink, media_dir, "speech_weather.mp3")
+    runner = LocalRunner() if spec.local else experts
+    out = await runner.run(task, LOCAL_MODEL if spec.local else MODELS[task], args, sink, task_id=7)
+    for kind in spec.outputs:
+        if kind == "text":
+            assert out.text and out.text.strip(), task
+        else:
+            files = [f for f in out.files if f.kind == kind]
+            assert files and all([await decodes(f) for f in files]), task
+    if out.data is not None:
+        json.dumps(out.data.to_json())  # the typed data has a JSON view
 
 
 async def test_other_controlnet_conditions(experts, sink, media_dir):
@@ -284,8 +321,8 @@ async def test_503_waits_estimated_time_then_succeeds(experts, sink, standin):
     standin.faults[MODELS["text-classification"]] = [503]
     t0 = time.monotonic()
     out = await experts.run("text-classification", MODELS["text-classification"], {"text": "good"}, sink, task_id=2)
-    assert out.data["labels"][0]["label"] == "POSITIVE"
     first, second = standin.records
+    assert out.data.items[0].label == max(json.loads(second.answer)[0], key=lambda x: x["score"])["label"]
     assert first.status == 503 and second.status == 200
     assert second.start - first.end >= 0.2  # waited min(estimated_time 0.25, backoff_max 0.3)
     assert time.monotonic() - t0 < 2
@@ -324,7 +361,7 @@ async def test_refused_request(experts, sink, standin):
 async def test_timeout_when_latency_exceeds_task_timeout(standin, sink):
     standin.task_of["slow/model"] = "summarization"
     standin.latency["slow/model"] = 2.0
-    ex = Experts(ExpertSettings(token=TOKEN, base_url=standin.url, task_timeout=0.3, max_attempts=2, backoff_max=0.05))
+    ex = HubRunner(ExpertSettings(token=TOKEN, base_url=standin.url, task_timeout=0.3, max_attempts=2, backoff_max=0.05))
     try:
         t0 = time.monotonic()
         with pytest.raises(ExpertError) as ei:
@@ -352,7 +389,7 @@ async def test_bad_output_is_reported(experts, sink, standin):
 
 async def test_routing_prefers_dedicated_endpoints(standin, sink):
     standin.task_of["endpoint-alias"] = "summarization"
-    ex = Experts(ExpertSettings(base_url="https://gateway.invalid/", endpoints={"org/sum": f"{standin.url}/models/endpoint-alias"}))
+    ex = HubRunner(ExpertSettings(base_url="https://gateway.invalid/", endpoints={"org/sum": f"{standin.url}/models/endpoint-alias"}))
     try:
         assert ex.endpoint_for("org/other") == "https://gateway.invalid/models/org/other"
         out = await ex.run("summarization", "org/sum", {"text": "Short text."}, sink, task_id=1)
@@ -360,12 +397,12 @@ async def test_routing_prefers_dedicated_endpoints(standin, sink):
         assert [r.model for r in standin.records] == ["endpoint-alias"]
     finally:
         await ex.aclose()
-    assert Experts(ExpertSettings()).endpoint_for("org/sum") is None
+    assert HubRunner(ExpertSettings()).endpoint_for("org/sum") is None
 
 
 async def test_stand_in_guesses_tasks_from_payloads(standin, sink, media_dir):
     """Models missing from ``task_of`` are served from what the payload looks like."""
-    ex = Experts(ExpertSettings(base_url=standin.url, max_attempts=1))
+    ex = HubRunner(ExpertSettings(base_url=standin.url, max_attempts=1))
     try:
         qa = await ex.run("question-answering", "unknown/a", {"text": "Who?", "context": "Ann did it."}, sink, task_id=1)
         assert "Ann did it." in qa.text
@@ -392,7 +429,7 @@ async def test_independent_calls_overlap(experts, sink, standin):
 @pytest.mark.parametrize("task,args", [("depth-estimation", "image"), ("text-to-video", "text")])
 async def test_task_without_provider_support_is_unavailable(sink, media_dir, task, args):
     """hf-inference serves neither task by model id: a clear 'unavailable', no request made."""
-    ex = Experts(ExpertSettings(provider="hf-inference", token=TOKEN))
+    ex = HubRunner(ExpertSettings(provider="hf-inference", token=TOKEN))
     try:
         value = await upload(sink, media_dir, "chelsea.png") if args == "image" else "a rocket"
         with pytest.raises(ExpertError) as ei:
@@ -406,7 +443,7 @@ async def test_task_without_provider_support_is_unavailable(sink, media_dir, tas
 async def test_stalled_request_times_out_then_retry_succeeds(standin, sink):
     standin.task_of["stall/model"] = "translation"
     standin.faults["stall/model"] = ["timeout"]
-    ex = Experts(ExpertSettings(base_url=standin.url, task_timeout=0.3, max_attempts=2, backoff_max=0.05))
+    ex = HubRunner(ExpertSettings(base_url=standin.url, task_timeout=0.3, max_attempts=2, backoff_max=0.05))
     try:
         out = await ex.run("translation", "stall/model", {"text": "Hallo"}, sink, task_id=1)
         assert out.text == "[sandbox] translation of: Hallo"

@@ -28,6 +28,7 @@ from bot.store import ConversationStore, PruneReport, SQLiteStore
 from bot.store.sqlite import SCHEMA_VERSION, clip_summary as condense
 from bot.tokens import count_tokens
 from bot.errors import StorageError
+from pipeline.tasks.outputs import Label, Labels
 from pipeline.types import Output, Resource, RunRecord, Selection, Task, TaskResult
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,7 +83,7 @@ def make_store(tmp_path: Path, **kw) -> SQLiteStore:
 def record(text: str, answer: str, files: list[Resource] = (), status: str = "ok", error: str | None = None) -> RunRecord:
     task = Task(0, "object-detection", (), {"image": "image-1"})
     sel = Selection(0, "facebook/detr-resnet-50", "most downloaded detector", ("facebook/detr-resnet-50",), "single")
-    res = TaskResult(0, "ok", Output(text="2 cats", files=list(files), data={"labels": ["cat", "cat"]}),
+    res = TaskResult(0, "ok", Output(text="2 cats", files=list(files), data=Labels((Label("cat", 0.9), Label("cat", 0.8)))),
                      model="facebook/detr-resnet-50", attempts=["facebook/detr-resnet-50"], started=1.0, finished=2.5)
     return RunRecord(text, [task], {0: sel}, {0: res}, answer, list(files), 2,
                      {"plan": 812.0, "select": 3.2, "execute": 1500.4, "respond": 640.0}, status, error)

@@ -86,6 +86,8 @@ _MODEL_HINTS: tuple[tuple[str, str], ...] = (
     ("pegasus", "summarization"),
     ("squad", "question-answering"),
     ("ner", "token-classification"),
+    ("bert-base", "fill-mask"),
+    ("roberta-base", "fill-mask"),
     ("sentiment", "text-classification"),
     ("sst", "text-classification"),
     ("finbert", "text-classification"),
@@ -107,6 +109,8 @@ class Record:
         task: the task it was served as.
         start, end: ``time.monotonic()`` seconds at arrival and at the response (or abort).
         status: HTTP status returned; 499 when the client went away first.
+        answer: the body sent back (``b""`` for errors and streamed answers), so tests can compare
+            what the product made of an answer with the answer itself.
     """
 
     model: str
@@ -114,6 +118,7 @@ class Record:
     start: float
     end: float
     status: int
+    answer: bytes = b""
 
 
 class _Fault(Exception):
@@ -434,6 +439,19 @@ def _sentiment(text: str) -> list[dict[str, Any]]:
     return sorted(items, key=lambda x: -x["score"])
 
 
+def _fills(text: str) -> list[dict[str, Any]]:
+    """Fill-mask answers: the words of the text itself tried in the ``[MASK]`` / ``<mask>`` slot,
+    longest first (deterministic, derived from the input)."""
+    slot = "[MASK]" if "[MASK]" in text else "<mask>"
+    if slot not in text:
+        raise _Fault(400, {"error": "No mask_token ([MASK]) found on the input"})
+    words = sorted({w.lower() for w in re.findall(r"[A-Za-z]+", text.replace(slot, " ")) if w.upper() != "MASK"},
+                   key=lambda w: (-len(w), w))[:5] or ["thing"]
+    scores = [round(0.6 / (i + 1), 4) for i in range(len(words))]
+    return [{"sequence": text.replace(slot, w, 1), "score": s, "token": 1000 + i, "token_str": w}
+            for i, (w, s) in enumerate(zip(words, scores))]
+
+
 def _entities(text: str) -> list[dict[str, Any]]:
     out = []
     for m in re.finditer(r"\b[A-Z][a-zA-Z]+(?:\s+[A-Z][a-zA-Z]+)*", text):
@@ -586,6 +604,7 @@ class InferenceStandIn:
                 payload = None
         task = "conversational" if chat else self._guess(model, ctype, body, payload, request.headers.get("Accept", ""))
         status = 499
+        answer = b""
         try:
             if model in self.gone:
                 raise _Fault(404, {"error": f"Model {model} does not exist"})
@@ -607,12 +626,13 @@ class InferenceStandIn:
                 await asyncio.sleep(delay)
             response = await self._serve(task, model, body, payload, request)
             status = response.status
+            answer = response.body if isinstance(response.body, bytes) else b""
             return response
         except _Fault as f:
             status = f.status
             return web.json_response(f.body, status=f.status)
         finally:
-            self.records.append(Record(model, task, start, time.monotonic(), status))
+            self.records.append(Record(model, task, start, time.monotonic(), status, answer))
 
     async def _serve(self, task: str, model: str, body: bytes, payload: Any, request: web.Request) -> web.Response:
         inputs = payload.get("inputs") if isinstance(payload, dict) else None
@@ -653,6 +673,8 @@ class InferenceStandIn:
             return J([_sentiment(text_in())])
         if task == "token-classification":
             return J(_entities(text_in()))
+        if task == "fill-mask":
+            return J(_fills(text_in()))
         if task == "summarization":
             t = text_in()
             first = re.split(r"(?<=[.!?])\s", t.strip())[0]

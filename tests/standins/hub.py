@@ -60,7 +60,14 @@ def reference_hub_models(path: Path = FIXTURE) -> list[dict[str, Any]]:
         dicts with ``id, pipeline_tag, downloads, likes, tags, cardData, mappings, readme``.
     """
     by_task: dict[str, list[dict[str, Any]]] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
+    # today's Hub also has tasks the 2023 snapshot lacks (fill-mask), with download counts
+    newer = [
+        {"id": "google-bert/bert-base-uncased", "pipeline_tag": "fill-mask", "task": "fill-mask", "downloads": 55_000_000,
+         "likes": 2400, "meta": {"tags": ["exbert"]}, "description": "BERT base model (uncased)."},
+        {"id": "FacebookAI/roberta-base", "pipeline_tag": "fill-mask", "task": "fill-mask", "downloads": 9_000_000,
+         "likes": 500, "meta": {"tags": ["exbert"]}, "description": "RoBERTa base model."},
+    ]
+    for line in [*path.read_text(encoding="utf-8").splitlines(), *(json.dumps(r) for r in newer)]:
         rec = json.loads(line)
         meta = rec.get("meta") or {}
         tags = list(meta.get("tags") or []) if isinstance(meta.get("tags"), list) else []

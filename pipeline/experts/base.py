@@ -1,0 +1,105 @@
+"""What every expert runner shares: the protocol, reading a task's arguments, saving its files."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Literal, Protocol
+
+from ..errors import ExpertError
+from ..llm import Usage
+from ..media import extension_for
+from ..tasks import TaskSpec
+from ..tasks.base import Inputs
+from ..types import Modality, Output, Resource, ResourceSink
+from . import render
+
+RunnerKind = Literal["hub", "controller", "local"]
+"""Which runner serves a selection (:attr:`pipeline.types.Selection.runner`)."""
+
+
+class ExpertRunner(Protocol):
+    """Runs one task on one model and normalises the output."""
+
+    async def run(
+        self, task: str, model: str, args: dict[str, Any], sink: ResourceSink, *, task_id: int, usage: Usage | None = None
+    ) -> Output:
+        """Run ``task`` (a registry name) on ``model`` with resolved ``args`` (text or
+        :class:`Resource`); generated files go to ``sink``; controller calls are counted in ``usage``.
+
+        Raises:
+            ExpertError: the call failed (one sentence for the user; ``reason`` for the executor).
+        """
+        ...
+
+
+async def read_inputs(spec: TaskSpec, args: dict[str, str | Resource]) -> Inputs:
+    """Check ``args`` against the entry's argument kinds and read media files.
+
+    Media are read from :attr:`Resource.path` only (files of this conversation); a text argument is
+    never taken as a path or URL (LLM output is untrusted).
+
+    Raises:
+        ExpertError: ``reason="refused"``: a required argument is missing or of another kind.
+    """
+    text: dict[str, str] = {}
+    media: dict[str, bytes] = {}
+    resources: dict[str, Resource] = {}
+    task = spec.name
+    for key, kind in spec.allowed.items():
+        value = args.get(key)
+        if value is None:
+            if key in spec.required:
+                raise ExpertError(f"The task {task} needs a {kind} argument '{key}'.", reason="refused")
+            continue
+        if kind == "text":
+            if isinstance(value, Resource):
+                if value.kind != "text":
+                    raise ExpertError(f"The task {task} needs text for '{key}', not {value.id}.", reason="refused")
+                text[key] = (await asyncio.to_thread(value.path.read_bytes)).decode("utf-8", errors="replace")
+            else:
+                text[key] = str(value)
+            continue
+        if not isinstance(value, Resource):
+            raise ExpertError(
+                f"The task {task} needs {kind} '{key}' from this conversation, not the text {str(value)[:40]!r}.",
+                reason="refused",
+            )
+        if value.kind != kind:
+            raise ExpertError(f"The task {task} needs {kind} for '{key}', but {value.id} is {value.kind}.", reason="refused")
+        media[key] = await asyncio.to_thread(value.path.read_bytes)
+        resources[key] = value
+    inputs = Inputs(text, media, resources)
+    if spec.prepare is not None:
+        try:
+            prepared = spec.prepare(inputs)
+        except ValueError as e:
+            raise ExpertError(str(e), reason="refused") from None
+        inputs = Inputs(text, media, resources, prepared)
+    return inputs
+
+
+class TaskSaver:
+    """:class:`pipeline.tasks.Saver` bound to one task of one run: files get the origin
+    ``task:<id>`` and the name ``<task>-<id>.<ext>``.
+
+    Args:
+        sink: where the files go.
+        task: the task's registry name.
+        task_id: the task's id in the plan.
+    """
+
+    def __init__(self, sink: ResourceSink, task: str, task_id: int) -> None:
+        self.sink, self.task, self.task_id = sink, task, task_id
+
+    async def file(self, data: bytes, kind: Modality, mime: str, what: str) -> Resource:
+        """Store ``data`` and return its :class:`Resource`."""
+        return await self.sink.add(
+            data, kind=kind, mime=mime, origin=f"task:{self.task_id}", description=what,
+            name=f"{self.task}-{self.task_id}{extension_for(mime)}",
+        )
+
+    async def image(self, image: Any, what: str) -> Resource:
+        """Store a PIL image or PNG bytes as PNG, described as ``"<what> (WxH pixels)"``."""
+        png = image if isinstance(image, bytes) else await asyncio.to_thread(render.to_png, image)
+        w, h = await asyncio.to_thread(render.image_size, png)
+        return await self.file(png, "image", "image/png", f"{what} ({w}x{h} pixels)")

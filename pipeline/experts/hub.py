@@ -1,0 +1,293 @@
+"""Expert models on Hugging Face through ``huggingface_hub``'s ``AsyncInferenceClient``.
+
+Routing of model ``M`` (ARCHITECTURE.md, "Backends"):
+
+1. ``endpoints[M]`` (a dedicated Inference Endpoint URL): the client POSTs straight to it;
+2. ``base_url``: ``{base_url}/models/{M}`` in the Hugging Face inference wire format;
+3. otherwise the model id with the configured Inference Provider (``hf-inference``, ``auto``...).
+
+How each task is called and how its answer is normalised comes from its registry entry
+(:mod:`pipeline.tasks`); this module adds routing, retries (tenacity, honouring a 503's
+``estimated_time``) and the mapping of failures to one sentence for the user.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx2
+from huggingface_hub import AsyncInferenceClient
+from huggingface_hub.errors import HfHubHTTPError, InferenceTimeoutError
+from huggingface_hub.utils import build_hf_headers, get_async_session, hf_raise_for_status
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_random_exponential
+
+from ..errors import ExpertError
+from ..llm import Usage
+from ..tasks import TASKS
+from ..types import Output, Resource, ResourceSink
+from .base import TaskSaver, read_inputs
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ExpertSettings:
+    """What the experts need from ``[inference]`` (built by the service from ``InferenceSettings``).
+
+    Attributes:
+        provider: Inference Providers name (``"hf-inference"``, ``"auto"``, ``"fal-ai"`` ...) or
+            ``None`` (the client's default, ``auto``).
+        token: Hugging Face token, or ``None``.
+        base_url: gateway; model ``M`` is called at ``{base_url}/models/{M}``.
+        endpoints: model id -> dedicated endpoint URL (wins over ``base_url``).
+        task_timeout: seconds per HTTP call.
+        max_attempts: tries per model for retryable failures (429, 503, 5xx, timeout).
+        backoff_max: seconds, cap of one wait between tries.
+    """
+
+    provider: str | None = "hf-inference"
+    token: str | None = None
+    base_url: str | None = None
+    endpoints: dict[str, str] = field(default_factory=dict)
+    task_timeout: float = 120.0
+    max_attempts: int = 3
+    backoff_max: float = 30.0
+
+    @classmethod
+    def from_inference(cls, inference: Any) -> "ExpertSettings":
+        """Build from an object shaped like ``bot.settings.InferenceSettings`` (token may be a SecretStr)."""
+        token = inference.token
+        if token is not None and hasattr(token, "get_secret_value"):
+            token = token.get_secret_value()
+        return cls(
+            provider=inference.provider,
+            token=token,
+            base_url=inference.base_url,
+            endpoints=dict(inference.endpoints or {}),
+            task_timeout=float(inference.task_timeout),
+            max_attempts=int(inference.max_attempts),
+            backoff_max=float(inference.backoff_max),
+        )
+
+
+class ClientCalls:
+    """What a registry entry's ``call`` gets: the ``AsyncInferenceClient``'s task methods, plus
+    :meth:`post_raw` for tasks the client has no method or provider for.
+
+    Args:
+        client: the shared inference client.
+        runner: the :class:`HubRunner` whose HTTP session and settings raw posts use.
+    """
+
+    def __init__(self, client: AsyncInferenceClient, runner: "HubRunner") -> None:
+        self._client = client
+        self._runner = runner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    async def post_raw(self, task: str, target: str, *, json: Any = None, data: bytes | None = None) -> tuple[bytes, str]:
+        """POST to a URL in the inference wire format; returns ``(body, content type)``.
+
+        Raises:
+            ExpertError: ``target`` is a model id, not a URL (no provider serves ``task``).
+            HfHubHTTPError, InferenceTimeoutError: as the client would.
+        """
+        return await self._runner.post_raw(task, target, json_body=json, data=data)
+
+
+class HubRunner:
+    """Runs one task on one Hugging Face model and normalises its output.
+
+    Args:
+        settings: :class:`ExpertSettings`.
+
+    One ``AsyncInferenceClient`` (token, ``timeout=task_timeout``) is shared by all calls; close it
+    with :meth:`aclose`.
+
+    Example::
+
+        hub = HubRunner(ExpertSettings(base_url="http://127.0.0.1:8080"))
+        out = await hub.run("image-to-text", "Salesforce/blip-image-captioning-large",
+                            {"image": photo_resource}, sink, task_id=1)
+        print(out.text)          # the caption
+        await hub.aclose()
+    """
+
+    def __init__(self, settings: ExpertSettings) -> None:
+        self.settings = settings
+        self._client = AsyncInferenceClient(
+            provider=settings.provider or None, token=settings.token or None, timeout=settings.task_timeout
+        )
+        self._calls = ClientCalls(self._client, self)
+        self._http: httpx2.AsyncClient | None = None
+
+    def endpoint_for(self, model: str) -> str | None:
+        """URL that serves ``model``, or ``None`` when the provider path is used.
+
+        ``endpoints[model]`` first, then ``{base_url}/models/{model}`` (ARCHITECTURE.md).
+        """
+        if model in self.settings.endpoints:
+            return self.settings.endpoints[model]
+        if self.settings.base_url:
+            return f"{self.settings.base_url.rstrip('/')}/models/{model}"
+        return None
+
+    async def aclose(self) -> None:
+        """Close the HTTP clients."""
+        await self._client.close()
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+    async def run(
+        self, task: str, model: str, args: dict[str, str | Resource], sink: ResourceSink, *, task_id: int,
+        usage: Usage | None = None,
+    ) -> Output:
+        """Run ``task`` on ``model`` and return its normalised :class:`Output`.
+
+        Args:
+            task: registry name (``pipeline.tasks.TASKS``).
+            model: Hugging Face model id.
+            args: argument key -> text (``str``) or a :class:`Resource` for media arguments; media
+                are read from ``resource.path`` only.
+            sink: where generated files are saved (origin ``"task:<task_id>"``).
+            task_id: the task's id in the plan.
+            usage: the run's controller-call counter (unused here: no controller call is made).
+
+        Returns:
+            :class:`Output` with ``text``, typed ``data`` and ``files``.
+
+        Raises:
+            ExpertError: ``reason`` one of gone, refused, rate_limited, loading, server, timeout,
+                bad_output, unavailable. Retryable failures are retried here first, up to
+                ``max_attempts`` tries with exponential backoff and jitter capped by
+                ``backoff_max`` (a 503 waits ``min(estimated_time, backoff_max)``).
+        """
+        spec = TASKS.get(task)
+        if spec is None or spec.call is None or spec.normalise is None:
+            raise ExpertError(f"No Hugging Face model serves the task {task}.", reason="unavailable")
+        inputs = await read_inputs(spec, args)
+        call = spec.call
+        target = self.endpoint_for(model) or model
+        settings = self.settings
+        expo = wait_random_exponential(multiplier=0.5, max=settings.backoff_max)
+
+        def wait(rs: RetryCallState) -> float:
+            exc = rs.outcome.exception() if rs.outcome else None
+            if isinstance(exc, ExpertError) and exc.estimated_time is not None:
+                return max(0.0, min(exc.estimated_time, settings.backoff_max))
+            return expo(rs)
+
+        def before_sleep(rs: RetryCallState) -> None:
+            exc = rs.outcome.exception() if rs.outcome else None
+            log.warning(
+                "task %s (%s) on %s: attempt %d failed (%s), retrying in %.2f s",
+                task_id, task, model, rs.attempt_number, getattr(exc, "reason", exc),
+                rs.next_action.sleep if rs.next_action else 0.0,
+            )
+
+        raw: Any = None
+        began = time.monotonic()
+        async for attempt in AsyncRetrying(
+            retry=retry_if_exception(lambda e: isinstance(e, ExpertError) and e.retryable),
+            stop=stop_after_attempt(max(1, settings.max_attempts)),
+            wait=wait,
+            before_sleep=before_sleep,
+            reraise=True,
+        ):
+            with attempt:
+                try:
+                    raw = await call(self._calls, target, inputs)
+                except ExpertError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - mapped to one sentence below
+                    raise self._map_error(exc, task, model) from exc
+        log.info("task %s (%s) on %s answered in %.2f s", task_id, task, model, time.monotonic() - began)
+        try:
+            return await spec.normalise(raw, inputs, TaskSaver(sink, task, task_id))
+        except ExpertError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            log.error("task %s (%s) on %s: unusable output: %r", task_id, task, model, exc)
+            raise ExpertError(
+                f"The model {model} returned output that could not be read.", repr(exc), reason="bad_output"
+            ) from exc
+
+    async def post_raw(self, task: str, target: str, *, json_body: Any = None, data: bytes | None = None) -> tuple[bytes, str]:
+        """POST to ``target`` in the inference wire format (see :meth:`ClientCalls.post_raw`)."""
+        if not target.startswith(("http://", "https://")):
+            raise ExpertError(
+                f"No Inference Provider serves {task}; configure an endpoint for it.", reason="unavailable"
+            )
+        if self._http is None:
+            self._http = get_async_session()
+        headers = build_hf_headers(token=self.settings.token or None)
+        if data is not None:
+            headers["content-type"] = "application/octet-stream"
+        try:
+            response = await self._http.post(
+                target, json=json_body, content=data, headers=headers, timeout=self.settings.task_timeout
+            )
+        except httpx2.TimeoutException as exc:
+            raise InferenceTimeoutError(f"Inference call timed out: {target}") from exc
+        hf_raise_for_status(response)
+        return response.content, response.headers.get("content-type", "")
+
+    def _scrub(self, text: str) -> str:
+        token = self.settings.token
+        return text.replace(token, "***") if token else text
+
+    def _map_error(self, exc: BaseException, task: str, model: str) -> ExpertError:
+        """One sentence for the user (never the token), details for the log. Source of the status
+        meanings: the Hugging Face inference API's documented HTTP errors."""
+        detail = self._scrub(f"{type(exc).__name__}: {exc}")
+        chain: list[BaseException] = []
+        e: BaseException | None = exc
+        while e is not None and e not in chain:
+            chain.append(e)
+            e = e.__cause__ or e.__context__
+        err: ExpertError
+        if any(isinstance(x, (InferenceTimeoutError, httpx2.TimeoutException, asyncio.TimeoutError)) for x in chain):
+            err = ExpertError(
+                f"The model {model} did not answer within {self.settings.task_timeout:g} seconds.",
+                detail, reason="timeout", retryable=True,
+            )
+        elif http := next((x for x in chain if isinstance(x, HfHubHTTPError) and x.response is not None), None):
+            status = http.response.status_code
+            if status in (404, 410):
+                err = ExpertError(f"The model {model} is not available (HTTP {status}).", detail, reason="gone")
+            elif status == 429:
+                err = ExpertError(
+                    f"The model {model} is rate-limited right now (HTTP 429).", detail, reason="rate_limited", retryable=True
+                )
+            elif status == 503:
+                est = None
+                try:
+                    body = http.response.json()
+                    if isinstance(body, dict) and body.get("estimated_time") is not None:
+                        est = float(body["estimated_time"])
+                except Exception:  # noqa: BLE001 - body is optional
+                    est = None
+                err = ExpertError(
+                    f"The model {model} is still loading (HTTP 503).", detail, reason="loading", retryable=True,
+                    estimated_time=est,
+                )
+            elif status >= 500:
+                err = ExpertError(
+                    f"The model {model} failed on the server (HTTP {status}).", detail, reason="server", retryable=True
+                )
+            else:
+                err = ExpertError(f"The model {model} refused the request (HTTP {status}).", detail, reason="refused")
+        elif any(isinstance(x, httpx2.TransportError) for x in chain):
+            err = ExpertError(f"The model {model} could not be reached.", detail, reason="server", retryable=True)
+        elif isinstance(exc, ValueError) and ("not supported" in str(exc) or "provider" in str(exc).lower()):
+            err = ExpertError(f"No configured provider serves {task} with {model}.", detail, reason="unavailable")
+        else:
+            err = ExpertError(f"The model {model} returned output that could not be read.", detail, reason="bad_output")
+        log.warning("expert %s (%s) failed: %s [%s]", model, task, detail[:500], err.reason)
+        return err

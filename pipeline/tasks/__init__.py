@@ -1,0 +1,49 @@
+"""The task registry: every task of the paper's table (HuggingGPT §3.1, Table 1), named by its
+Hugging Face pipeline tag, plus the ControlNet tasks of the reference implementation.
+
+One :class:`~pipeline.tasks.base.TaskSpec` entry per task, split by domain (:mod:`.nlp`,
+:mod:`.vision`, :mod:`.audio`, :mod:`.video`, :mod:`.controlnet`): its argument kinds, what it
+produces, how it is called and how its output is normalised. Planning validation, resource
+passing and the experts all read this one table; adding a task is adding one entry.
+"""
+
+from __future__ import annotations
+
+from . import audio, controlnet, nlp, video, vision
+from .base import Inputs, Saver, TaskSpec
+from .controlnet import CONTROLNET_CONDITIONS
+
+TASKS: dict[str, TaskSpec] = {s.name: s for s in (*nlp.TASKS, *vision.TASKS, *audio.TASKS, *video.TASKS, *controlnet.TASKS)}
+"""Canonical task name → its entry."""
+
+# Names planners often write instead of the pipeline tag (reference implementation, TaskBench).
+ALIASES: dict[str, str] = {
+    "image-cls": "image-classification",
+    "image-captioning": "image-to-text",
+    "image-caption": "image-to-text",
+    "vqa": "visual-question-answering",
+    "asr": "automatic-speech-recognition",
+    "speech-recognition": "automatic-speech-recognition",
+    "tts": "text-to-speech",
+    "image-editing": "image-to-image",
+    "pose-detection": "openpose-control",
+    "pose-control": "openpose-control",
+    "pose-text-to-image": "openpose-text-to-image",
+    "segmentation-control": "seg-control",
+    "segmentation-text-to-image": "seg-text-to-image",
+    "ner": "token-classification",
+    "chat": "conversational",
+}
+
+
+def canonical_task(name: str) -> str | None:
+    """Map a planner's task name to the canonical name, or ``None`` if unknown.
+
+    Case, spaces and underscores are normalised (``"Object Detection"`` → ``"object-detection"``).
+    """
+    key = "-".join(str(name).strip().lower().replace("_", " ").split())
+    if key in TASKS:
+        return key
+    return ALIASES.get(key)
+
+__all__ = ["ALIASES", "CONTROLNET_CONDITIONS", "TASKS", "Inputs", "Saver", "TaskSpec", "canonical_task"]

@@ -1,0 +1,141 @@
+"""What one task entry of the registry holds, and the helpers entries share.
+
+A :class:`TaskSpec` says which arguments a task takes (and of which modality), what it produces,
+how the planner should understand it, how it is called on huggingface_hub's
+``AsyncInferenceClient`` and how the answer is normalised into an
+:class:`~pipeline.types.Output` with typed data (:mod:`pipeline.tasks.outputs`). The registry's
+shape follows huggingface_hub's own ``PROVIDERS[provider][task]`` table of small helper objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..types import Modality, Output, Resource
+from .outputs import Label, Labels
+
+Domain = str
+"""``"nlp" | "vision" | "audio" | "video" | "controlnet"``."""
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """A task's arguments, read and checked, as one expert call takes them.
+
+    Attributes:
+        text: argument key → text (``"text"``, ``"context"``).
+        media: argument key → the file's bytes (``"image"``, ``"audio"``, ``"video"``).
+        resources: argument key → the :class:`Resource` the bytes came from (for descriptions).
+        prepared: what the entry's ``prepare`` made of the arguments before the call (the list of
+            sentences of sentence similarity, the table of tabular classification), else ``None``.
+    """
+
+    text: dict[str, str] = field(default_factory=dict)
+    media: dict[str, bytes] = field(default_factory=dict)
+    resources: dict[str, Resource] = field(default_factory=dict)
+    prepared: Any = None
+
+
+class Saver(Protocol):
+    """Stores a task's generated files in the conversation (bound to one task of one run)."""
+
+    async def image(self, image: Any, what: str) -> Resource:
+        """Store a PIL image or PNG bytes as PNG; ``what`` starts the description (size is added)."""
+        ...
+
+    async def file(self, data: bytes, kind: Modality, mime: str, what: str) -> Resource:
+        """Store ``data`` of ``kind``/``mime`` with the description ``what``."""
+        ...
+
+
+Call = Callable[[Any, str, Inputs], Awaitable[Any]]
+"""``(client, model or URL, inputs) -> raw answer``; ``client`` is an ``AsyncInferenceClient``
+with a ``post_raw(url, json=..., data=...) -> (bytes, content type)`` helper for tasks the
+client has no method for (see :class:`pipeline.experts.hub.HubRunner`)."""
+Normalise = Callable[[Any, Inputs, Saver], Awaitable[Output]]
+"""``(raw answer, inputs, saver) -> Output``; raises ``ValueError`` when the answer is unusable."""
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One task of the registry.
+
+    Attributes:
+        name: Hugging Face pipeline tag, or a ControlNet task (``canny-control``).
+        domain: ``"nlp" | "vision" | "audio" | "video" | "controlnet"``.
+        required: argument key → modality, all needed.
+        optional: argument key → modality, may be given.
+        outputs: modalities produced (checks ``<resource>-N`` placeholders in plans).
+        description: one line for the planning prompt (our wording).
+        call: how a model is called (``None``: no model serves it, see ``local``).
+        normalise: how its answer becomes an :class:`Output`.
+        prepare: checks and parses the arguments before the call (raises ``ValueError`` with a
+            sentence for the user), result in :attr:`Inputs.prepared`.
+        controller_capable: the controller LLM can do it itself (``[inference] controller_tasks``).
+        local: computed in-process without a model (canny edge maps).
+    """
+
+    name: str
+    domain: Domain
+    required: dict[str, Modality]
+    outputs: tuple[Modality, ...]
+    description: str
+    call: Call | None
+    normalise: Normalise | None
+    optional: dict[str, Modality] = field(default_factory=dict)
+    prepare: Callable[[Inputs], Any] | None = None
+    controller_capable: bool = False
+    local: bool = False
+
+    @property
+    def allowed(self) -> dict[str, Modality]:
+        """All accepted argument keys with their modality."""
+        return {**self.required, **self.optional}
+
+
+def flatten(result: Any) -> list[Any]:
+    """Classification answers come as a list, a list of lists, or a single element."""
+    if isinstance(result, list):
+        if result and isinstance(result[0], list):
+            return list(result[0])
+        return list(result)
+    return [result]
+
+
+def summary(items: list[tuple[str, float | None]], limit: int = 5) -> str:
+    """``"cat (0.92), dog (0.05)"`` from ``(label, score)`` pairs, ``"and N more"`` past ``limit``."""
+    parts = [f"{label} ({score:.2f})" if score is not None else str(label) for label, score in items[:limit]]
+    if len(items) > limit:
+        parts.append(f"and {len(items) - limit} more")
+    return ", ".join(parts)
+
+
+async def labels_output(raw: Any, inputs: Inputs, saver: Saver) -> Output:
+    """Normalise a classification answer (elements with ``label`` and ``score``) into :class:`Labels`."""
+    items = [Label(str(x.label), float(x.score) if x.score is not None else None) for x in flatten(raw)]
+    items.sort(key=lambda x: -(x.score or 0))
+    text = summary([(x.label, x.score) for x in items]) if items else "no labels"
+    return Output(text=text, data=Labels(tuple(items)))
+
+
+async def text_output(raw: Any, inputs: Inputs, saver: Saver, attribute: str) -> Output:
+    """Normalise an answer whose text is in ``attribute`` (or that is a plain string)."""
+    value = raw if isinstance(raw, str) else getattr(raw, attribute)
+    return Output(text=str(value).strip())
+
+
+def text_of(attribute: str) -> Normalise:
+    """A normaliser taking the answer's ``attribute`` as the output text."""
+
+    async def normalise(raw: Any, inputs: Inputs, saver: Saver) -> Output:
+        return await text_output(raw, inputs, saver, attribute)
+
+    return normalise
+
+
+def entry(name: str, domain: Domain, required: dict[str, Modality], outputs: tuple[Modality, ...], description: str,
+         call: Call | None, normalise: Normalise | None, **kw: Any) -> TaskSpec:
+    """Build a :class:`TaskSpec` (a short form for the registry's tables)."""
+    return TaskSpec(name, domain, dict(required), tuple(outputs), description, call, normalise, **kw)

@@ -1,0 +1,117 @@
+"""Text tasks (HuggingGPT Table 1, NLP), one registry entry each."""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any
+
+from ..types import Output
+from .base import Inputs, Saver, TaskSpec, entry, flatten, labels_output, text_of
+from .outputs import Entities, Entity, Label, Fills, Predictions, SentenceScore, Similarities, Span
+
+TEXT = {"text": "text"}
+TEXT_AND_CONTEXT = {"text": "text", "context": "text"}
+
+
+async def _token_classification(raw: Any, inputs: Inputs, saver: Saver) -> Output:
+    ents = []
+    for x in flatten(raw):
+        group = getattr(x, "entity_group", None) or getattr(x, "entity", None) or ""
+        ents.append(Entity(str(x.word), str(group), float(x.score), x.start, x.end))
+    text = ", ".join(f"{e.word} ({e.entity})" for e in ents) or "no entities found"
+    return Output(text=text, data=Entities(tuple(ents)))
+
+
+async def _conversational(raw: Any, inputs: Inputs, saver: Saver) -> Output:
+    content = raw.choices[0].message.content
+    if content is None:
+        raise ValueError("chat completion without content")
+    return Output(text=str(content))
+
+
+async def _question_answering(raw: Any, inputs: Inputs, saver: Saver) -> Output:
+    x = raw[0] if isinstance(raw, list) else raw
+    span = Span(str(x.answer), None if x.score is None else float(x.score), x.start, x.end)
+    return Output(text=span.answer, data=span)
+
+
+def _sentences(inputs: Inputs) -> list[str]:
+    others = [line.strip() for line in inputs.text["context"].splitlines() if line.strip()]
+    if not others:
+        raise ValueError("Sentence similarity needs other sentences, one per line.")
+    return others
+
+
+async def _sentence_similarity(raw: Any, inputs: Inputs, saver: Saver) -> Output:
+    sentences: list[str] = inputs.prepared
+    scores = [float(s) for s in raw]
+    if len(scores) != len(sentences):
+        raise ValueError(f"{len(scores)} scores for {len(sentences)} sentences")
+    ranked = sorted(zip(sentences, scores), key=lambda p: -p[1])
+    text = "; ".join(f"{s:.2f} {sent[:60]!r}" for sent, s in ranked)
+    return Output(text=text, data=Similarities(tuple(SentenceScore(s, v) for s, v in zip(sentences, scores))))
+
+
+def csv_table(inputs: Inputs) -> dict[str, list[str]]:
+    """CSV text with a header row → ``{column: [values...]}`` (the tabular tasks' ``table``).
+
+    Raises:
+        ValueError: fewer than two rows, or rows of another width than the header.
+    """
+    rows = [r for r in csv.reader(io.StringIO(inputs.text["text"].strip())) if any(c.strip() for c in r)]
+    if len(rows) < 2:
+        raise ValueError("Tabular classification needs CSV text with a header row and at least one data row.")
+    header = [h.strip() for h in rows[0]]
+    if any(len(r) != len(header) for r in rows[1:]):
+        raise ValueError("Every CSV row must have as many values as the header.")
+    return {h: [r[i].strip() for r in rows[1:]] for i, h in enumerate(header)}
+
+
+async def _tabular_classification(raw: Any, inputs: Inputs, saver: Saver) -> Output:
+    rows = len(next(iter(inputs.prepared.values())))
+    preds = [str(p) for p in raw]
+    if len(preds) != rows:
+        raise ValueError(f"{len(preds)} predictions for {rows} rows")
+    text = ", ".join(f"row {i + 1}: {p}" for i, p in enumerate(preds))
+    return Output(text=text, data=Predictions(tuple(preds)))
+
+
+async def _fill_mask(raw: Any, inputs: Inputs, saver: Saver) -> Output:
+    items = sorted(flatten(raw), key=lambda x: -float(x.score))
+    if not items:
+        raise ValueError("no completions")
+    labels = tuple(Label(str(x.token_str).strip(), float(x.score)) for x in items)
+    return Output(text=str(items[0].sequence), data=Fills(labels, tuple(str(x.sequence) for x in items)))
+
+
+TASKS: list[TaskSpec] = [
+    entry("text-classification", "nlp", TEXT, ("text",), "label a text (sentiment, topic, ...)",
+          lambda c, m, i: c.text_classification(i.text["text"], model=m), labels_output),
+    entry("token-classification", "nlp", TEXT, ("text",), "tag words in a text (named entities, parts of speech)",
+          lambda c, m, i: c.token_classification(i.text["text"], model=m), _token_classification),
+    entry("text2text-generation", "nlp", TEXT, ("text",), "rewrite a text into another text",
+          lambda c, m, i: c.text_generation(i.text["text"], model=m, max_new_tokens=256), text_of("generated_text"),
+          controller_capable=True),
+    entry("summarization", "nlp", TEXT, ("text",), "shorten a text to its main points",
+          lambda c, m, i: c.summarization(i.text["text"], model=m), text_of("summary_text"), controller_capable=True),
+    entry("translation", "nlp", TEXT, ("text",), "translate a text (say the target language in the text)",
+          lambda c, m, i: c.translation(i.text["text"], model=m), text_of("translation_text"), controller_capable=True),
+    entry("question-answering", "nlp", TEXT_AND_CONTEXT, ("text",), "answer a question (text) from a passage (context)",
+          lambda c, m, i: c.question_answering(question=i.text["text"], context=i.text["context"], model=m),
+          _question_answering),
+    entry("conversational", "nlp", TEXT, ("text",), "reply to a chat message",
+          lambda c, m, i: c.chat_completion(messages=[{"role": "user", "content": i.text["text"]}], model=m, max_tokens=512),
+          _conversational, controller_capable=True),
+    entry("text-generation", "nlp", TEXT, ("text",), "continue or write a text from a prompt",
+          lambda c, m, i: c.text_generation(i.text["text"], model=m, max_new_tokens=256), text_of("generated_text"),
+          controller_capable=True),
+    entry("sentence-similarity", "nlp", TEXT_AND_CONTEXT, ("text",),
+          "score how similar a sentence (text) is to others (context, one per line)",
+          lambda c, m, i: c.sentence_similarity(i.text["text"], other_sentences=i.prepared, model=m),
+          _sentence_similarity, prepare=_sentences),
+    entry("tabular-classification", "nlp", TEXT, ("text",), "classify rows of a table given as CSV text",
+          lambda c, m, i: c.tabular_classification(i.prepared, model=m), _tabular_classification, prepare=csv_table),
+    entry("fill-mask", "nlp", TEXT, ("text",), "fill in the [MASK] word of a sentence",
+          lambda c, m, i: c.fill_mask(i.text["text"], model=m), _fill_mask),
+]

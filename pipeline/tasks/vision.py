@@ -1,0 +1,102 @@
+"""Image tasks (HuggingGPT Table 1, CV), one registry entry each."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from typing import Any
+
+import numpy as np
+
+from ..experts import render
+from ..types import Output
+from .base import Inputs, Saver, TaskSpec, entry, flatten, labels_output, summary, text_of
+from .outputs import Answer, Answers, DetectedObject, Label, Objects, Segments
+
+IMAGE = {"image": "image"}
+IMAGE_AND_TEXT = {"image": "image", "text": "text"}
+
+
+async def _object_detection(raw: Any, inputs: Inputs, saver: Saver) -> Output:
+    objects = [
+        DetectedObject(str(x.label), float(x.score), (int(x.box.xmin), int(x.box.ymin), int(x.box.xmax), int(x.box.ymax)))
+        for x in raw
+    ]
+    objects.sort(key=lambda o: -o.score)
+    drawable = [{"label": o.label, "score": o.score, "box": list(o.box)} for o in objects]
+    png = await asyncio.to_thread(render.draw_boxes, inputs.media["image"], drawable)
+    pairs = [(o.label, o.score) for o in objects]
+    short = summary(pairs, limit=3) if objects else "none"
+    res = await saver.image(png, f"{inputs.resources['image'].id} with {len(objects)} boxes drawn: {short}")
+    return Output(text=summary(pairs) if objects else "no objects found", files=[res], data=Objects(tuple(objects)))
+
+
+async def _text_to_image(raw: Any, inputs: Inputs, saver: Saver) -> Output:
+    return Output(files=[await saver.image(raw, f"image of {inputs.text['text'][:60]!r}")])
+
+
+async def _image_to_image(raw: Any, inputs: Inputs, saver: Saver) -> Output:
+    prompt = inputs.text.get("text")
+    what = f"{inputs.resources['image'].id} edited" + (f" as {prompt[:60]!r}" if prompt else "")
+    return Output(files=[await saver.image(raw, what)])
+
+
+async def _image_segmentation(raw: Any, inputs: Inputs, saver: Saver) -> Output:
+    segments = [(str(x.label), None if x.score is None else float(x.score), x.mask) for x in raw]
+    png = await asyncio.to_thread(render.overlay_masks, inputs.media["image"], segments)
+    pairs = [(label, score) for label, score, _ in segments]
+    short = summary(pairs, limit=3) if segments else "none"
+    res = await saver.image(png, f"{inputs.resources['image'].id} with {len(segments)} masks: {short}")
+    text = summary(pairs) if segments else "no segments found"
+    return Output(text=text, files=[res], data=Segments(tuple(Label(label, score) for label, score in pairs)))
+
+
+async def _depth_estimation(raw: Any, inputs: Inputs, saver: Saver) -> Output:
+    body, ctype = raw
+    if ctype.startswith("image/"):
+        img = body
+    else:
+        obj = json.loads(body)
+        if isinstance(obj, list):
+            obj = obj[0]
+        if obj.get("depth"):
+            img = base64.b64decode(obj["depth"])
+        elif obj.get("predicted_depth") is not None:
+            depth = np.squeeze(np.asarray(obj["predicted_depth"], dtype="float32"))
+            img = await asyncio.to_thread(render.depth_to_png, depth)
+        else:
+            raise ValueError("depth output without 'depth' or 'predicted_depth'")
+    png = await asyncio.to_thread(lambda: render.to_png(render.open_rgb(img)))
+    return Output(files=[await saver.image(png, f"depth map of {inputs.resources['image'].id}")])
+
+
+async def _answers(raw: Any, inputs: Inputs, saver: Saver) -> Output:
+    answers = [Answer(str(x.answer), None if x.score is None else float(x.score)) for x in flatten(raw)]
+    if not answers:
+        raise ValueError("no answers")
+    return Output(text=answers[0].answer, data=Answers(tuple(answers)))
+
+
+TASKS: list[TaskSpec] = [
+    entry("object-detection", "vision", IMAGE, ("image", "text"), "find and box objects in an image",
+          lambda c, m, i: c.object_detection(i.media["image"], model=m), _object_detection),
+    entry("image-classification", "vision", IMAGE, ("text",), "name what an image shows",
+          lambda c, m, i: c.image_classification(i.media["image"], model=m), labels_output),
+    entry("image-to-text", "vision", IMAGE, ("text",), "describe an image in a sentence",
+          lambda c, m, i: c.image_to_text(i.media["image"], model=m), text_of("generated_text")),
+    entry("text-to-image", "vision", {"text": "text"}, ("image",), "make an image from a description",
+          lambda c, m, i: c.text_to_image(i.text["text"], model=m), _text_to_image),
+    entry("image-to-image", "vision", IMAGE, ("image",), "edit an image as the text says",
+          lambda c, m, i: c.image_to_image(i.media["image"], prompt=i.text.get("text") or None, model=m),
+          _image_to_image, optional={"text": "text"}),
+    entry("image-segmentation", "vision", IMAGE, ("image", "text"), "split an image into labelled regions (masks)",
+          lambda c, m, i: c.image_segmentation(i.media["image"], model=m), _image_segmentation),
+    entry("depth-estimation", "vision", IMAGE, ("image",), "estimate a depth map of an image",
+          lambda c, m, i: c.post_raw("depth-estimation", m, data=i.media["image"]), _depth_estimation),
+    entry("visual-question-answering", "vision", IMAGE_AND_TEXT, ("text",), "answer a question (text) about an image",
+          lambda c, m, i: c.visual_question_answering(i.media["image"], i.text["text"], model=m), _answers),
+    entry("document-question-answering", "vision", IMAGE_AND_TEXT, ("text",),
+          "answer a question (text) about a document image",
+          lambda c, m, i: c.document_question_answering(i.media["image"], i.text["text"], model=m), _answers),
+]
