@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
+from bot.progress import Progress
 from pipeline.types import (
     Done,
     Event,
@@ -36,20 +37,27 @@ def _short(v: str, n: int = 48) -> str:
     return repr(v if len(v) <= n else v[: n - 1] + "…")
 
 
+_STATE_COLOUR = {"done": "32", "failed": "31", "skipped": "33", "stopped": "33"}
+
+
 class TerminalRenderer:
-    """Writes progress and the streamed answer to ``out``.
+    """Writes progress and the streamed answer to ``out``, one line per change of the run's
+    progress (:class:`bot.progress.Progress`, the model Discord and Slack render too).
 
     Args:
         out: stream for progress and the answer.
+        color: use ANSI colours (default: when ``out`` is a terminal).
         err: stream for the error sentence of a failed run.
-        color: use ANSI colours.
+
+    Attributes:
+        progress: the run's progress so far.
     """
 
     def __init__(self, out: TextIO = sys.stdout, color: bool | None = None, err: TextIO | None = None) -> None:
         self.out = out
         self.err = err or sys.stderr
         self.color = out.isatty() if color is None else color
-        self._answering = False
+        self.progress = Progress()
 
     def _c(self, code: str, text: str) -> str:
         return f"\033[{code}m{text}\033[0m" if self.color else text
@@ -59,7 +67,11 @@ class TerminalRenderer:
         self.out.flush()
 
     def render(self, event: Event) -> None:
-        """Render one event."""
+        """Fold ``event`` into the progress and print what changed."""
+        before = self.progress.stage
+        if not self.progress.apply(event) and not isinstance(event, ResponseDelta):
+            return
+        p = self.progress
         if isinstance(event, PlanReady):
             for line in describe_plan(event):
                 self.write(self._c("1", line) if line.startswith("Plan") else line)
@@ -67,29 +79,30 @@ class TerminalRenderer:
             s = event.selection
             self.write(f"  [{s.task_id}] model {s.model} ({s.strategy}: {s.reason})")
         elif isinstance(event, TaskStarted):
-            self.write(f"  [{event.task_id}] running on {event.model}")
-        elif isinstance(event, TaskFinished):
+            self.write(f"  [{event.task_id}] {p.tasks[event.task_id].state} on {event.model}")
+        elif isinstance(event, (TaskFinished, TaskFailed, TaskSkipped)):
+            line = p.tasks.get(event.result.task_id)
+            if line is None:
+                return
             r = event.result
-            summary = (r.output.text or "").replace("\n", " ") if r.output else ""
-            files = ", ".join(f.id for f in r.output.files) if r.output and r.output.files else ""
-            extra = f" → {summary[:100]}" if summary else ""
-            extra += f" [{files}]" if files else ""
-            self.write(self._c("32", f"  [{r.task_id}] done") + extra)
-        elif isinstance(event, TaskFailed):
-            self.write(self._c("31", f"  [{event.result.task_id}] failed: {event.result.error}"))
-        elif isinstance(event, TaskSkipped):
-            self.write(self._c("33", f"  [{event.result.task_id}] skipped: {event.result.error}"))
+            if line.state == "done":
+                summary = (r.output.text or "").replace("\n", " ") if r.output else ""
+                files = ", ".join(f.id for f in r.output.files) if r.output and r.output.files else ""
+                extra = f" → {summary[:100]}" if summary else ""
+                extra += f" [{files}]" if files else ""
+            else:
+                extra = f": {line.error}"
+            self.write(self._c(_STATE_COLOUR[line.state], f"  [{r.task_id}] {line.state}") + extra)
         elif isinstance(event, ResponseDelta):
-            if not self._answering:
-                self._answering = True
+            if before != "responding":
                 self.write()
             self.out.write(event.text)
             self.out.flush()
         elif isinstance(event, Done):
-            if self._answering:
+            if before == "responding":
                 self.write()
-                self._answering = False
             self.finish(event.record)
+            self.progress = Progress()  # ready for the next turn (chat)
 
     def finish(self, record: RunRecord) -> None:
         """The error sentence or the list of generated files."""

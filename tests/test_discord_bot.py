@@ -410,7 +410,7 @@ async def test_shutdown_marks_runs_in_flight(tmp_path: Path) -> None:
         await env.bot.close()
         status = d.bot_messages(thread_id)[0]
         assert SHUTDOWN_SENTENCE in status.content and "text-to-image" in status.content
-        assert "· interrupted" in status.content and "running" not in status.content
+        assert "· stopped" in status.content and "running" not in status.content
         assert env.bot.runs_in_flight == 0
         assert len(d.threads()) == 1
 

@@ -10,9 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adapters.discord.policy import AttachmentInfo, SeenIds, access_refusal, attachment_refusal, missing_permission
+from bot.progress import Progress
 from adapters.discord.render import (
-    Progress,
-    apply_event,
     missing_permission_sentence,
     render_progress,
     split_message,
@@ -165,34 +164,34 @@ def _plan() -> tuple[Task, ...]:
 def test_progress_shows_plan_models_states_and_reasons() -> None:
     p = Progress(started=0.0)
     assert "Planning" in render_progress(p, now=0.0)
-    apply_event(p, PlanReady(_plan()), now=0.5)
+    p.apply(PlanReady(_plan()), now=0.5)
     text = render_progress(p, now=0.5)
-    assert "3 tasks" in text and "#2 text-to-speech** (after #1)" in text and text.count("queued") == 3
-    apply_event(p, ModelSelected(Selection(1, "Salesforce/blip-image-captioning-large", "top")), now=1)
-    apply_event(p, TaskStarted(1, "Salesforce/blip-image-captioning-large"), now=1.0)
-    apply_event(p, TaskStarted(3, "facebook/detr-resnet-50"), now=1.0)
+    assert "3 tasks" in text and "#2 text-to-speech** (after #1)" in text and text.count("waiting") == 3
+    p.apply(ModelSelected(Selection(1, "Salesforce/blip-image-captioning-large", "top")), now=1)
+    p.apply(TaskStarted(1, "Salesforce/blip-image-captioning-large"), now=1.0)
+    p.apply(TaskStarted(3, "facebook/detr-resnet-50"), now=1.0)
     text = render_progress(p, now=3.0)
     assert "`Salesforce/blip-image-captioning-large` · running 2 s" in text
-    apply_event(p, TaskFinished(TaskResult(1, "ok", model="Salesforce/blip-image-captioning-large")), now=4.0)
-    apply_event(p, TaskFailed(TaskResult(3, "failed", error="The model is still loading; try again in a minute.",
+    p.apply(TaskFinished(TaskResult(1, "ok", model="Salesforce/blip-image-captioning-large")), now=4.0)
+    p.apply(TaskFailed(TaskResult(3, "failed", error="The model is still loading; try again in a minute.",
                                           model="facebook/detr-resnet-50")), now=4.0)
-    apply_event(p, TaskSkipped(TaskResult(2, "skipped", error="Task 1 failed.")), now=4.0)
+    p.apply(TaskSkipped(TaskResult(2, "skipped", error="Task 1 failed.")), now=4.0)
     text = render_progress(p, now=4.0)
     assert "✅ **#1 image-to-text** · `Salesforce/blip-image-captioning-large` · done in 3.0 s" in text
     assert "❌ **#3 object-detection** · `facebook/detr-resnet-50` · failed: The model is still loading" in text
     assert "⏭️ **#2 text-to-speech** (after #1) · skipped: Task 1 failed." in text
-    apply_event(p, ResponseDelta("The photo shows"), now=4.5)
+    p.apply(ResponseDelta("The photo shows"), now=4.5)
     assert "Writing the answer" in render_progress(p, now=4.5)
-    apply_event(p, Done(RunRecord(request="x", response="The photo shows a cat.")), now=6.0)
+    p.apply(Done(RunRecord(request="x", response="The photo shows a cat.")), now=6.0)
     assert "Finished in 6.0 s" in render_progress(p, now=6.0)
 
 
 def test_progress_error_and_limit() -> None:
     p = Progress(started=0.0)
-    apply_event(p, PlanReady(tuple(Task(i, "image-to-text", (), {"image": "image-1"}) for i in range(1, 200))), now=0)
+    p.apply(PlanReady(tuple(Task(i, "image-to-text", (), {"image": "image-1"}) for i in range(1, 200))), now=0)
     text = render_progress(p, now=0)
     assert len(text) <= 2000 and "more tasks" in text
-    apply_event(p, Done(RunRecord(request="x", status="error", error="The controller LLM is unreachable.")), now=1)
+    p.apply(Done(RunRecord(request="x", status="error", error="The controller LLM is unreachable.")), now=1)
     text = render_progress(p, now=1)
     assert len(text) <= 2000 and "Stopped in 1.0 s: The controller LLM is unreachable." in text
 

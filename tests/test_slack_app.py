@@ -104,7 +104,7 @@ async def _check_progress(h: Harness) -> None:
     assert any(re.search(r":hourglass_flowing_sand: \d+\. `image-to-text` with `[^`]+`: running", t) for t in texts), texts
     final = texts[-1]
     assert final.startswith(":white_check_mark: Done")
-    assert re.search(r":white_check_mark: \d+\. `image-to-text` with `[^`]+`: ok", final), final
+    assert re.search(r":white_check_mark: \d+\. `image-to-text` with `[^`]+`: done", final), final
     # the answer quotes the caption the (stand-in) captioning model derived from the photo
     answer = [m.text for m in h.replies(ts) if not m.edits]
     assert len(answer) == 1 and "image-to-text" in answer[0] and "[sandbox]" in answer[0]

@@ -9,10 +9,11 @@ from pathlib import Path
 
 from hypothesis import given, settings, strategies as st
 
+from bot.progress import Progress
 from adapters.slack.logic import (
     MESSAGE_LIMIT_BYTES,
     Deduplicator,
-    ProgressView,
+    render_status,
     SlidingWindowLimiter,
     TTLCache,
     classify_message,
@@ -237,35 +238,35 @@ def test_missing_scope_sentence_names_scope():
 
 
 def test_progress_view_from_events():
-    v = ProgressView()
-    assert "Planning" in v.render()
+    v = Progress()
+    assert "Planning" in render_status(v)
     tasks = (Task(1, "image-to-text", (), {"image": "image-1"}), Task(2, "text-to-speech", (1,), {"text": "<resource>-1"}),
              Task(3, "object-detection", (), {"image": "image-1"}))
     assert v.apply(PlanReady(tasks))
-    assert "Running 3 tasks" in v.render() and "(after 1)" in v.render()
+    assert "Running 3 tasks" in render_status(v) and "(after 1)" in render_status(v)
     v.apply(ModelSelected(Selection(1, "nlpconnect/vit-gpt2-image-captioning", "most downloads")))
     v.apply(TaskStarted(1, "nlpconnect/vit-gpt2-image-captioning"))
-    text = v.render()
+    text = render_status(v)
     assert ":hourglass_flowing_sand: 1. `image-to-text` with `nlpconnect/vit-gpt2-image-captioning`: running" in text
     v.apply(TaskFinished(TaskResult(1, "ok", model="nlpconnect/vit-gpt2-image-captioning")))
     v.apply(TaskFailed(TaskResult(3, "failed", model="facebook/detr-resnet-50", error="The model is rate-limited.")))
     v.apply(TaskSkipped(TaskResult(2, "skipped", error="Task 1 failed.")))
     assert v.apply(ResponseDelta("A")) and not v.apply(ResponseDelta("B"))
-    text = v.render()
+    text = render_status(v)
     assert "Writing the answer" in text and ":x: 3." in text and "rate-limited" in text and ":white_check_mark: 1." in text
     rec = RunRecord("r", status="ok", timings_ms={"total": 2500})
     v.apply(Done(rec))
-    assert v.render().startswith(":white_check_mark: Done in 2.5 s.")
-    v2 = ProgressView()
+    assert render_status(v).startswith(":white_check_mark: Done in 2.5 s.")
+    v2 = Progress()
     v2.apply(Done(RunRecord("r", status="error", error="The controller is unreachable <now>.")))
-    assert "Stopped: The controller is unreachable &lt;now&gt;." in v2.render()
+    assert "Stopped: The controller is unreachable &lt;now&gt;." in render_status(v2)
 
 
 def test_progress_view_with_many_tasks_stays_under_limit():
-    v = ProgressView()
+    v = Progress()
     v.apply(PlanReady(tuple(Task(i, "image-to-text", (), {"image": "image-1"}) for i in range(200))))
     for i in range(200):
         v.apply(TaskFailed(TaskResult(i, "failed", model="m/" + "x" * 40, error="The model is rate-limited; tried 3 times.")))
-    text = v.render()
+    text = render_status(v)
     assert len(text.encode()) <= MESSAGE_LIMIT_BYTES
     assert re.search(r"…and \d+ more tasks\.$", text)

@@ -51,9 +51,9 @@ from .policy import (
     attachment_refusal,
     missing_permission,
 )
+from bot.progress import Progress
+
 from .render import (
-    Progress,
-    apply_event,
     missing_permission_sentence,
     render_progress,
     split_message,
@@ -528,17 +528,17 @@ class HuggingGPTBot(discord.Client):
         try:
             try:
                 async for event in self.service.handle(text, files, key=key, user=user):
-                    apply_event(progress, event)
+                    progress.apply(event)
                     editor.update(render_progress(progress))
                     if isinstance(event, Done):
                         record = event.record
             except HuggingGPTError as e:
                 log.info("run in thread %s refused: %s", thread.id, e)
                 record = RunRecord(request=text, status="error", error=e.user_message)
-                apply_event(progress, Done(record))
+                progress.apply(Done(record))
             if record is None:
                 record = RunRecord(request=text, status="error", error=CRASH_SENTENCE)
-                apply_event(progress, Done(record))
+                progress.apply(Done(record))
             await editor.close(render_progress(progress))
             await self._post_files(thread, record.files, upload_limit)
             if record.status == "ok":
@@ -551,7 +551,7 @@ class HuggingGPTBot(discord.Client):
                 await thread.send(f"⚠️ {record.error or CRASH_SENTENCE}")
             return record
         except asyncio.CancelledError:
-            progress.interrupted = SHUTDOWN_SENTENCE
+            progress.stop(SHUTDOWN_SENTENCE)
             await asyncio.shield(self._mark_interrupted(editor, progress))
             raise
         except discord.HTTPException as e:
@@ -559,7 +559,7 @@ class HuggingGPTBot(discord.Client):
             return record
         except Exception:
             log.exception("run in thread %s crashed", thread.id)
-            progress.interrupted = CRASH_SENTENCE
+            progress.stop(CRASH_SENTENCE)
             await self._mark_interrupted(editor, progress)
             return record
 

@@ -1,4 +1,4 @@
-"""Pure functions that turn pipeline events and answers into Discord text.
+"""Pure functions that turn a run's progress (:mod:`bot.progress`) and answers into Discord text.
 
 No I/O and no discord.py imports: everything here is tested without a network.
 
@@ -10,121 +10,15 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass, field
 
-from pipeline.types import (
-    Done,
-    Event,
-    ModelSelected,
-    PlanReady,
-    ResponseDelta,
-    Task,
-    TaskFailed,
-    TaskFinished,
-    TaskSkipped,
-    TaskStarted,
-)
+from bot.progress import Progress, TaskProgress
 
 MESSAGE_LIMIT = 2000
 """Characters in one message's ``content`` (Discord API docs, "Create Message")."""
 THREAD_NAME_LIMIT = 100
 """Characters in a thread name (Discord API docs, "Start Thread from Message")."""
 
-_STATE_ICON = {"queued": "⏳", "running": "⚙️", "done": "✅", "failed": "❌", "skipped": "⏭️", "interrupted": "⏹️"}
-
-
-@dataclass
-class TaskLine:
-    """What the progress message shows for one task."""
-
-    task: Task
-    model: str | None = None
-    state: str = "queued"  # queued | running | done | failed | skipped
-    reason: str | None = None
-    started: float | None = None
-    finished: float | None = None
-
-
-@dataclass
-class Progress:
-    """The state of one run as the progress message shows it; fed by :func:`apply_event`.
-
-    Attributes:
-        started: ``time.monotonic()`` when the run began, seconds.
-        planned: whether task planning is done.
-        tasks: task id → :class:`TaskLine`, in plan order.
-        answering: whether response generation has begun (first :class:`ResponseDelta`).
-        answer: the answer text streamed so far.
-        done: whether :class:`Done` arrived; ``status``/``error`` then hold its outcome.
-        interrupted: a sentence when the run was stopped from outside (shutdown).
-    """
-
-    started: float = field(default_factory=time.monotonic)
-    planned: bool = False
-    tasks: dict[int, TaskLine] = field(default_factory=dict)
-    answering: bool = False
-    answer: str = ""
-    done: bool = False
-    status: str | None = None
-    error: str | None = None
-    elapsed: float | None = None
-    interrupted: str | None = None
-
-
-def apply_event(progress: Progress, event: Event, now: float | None = None) -> Progress:
-    """Update ``progress`` with one pipeline event (in place) and return it.
-
-    Args:
-        progress: the run's state.
-        event: any event of ``pipeline.types.Event``.
-        now: ``time.monotonic()`` seconds (default: the current clock); lets tests fix time.
-    """
-    now = time.monotonic() if now is None else now
-    if isinstance(event, PlanReady):
-        progress.planned = True
-        for task in event.tasks:
-            progress.tasks.setdefault(task.id, TaskLine(task))
-    elif isinstance(event, ModelSelected):
-        line = progress.tasks.get(event.selection.task_id)
-        if line is not None:
-            line.model = event.selection.model
-    elif isinstance(event, TaskStarted):
-        line = progress.tasks.get(event.task_id)
-        if line is not None:
-            line.state, line.model, line.started = "running", event.model, now
-    elif isinstance(event, (TaskFinished, TaskFailed, TaskSkipped)):
-        result = event.result
-        line = progress.tasks.get(result.task_id)
-        if line is not None:
-            line.state = {TaskFinished: "done", TaskFailed: "failed", TaskSkipped: "skipped"}[type(event)]
-            line.model = result.model or line.model
-            line.reason = result.error
-            line.finished = now
-            if line.started is None and result.started is not None and result.finished is not None:
-                line.started, line.finished = now - (result.finished - result.started), now
-    elif isinstance(event, ResponseDelta):
-        progress.answering = True
-        progress.answer += event.text
-    elif isinstance(event, Done):
-        record = event.record
-        progress.done = True
-        progress.status = record.status
-        progress.error = record.error
-        progress.elapsed = now - progress.started
-        if record.tasks and not progress.tasks:
-            progress.planned = True
-            for task in record.tasks:
-                progress.tasks[task.id] = TaskLine(task)
-        for tid, sel in record.selections.items():
-            if tid in progress.tasks and progress.tasks[tid].model is None:
-                progress.tasks[tid].model = sel.model
-        for tid, res in record.results.items():
-            line = progress.tasks.get(tid)
-            if line is not None and line.state in ("queued", "running"):
-                line.state = {"ok": "done", "failed": "failed", "skipped": "skipped"}.get(res.status, line.state)
-                line.reason = res.error
-                line.model = res.model or line.model
-    return progress
+_STATE_ICON = {"waiting": "⏳", "running": "⚙️", "done": "✅", "failed": "❌", "skipped": "⏭️", "stopped": "⏹️"}
 
 
 def _clip(text: str, limit: int) -> str:
@@ -132,17 +26,18 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
-def _task_line(line: TaskLine, now: float) -> str:
+def _task_line(line: TaskProgress, now: float) -> str:
     t = line.task
     deps = f" (after {', '.join(f'#{d}' for d in t.dep)})" if t.dep else ""
     model = f" · `{_clip(line.model, 80)}`" if line.model else ""
     text = f"{_STATE_ICON.get(line.state, '•')} **#{t.id} {t.task}**{deps}{model} · {line.state}"
-    if line.state == "running" and line.started is not None:
-        text += f" {now - line.started:.0f} s"
-    elif line.state == "done" and line.started is not None and line.finished is not None:
-        text += f" in {line.finished - line.started:.1f} s"
-    if line.state in ("failed", "skipped") and line.reason:
-        text += f": {_clip(line.reason, 200)}"
+    seconds = line.seconds(now)
+    if line.state == "running" and seconds is not None:
+        text += f" {seconds:.0f} s"
+    elif line.state == "done" and seconds is not None:
+        text += f" in {seconds:.1f} s"
+    if line.state in ("failed", "skipped") and line.error:
+        text += f": {_clip(line.error, 200)}"
     return text
 
 
@@ -151,7 +46,7 @@ def render_progress(progress: Progress, *, title: str | None = None, now: float 
     """The progress message's text: the plan (tasks with dependencies), each task's model and state.
 
     Args:
-        progress: the run's state.
+        progress: the run's progress (:class:`bot.progress.Progress`).
         title: an optional first line (e.g. the request, clipped).
         now: ``time.monotonic()`` seconds, for running times.
         limit: maximum characters (Discord: 2000); task lines that do not fit are summarised as
@@ -165,28 +60,23 @@ def render_progress(progress: Progress, *, title: str | None = None, now: float 
     if title:
         head.append(f"> {_clip(title, 300)}")
     if not progress.planned:
-        head.append("🧭 Planning the tasks…" if not progress.done and not progress.interrupted else "🧭 No plan was made.")
+        head.append("🧭 Planning the tasks…" if not progress.finished else "🧭 No plan was made.")
     elif not progress.tasks:
         head.append("🧭 Plan: no expert models needed, answering directly.")
     else:
         n = len(progress.tasks)
         head.append(f"🧭 **Plan:** {n} task{'s' if n != 1 else ''}")
     tail: list[str] = []
-    if progress.interrupted:
-        tail.append(f"⚠️ {progress.interrupted}")
-    elif progress.done:
-        secs = f" in {progress.elapsed:.1f} s" if progress.elapsed is not None else ""
-        if progress.status == "ok":
-            tail.append(f"🏁 Finished{secs}.")
-        else:
-            tail.append(f"⚠️ Stopped{secs}: {_clip(progress.error or 'the run failed.', 400)}")
-    elif progress.answering:
+    secs = f" in {progress.elapsed:.1f} s" if progress.elapsed is not None else ""
+    if progress.stage == "stopped":
+        tail.append(f"⚠️ {progress.error}")
+    elif progress.stage == "done":
+        tail.append(f"🏁 Finished{secs}.")
+    elif progress.stage == "failed":
+        tail.append(f"⚠️ Stopped{secs}: {_clip(progress.error or 'the run failed.', 400)}")
+    elif progress.stage == "responding":
         tail.append("✍️ Writing the answer…")
-    shown_lines = progress.tasks.values()
-    if progress.interrupted:  # a stopped run: nothing is running or queued any more
-        shown_lines = [TaskLine(ln.task, ln.model, "interrupted") if ln.state in ("queued", "running") else ln
-                       for ln in shown_lines]
-    lines = [_task_line(line, now) for line in shown_lines]
+    lines = [_task_line(line, now) for line in progress.tasks.values()]
     head_text = "\n".join(h for h in head if h)
     tail_text = "\n".join(tail)
     budget = limit - len(head_text) - len(tail_text) - 2

@@ -33,6 +33,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.progress import Progress
 from bot.settings import Settings
 from bot.incoming import ConversationKey, IncomingFile
 from bot.errors import ConfigError, InputError
@@ -42,7 +43,7 @@ from pipeline.types import Done, RunRecord
 from . import io as slack_io
 from .logic import (
     Deduplicator,
-    ProgressView,
+    render_status,
     SlidingWindowLimiter,
     TTLCache,
     classify_message,
@@ -171,13 +172,13 @@ class SlackBot:
 
         self.stats.runs += 1
         self.threads.set((channel, thread_ts), True)
-        view = ProgressView()
+        progress = Progress()
         try:
-            status_ts = await self.poster.post(channel, thread_ts, view.render())
+            status_ts = await self.poster.post(channel, thread_ts, render_status(progress))
         except HuggingGPTError as e:
             log.error("cannot post in channel=%s: %s", channel, e)
             return
-        status = slack_io.StatusMessage(self.poster, channel, status_ts, view.render(), interval=self.update_interval,
+        status = slack_io.StatusMessage(self.poster, channel, status_ts, render_status(progress), interval=self.update_interval,
                                         limiter=self.update_limiter)
         record: RunRecord | None = None
         try:
@@ -187,8 +188,8 @@ class SlackBot:
             async for ev in self.service.handle(text, files, key=key, user=user):
                 if isinstance(ev, Done):
                     record = ev.record
-                if view.apply(ev) and not isinstance(ev, Done):
-                    status.set(view.render())
+                if progress.apply(ev) and not isinstance(ev, Done):
+                    status.set(render_status(progress))
         except HuggingGPTError as e:
             self.stats.errors += 1
             log.warning("request in %s/%s failed: %s", channel, thread_ts, e)
@@ -210,14 +211,14 @@ class SlackBot:
         if record.status != "ok":
             self.stats.errors += 1
             log.warning("run failed in %s/%s: %s", channel, thread_ts, record.error)
-            await status.close(view.render())
+            await status.close(render_status(progress))
             return
         # The answer goes out at once; the final status edit may wait for chat.update's budget.
-        status.set(view.render())
+        status.set(render_status(progress))
         try:
             await self._deliver(channel, thread_ts, record)
         finally:
-            await asyncio.shield(status.close(view.render()))
+            await asyncio.shield(status.close(render_status(progress)))
 
     async def _deliver(self, channel: str, thread_ts: str, record: RunRecord) -> None:
         """Post the answer (mrkdwn, split) and upload the generated files into the thread."""

@@ -9,7 +9,7 @@ Everything here is unit-tested without Slack (collmbo's ``*_logic`` split, see S
   ``message_changed``, channel chatter without a mention).
 * :func:`split_text`: answers cut under Slack's message size without breaking code blocks or words.
 * :func:`to_mrkdwn`, :func:`unescape_slack`, :func:`strip_mentions`: text in both directions.
-* :class:`ProgressView`: the status message text, rebuilt from pipeline events.
+* :func:`render_status`: the status message text for a run's progress.
 * :class:`SlidingWindowLimiter`: the per-user request rate limit.
 * sentences for the user (:func:`missing_scope_sentence`, ...).
 """
@@ -19,22 +19,12 @@ from __future__ import annotations
 import re
 import time
 from collections import OrderedDict, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Literal
 
 from slackify_markdown import slackify_markdown
 
-from pipeline.types import (
-    Done,
-    Event,
-    ModelSelected,
-    PlanReady,
-    ResponseDelta,
-    TaskFailed,
-    TaskFinished,
-    TaskSkipped,
-    TaskStarted,
-)
+from bot.progress import Progress
 
 Clock = Callable[[], float]
 
@@ -448,101 +438,45 @@ def split_text(text: str, limit: int = MESSAGE_LIMIT_BYTES) -> list[str]:
 _STATE_ICON = {
     "waiting": ":white_small_square:",
     "running": ":hourglass_flowing_sand:",
-    "ok": ":white_check_mark:",
+    "done": ":white_check_mark:",
     "failed": ":x:",
     "skipped": ":fast_forward:",
+    "stopped": ":black_square_for_stop:",
 }
 
 
-@dataclass
-class _TaskLine:
-    task: str
-    dep: tuple[int, ...]
-    model: str | None = None
-    state: str = "waiting"
-    note: str | None = None
-
-
-@dataclass
-class ProgressView:
-    """The status message's text, rebuilt from the pipeline's events (see ``pipeline.types``).
-
-    Feed every event to :meth:`apply`; :meth:`render` returns mrkdwn under
-    :data:`MESSAGE_LIMIT_BYTES`. Nothing here talks to Slack.
-
-    Attributes:
-        stage: ``"planning" | "running" | "answering" | "done" | "error"``.
-    """
-
-    stage: str = "planning"
-    tasks: dict[int, _TaskLine] = field(default_factory=dict)
-    error: str | None = None
-    seconds: float | None = None
-
-    def apply(self, event: Event) -> bool:
-        """Update the view with ``event``; return whether the rendered text may have changed."""
-        if isinstance(event, PlanReady):
-            self.tasks = {t.id: _TaskLine(t.task, t.dep) for t in event.tasks}
-            self.stage = "running" if event.tasks else "answering"
-        elif isinstance(event, ModelSelected):
-            line = self.tasks.get(event.selection.task_id)
-            if line is not None:
-                line.model = event.selection.model
-        elif isinstance(event, TaskStarted):
-            line = self.tasks.get(event.task_id)
-            if line is not None:
-                line.state, line.model = "running", event.model
-        elif isinstance(event, (TaskFinished, TaskFailed, TaskSkipped)):
-            r = event.result
-            line = self.tasks.get(r.task_id)
-            if line is not None:
-                line.state = r.status
-                line.model = r.model or line.model
-                line.note = r.error
-        elif isinstance(event, ResponseDelta):
-            if self.stage == "answering":
-                return False
-            self.stage = "answering"
-        elif isinstance(event, Done):
-            rec = event.record
-            self.stage = "done" if rec.status == "ok" else "error"
-            self.error = rec.error
-            total = sum(v for k, v in rec.timings_ms.items() if k in ("plan", "select", "execute", "respond"))
-            self.seconds = (rec.timings_ms.get("total") or total or 0) / 1000 or None
-        else:
-            return False
-        return True
-
-    def render(self) -> str:
-        """The status text (mrkdwn, < :data:`MESSAGE_LIMIT_BYTES` bytes)."""
-        head = {
-            "planning": ":thinking_face: Planning the tasks…",
-            "running": f":gear: Running {len(self.tasks)} task{'s' if len(self.tasks) != 1 else ''}…",
-            "answering": ":writing_hand: Writing the answer…",
-            "done": ":white_check_mark: Done" + (f" in {self.seconds:.1f} s" if self.seconds else "") + ".",
-            "error": ":warning: Stopped: " + escape_slack(self.error or "the run failed") ,
-        }[self.stage]
-        lines = [head]
-        if self.tasks:
-            lines.append(f"*Plan* ({len(self.tasks)} task{'s' if len(self.tasks) != 1 else ''}):")
-        for tid in sorted(self.tasks):
-            t = self.tasks[tid]
-            state = t.state
-            if state == "waiting" and self.stage in ("done", "error"):
-                state = "skipped"
-            s = f"{_STATE_ICON[state]} {tid}. `{t.task}`"
-            if t.model:
-                s += f" with `{t.model}`"
-            if t.dep and state == "waiting":
-                s += f" (after {', '.join(str(d) for d in t.dep)})"
-            s += f": {state}"
-            if t.note and state in ("failed", "skipped"):
-                s += f" ({escape_slack(t.note)})"
-            lines.append(s)
-        out = "\n".join(lines)
-        hidden = 0
-        while _utf8_len(out) > MESSAGE_LIMIT_BYTES and len(lines) > 2:
-            lines.pop()
-            hidden += 1
-            out = "\n".join(lines) + f"\n…and {hidden} more task{'s' if hidden != 1 else ''}."
-        return out if _utf8_len(out) <= MESSAGE_LIMIT_BYTES else split_text(out, MESSAGE_LIMIT_BYTES)[0]
+def render_status(progress: Progress) -> str:
+    """The status message's text (mrkdwn, at most :data:`MESSAGE_LIMIT_BYTES` bytes) for a run's
+    progress (:class:`bot.progress.Progress`). Nothing here talks to Slack."""
+    n = len(progress.tasks)
+    plural = "s" if n != 1 else ""
+    secs = f" in {progress.elapsed:.1f} s" if progress.elapsed else ""
+    head = {
+        "planning": ":thinking_face: Planning the tasks…",
+        "executing": f":gear: Running {n} task{plural}…",
+        "responding": ":writing_hand: Writing the answer…",
+        "done": f":white_check_mark: Done{secs}.",
+        "failed": ":warning: Stopped: " + escape_slack(progress.error or "the run failed"),
+        "stopped": ":warning: " + escape_slack(progress.error or "the run was stopped"),
+    }[progress.stage]
+    lines = [head]
+    if progress.tasks:
+        lines.append(f"*Plan* ({n} task{plural}):")
+    for tid in sorted(progress.tasks):
+        t = progress.tasks[tid]
+        s = f"{_STATE_ICON[t.state]} {tid}. `{t.task.task}`"
+        if t.model:
+            s += f" with `{t.model}`"
+        if t.task.dep and t.state == "waiting":
+            s += f" (after {', '.join(str(d) for d in t.task.dep)})"
+        s += f": {t.state}"
+        if t.error and t.state in ("failed", "skipped"):
+            s += f" ({escape_slack(t.error)})"
+        lines.append(s)
+    out = "\n".join(lines)
+    hidden = 0
+    while _utf8_len(out) > MESSAGE_LIMIT_BYTES and len(lines) > 2:
+        lines.pop()
+        hidden += 1
+        out = "\n".join(lines) + f"\n…and {hidden} more task{'s' if hidden != 1 else ''}."
+    return out if _utf8_len(out) <= MESSAGE_LIMIT_BYTES else split_text(out, MESSAGE_LIMIT_BYTES)[0]
