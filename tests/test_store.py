@@ -25,7 +25,8 @@ from PIL import Image
 from bot.incoming import ConversationKey
 from bot.locks import ThreadLocks
 from bot.store import ConversationStore, PruneReport, SQLiteStore
-from bot.store.sqlite import SCHEMA_VERSION, clip_summary as condense
+from bot.store.migrations import SCHEMA_VERSION
+from bot.store.text import clip_summary
 from bot.tokens import count_tokens
 from bot.errors import StorageError
 from pipeline.types import Output, Resource, RunRecord, Selection, Task, TaskResult
@@ -250,7 +251,7 @@ async def test_migrates_v1_database_and_keeps_data(tmp_path):
     s = SQLiteStore(data, MediaStore(data))
     await s.open()
     try:
-        (version,) = await (await s._db.execute("PRAGMA user_version")).fetchone()
+        (version,) = await (await s.database.writer.execute("PRAGMA user_version")).fetchone()
         assert version == SCHEMA_VERSION == 2
         assert await s.get_or_create(KEY_A) == "c0ffee"
         assert await s.find("c0ffee") == KEY_A
@@ -391,9 +392,9 @@ async def test_disk_full_while_saving_media_fails_cleanly(tmp_path):
                                  description="r")
         assert "disk is full" in e.value.user_message
         assert [r.id for r in await s.resources(cid)] == ["image-1"]  # no dangling row
-        (n,) = await (await s._db.execute("SELECT count(*) FROM resources")).fetchone()
+        (n,) = await (await s.database.writer.execute("SELECT count(*) FROM resources")).fetchone()
         assert n == 1
-        (check,) = await (await s._db.execute("PRAGMA integrity_check")).fetchone()
+        (check,) = await (await s.database.writer.execute("PRAGMA integrity_check")).fetchone()
         assert check == "ok"
         await s.finish_turn(cid, t, record("first", "", status="error", error=e.value.user_message))
         writer.full = False
@@ -410,13 +411,13 @@ async def test_disk_full_while_saving_media_fails_cleanly(tmp_path):
 async def test_database_full_fails_the_write_cleanly(store):
     cid = await store.get_or_create(KEY_A)
     await run_turn(store, cid, "a first request that fits", "coffee.png", answer="It fits.")
-    (pages,) = await (await store._db.execute("PRAGMA page_count")).fetchone()
-    await store._db.execute(f"PRAGMA max_page_count={pages}")  # the disk holding the database is full
+    (pages,) = await (await store.database.writer.execute("PRAGMA page_count")).fetchone()
+    await store.database.writer.execute(f"PRAGMA max_page_count={pages}")  # the disk holding the database is full
     huge = "Describe this photo in great detail please. " * 20_000
     with pytest.raises(StorageError) as e:
         await store.begin_turn(cid, huge, None)
     assert "disk is full" in e.value.user_message and str(store.path) in e.value.user_message
-    await store._db.execute("PRAGMA max_page_count=4294967294")
+    await store.database.writer.execute("PRAGMA max_page_count=4294967294")
     history, resources = await store.context(cid, 10_000)
     assert [(t.index, t.answer) for t in history] == [(0, "It fits.")]  # the failed turn left no trace
     assert [r.id for r in resources] == ["image-1"]
@@ -506,7 +507,7 @@ async def test_killed_process_turn_is_marked_failed_and_conversation_continues(t
     s = SQLiteStore(data, MediaStore(data))
     await s.open()
     try:
-        (check,) = await (await s._db.execute("PRAGMA integrity_check")).fetchone()
+        (check,) = await (await s.database.writer.execute("PRAGMA integrity_check")).fetchone()
         assert check == "ok"
         assert (await s.turns(cid))[0]["status"] == "running"
         assert await s.mark_interrupted() == 1
@@ -573,7 +574,7 @@ async def test_kill_during_writes_loses_nothing_committed(tmp_path):
     s = SQLiteStore(data, MediaStore(data))
     await s.open()
     try:
-        (check,) = await (await s._db.execute("PRAGMA integrity_check")).fetchone()
+        (check,) = await (await s.database.writer.execute("PRAGMA integrity_check")).fetchone()
         assert check == "ok"
         assert await s.mark_interrupted() <= 1
         turns = {t["index"]: t for t in await s.turns(cid)}
@@ -754,8 +755,8 @@ async def test_undecodable_text_is_stored_with_replacement_characters(store):
     assert r.name == "caf\ufffd.png" and (await store.resources(cid))[0].description == "coffee \ufffd"
 
 
-def test_condense():
-    assert condense("  a\n\nb  ") == "a b"
+def test_clip_summary():
+    assert clip_summary("  a\n\nb  ") == "a b"
     text = "word " * 200
-    out = condense(text)
+    out = clip_summary(text)
     assert len(out) <= 300 and out.endswith("…") and not out[:-1].endswith(" ")
