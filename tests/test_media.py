@@ -138,10 +138,12 @@ async def test_cancelled_write_leaves_no_temporary_file(store):
 
 
 async def test_disk_full_is_a_storage_error(store, monkeypatch):
-    def full(fd, chunk):
+    # The kernel reports a full disk at write or, with delayed allocation, at fsync; the store
+    # writes through aiofiles (C-level file objects), so the failure is injected at os.fsync.
+    def full(fd):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(os, "write", full)
+    monkeypatch.setattr(os, "fsync", full)
     with pytest.raises(StorageError) as ei:
         await store.put(b"abc", "text/plain")
     assert ei.value.user_message == "The bot's media storage is full, so the file could not be saved."
