@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import gc
 import os
 import json
@@ -26,7 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bot.store.sqlite import SQLiteStore, clip_summary  # noqa: E402
+from bot.store.sqlite import SQLiteStore  # noqa: E402
+from bot.store.text import clip_summary  # noqa: E402
 from bot.tokens import count_json_tokens, count_tokens  # noqa: E402
 from pipeline.types import Output, Resource, RunRecord, Selection, Task, TaskResult  # noqa: E402
 
@@ -76,13 +78,7 @@ def build(path: Path, conversations: int, turns: int, seed: int = 7) -> None:
     """Fill the (already migrated) database with bulk inserts in one transaction."""
     rng = random.Random(seed)
     texts = requests()
-    tok_cache: dict[str, int] = {}
-
-    def tok(s: str) -> int:
-        n = tok_cache.get(s)
-        if n is None:
-            n = tok_cache[s] = count_tokens(s)
-        return n
+    tok = functools.cache(count_tokens)  # requests repeat: count each text once
 
     db = sqlite3.connect(path, isolation_level=None)
     db.execute("PRAGMA synchronous=OFF")

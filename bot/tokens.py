@@ -17,12 +17,14 @@ Measured against the real cl100k_base and o200k_base encodings (files shipped in
 ``litellm`` wheel, used once offline to calibrate, not a dependency) on every request of
 ``tests/fixtures/taskbench`` (400 texts) plus French/Chinese/emoji/code/number samples: the
 estimate was never below the true count and over-counted by about 1.5x in total. Tokenizers with a
-much smaller vocabulary (Llama-2's 32k) may spend more than this on some texts; keep headroom. Over-counting only means a slightly shorter chat log in the prompt;
-under-counting could overflow the controller's context window.
+much smaller vocabulary (Llama-2's 32k) may spend more than this on some texts; keep headroom.
+Over-counting only means a slightly shorter chat log in the prompt; under-counting could overflow
+the controller's context window.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -75,6 +77,4 @@ def count_json_tokens(value: Any) -> int:
     Returns:
         int >= 0: estimated tokens of ``json.dumps(value, ensure_ascii=False)``.
     """
-    import json
-
     return count_tokens(json.dumps(value, ensure_ascii=False, separators=(",", ":")))

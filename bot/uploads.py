@@ -9,19 +9,21 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import logging
 import mimetypes
-import os
-import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+import aiofiles.tempfile
 from PIL import Image, UnidentifiedImageError
 
 from pipeline.media import extension_for, sniff
 from pipeline.types import Modality
 
 from .errors import InputError, StorageError
+
+log = logging.getLogger(__name__)
 
 MiB = 1024 * 1024
 
@@ -33,7 +35,6 @@ _PIL_MIME = {
     "BMP": "image/bmp",
     "TIFF": "image/tiff",
 }
-
 
 
 def _looks_like(data: bytes) -> str:
@@ -69,9 +70,6 @@ def _declared_kind(name: str | None, declared_mime: str | None) -> tuple[str | N
             if major in ("image", "audio", "video"):
                 return major, f"extension {Path(name).suffix}"
     return None, None
-
-
-
 
 
 @dataclass(frozen=True)
@@ -119,10 +117,18 @@ def _check_image(data: bytes, label: str) -> tuple[str, int, int]:
 
 
 async def ffprobe(path: Path, timeout: float = 20.0) -> dict:
-    """Run ``ffprobe`` on ``path`` and return its JSON (``format`` and ``streams``).
+    """Run ``ffprobe`` on a file and return its JSON description.
+
+    Args:
+        path: the audio or video file.
+        timeout: seconds before ffprobe is killed (a crafted file can make it hang).
+
+    Returns:
+        ffprobe's ``-show_format -show_streams`` JSON: ``{"format": {...}, "streams": [...]}``
+        (``{}`` when it prints nothing).
 
     Raises:
-        InputError: ffprobe cannot read the file.
+        InputError: ffprobe cannot read the file, prints invalid JSON, or exceeds ``timeout``.
         StorageError: ffprobe is not installed.
     """
     try:
@@ -131,13 +137,20 @@ async def ffprobe(path: Path, timeout: float = 20.0) -> dict:
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )
     except FileNotFoundError as exc:  # pragma: no cover - environment problem
+        log.error("ffprobe is not installed: %s", exc)
         raise StorageError("The media tools (ffprobe) are not installed on the bot's host.", str(exc)) from exc
     try:
         out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    except (asyncio.TimeoutError, asyncio.CancelledError):
-        proc.kill()
+    except (asyncio.TimeoutError, asyncio.CancelledError) as exc:
+        if proc.returncode is None:
+            proc.kill()
         await proc.wait()
-        raise
+        if isinstance(exc, asyncio.CancelledError):
+            raise
+        raise InputError(
+            "The file could not be read as audio or video: inspecting it took too long.",
+            f"ffprobe timed out after {timeout:g} s on {path}",
+        ) from None
     if proc.returncode != 0:
         raise InputError("The file could not be read as audio or video.", f"ffprobe: {err.decode(errors='replace')[:300]}")
     try:
@@ -147,26 +160,25 @@ async def ffprobe(path: Path, timeout: float = 20.0) -> dict:
 
 
 async def probe_bytes(data: bytes, suffix: str = "") -> dict:
-    """:func:`ffprobe` for in-memory data (written to a temporary file first; MP4 needs seeking)."""
+    """:func:`ffprobe` for in-memory data.
 
-    def write() -> str:
-        fd, name = tempfile.mkstemp(prefix="hg-probe-", suffix=suffix)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        return name
+    The bytes go to a named temporary file first (MP4 needs seeking, so a pipe will not do),
+    written with ``aiofiles`` and removed afterwards, also on error or cancellation.
 
-    name = await asyncio.to_thread(write)
-    try:
-        return await ffprobe(Path(name))
-    finally:
-        await asyncio.to_thread(_unlink_quiet, Path(name))
+    Args:
+        data: the file's bytes.
+        suffix: extension for the temporary file (``".mp4"``), a hint for ffprobe.
 
+    Returns:
+        As :func:`ffprobe`.
 
-def _unlink_quiet(path: Path) -> None:
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        pass
+    Raises:
+        InputError, StorageError: as :func:`ffprobe`.
+    """
+    async with aiofiles.tempfile.NamedTemporaryFile("wb", prefix="hg-probe-", suffix=suffix) as f:
+        await f.write(data)
+        await f.flush()
+        return await ffprobe(Path(f.name))
 
 
 def _duration(info: dict, stream: dict) -> float | None:

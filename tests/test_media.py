@@ -94,6 +94,28 @@ async def test_truncated_audio_header_is_refused(media_dir):
         await inspect_upload(data, "clip.mp4", None, max_bytes=LIMIT)
 
 
+async def test_probing_leaves_no_temporary_file_even_when_the_file_is_refused(media_dir, tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where probe files go, for this test only
+    info = await inspect_upload((media_dir / "rocket_zoom.mp4").read_bytes(), "clip.mp4", None, max_bytes=LIMIT)
+    assert info.description == "video clip.mp4, 2.0 s, 320x400 pixels"
+    with pytest.raises(InputError) as ei:
+        await inspect_upload((media_dir / "rocket_zoom.mp4").read_bytes()[:200], "clip.mp4", None, max_bytes=LIMIT)
+    assert ei.value.user_message == "The clip.mp4 could not be read as video; it may be truncated or corrupt."
+    assert list(tmp_path.iterdir()) == []
+
+
+async def test_ffprobe_that_takes_too_long_is_one_sentence(media_dir):
+    from bot.uploads import ffprobe
+
+    with pytest.raises(InputError) as ei:
+        await ffprobe(media_dir / "rocket_zoom.mp4", timeout=0.001)
+    assert ei.value.user_message == "The file could not be read as audio or video: inspecting it took too long."
+    info = await ffprobe(media_dir / "rocket_zoom.mp4")
+    assert any(s["codec_type"] == "video" for s in info["streams"])
+
+
 async def test_decompression_bomb_limit_is_respected(media_dir, monkeypatch):
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 10_000)
     with pytest.raises(InputError) as ei:
@@ -138,10 +160,12 @@ async def test_cancelled_write_leaves_no_temporary_file(store):
 
 
 async def test_disk_full_is_a_storage_error(store, monkeypatch):
-    def full(fd, chunk):
+    # The kernel reports a full disk at write or, with delayed allocation, at fsync; the store
+    # writes through aiofiles (C-level file objects), so the failure is injected at os.fsync.
+    def full(fd):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(os, "write", full)
+    monkeypatch.setattr(os, "fsync", full)
     with pytest.raises(StorageError) as ei:
         await store.put(b"abc", "text/plain")
     assert ei.value.user_message == "The bot's media storage is full, so the file could not be saved."

@@ -25,7 +25,8 @@ from PIL import Image
 from bot.incoming import ConversationKey
 from bot.locks import ThreadLocks
 from bot.store import ConversationStore, PruneReport, SQLiteStore
-from bot.store.sqlite import SCHEMA_VERSION, clip_summary as condense
+from bot.store.migrations import SCHEMA_VERSION
+from bot.store.text import clip_summary
 from bot.tokens import count_tokens
 from bot.errors import StorageError
 from pipeline.tasks.outputs import Label, Labels
@@ -251,7 +252,7 @@ async def test_migrates_v1_database_and_keeps_data(tmp_path):
     s = SQLiteStore(data, MediaStore(data))
     await s.open()
     try:
-        (version,) = await (await s._db.execute("PRAGMA user_version")).fetchone()
+        (version,) = await (await s.database.writer.execute("PRAGMA user_version")).fetchone()
         assert version == SCHEMA_VERSION == 2
         assert await s.get_or_create(KEY_A) == "c0ffee"
         assert await s.find("c0ffee") == KEY_A
@@ -392,9 +393,9 @@ async def test_disk_full_while_saving_media_fails_cleanly(tmp_path):
                                  description="r")
         assert "disk is full" in e.value.user_message
         assert [r.id for r in await s.resources(cid)] == ["image-1"]  # no dangling row
-        (n,) = await (await s._db.execute("SELECT count(*) FROM resources")).fetchone()
+        (n,) = await (await s.database.writer.execute("SELECT count(*) FROM resources")).fetchone()
         assert n == 1
-        (check,) = await (await s._db.execute("PRAGMA integrity_check")).fetchone()
+        (check,) = await (await s.database.writer.execute("PRAGMA integrity_check")).fetchone()
         assert check == "ok"
         await s.finish_turn(cid, t, record("first", "", status="error", error=e.value.user_message))
         writer.full = False
@@ -411,13 +412,13 @@ async def test_disk_full_while_saving_media_fails_cleanly(tmp_path):
 async def test_database_full_fails_the_write_cleanly(store):
     cid = await store.get_or_create(KEY_A)
     await run_turn(store, cid, "a first request that fits", "coffee.png", answer="It fits.")
-    (pages,) = await (await store._db.execute("PRAGMA page_count")).fetchone()
-    await store._db.execute(f"PRAGMA max_page_count={pages}")  # the disk holding the database is full
+    (pages,) = await (await store.database.writer.execute("PRAGMA page_count")).fetchone()
+    await store.database.writer.execute(f"PRAGMA max_page_count={pages}")  # the disk holding the database is full
     huge = "Describe this photo in great detail please. " * 20_000
     with pytest.raises(StorageError) as e:
         await store.begin_turn(cid, huge, None)
     assert "disk is full" in e.value.user_message and str(store.path) in e.value.user_message
-    await store._db.execute("PRAGMA max_page_count=4294967294")
+    await store.database.writer.execute("PRAGMA max_page_count=4294967294")
     history, resources = await store.context(cid, 10_000)
     assert [(t.index, t.answer) for t in history] == [(0, "It fits.")]  # the failed turn left no trace
     assert [r.id for r in resources] == ["image-1"]
@@ -507,7 +508,7 @@ async def test_killed_process_turn_is_marked_failed_and_conversation_continues(t
     s = SQLiteStore(data, MediaStore(data))
     await s.open()
     try:
-        (check,) = await (await s._db.execute("PRAGMA integrity_check")).fetchone()
+        (check,) = await (await s.database.writer.execute("PRAGMA integrity_check")).fetchone()
         assert check == "ok"
         assert (await s.turns(cid))[0]["status"] == "running"
         assert await s.mark_interrupted() == 1
@@ -574,7 +575,7 @@ async def test_kill_during_writes_loses_nothing_committed(tmp_path):
     s = SQLiteStore(data, MediaStore(data))
     await s.open()
     try:
-        (check,) = await (await s._db.execute("PRAGMA integrity_check")).fetchone()
+        (check,) = await (await s.database.writer.execute("PRAGMA integrity_check")).fetchone()
         assert check == "ok"
         assert await s.mark_interrupted() <= 1
         turns = {t["index"]: t for t in await s.turns(cid)}
@@ -755,8 +756,197 @@ async def test_undecodable_text_is_stored_with_replacement_characters(store):
     assert r.name == "caf\ufffd.png" and (await store.resources(cid))[0].description == "coffee \ufffd"
 
 
-def test_condense():
-    assert condense("  a\n\nb  ") == "a b"
+def test_clip_summary():
+    assert clip_summary("  a\n\nb  ") == "a b"
     text = "word " * 200
-    out = condense(text)
+    out = clip_summary(text)
     assert len(out) <= 300 and out.endswith("…") and not out[:-1].endswith(" ")
+
+
+# -- migrations: numbered .sql files, the runner, the v2 backfill ---------------------------------
+
+import aiosqlite  # noqa: E402
+
+from bot.store import migrations  # noqa: E402
+from bot.store.chatlog import TURN_OVERHEAD_TOKENS, select_history  # noqa: E402
+from bot.store.retention import expired, over_budget  # noqa: E402
+from bot.tokens import count_json_tokens  # noqa: E402
+
+
+def test_shipped_migrations_are_the_numbered_sql_files_of_the_package():
+    shipped = sorted(p.name for p in (ROOT / "bot" / "store" / "migrations").glob("*.sql"))
+    assert [m.name for m in migrations.MIGRATIONS] == shipped
+    assert [m.version for m in migrations.MIGRATIONS] == list(range(1, len(shipped) + 1))
+    assert migrations.SCHEMA_VERSION == len(shipped) == 2
+    assert migrations.MIGRATIONS[1].post is not None  # the v2 backfill runs after its SQL
+    for m in migrations.MIGRATIONS:
+        assert m.statements() and all(sqlite3.complete_statement(st) for st in m.statements())
+
+
+async def test_runner_applies_files_in_order_each_with_its_post_step(tmp_path):
+    steps = tmp_path / "steps"
+    steps.mkdir()
+    # listed out of order on purpose; 0002 only works after 0001
+    (steps / "0002_add_note.sql").write_text(
+        "-- a comment; with a semicolon\nALTER TABLE t ADD COLUMN note TEXT NOT NULL DEFAULT '';\n"
+        "INSERT INTO t(a, note) VALUES (2, 'semi;colon -- not a comment');\n"
+    )
+    (steps / "0001_create.sql").write_text("CREATE TABLE t (a INTEGER);\n\nINSERT INTO t VALUES (1);\n")
+    (steps / "README.txt").write_text("not a migration")
+    seen = []
+
+    async def post(db):
+        seen.append([r[0] for r in await db.execute_fetchall("SELECT a FROM t ORDER BY a")])
+        await db.execute("UPDATE t SET note = 'filled' WHERE note = ''")
+
+    loaded = migrations.load(steps, {2: post})
+    assert [(m.version, m.name) for m in loaded] == [(1, "0001_create.sql"), (2, "0002_add_note.sql")]
+    db_file = tmp_path / "x.sqlite3"
+    async with aiosqlite.connect(db_file, isolation_level=None) as db:
+        assert await migrations.check_version(db, db_file, latest=2) == 0
+        assert await migrations.upgrade(db, db_file, 0, loaded) == 2
+        assert seen == [[1, 2]]  # the post-step ran after its file's statements
+        assert await db.execute_fetchall("SELECT a, note FROM t ORDER BY a") == [
+            (1, "filled"), (2, "semi;colon -- not a comment")]
+        (version,) = await (await db.execute("PRAGMA user_version")).fetchone()
+        assert version == 2
+        assert await migrations.upgrade(db, db_file, 2, loaded) == 2 and seen == [[1, 2]]  # nothing to do
+
+        # a failing version is rolled back whole; the versions before it stay
+        (steps / "0003_more.sql").write_text("CREATE TABLE u (b);\nINSERT INTO u VALUES (1);\n")
+
+        async def broken(db):
+            raise RuntimeError("backfill failed")
+
+        with pytest.raises(RuntimeError, match="backfill failed"):
+            await migrations.upgrade(db, db_file, 2, migrations.load(steps, {2: post, 3: broken}))
+        (version,) = await (await db.execute("PRAGMA user_version")).fetchone()
+        assert version == 2
+        assert not await db.execute_fetchall("SELECT name FROM sqlite_master WHERE name='u'")
+
+        with pytest.raises(StorageError, match="newer version") as e:
+            await migrations.check_version(db, db_file, latest=1)
+        assert str(db_file) in e.value.user_message
+
+
+def test_runner_refuses_gaps_duplicates_and_orphan_post_steps(tmp_path):
+    (tmp_path / "0001_a.sql").write_text("CREATE TABLE a (x);")
+    (tmp_path / "0003_c.sql").write_text("CREATE TABLE c (x);")
+    with pytest.raises(ValueError, match="without gaps"):
+        migrations.load(tmp_path, {})
+    (tmp_path / "0003_c.sql").unlink()
+    (tmp_path / "0001_b.sql").write_text("CREATE TABLE b (x);")
+    with pytest.raises(ValueError, match="without gaps"):
+        migrations.load(tmp_path, {})
+    (tmp_path / "0001_b.sql").unlink()
+
+    async def post(db):
+        pass
+
+    with pytest.raises(ValueError, match="post-steps"):
+        migrations.load(tmp_path, {2: post})
+    (tmp_path / "0002_b.sql").write_text("CREATE TABLE b (x);\nINSERT INTO b VALUES ('unterminated);\n")
+    with pytest.raises(ValueError, match="incomplete statement"):
+        migrations.load(tmp_path, {})[1].statements()
+
+
+async def test_v1_database_made_by_the_runner_upgrades_in_place(tmp_path):
+    """A v1 file (made by applying only 0001) with awkward rows upgrades to v2 with every derived
+    value computed as the store computes it for new rows."""
+    data = tmp_path / "data"
+    data.mkdir()
+    db_file = data / "conversations.sqlite3"
+    long_answer = "The image shows a tabby cat on a blue couch, with café, 猫 and 🐱 nearby. " * 12
+    async with aiosqlite.connect(db_file, isolation_level=None) as db:
+        assert await migrations.upgrade(db, db_file, 0, migrations.MIGRATIONS[:1]) == 1
+        await db.executemany("INSERT INTO conversations VALUES (?,?,?)", [
+            ("c1", "slack:T1:C1:1700000000.000100", 1000.0),
+            ("c2", "terminal:local:tty:session:with:colons", 2000.0),
+            ("c3", "bare", 3000.0),
+        ])
+        await db.executemany("INSERT INTO turns VALUES (?,?,?,?,?,?)", [
+            ("c1", 0, "Describe chelsea.png", long_answer, "ok", 1500.0),
+            ("c1", 1, "Make it grey", "", "running", 1600.0),
+            ("c2", 0, "hi", "  a\n\nspaced   answer ", "error", 1900.0),  # older than its conversation
+        ])
+        await db.executemany("INSERT INTO resources VALUES (?,?,?,?,?,?,?,?,?)", [
+            ("c1", "image-7", "image", "media/b.png", "image/png", 20, "task:0", "grey version", 1),
+            ("c1", "image-2", "image", "media/a.png", "image/png", 10, "user", "photo a.png", 0),
+            ("c1", "notes", "text", "media/n.txt", "text/plain", 5, "user", "", None),
+            ("gone", "image-1", "image", "media/g.png", "image/png", 1, "user", "orphan row", 0),
+        ])
+    s = SQLiteStore(data, MediaStore(data))
+    await s.open()
+    try:
+        db = s.database.writer
+        (version,) = await (await db.execute("PRAGMA user_version")).fetchone()
+        assert version == 2
+        assert await s.find("c1") == ConversationKey("slack", "T1", "C1", "1700000000.000100")
+        assert await s.find("c2") == ConversationKey("terminal", "local", "tty", "session:with:colons")
+        assert await s.find("c3") == ConversationKey("bare", "", "", "")
+        updated = dict(await db.execute_fetchall("SELECT id, updated FROM conversations"))
+        assert updated == {"c1": 1600.0, "c2": 2000.0, "c3": 3000.0}  # newest turn start, or creation
+        rows = await db.execute_fetchall(
+            "SELECT conversation_id, idx, status, summary, tokens, finished FROM turns ORDER BY 1, 2")
+        want_summary = clip_summary(long_answer)
+        assert rows == [
+            ("c1", 0, "ok", want_summary, count_tokens("Describe chelsea.png") + count_tokens(want_summary), 1500.0),
+            ("c1", 1, "running", "", count_tokens("Make it grey"), None),
+            ("c2", 0, "error", "a spaced answer", count_tokens("hi") + count_tokens("a spaced answer"), 1900.0),
+        ]
+        assert len(want_summary) <= 300 and want_summary.endswith("…")
+        turns = await s.turns("c1")
+        assert turns[0]["answer"] == long_answer  # the full answer is kept for display
+        res = await db.execute_fetchall(
+            "SELECT conversation_id, n, id, seq, tokens, created FROM resources ORDER BY 1, 2")
+        views = {r.id: count_json_tokens(r.prompt_view()) for r in await s.resources("c1")}
+        assert res == [  # stored order kept; per-kind number parsed from the id; orphan row dropped
+            ("c1", 1, "image-7", 7, views["image-7"], 1000.0),
+            ("c1", 2, "image-2", 2, views["image-2"], 1000.0),
+            ("c1", 3, "notes", 0, views["notes"], 1000.0),
+        ]
+        t = await s.begin_turn("c1", "one more", None)
+        new = await s.add_resource("c1", t, media("rocket.jpg"), kind="image", mime="image/jpeg", origin="user",
+                                   description="rocket")
+        assert new.id == "image-8"  # numbering continues after the highest migrated number
+        (check,) = await (await db.execute("PRAGMA integrity_check")).fetchone()
+        assert check == "ok"
+    finally:
+        await s.close()
+
+
+# -- retention and chat-log decisions, without a database ----------------------------------------
+
+
+def test_expired_keeps_running_and_recent_conversations():
+    day = 86400.0
+    convs = [("old", 0.0, False), ("old-running", 0.0, True), ("edge", 5 * day, False), ("new", 9 * day, False)]
+    assert expired(convs, now=10 * day, max_age_days=5) == ["old"]
+    assert expired(convs, now=10 * day, max_age_days=None) == []
+    assert expired(convs, now=10 * day, max_age_days=0) == ["old", "edge", "new"]
+
+
+def test_over_budget_counts_shared_files_once_and_deletes_oldest_first():
+    convs = [("a", 1.0, False), ("b", 2.0, True), ("c", 3.0, False), ("d", 4.0, False)]
+    files = [("a", "x.png", 100), ("c", "x.png", 100), ("a", "y.png", 50), ("b", "z.png", 30), ("d", "w.png", 20)]
+    # total 200; deleting a frees only y (x is shared with c): 150, then c frees x: 50
+    assert over_budget(convs, files, gone=[], max_media_bytes=200) == []
+    assert over_budget(convs, files, gone=[], max_media_bytes=150) == ["a"]
+    assert over_budget(convs, files, gone=[], max_media_bytes=149) == ["a", "c"]
+    assert over_budget(convs, files, gone=["c"], max_media_bytes=149) == ["a"]  # c is already going
+    # the running conversation is never chosen, even when the limit cannot be met without it
+    assert over_budget(convs, files, gone=[], max_media_bytes=0) == ["a", "c", "d"]
+
+
+def test_select_history_keeps_the_newest_turns_that_fit():
+    photo = Resource("image-1", "image", Path("/m/p.png"), "image/png", 10, "user", "photo", 1)
+    turns = [(2, "third", "ok 3", "ok", 10), (1, "second", "ok 2", "ok", 10), (0, "first", "ok 1", "ok", 10)]
+    per_turn = 10 + TURN_OVERHEAD_TOKENS
+    assert [t.index for t in select_history(turns, [(photo, 40)], 10_000)] == [2, 1, 0]
+    # turn 1 costs 40 more for its photo: with room for two plain turns, only the newest fits
+    cut = select_history(turns, [(photo, 40)], 2 * per_turn)
+    assert [t.index for t in cut] == [2]
+    assert [t.index for t in select_history(turns, [], 2 * per_turn)] == [2, 1]
+    full = select_history(turns, [(photo, 40)], 3 * per_turn + 40)
+    assert [t.index for t in full] == [2, 1, 0] and full[1].resources == (photo,) and full[0].resources == ()
+    assert select_history(turns, [], per_turn - 1) == []

@@ -1,12 +1,20 @@
 """Storage: conversations (protocol, SQLite), the media store and sinks for generated files.
 
+Modules: :mod:`.protocol` (the :class:`ConversationStore` interface), :mod:`.sqlite` (the default
+store), :mod:`.database` (its connections), :mod:`.migrations` (its schema, as ``.sql`` files),
+:mod:`.retention` (what prune/forget delete), :mod:`.chatlog` (the chat log within a token
+budget), :mod:`.text` (condensed answers, valid UTF-8), :mod:`.media` (the media files).
+
 May import :mod:`pipeline` (types) and the rest of :mod:`bot` below the service (settings,
 errors, tokens); never the service, the command line or :mod:`adapters`.
 """
 
+from __future__ import annotations
+
+from ..settings import StorageSettings
 from .media import LocalResourceSink, MediaStore
 from .protocol import ConversationStore, MediaWriter, PruneReport
-from .sqlite import SQLiteStore, open_store
+from .sqlite import SQLiteStore
 
 __all__ = [
     "ConversationStore",
@@ -17,3 +25,35 @@ __all__ = [
     "SQLiteStore",
     "open_store",
 ]
+
+
+async def open_store(storage: StorageSettings, media: MediaWriter, *, busy_timeout: float = 5.0) -> SQLiteStore:
+    """Open the default store for ``[storage]`` settings, ready to serve.
+
+    Opens (creates/migrates) ``storage.data_dir / "conversations.sqlite3"``, marks turns left
+    running by a crashed process as failed (:meth:`SQLiteStore.mark_interrupted`), then applies
+    ``storage.max_age_days`` and ``storage.max_media_bytes`` (:meth:`SQLiteStore.prune`) if set.
+    Call it once per process at start (``Service.create``); do not share one SQLite file between
+    several serving processes (each would mark the other's running turns as interrupted).
+
+    Args:
+        storage: the ``[storage]`` settings.
+        media: the media store rooted at the same data directory (``MediaStore(data_dir)``).
+        busy_timeout: seconds to wait for a lock held by another process.
+
+    Returns:
+        The open :class:`SQLiteStore` (close it with :meth:`SQLiteStore.close`).
+
+    Raises:
+        StorageError: the database is corrupt, locked, from a newer version, or not writable.
+    """
+    store = SQLiteStore(storage.data_dir, media, busy_timeout=busy_timeout)
+    await store.open()
+    try:
+        await store.mark_interrupted()
+        if storage.max_age_days is not None or storage.max_media_bytes is not None:
+            await store.prune(max_age_days=storage.max_age_days, max_media_bytes=storage.max_media_bytes)
+    except BaseException:
+        await store.close()
+        raise
+    return store

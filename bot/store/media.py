@@ -3,7 +3,8 @@
 Files are stored under ``<root>/media/<h[:2]>/<h>.<ext>`` where ``h`` is the SHA-256 hex digest of
 the content, so identical content is stored once and a name never changes meaning. Writes are
 atomic (temporary file in the same directory, ``fsync``, ``os.replace``) so a cancelled or
-interrupted write never leaves a half-written file under a final name.
+interrupted write never leaves a half-written file under a final name. File I/O goes through
+``aiofiles`` (each call runs in the event loop's default executor).
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ import hashlib
 import logging
 import os
 import re
-import threading
 import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+
+import aiofiles
+import aiofiles.os
 
 from pipeline.media import extension_for
 from pipeline.types import Modality, Resource
@@ -28,14 +31,28 @@ log = logging.getLogger(__name__)
 
 MiB = 1024 * 1024
 _CHUNK = 1 * MiB
+"""Bytes per write call: a cancelled write stops at the next chunk boundary."""
+
+_resolve = aiofiles.os.wrap(Path.resolve)
 
 
-def _unlink_quiet(path: Path) -> None:
+async def _fsync(fd: int) -> None:
+    """``os.fsync(fd)`` in the executor (``aiofiles.os`` has no fsync; looked up per call)."""
+    await aiofiles.os.wrap(os.fsync)(fd)
+
+
+async def _unlink_quiet(path: Path) -> None:
     try:
-        path.unlink()
+        await aiofiles.os.unlink(path)
     except FileNotFoundError:
         pass
+    except OSError as exc:
+        log.warning("could not remove temporary media file %s: %s", path, exc)
 
+
+def _create_0644(path: str, flags: int) -> int:
+    """``opener`` for :func:`aiofiles.open`: new files get mode 0644 (before the umask)."""
+    return os.open(path, flags, 0o644)
 
 
 class MediaStore:
@@ -59,16 +76,23 @@ class MediaStore:
 
         Atomic and idempotent: the bytes go to a temporary file in the target directory, are
         flushed with ``fsync`` and renamed over the final name (``os.replace``); storing the same
-        content again returns the existing path. The blocking I/O runs in a worker thread. If the
-        caller is cancelled, the worker stops between chunks and removes its temporary file before
-        the cancellation propagates.
+        content again returns the existing path. The write runs as its own task, shielded from
+        the caller's cancellation: if the caller is cancelled, the write stops at the next
+        :data:`_CHUNK` boundary and removes its temporary file before the cancellation propagates.
+
+        Args:
+            data: the file's bytes.
+            mime: its MIME type (chooses the extension, :func:`pipeline.media.extension_for`).
+
+        Returns:
+            The absolute path of the stored file.
 
         Raises:
             StorageError: the disk is full (ENOSPC) or the directory is not writable.
         """
         final = self.path_for(data, mime)
-        stop = threading.Event()
-        worker = asyncio.ensure_future(asyncio.to_thread(self._write, data, final, stop))
+        stop = asyncio.Event()
+        worker = asyncio.ensure_future(self._write(data, final, stop))
         try:
             return await asyncio.shield(worker)
         except asyncio.CancelledError:
@@ -79,31 +103,31 @@ class MediaStore:
                 pass
             raise
 
-    def _write(self, data: bytes, final: Path, stop: threading.Event) -> Path:
-        if final.exists() and final.stat().st_size == len(data):
-            return final.resolve()
+    async def _write(self, data: bytes, final: Path, stop: asyncio.Event) -> Path:
+        try:
+            if (await aiofiles.os.stat(final)).st_size == len(data):
+                return await _resolve(final)
+        except OSError:
+            pass  # not there yet (or unreadable: write it again)
         tmp = final.parent / f".{final.name}.{uuid.uuid4().hex}.tmp"
         done = False
         try:
-            final.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            try:
+            await aiofiles.os.makedirs(final.parent, exist_ok=True)
+            async with aiofiles.open(tmp, "xb", buffering=0, opener=_create_0644) as f:
                 view = memoryview(data)
                 for start in range(0, len(data), _CHUNK):
                     if stop.is_set():
                         raise asyncio.CancelledError()
                     chunk = view[start : start + _CHUNK]
-                    while chunk:
-                        n = os.write(fd, chunk)
+                    while chunk:  # unbuffered: a write may be partial
+                        n = await f.write(chunk)
                         chunk = chunk[n:]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+                await _fsync(f.fileno())
             if stop.is_set():
                 raise asyncio.CancelledError()
-            os.replace(tmp, final)
+            await aiofiles.os.replace(tmp, final)
             done = True
-            return final.resolve()
+            return await _resolve(final)
         except OSError as exc:
             if exc.errno == errno.ENOSPC:
                 log.error("media store full while writing %s (%d bytes)", final, len(data))
@@ -114,7 +138,7 @@ class MediaStore:
             raise StorageError("The bot could not save the file to its media storage.", f"{exc!r}") from exc
         finally:
             if not done:
-                _unlink_quiet(tmp)
+                await _unlink_quiet(tmp)
 
 
 # ----------------------------------------------------------------------------------------------

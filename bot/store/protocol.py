@@ -16,7 +16,7 @@ from ..incoming import ConversationKey
 
 
 class MediaWriter(Protocol):
-    """What the store needs from the media store (``pipeline.media.MediaStore``)."""
+    """What the store needs from the media store (:class:`bot.store.media.MediaStore`)."""
 
     async def put(self, data: bytes, mime: str) -> Path:  # pragma: no cover - protocol
         """Store ``data`` atomically under a content-hash name; return its absolute path."""
