@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adapters.discord.policy import AttachmentInfo, SeenIds, access_refusal, attachment_refusal, missing_permission
+from adapters.discord.policy import AttachmentInfo, access_refusal, attachment_refusal, missing_permission
 from bot.progress import Progress
 from adapters.discord.render import (
     missing_permission_sentence,
@@ -204,14 +204,6 @@ def test_permission_sentence_names_the_permission() -> None:
 # ------------------------------------------------------------------------------------------------
 # policy
 
-
-def test_seen_ids_expire_and_are_bounded() -> None:
-    seen = SeenIds(maxlen=3, ttl=10)
-    assert not seen.seen(1, now=0) and seen.seen(1, now=5)
-    assert not seen.seen(1, now=20)  # expired
-    for k in (2, 3, 4, 5):
-        seen.seen(k, now=21)
-    assert len(seen) <= 3
 
 
 def test_access_refusals() -> None:

@@ -46,11 +46,11 @@ from .media import fit_media
 from .policy import (
     AttachmentInfo,
     REQUIRED_IN_CHANNEL,
-    SeenIds,
     access_refusal,
     attachment_refusal,
     missing_permission,
 )
+from bot.limits import RateLimiter, SeenKeys
 from bot.progress import Progress
 
 from .render import (
@@ -184,8 +184,8 @@ class HuggingGPTBot(discord.Client):
         self.tree = app_commands.CommandTree(self)
         self.command_syncs = 0
         self.interaction_token_lifetime = INTERACTION_TOKEN_LIFETIME
-        self._seen = SeenIds()
-        self._limiters: dict[int, AsyncLimiter] = {}
+        self._seen = SeenKeys(ttl=3600.0)
+        self._rate = RateLimiter(self.cfg.rate_limit_per_minute, 60.0)
         self._active: dict[int, int] = {}
         self._runs: dict[asyncio.Task[Any], _Run] = {}
         self._threads: dict[int, int] = {}  # conversation thread id -> upload limit seen there (bytes)
@@ -229,15 +229,6 @@ class HuggingGPTBot(discord.Client):
     # ------------------------------------------------------------------------------------------
     # helpers
 
-    def _limiter(self, user_id: int) -> AsyncLimiter:
-        lim = self._limiters.get(user_id)
-        if lim is None:
-            if len(self._limiters) > 10_000:  # forget idle users; a fresh bucket is full anyway
-                for uid in [u for u, lm in self._limiters.items() if lm.has_capacity(lm.max_rate)][:5000]:
-                    del self._limiters[uid]
-            lim = self._limiters[user_id] = AsyncLimiter(max(1, self.cfg.rate_limit_per_minute), 60)
-        return lim
-
     async def _throttle_refusal(self, user_id: int) -> str | None:
         """Check and consume the user's rate and concurrency budget; a sentence when refused.
 
@@ -248,11 +239,9 @@ class HuggingGPTBot(discord.Client):
             n = self.cfg.max_concurrent_runs
             return (f"You already have {n} request{'s' if n != 1 else ''} running; "
                     f"please wait for one to finish.")
-        lim = self._limiter(user_id)
-        if not lim.has_capacity():
+        if await self._rate.try_acquire(user_id):
             return (f"You're sending requests faster than {self.cfg.rate_limit_per_minute} per minute; "
                     f"please wait a little and try again.")
-        await lim.acquire()  # has capacity: returns without waiting
         self._active[user_id] = self._active.get(user_id, 0) + 1
         return None
 
@@ -292,7 +281,7 @@ class HuggingGPTBot(discord.Client):
 
     async def on_ask(self, interaction: discord.Interaction, prompt: str, attachments: list[discord.Attachment]) -> None:
         """Handle ``/ask``: refuse privately, or defer and start the run in the background."""
-        if self._seen.seen(("interaction", interaction.id)):
+        if not self._seen.first_time(("interaction", interaction.id)):
             log.info("ignored replayed interaction %s", interaction.id)
             return
         channel = interaction.channel
@@ -442,7 +431,7 @@ class HuggingGPTBot(discord.Client):
         mentioned = self.user in message.mentions
         if self.cfg.followups_need_mention and not mentioned:
             return
-        if self._seen.seen(("message", message.id)):
+        if not self._seen.first_time(("message", message.id)):
             log.info("ignored replayed message %s", message.id)
             return
         text = message.content.replace(f"<@{self.user.id}>", "").replace(f"<@!{self.user.id}>", "").strip()

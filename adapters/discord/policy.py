@@ -1,12 +1,10 @@
 """Pure decisions of the Discord front end: who may ask where, which files are acceptable, which
-events were already handled. No I/O, no discord.py imports.
+(deduplication is :class:`bot.limits.SeenKeys`). No I/O, no discord.py imports.
 """
 
 from __future__ import annotations
 
-import time
-from collections import OrderedDict
-from collections.abc import Hashable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from bot.settings import DiscordSettings
@@ -15,38 +13,6 @@ from .media import human_size
 
 SUPPORTED_KINDS = ("image", "audio", "video")
 """Declared content types we accept before the service sniffs the bytes (``image/*`` ...)."""
-
-
-class SeenIds:
-    """A bounded set with expiry, for events Discord may deliver twice (a replayed
-    INTERACTION_CREATE after a gateway RESUME, a re-sent MESSAGE_CREATE).
-
-    Args:
-        maxlen: most ids kept; the oldest are forgotten first.
-        ttl: seconds an id is remembered.
-    """
-
-    def __init__(self, maxlen: int = 10_000, ttl: float = 3600.0) -> None:
-        self.maxlen = maxlen
-        self.ttl = ttl
-        self._items: OrderedDict[Hashable, float] = OrderedDict()
-
-    def seen(self, key: Hashable, now: float | None = None) -> bool:
-        """Return ``True`` if ``key`` was recorded within ``ttl``; otherwise record it and return
-        ``False``. ``now`` is ``time.monotonic()`` seconds (default: the clock)."""
-        now = time.monotonic() if now is None else now
-        while self._items:
-            oldest, at = next(iter(self._items.items()))
-            if now - at <= self.ttl and len(self._items) < self.maxlen:
-                break
-            self._items.popitem(last=False)
-        if key in self._items and now - self._items[key] <= self.ttl:
-            return True
-        self._items[key] = now
-        return False
-
-    def __len__(self) -> int:
-        return len(self._items)
 
 
 def access_refusal(

@@ -15,7 +15,7 @@ Delivery rules (docs.slack.dev/apis/events-api): bolt acknowledges each event be
 runs (``process_before_response=False``); the listener does its checks without awaiting and hands
 the work to a tracked task, so the acknowledgement never waits for the pipeline. Repeated
 deliveries (retries, ``app_mention`` plus ``message``, Socket Mode redelivery) are answered once
-(:class:`~adapters.slack.logic.Deduplicator`); the bot's own messages and edits are ignored.
+(:class:`bot.limits.SeenKeys`); the bot's own messages and edits are ignored.
 """
 
 from __future__ import annotations
@@ -28,11 +28,13 @@ from urllib.parse import urlsplit
 
 import aiohttp
 from aiolimiter import AsyncLimiter
+from cachetools import TTLCache
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.limits import RateLimiter, SeenKeys
 from bot.progress import Progress
 from bot.settings import Settings
 from bot.incoming import ConversationKey, IncomingFile
@@ -42,10 +44,7 @@ from pipeline.types import Done, RunRecord
 
 from . import io as slack_io
 from .logic import (
-    Deduplicator,
     render_status,
-    SlidingWindowLimiter,
-    TTLCache,
     classify_message,
     escape_slack,
     is_allowed,
@@ -95,9 +94,10 @@ class SlackBot:
         self.update_interval = update_interval
         self.poster = slack_io.Poster(client)
         self.update_limiter = AsyncLimiter(50, 60)  # chat.update: Tier 3, about 50 per minute
-        self.dedup = Deduplicator()
-        self.rate = SlidingWindowLimiter(self.slack.rate_limit_per_minute, 60.0)
-        self.threads = TTLCache(max_size=20_000, ttl=7 * 24 * 3600)  # (channel, thread_ts) -> bot takes part?
+        self.dedup = SeenKeys()
+        self.rate = RateLimiter(self.slack.rate_limit_per_minute, 60.0)
+        # (channel, thread_ts) -> whether the bot takes part in that thread
+        self.threads: TTLCache[tuple[str, str], bool] = TTLCache(maxsize=20_000, ttl=7 * 24 * 3600)
         self.stats = Stats()
         self.tasks: set[asyncio.Task] = set()
         self.closing = False
@@ -120,7 +120,8 @@ class SlackBot:
             self.stats.ignored += 1
             log.debug("ignored %s event %s: %s", event.get("type"), body.get("event_id"), decision.reason)
             return
-        if not self.dedup.first_delivery(body.get("event_id"), event.get("channel"), event.get("ts")):
+        message = (event.get("channel"), event.get("ts")) if event.get("channel") and event.get("ts") else None
+        if not self.dedup.first_time(body.get("event_id"), message):
             self.stats.duplicates += 1
             log.info("duplicate delivery of %s ts=%s (event %s) ignored", event.get("type"), event.get("ts"), body.get("event_id"))
             return
@@ -160,7 +161,7 @@ class SlackBot:
             if not needs_thread_check:  # say it to mentions and DMs, not to every reply in a thread
                 await self._say(channel, thread_ts, ":no_entry: " + refusal)
             return
-        wait = self.rate.acquire(user)
+        wait = await self.rate.try_acquire(user)
         if wait:
             log.info("rate limited user=%s for %.0f s", user, wait)
             await self._say(channel, thread_ts, ":hourglass: " + rate_limited_sentence(self.slack.rate_limit_per_minute, wait))
@@ -171,7 +172,7 @@ class SlackBot:
             return
 
         self.stats.runs += 1
-        self.threads.set((channel, thread_ts), True)
+        self.threads[(channel, thread_ts)] = True
         progress = Progress()
         try:
             status_ts = await self.poster.post(channel, thread_ts, render_status(progress))
@@ -269,7 +270,7 @@ class SlackBot:
             log.warning("cannot check thread %s/%s: %s", channel, thread_ts, err)
             return False
         present = any(m.get("user") == bot_user_id or (bot_id and m.get("bot_id") == bot_id) for m in resp.get("messages") or [])
-        self.threads.set((channel, thread_ts), present)
+        self.threads[(channel, thread_ts)] = present
         return present
 
     # ------------------------------------------------------------------ lifecycle

@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 from aiolimiter import AsyncLimiter
+from cachetools import TTLCache
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -33,7 +34,7 @@ from bot.errors import InputError
 from pipeline.errors import HuggingGPTError
 from pipeline.types import Resource
 
-from .logic import TTLCache, missing_scope_sentence
+from .logic import missing_scope_sentence
 
 log = logging.getLogger(__name__)
 
@@ -87,13 +88,13 @@ class Poster:
     def __init__(self, client: AsyncWebClient, per_channel_rate: float = 1.0) -> None:
         self.client = client
         self._rate = per_channel_rate
-        self._limiters = TTLCache(max_size=5000, ttl=120)
+        self._limiters: TTLCache[str, AsyncLimiter] = TTLCache(maxsize=5000, ttl=120)
 
     def _limiter(self, channel: str) -> AsyncLimiter:
         lim = self._limiters.get(channel)
         if lim is None:
             lim = AsyncLimiter(5, 5 / self._rate)
-        self._limiters.set(channel, lim)
+        self._limiters[channel] = lim  # (re)set: an active channel keeps its bucket
         return lim
 
     async def post(self, channel: str, thread_ts: str | None, text: str) -> str:

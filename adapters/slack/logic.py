@@ -2,25 +2,19 @@
 
 Everything here is unit-tested without Slack (collmbo's ``*_logic`` split, see STYLE.md):
 
-* :class:`TTLCache` / :class:`Deduplicator`: one answer per mention although Slack delivers it
-  several times (retries with ``X-Slack-Retry-Num``, ``app_mention`` *and* ``message.channels``
-  for the same message, Socket Mode redelivery).
 * :func:`classify_message`: which events are requests, which are ignored (own messages,
   ``message_changed``, channel chatter without a mention).
 * :func:`split_text`: answers cut under Slack's message size without breaking code blocks or words.
 * :func:`to_mrkdwn`, :func:`unescape_slack`, :func:`strip_mentions`: text in both directions.
 * :func:`render_status`: the status message text for a run's progress.
-* :class:`SlidingWindowLimiter`: the per-user request rate limit.
 * sentences for the user (:func:`missing_scope_sentence`, ...).
 """
 
 from __future__ import annotations
 
 import re
-import time
-from collections import OrderedDict, deque
 from dataclasses import dataclass
-from typing import Any, Callable, Hashable, Literal
+from typing import Any, Callable, Literal
 
 from slackify_markdown import slackify_markdown
 
@@ -31,97 +25,6 @@ Clock = Callable[[], float]
 #: Bytes per message we aim for. Slack refuses ``msg_too_long`` near 4000 characters and section
 #: blocks cap at 3000 characters (api.slack.com/methods/chat.postMessage, "Truncating content").
 MESSAGE_LIMIT_BYTES = 3500
-
-
-# ----------------------------------------------------------------------------------------------
-# Deduplication
-
-
-class TTLCache:
-    """A bounded set of keys that forget themselves after ``ttl`` seconds.
-
-    Args:
-        max_size: at most this many keys are kept; the oldest are evicted first (> 0).
-        ttl: seconds a key is remembered (> 0).
-        clock: monotonic time source in seconds (default :func:`time.monotonic`).
-    """
-
-    def __init__(self, max_size: int = 10_000, ttl: float = 600.0, clock: Clock = time.monotonic) -> None:
-        if max_size <= 0 or ttl <= 0:
-            raise ValueError("max_size and ttl must be positive")
-        self.max_size = max_size
-        self.ttl = ttl
-        self._clock = clock
-        self._items: OrderedDict[Hashable, tuple[float, Any]] = OrderedDict()
-
-    def __len__(self) -> int:
-        self._expire()
-        return len(self._items)
-
-    def _expire(self) -> None:
-        now = self._clock()
-        while self._items:
-            key, (expires, _) = next(iter(self._items.items()))
-            if expires > now:
-                break
-            del self._items[key]
-
-    def get(self, key: Hashable, default: Any = None) -> Any:
-        """The value stored for ``key``, or ``default`` if absent or expired."""
-        self._expire()
-        item = self._items.get(key)
-        return default if item is None else item[1]
-
-    def __contains__(self, key: Hashable) -> bool:
-        self._expire()
-        return key in self._items
-
-    def set(self, key: Hashable, value: Any = True) -> None:
-        """Remember ``key`` (refreshing its TTL); evicts the oldest keys beyond ``max_size``."""
-        self._expire()
-        self._items.pop(key, None)
-        self._items[key] = (self._clock() + self.ttl, value)
-        while len(self._items) > self.max_size:
-            self._items.popitem(last=False)
-
-
-class Deduplicator:
-    """Decides whether a delivered event is the first delivery of its message.
-
-    Slack's delivery rules (api.slack.com/apis/events-api, "Retries"; PLATFORMS.md): a retry carries
-    the same ``event_id``; a mention arrives as ``app_mention`` *and* ``message`` with different
-    ``event_id`` but the same ``(channel, ts)``. Both keys are remembered.
-
-    Args:
-        max_size: keys kept per kind (bounded memory).
-        ttl: seconds a key is kept; Slack's last retry comes about 5 minutes after the first try,
-            so the default of 15 minutes covers it.
-        clock: monotonic time source in seconds.
-    """
-
-    def __init__(self, max_size: int = 10_000, ttl: float = 900.0, clock: Clock = time.monotonic) -> None:
-        self._event_ids = TTLCache(max_size, ttl, clock)
-        self._messages = TTLCache(max_size, ttl, clock)
-
-    def first_delivery(self, event_id: str | None, channel: str | None, ts: str | None) -> bool:
-        """Return ``True`` the first time this event/message is seen, ``False`` for any repeat.
-
-        Marks both keys as seen. Call it before any ``await`` so concurrent deliveries cannot both
-        pass.
-        """
-        seen = False
-        if event_id:
-            seen = event_id in self._event_ids
-        if channel and ts:
-            seen = seen or (channel, ts) in self._messages
-        if event_id:
-            self._event_ids.set(event_id)
-        if channel and ts:
-            self._messages.set((channel, ts))
-        return not seen
-
-    def __len__(self) -> int:
-        return len(self._event_ids) + len(self._messages)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -207,46 +110,7 @@ def is_allowed(channel: str, user: str, *, channel_type: str | None, allowed_cha
 
 
 # ----------------------------------------------------------------------------------------------
-# Per-user rate limit
-
-
-class SlidingWindowLimiter:
-    """At most ``limit`` requests per ``window`` seconds per key (e.g. per Slack user).
-
-    Args:
-        limit: requests allowed per window; ``0`` or less disables the limit.
-        window: seconds (default 60: ``rate_limit_per_minute``).
-        max_keys: bound on remembered keys (oldest evicted).
-        clock: monotonic time source in seconds.
-    """
-
-    def __init__(self, limit: int, window: float = 60.0, *, max_keys: int = 10_000, clock: Clock = time.monotonic) -> None:
-        self.limit = limit
-        self.window = window
-        self.max_keys = max_keys
-        self._clock = clock
-        self._hits: OrderedDict[Hashable, deque[float]] = OrderedDict()
-
-    def acquire(self, key: Hashable) -> float:
-        """Count a request for ``key``.
-
-        Returns:
-            ``0.0`` when allowed (and counted); otherwise the seconds until the next request would
-            be allowed (not counted).
-        """
-        if self.limit <= 0:
-            return 0.0
-        now = self._clock()
-        hits = self._hits.pop(key, None) or deque()
-        while hits and hits[0] <= now - self.window:
-            hits.popleft()
-        self._hits[key] = hits
-        while len(self._hits) > self.max_keys:
-            self._hits.popitem(last=False)
-        if len(hits) >= self.limit:
-            return max(0.001, hits[0] + self.window - now)
-        hits.append(now)
-        return 0.0
+# Sentences
 
 
 def rate_limited_sentence(limit: int, retry_after: float) -> str:
