@@ -34,7 +34,6 @@ from datetime import timedelta
 from typing import Any, Optional
 
 import discord
-from aiolimiter import AsyncLimiter
 from discord import app_commands
 
 from bot.settings import Settings
@@ -50,6 +49,7 @@ from .policy import (
     attachment_refusal,
     missing_permission,
 )
+from adapters.editor import MessageEditor
 from bot.limits import RateLimiter, SeenKeys
 from bot.progress import Progress
 
@@ -82,63 +82,13 @@ def bot_intents() -> discord.Intents:
     return intents
 
 
-class ThrottledEditor:
-    """Keeps one message showing the latest text, editing it at most ``rate`` times per second
-    (an aiolimiter bucket), and skipping intermediate texts that were superseded.
-
-    Args:
-        message: the message to edit.
-        rate: edits per second (Discord: about one per second per message is safe).
-    """
-
-    def __init__(self, message: discord.Message, rate: float = 1.0) -> None:
-        self.message = message
-        self.edits = 0
-        self._limiter = AsyncLimiter(1, 1.0 / rate)
-        self._latest: str | None = None
-        self._sent: str = message.content
-        self._wake = asyncio.Event()
-        self._closed = False
-        self._task = asyncio.create_task(self._loop(), name=f"edit-{message.id}")
-
-    def update(self, text: str) -> None:
-        """Ask for ``text`` to be shown (soon, respecting the rate)."""
-        self._latest = text
-        self._wake.set()
-
-    async def _loop(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            if self._latest is not None and self._latest != self._sent:
-                async with self._limiter:
-                    text = self._latest
-                    try:
-                        await self.message.edit(content=text)
-                        self._sent = text
-                        self.edits += 1
-                    except discord.HTTPException as e:
-                        log.warning("could not edit status message %s: %s", self.message.id, e)
-                        self._sent = text  # do not retry the same text forever
-            if self._closed and (self._latest is None or self._latest == self._sent):
-                return
-
-    async def close(self, final: str | None = None) -> None:
-        """Show ``final`` (if given), wait for the last edit, and stop."""
-        if final is not None:
-            self._latest = final
-        self._closed = True
-        self._wake.set()
-        await self._task
-
-
 @dataclass
 class _Run:
     """A run in flight (for graceful shutdown)."""
 
     task: asyncio.Task[Any]
     progress: Progress
-    editor: ThrottledEditor | None = None
+    editor: MessageEditor | None = None
     user_id: int = 0
     started: float = field(default_factory=time.monotonic)
 
@@ -509,7 +459,8 @@ class HuggingGPTBot(discord.Client):
         except discord.HTTPException as e:
             log.warning("could not post in thread %s: %s", thread.id, e)
             return None
-        editor = ThrottledEditor(status, rate=self.edit_rate)
+        editor = MessageEditor(lambda text: status.edit(content=text), status.content, interval=1.0 / self.edit_rate,
+                               name=str(status.id))
         run = self._runs.get(asyncio.current_task())  # type: ignore[arg-type]
         if run is not None:
             run.editor = editor
@@ -518,7 +469,7 @@ class HuggingGPTBot(discord.Client):
             try:
                 async for event in self.service.handle(text, files, key=key, user=user):
                     progress.apply(event)
-                    editor.update(render_progress(progress))
+                    editor.set(render_progress(progress))
                     if isinstance(event, Done):
                         record = event.record
             except HuggingGPTError as e:
@@ -553,11 +504,11 @@ class HuggingGPTBot(discord.Client):
             return record
 
     @staticmethod
-    async def _mark_interrupted(editor: ThrottledEditor, progress: Progress) -> None:
+    async def _mark_interrupted(editor: MessageEditor, progress: Progress) -> None:
         try:
             await asyncio.wait_for(editor.close(render_progress(progress)), 5)
         except (asyncio.TimeoutError, TimeoutError, discord.HTTPException):
-            log.warning("could not mark the status message %s as interrupted", editor.message.id)
+            log.warning("could not mark the status message %s as interrupted", editor.name)
 
     async def _post_files(self, thread: discord.Thread, resources: list[Resource], limit: int) -> None:
         """Upload generated files (shrunk to ``limit`` bytes each) in messages of at most 10 files,

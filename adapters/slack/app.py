@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -34,6 +35,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
+from adapters.editor import MessageEditor
 from bot.limits import RateLimiter, SeenKeys
 from bot.progress import Progress
 from bot.settings import Settings
@@ -179,8 +181,9 @@ class SlackBot:
         except HuggingGPTError as e:
             log.error("cannot post in channel=%s: %s", channel, e)
             return
-        status = slack_io.StatusMessage(self.poster, channel, status_ts, render_status(progress), interval=self.update_interval,
-                                        limiter=self.update_limiter)
+        status = MessageEditor(partial(self.poster.update, channel, status_ts), render_status(progress),
+                               interval=self.update_interval, limiter=self.update_limiter,
+                               name=f"{channel}/{status_ts}")
         record: RunRecord | None = None
         try:
             files = await self._download_files(event.get("files") or [])

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import mimetypes
-import time
 from typing import Any, Iterable
 from urllib.parse import urlsplit
 
@@ -118,72 +117,6 @@ class Poster:
             await self.client.chat_update(channel=channel, ts=ts, text=text)
         except SlackApiError as e:
             raise map_slack_error(e, "update my status message") from None
-
-
-class StatusMessage:
-    """One message that is edited in place as a run progresses, without exceeding Slack's limits.
-
-    :meth:`set` never waits: it records the newest text and a background task sends it, at most
-    once per ``interval`` seconds, each call passing ``limiter`` (shared by all status messages of
-    the process, default 50 per 60 s). :meth:`close` sends the final text and stops the task.
-
-    Args:
-        poster: the :class:`Poster`.
-        channel, ts: the message to edit.
-        text: the text it was posted with.
-        interval: minimum seconds between two updates of this message (default 1.0).
-        limiter: shared ``AsyncLimiter`` for ``chat.update``.
-    """
-
-    def __init__(self, poster: Poster, channel: str, ts: str, text: str, *, interval: float, limiter: AsyncLimiter) -> None:
-        self.poster = poster
-        self.channel = channel
-        self.ts = ts
-        self.interval = interval
-        self._limiter = limiter
-        self._text = text
-        self._sent = text
-        self._last = time.monotonic()
-        self._dirty = asyncio.Event()
-        self._closing = False
-        self.updates = 0
-        self._task = asyncio.create_task(self._run(), name=f"slack-status-{channel}-{ts}")
-
-    def set(self, text: str) -> None:
-        """Make ``text`` the newest content; it is sent within ``interval`` seconds."""
-        self._text = text
-        if text != self._sent:
-            self._dirty.set()
-
-    async def close(self, text: str | None = None) -> None:
-        """Send ``text`` (or the newest text) if not yet shown, then stop updating."""
-        if text is not None:
-            self._text = text
-        self._closing = True
-        self._dirty.set()
-        await self._task
-
-    async def _run(self) -> None:
-        while True:
-            await self._dirty.wait()
-            wait = self._last + self.interval - time.monotonic()
-            if wait > 0:
-                await asyncio.sleep(wait)
-            self._dirty.clear()
-            text = self._text
-            if text != self._sent:
-                try:
-                    async with self._limiter:
-                        await self.poster.update(self.channel, self.ts, text)
-                    self._sent = text
-                    self.updates += 1
-                except HuggingGPTError as e:
-                    # The status is a courtesy: log and carry on (the answer is posted separately).
-                    log.warning("status update failed channel=%s ts=%s: %s", self.channel, self.ts, e)
-                    self._sent = text
-                self._last = time.monotonic()
-            if self._closing and self._text == self._sent:
-                return
 
 
 def _file_label(f: dict[str, Any]) -> str:
