@@ -25,9 +25,7 @@ events may be replayed, so interaction and message ids are de-duplicated.
 from __future__ import annotations
 
 import asyncio
-import io
 import logging
-import mimetypes
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -39,9 +37,9 @@ from discord import app_commands
 from bot.settings import Settings
 from bot.incoming import ConversationKey, IncomingFile
 from pipeline.errors import HuggingGPTError
-from pipeline.types import Done, Resource, RunRecord
+from pipeline.types import RunRecord
 
-from .media import fit_media
+from .delivery import SHUTDOWN_SENTENCE, reply_quietly, run_in_thread, tell_privately
 from .policy import (
     AttachmentInfo,
     REQUIRED_IN_CHANNEL,
@@ -55,8 +53,6 @@ from bot.progress import Progress
 
 from .render import (
     missing_permission_sentence,
-    render_progress,
-    split_message,
     thread_name,
 )
 
@@ -65,11 +61,7 @@ log = logging.getLogger("hugginggpt.discord")
 INTERACTION_TOKEN_LIFETIME = timedelta(minutes=14)
 """Interaction tokens are valid for 15 minutes (Discord API docs, "Interactions"); the bot stops
 using one a minute before, and posts only into the thread after that."""
-MAX_FILES_PER_MESSAGE = 10
-"""Attachments per message (Discord API docs, "Create Message")."""
 
-SHUTDOWN_SENTENCE = "I'm restarting and could not finish this; please send your message again in a minute."
-CRASH_SENTENCE = "Something went wrong on my side while answering; the details are in my log. Please try again."
 
 
 def bot_intents() -> discord.Intents:
@@ -179,6 +171,28 @@ class HuggingGPTBot(discord.Client):
     # ------------------------------------------------------------------------------------------
     # helpers
 
+    async def _refusal(self, guild_id: int | None, channel_ids: list[int], user: Any, attachments: list[Any], *,
+                       permissions: discord.Permissions | None = None, in_thread: bool = True) -> str | None:
+        """The one refusal chain of ``/ask`` and follow-ups, in order: access (``[discord]``
+        allow-lists), shutdown, the bot's permissions (``/ask`` only), the attachments' declared
+        size and type, then the user's rate and concurrency budget (consumed only when all else
+        passed). Returns the user's sentence, or ``None`` when the request may run."""
+        roles = [r.id for r in getattr(user, "roles", [])]
+        refusal = access_refusal(self.cfg, guild_id=guild_id, channel_ids=channel_ids, role_ids=roles)
+        if refusal is None and self._closing:
+            refusal = SHUTDOWN_SENTENCE
+        if refusal is None and permissions is not None:
+            missing = missing_permission(self._granted(permissions), in_thread=in_thread)
+            if missing is not None:
+                refusal = missing_permission_sentence(missing, "this thread" if in_thread else "this channel")
+        if refusal is None:
+            refusal = attachment_refusal(
+                [AttachmentInfo(a.filename, a.size, a.content_type) for a in attachments],
+                max_bytes=self.settings.storage.max_file_bytes, max_files=self.settings.storage.max_files)
+        if refusal is None:
+            refusal = await self._throttle_refusal(user.id)
+        return refusal
+
     async def _throttle_refusal(self, user_id: int) -> str | None:
         """Check and consume the user's rate and concurrency budget; a sentence when refused.
 
@@ -239,26 +253,15 @@ class HuggingGPTBot(discord.Client):
         channel_ids = [interaction.channel_id or 0]
         if in_thread:
             channel_ids.append(channel.parent_id)  # type: ignore[union-attr]
-        roles = [r.id for r in getattr(interaction.user, "roles", [])]
-        refusal = access_refusal(self.cfg, guild_id=interaction.guild_id, channel_ids=channel_ids, role_ids=roles)
-        if refusal is None and self._closing:
-            refusal = SHUTDOWN_SENTENCE
-        if refusal is None:
-            missing = missing_permission(self._granted(interaction.app_permissions), in_thread=in_thread)
-            if missing is not None:
-                refusal = missing_permission_sentence(missing, "this thread" if in_thread else "this channel")
-        if refusal is None:
-            refusal = attachment_refusal(
-                [AttachmentInfo(a.filename, a.size, a.content_type) for a in attachments],
-                max_bytes=self.settings.storage.max_file_bytes, max_files=self.settings.storage.max_files)
-        if refusal is None and not prompt.strip() and not attachments:
-            refusal = "Please tell me what you want in the prompt."
-        if refusal is None:
-            refusal = await self._throttle_refusal(interaction.user.id)
+        if not prompt.strip() and not attachments:
+            refusal: str | None = "Please tell me what you want in the prompt."
+        else:
+            refusal = await self._refusal(interaction.guild_id, channel_ids, interaction.user, attachments,
+                                          permissions=interaction.app_permissions, in_thread=in_thread)
         if refusal is not None:
             log.info("refused /%s from user %s in channel %s: %s", self.cfg.command_name, interaction.user.id,
                      interaction.channel_id, refusal)
-            await self._ephemeral(interaction, refusal)
+            await tell_privately(interaction, refusal)
             return
         try:
             await interaction.response.defer(thinking=True)
@@ -269,21 +272,6 @@ class HuggingGPTBot(discord.Client):
         progress = Progress()
         self._spawn(self._ask_run(interaction, prompt, attachments, progress), progress, interaction.user.id)
 
-    async def _ephemeral(self, interaction: discord.Interaction, sentence: str) -> None:
-        """Tell only the user: an ephemeral response, or (after a deferral) an ephemeral follow-up
-        replacing the public "thinking" message."""
-        try:
-            if not interaction.response.is_done():
-                await interaction.response.send_message(sentence, ephemeral=True)
-            else:
-                try:
-                    await interaction.delete_original_response()
-                except discord.HTTPException:
-                    pass
-                await interaction.followup.send(sentence, ephemeral=True)
-        except discord.HTTPException as e:
-            log.warning("could not tell user of interaction %s: %s", interaction.id, e)
-
     async def _download(self, attachments: list[discord.Attachment]) -> list[IncomingFile]:
         # Attachment URLs are signed and expire: read the bytes now.
         return [IncomingFile(data=await a.read(), name=a.filename, declared_mime=a.content_type) for a in attachments]
@@ -293,7 +281,7 @@ class HuggingGPTBot(discord.Client):
         try:
             opened = await self._open_thread(interaction, prompt, attachments)
         except asyncio.CancelledError:  # shutdown before the thread existed
-            await asyncio.shield(self._ephemeral(interaction, SHUTDOWN_SENTENCE))
+            await asyncio.shield(tell_privately(interaction, SHUTDOWN_SENTENCE))
             raise
         if opened is not None:
             thread, files, headline = opened
@@ -311,13 +299,13 @@ class HuggingGPTBot(discord.Client):
             files = await self._download(attachments)
         except (discord.HTTPException, OSError) as e:
             log.warning("could not download attachments of interaction %s: %s", interaction.id, e)
-            await self._ephemeral(interaction, "I could not download your file from Discord; please attach it again.")
+            await tell_privately(interaction, "I could not download your file from Discord; please attach it again.")
             return None
         try:
             await self.service.check_files(files)
         except HuggingGPTError as e:
             log.info("files refused for interaction %s: %s", interaction.id, e)
-            await self._ephemeral(interaction, e.user_message)
+            await tell_privately(interaction, e.user_message)
             return None
 
         channel = interaction.channel
@@ -334,11 +322,11 @@ class HuggingGPTBot(discord.Client):
                 thread = await original.create_thread(name=thread_name(prompt), auto_archive_duration=1440)
         except discord.Forbidden as e:
             log.warning("no permission to create a thread in channel %s: %s", interaction.channel_id, e)
-            await self._ephemeral(interaction, missing_permission_sentence("create_public_threads"))
+            await tell_privately(interaction, missing_permission_sentence("create_public_threads"))
             return None
         except discord.HTTPException as e:
             log.warning("could not start thread for interaction %s: %s", interaction.id, e)
-            await self._ephemeral(interaction, "Discord refused to open a thread for this request; please try again.")
+            await tell_privately(interaction, "Discord refused to open a thread for this request; please try again.")
             return None
         self._remember_thread(thread.id, self.upload_limit or interaction.filesize_limit)
         return thread, files, headline
@@ -385,31 +373,16 @@ class HuggingGPTBot(discord.Client):
             log.info("ignored replayed message %s", message.id)
             return
         text = message.content.replace(f"<@{self.user.id}>", "").replace(f"<@!{self.user.id}>", "").strip()
-        roles = [r.id for r in getattr(message.author, "roles", [])]
-        refusal = access_refusal(self.cfg, guild_id=message.guild.id if message.guild else None,
-                                 channel_ids=[channel.id, channel.parent_id], role_ids=roles)
-        if refusal is None and self._closing:
-            refusal = SHUTDOWN_SENTENCE
-        if refusal is None:
-            refusal = attachment_refusal(
-                [AttachmentInfo(a.filename, a.size, a.content_type) for a in message.attachments],
-                max_bytes=self.settings.storage.max_file_bytes, max_files=self.settings.storage.max_files)
-        if refusal is None and not text and not message.attachments:
+        if not text and not message.attachments:
             return  # an empty message (e.g. only a mention): nothing to answer
-        if refusal is None:
-            refusal = await self._throttle_refusal(message.author.id)
+        refusal = await self._refusal(message.guild.id if message.guild else None, [channel.id, channel.parent_id],
+                                      message.author, message.attachments)
         if refusal is not None:
             log.info("refused follow-up %s from user %s: %s", message.id, message.author.id, refusal)
-            await self._reply(message, refusal)
+            await reply_quietly(message, refusal)
             return
         progress = Progress()
         self._spawn(self._followup_run(message, text, progress), progress, message.author.id)
-
-    async def _reply(self, message: discord.Message, text: str) -> None:
-        try:
-            await message.reply(text, mention_author=False)
-        except discord.HTTPException as e:
-            log.warning("could not reply to message %s: %s", message.id, e)
 
     async def _followup_run(self, message: discord.Message, text: str, progress: Progress) -> None:
         thread = message.channel
@@ -419,11 +392,11 @@ class HuggingGPTBot(discord.Client):
             await self.service.check_files(files)
         except HuggingGPTError as e:
             log.info("files refused for message %s: %s", message.id, e)
-            await self._reply(message, e.user_message)
+            await reply_quietly(message, e.user_message)
             return
         except (discord.HTTPException, OSError) as e:
             log.warning("could not download attachments of message %s: %s", message.id, e)
-            await self._reply(message, "I could not download your file from Discord; please attach it again.")
+            await reply_quietly(message, "I could not download your file from Discord; please attach it again.")
             return
         limit = self.upload_limit or self._threads.get(thread.id) or thread.guild.filesize_limit
         if thread.id not in self._threads:
@@ -435,113 +408,14 @@ class HuggingGPTBot(discord.Client):
     # ------------------------------------------------------------------------------------------
     # one run, rendered into a thread
 
-    async def _run_in_thread(
-        self,
-        thread: discord.Thread,
-        text: str,
-        files: list[IncomingFile],
-        *,
-        key: ConversationKey,
-        user: str,
-        progress: Progress,
-        upload_limit: int,
-        reply_to: discord.Message | None = None,
-    ) -> RunRecord | None:
-        """Run one turn and render it: status message (edited), files, answer chunks.
-
-        Returns the run's record, or ``None`` when the status message could not be posted.
-        """
-        try:
-            if reply_to is not None:
-                status = await reply_to.reply(render_progress(progress), mention_author=False)
-            else:
-                status = await thread.send(render_progress(progress))
-        except discord.HTTPException as e:
-            log.warning("could not post in thread %s: %s", thread.id, e)
-            return None
-        editor = MessageEditor(lambda text: status.edit(content=text), status.content, interval=1.0 / self.edit_rate,
-                               name=str(status.id))
+    async def _run_in_thread(self, thread: discord.Thread, text: str, files: list[IncomingFile], **kw: Any) -> RunRecord | None:
         run = self._runs.get(asyncio.current_task())  # type: ignore[arg-type]
-        if run is not None:
-            run.editor = editor
-        record: RunRecord | None = None
-        try:
-            try:
-                async for event in self.service.handle(text, files, key=key, user=user):
-                    progress.apply(event)
-                    editor.set(render_progress(progress))
-                    if isinstance(event, Done):
-                        record = event.record
-            except HuggingGPTError as e:
-                log.info("run in thread %s refused: %s", thread.id, e)
-                record = RunRecord(request=text, status="error", error=e.user_message)
-                progress.apply(Done(record))
-            if record is None:
-                record = RunRecord(request=text, status="error", error=CRASH_SENTENCE)
-                progress.apply(Done(record))
-            await editor.close(render_progress(progress))
-            await self._post_files(thread, record.files, upload_limit)
-            if record.status == "ok":
-                chunks = split_message(record.response or progress.answer)
-                if not chunks and not record.files:
-                    chunks = ["The run finished without an answer text; please rephrase your request."]
-                for chunk in chunks:
-                    await thread.send(chunk)
-            else:
-                await thread.send(f"⚠️ {record.error or CRASH_SENTENCE}")
-            return record
-        except asyncio.CancelledError:
-            progress.stop(SHUTDOWN_SENTENCE)
-            await asyncio.shield(self._mark_interrupted(editor, progress))
-            raise
-        except discord.HTTPException as e:
-            log.warning("could not post the result in thread %s: %s", thread.id, e)
-            return record
-        except Exception:
-            log.exception("run in thread %s crashed", thread.id)
-            progress.stop(CRASH_SENTENCE)
-            await self._mark_interrupted(editor, progress)
-            return record
 
-    @staticmethod
-    async def _mark_interrupted(editor: MessageEditor, progress: Progress) -> None:
-        try:
-            await asyncio.wait_for(editor.close(render_progress(progress)), 5)
-        except (asyncio.TimeoutError, TimeoutError, discord.HTTPException):
-            log.warning("could not mark the status message %s as interrupted", editor.name)
+        def track(editor: MessageEditor) -> None:
+            if run is not None:
+                run.editor = editor
 
-    async def _post_files(self, thread: discord.Thread, resources: list[Resource], limit: int) -> None:
-        """Upload generated files (shrunk to ``limit`` bytes each) in messages of at most 10 files,
-        with a note for every file changed or left out."""
-        prepared: list[tuple[bytes, str, str]] = []
-        notes: list[str] = []
-        for res in resources:
-            try:
-                data = await asyncio.to_thread(res.path.read_bytes)
-            except OSError as e:
-                log.warning("generated file %s unreadable: %s", res.path, e)
-                notes.append(f"📎 A generated file ({res.id}) could not be read, so it is not attached.")
-                continue
-            ext = mimetypes.guess_extension(res.mime) or ""
-            name = res.name or f"{res.id}{ext}"
-            fitted = await fit_media(data, filename=name, mime=res.mime, limit=limit)
-            if fitted.note:
-                notes.append(fitted.note)
-            if fitted.data is not None:
-                prepared.append((fitted.data, fitted.filename, res.description[:1000]))
-        batches: list[list[tuple[bytes, str, str]]] = []
-        for item in prepared:
-            if not batches or len(batches[-1]) >= MAX_FILES_PER_MESSAGE or sum(len(i[0]) for i in batches[-1]) + len(item[0]) > limit:
-                batches.append([])
-            batches[-1].append(item)
-        note_text = "\n".join(notes)
-        for n, batch in enumerate(batches):
-            content = note_text[:2000] if n == 0 and note_text else None
-            await thread.send(content=content, files=[discord.File(io.BytesIO(d), filename=f, description=desc or None)
-                                                      for d, f, desc in batch])
-        if not batches and note_text:
-            for chunk in split_message(note_text):
-                await thread.send(chunk)
+        return await run_in_thread(self.service, thread, text, files, edit_rate=self.edit_rate, on_editor=track, **kw)
 
     # ------------------------------------------------------------------------------------------
     # shutdown
