@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adapters.discord.policy import AttachmentInfo, access_refusal, attachment_refusal, missing_permission
+from adapters.discord.policy import AttachmentInfo, attachment_refusal, missing_permission
 from bot.progress import Progress
 from adapters.discord.render import (
     missing_permission_sentence,
@@ -204,17 +204,6 @@ def test_permission_sentence_names_the_permission() -> None:
 # ------------------------------------------------------------------------------------------------
 # policy
 
-
-
-def test_access_refusals() -> None:
-    cfg = DiscordSettings(allowed_guilds=[1], allowed_channels=[10], allowed_roles=[100])
-    assert access_refusal(cfg, guild_id=1, channel_ids=[10], role_ids=[100]) is None
-    assert access_refusal(cfg, guild_id=1, channel_ids=[55, 10], role_ids=[100]) is None  # thread in allowed parent
-    assert "not enabled on this server" in access_refusal(cfg, guild_id=2, channel_ids=[10], role_ids=[100])
-    assert "not allowed to answer in this channel" in access_refusal(cfg, guild_id=1, channel_ids=[11], role_ids=[100])
-    assert "roles" in access_refusal(cfg, guild_id=1, channel_ids=[10], role_ids=[])
-    assert "direct messages" in access_refusal(DiscordSettings(), guild_id=None, channel_ids=[1], role_ids=[])
-    assert access_refusal(DiscordSettings(), guild_id=5, channel_ids=[6], role_ids=[]) is None
 
 
 def test_attachment_refusals() -> None:

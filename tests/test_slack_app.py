@@ -258,7 +258,7 @@ async def test_not_allowed_channel_and_rate_limit(slack, service, tmp_path):
         await h.deliver(first)
         await h.deliver(second)
         await h.settle()
-        assert any("limit of 1 requests per minute" in m.text for m in h.replies(ts2, channel="C0ALLOWED"))
+        assert any("faster than 1 per minute" in m.text for m in h.replies(ts2, channel="C0ALLOWED"))
         assert h.slack.thread_files("C0ALLOWED", ts1)
         # a user who is not allowed chatting in the bot's thread gets no refusal per reply
         h.bot.slack.allowed_users.append("U1")

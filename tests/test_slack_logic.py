@@ -14,7 +14,6 @@ from adapters.slack.logic import (
     MESSAGE_LIMIT_BYTES,
     render_status,
     classify_message,
-    is_allowed,
     missing_scope_sentence,
     split_text,
     strip_mentions,
@@ -78,13 +77,6 @@ def test_classify():
     edit = {"type": "message", "subtype": "message_changed", "channel": "C1", "message": {"text": f"<@{BOT}> x", "user": "U1"}}
     assert classify_message(edit, bot_user_id=BOT).verdict == "ignore"
     assert classify_message(ev(subtype="file_share", text=f"<@{BOT}> look"), bot_user_id=BOT).verdict == "request"
-
-
-def test_allowed():
-    assert is_allowed("C1", "U1", channel_type="channel", allowed_channels=[], allowed_users=[]) is None
-    assert "not enabled in this channel" in is_allowed("C2", "U1", channel_type="channel", allowed_channels=["C1"], allowed_users=[])
-    assert is_allowed("D9", "U1", channel_type="im", allowed_channels=["C1"], allowed_users=[]) is None
-    assert "not on the list" in is_allowed("C1", "U2", channel_type="channel", allowed_channels=[], allowed_users=["U1"])
 
 
 # ------------------------------------------------------------------------------ text in/out

@@ -43,12 +43,12 @@ from .delivery import SHUTDOWN_SENTENCE, reply_quietly, run_in_thread, tell_priv
 from .policy import (
     AttachmentInfo,
     REQUIRED_IN_CHANNEL,
-    access_refusal,
     attachment_refusal,
     missing_permission,
 )
 from adapters.editor import MessageEditor
-from bot.limits import RateLimiter, SeenKeys
+from bot.admission import Admission, Requester
+from bot.limits import SeenKeys
 from bot.progress import Progress
 
 from .render import (
@@ -127,8 +127,7 @@ class HuggingGPTBot(discord.Client):
         self.command_syncs = 0
         self.interaction_token_lifetime = INTERACTION_TOKEN_LIFETIME
         self._seen = SeenKeys(ttl=3600.0)
-        self._rate = RateLimiter(self.cfg.rate_limit_per_minute, 60.0)
-        self._active: dict[int, int] = {}
+        self.admission = Admission(settings, "discord")
         self._runs: dict[asyncio.Task[Any], _Run] = {}
         self._threads: dict[int, int] = {}  # conversation thread id -> upload limit seen there (bytes)
         self._closing = False
@@ -174,11 +173,14 @@ class HuggingGPTBot(discord.Client):
     async def _refusal(self, guild_id: int | None, channel_ids: list[int], user: Any, attachments: list[Any], *,
                        permissions: discord.Permissions | None = None, in_thread: bool = True) -> str | None:
         """The one refusal chain of ``/ask`` and follow-ups, in order: access (``[discord]``
-        allow-lists), shutdown, the bot's permissions (``/ask`` only), the attachments' declared
-        size and type, then the user's rate and concurrency budget (consumed only when all else
-        passed). Returns the user's sentence, or ``None`` when the request may run."""
-        roles = [r.id for r in getattr(user, "roles", [])]
-        refusal = access_refusal(self.cfg, guild_id=guild_id, channel_ids=channel_ids, role_ids=roles)
+        allow-lists, :class:`bot.admission.Admission`), shutdown, the bot's permissions (``/ask``
+        only), the attachments' declared size and type, then the user's rate and concurrency
+        budget (consumed only when all else passed; the run slot is given back by :meth:`_spawn`'s
+        task or :meth:`_release`). Returns the user's sentence, or ``None`` when it may run."""
+        who = Requester("discord", str(user.id), tuple(str(c) for c in channel_ids if c),
+                        None if guild_id is None else str(guild_id), tuple(str(r.id) for r in getattr(user, "roles", [])))
+        refused = self.admission.access(who)
+        refusal = refused.sentence if refused else None
         if refusal is None and self._closing:
             refusal = SHUTDOWN_SENTENCE
         if refusal is None and permissions is not None:
@@ -190,31 +192,12 @@ class HuggingGPTBot(discord.Client):
                 [AttachmentInfo(a.filename, a.size, a.content_type) for a in attachments],
                 max_bytes=self.settings.storage.max_file_bytes, max_files=self.settings.storage.max_files)
         if refusal is None:
-            refusal = await self._throttle_refusal(user.id)
+            refused = await self.admission.admit(who)
+            refusal = refused.sentence if refused else None
         return refusal
 
-    async def _throttle_refusal(self, user_id: int) -> str | None:
-        """Check and consume the user's rate and concurrency budget; a sentence when refused.
-
-        On success one run slot is reserved for the user at once (before any await), so two
-        commands arriving together cannot both pass; :meth:`_spawn`'s task or :meth:`_release`
-        gives it back."""
-        if self._active.get(user_id, 0) >= self.cfg.max_concurrent_runs:
-            n = self.cfg.max_concurrent_runs
-            return (f"You already have {n} request{'s' if n != 1 else ''} running; "
-                    f"please wait for one to finish.")
-        if await self._rate.try_acquire(user_id):
-            return (f"You're sending requests faster than {self.cfg.rate_limit_per_minute} per minute; "
-                    f"please wait a little and try again.")
-        self._active[user_id] = self._active.get(user_id, 0) + 1
-        return None
-
     def _release(self, user_id: int) -> None:
-        left = self._active.get(user_id, 1) - 1
-        if left > 0:
-            self._active[user_id] = left
-        else:
-            self._active.pop(user_id, None)
+        self.admission.release(Requester("discord", str(user_id)))
 
     @staticmethod
     def _granted(perms: discord.Permissions) -> set[str]:
@@ -226,7 +209,7 @@ class HuggingGPTBot(discord.Client):
 
     def _spawn(self, coro: Any, progress: Progress, user_id: int) -> asyncio.Task[Any]:
         """Run ``coro`` in the background; the user's run slot (reserved by
-        :meth:`_throttle_refusal`) is released when it ends."""
+        :meth:`_refusal`) is released when it ends."""
         task = asyncio.create_task(coro)
         self._runs[task] = _Run(task, progress, user_id=user_id)
 

@@ -4,38 +4,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
-from bot.settings import DiscordSettings
 
 from .media import human_size
 
 SUPPORTED_KINDS = ("image", "audio", "video")
 """Declared content types we accept before the service sniffs the bytes (``image/*`` ...)."""
-
-
-def access_refusal(
-    cfg: DiscordSettings, *, guild_id: int | None, channel_ids: Iterable[int], role_ids: Iterable[int]
-) -> str | None:
-    """The sentence refusing a request, or ``None`` when it is allowed.
-
-    Args:
-        cfg: the ``[discord]`` settings; an empty allow-list allows everything.
-        guild_id: the guild (``None`` in direct messages, which are refused: conversations live in
-            guild threads).
-        channel_ids: the channel and, in a thread, its parent channel; either may be allowed.
-        role_ids: the member's role ids.
-    """
-    if guild_id is None:
-        return "I only work in servers, not in direct messages."
-    if cfg.allowed_guilds and guild_id not in cfg.allowed_guilds:
-        return "I'm not enabled on this server."
-    if cfg.allowed_channels and not set(channel_ids) & set(cfg.allowed_channels):
-        return "I'm not allowed to answer in this channel; please ask in one where I'm enabled."
-    if cfg.allowed_roles and not set(role_ids) & set(cfg.allowed_roles):
-        return "You need one of the roles allowed to use me; ask a server admin."
-    return None
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,8 @@ from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetry
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.editor import MessageEditor
-from bot.limits import RateLimiter, SeenKeys
+from bot.admission import Admission, Requester
+from bot.limits import SeenKeys
 from bot.progress import Progress
 from bot.settings import Settings
 from bot.incoming import ConversationKey, IncomingFile
@@ -49,8 +50,6 @@ from .logic import (
     render_status,
     classify_message,
     escape_slack,
-    is_allowed,
-    rate_limited_sentence,
     split_text,
     strip_mentions,
     to_mrkdwn,
@@ -97,7 +96,7 @@ class SlackBot:
         self.poster = slack_io.Poster(client)
         self.update_limiter = AsyncLimiter(50, 60)  # chat.update: Tier 3, about 50 per minute
         self.dedup = SeenKeys()
-        self.rate = RateLimiter(self.slack.rate_limit_per_minute, 60.0)
+        self.admission = Admission(settings, "slack")
         # (channel, thread_ts) -> whether the bot takes part in that thread
         self.threads: TTLCache[tuple[str, str], bool] = TTLCache(maxsize=20_000, ttl=7 * 24 * 3600)
         self.stats = Stats()
@@ -156,17 +155,16 @@ class SlackBot:
         if needs_thread_check and not await self._bot_in_thread(channel, thread_ts, bot_user_id, bot_id):
             log.debug("thread reply in %s/%s without mention, bot not in thread: ignored", channel, thread_ts)
             return
-        refusal = is_allowed(channel, user, channel_type=event.get("channel_type"),
-                             allowed_channels=self.slack.allowed_channels, allowed_users=self.slack.allowed_users)
-        if refusal:
-            log.info("refused user=%s channel=%s: not allowed", user, channel)
-            if not needs_thread_check:  # say it to mentions and DMs, not to every reply in a thread
-                await self._say(channel, thread_ts, ":no_entry: " + refusal)
+        who = Requester("slack", user, (channel,), team, is_dm=event.get("channel_type") == "im")
+        refusal = await self.admission.admit(who)
+        if refusal is not None and refusal.reason == "rate":
+            log.info("rate limited user=%s", user)
+            await self._say(channel, thread_ts, ":hourglass: " + refusal.sentence)
             return
-        wait = await self.rate.try_acquire(user)
-        if wait:
-            log.info("rate limited user=%s for %.0f s", user, wait)
-            await self._say(channel, thread_ts, ":hourglass: " + rate_limited_sentence(self.slack.rate_limit_per_minute, wait))
+        if refusal is not None:
+            log.info("refused user=%s channel=%s: %s", user, channel, refusal.reason)
+            if not needs_thread_check:  # say it to mentions and DMs, not to every reply in a thread
+                await self._say(channel, thread_ts, ":no_entry: " + refusal.sentence)
             return
         text = strip_mentions(unescape_slack(event.get("text") or ""), bot_user_id)
         if not text and not event.get("files"):

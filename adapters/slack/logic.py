@@ -94,33 +94,6 @@ def classify_message(
     return Decision("ignore", "no mention")
 
 
-def is_allowed(channel: str, user: str, *, channel_type: str | None, allowed_channels: list[str], allowed_users: list[str]) -> str | None:
-    """Check the ``[slack] allowed_channels`` / ``allowed_users`` settings (empty = everyone).
-
-    Direct messages are not subject to the channel list (only to the user list).
-
-    Returns:
-        ``None`` when allowed, else the user's sentence.
-    """
-    if allowed_users and user not in allowed_users:
-        return "Sorry, you are not on the list of people allowed to use this bot; ask the Slack admin who runs it."
-    if allowed_channels and channel_type != "im" and channel not in allowed_channels:
-        return "Sorry, I'm not enabled in this channel; ask the admin who runs me to add it to the allowed channels, or send me a direct message."
-    return None
-
-
-# ----------------------------------------------------------------------------------------------
-# Sentences
-
-
-def rate_limited_sentence(limit: int, retry_after: float) -> str:
-    """The user's sentence when the per-user limit is reached (``retry_after`` in seconds)."""
-    return (
-        f"You have reached the limit of {limit} requests per minute; "
-        f"please try again in {max(1, round(retry_after))} seconds."
-    )
-
-
 def missing_scope_sentence(needed: str | None, action: str) -> str:
     """The user's sentence for Slack's ``missing_scope`` error, naming the scope.
 

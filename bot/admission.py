@@ -1,0 +1,126 @@
+"""Admission: who may use the bot where, and how often (the per-platform settings ``[discord]``
+and ``[slack]`` stay where they are; the rules live here once, for every front end).
+
+Front ends describe a request with a :class:`Requester` and ask :meth:`Admission.admit`; the
+answer is ``None`` (go ahead: a run slot is reserved, give it back with :meth:`Admission.release`)
+or a typed :class:`Refusal` whose sentence the front end only formats.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Literal
+
+from .limits import RateLimiter
+from .settings import Settings
+
+Platform = Literal["discord", "slack", "terminal"]
+RefusalReason = Literal["dm", "guild", "channel", "user", "role", "rate", "concurrency"]
+
+
+@dataclass(frozen=True)
+class Requester:
+    """Who asks, and where.
+
+    Attributes:
+        platform: ``"discord" | "slack" | "terminal"``.
+        user: the platform's user id.
+        channels: the channel and, in a thread, its parent (either may be allowed).
+        workspace: the Discord guild id or Slack team id (``None`` in a Discord DM).
+        roles: the member's role ids (Discord).
+        is_dm: a direct message.
+    """
+
+    platform: Platform
+    user: str
+    channels: tuple[str, ...] = ()
+    workspace: str | None = None
+    roles: tuple[str, ...] = ()
+    is_dm: bool = False
+
+    @property
+    def key(self) -> Hashable:
+        """The key of this user's budget."""
+        return (self.platform, self.user)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a request may not run, and the one sentence for the user."""
+
+    reason: RefusalReason
+    sentence: str
+
+
+class Admission:
+    """Access rules and per-user limits of one front end.
+
+    Args:
+        settings: all settings; ``settings.discord`` / ``settings.slack`` hold the allow-lists and
+            limits (an empty allow-list allows everyone).
+        platform: whose settings apply.
+    """
+
+    def __init__(self, settings: Settings, platform: Platform) -> None:
+        self.platform = platform
+        self.settings = settings
+        cfg = settings.discord if platform == "discord" else settings.slack if platform == "slack" else None
+        per_minute = cfg.rate_limit_per_minute if cfg is not None else 0
+        self.per_minute = per_minute
+        self.max_concurrent = settings.discord.max_concurrent_runs if platform == "discord" else 0
+        self._rate = RateLimiter(per_minute, 60.0)
+        self._active: dict[Hashable, int] = {}
+
+    def access(self, who: Requester) -> Refusal | None:
+        """Check the allow-lists; ``None`` when allowed."""
+        if self.platform == "discord":
+            d = self.settings.discord
+            channels = {int(c) for c in who.channels if str(c).isdigit()}
+            if who.workspace is None:
+                return Refusal("dm", "I only work in servers, not in direct messages.")
+            if d.allowed_guilds and int(who.workspace) not in d.allowed_guilds:
+                return Refusal("guild", "I'm not enabled on this server.")
+            if d.allowed_channels and not channels & set(d.allowed_channels):
+                return Refusal("channel", "I'm not allowed to answer in this channel; please ask in one where I'm enabled.")
+            if d.allowed_roles and not {int(r) for r in who.roles} & set(d.allowed_roles):
+                return Refusal("role", "You need one of the roles allowed to use me; ask a server admin.")
+        elif self.platform == "slack":
+            s = self.settings.slack
+            if s.allowed_users and who.user not in s.allowed_users:
+                return Refusal("user", "Sorry, you are not on the list of people allowed to use this bot; "
+                                       "ask the Slack admin who runs it.")
+            if s.allowed_channels and not who.is_dm and not set(who.channels) & set(s.allowed_channels):
+                return Refusal("channel", "Sorry, I'm not enabled in this channel; ask the admin who runs me to add "
+                                          "it to the allowed channels, or send me a direct message.")
+        return None
+
+    async def admit(self, who: Requester) -> Refusal | None:
+        """Check access, then the user's concurrency and rate budget.
+
+        On success one run slot is reserved at once (before any suspension), so two requests
+        arriving together cannot both pass; give it back with :meth:`release` when the run ends.
+        """
+        refusal = self.access(who)
+        if refusal is not None:
+            return refusal
+        if self.max_concurrent > 0 and self._active.get(who.key, 0) >= self.max_concurrent:
+            n = self.max_concurrent
+            return Refusal("concurrency", f"You already have {n} request{'s' if n != 1 else ''} running; "
+                                          "please wait for one to finish.")
+        if await self._rate.try_acquire(who.key):
+            return Refusal("rate", f"You're sending requests faster than {self.per_minute} per minute; "
+                                   "please wait a little and try again.")
+        if self.max_concurrent > 0:
+            self._active[who.key] = self._active.get(who.key, 0) + 1
+        return None
+
+    def release(self, who: Requester) -> None:
+        """Give back the run slot :meth:`admit` reserved (nothing to do without a concurrency limit)."""
+        if who.key not in self._active:
+            return
+        left = self._active.get(who.key, 1) - 1
+        if left > 0:
+            self._active[who.key] = left
+        else:
+            self._active.pop(who.key, None)
