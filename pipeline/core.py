@@ -14,6 +14,8 @@ from collections.abc import AsyncIterator
 
 from collections.abc import Mapping
 
+from cachetools import TTLCache
+
 from . import planning
 from .errors import ControllerError, HuggingGPTError
 from .execution import ExecutionLimits, Executor
@@ -24,6 +26,10 @@ from .selection import Selector
 from .types import Done, Event, PlanReady, Request, ResourceSink, ResponseDelta, RunRecord
 
 log = logging.getLogger(__name__)
+
+SERVED_TASKS_TTL = 300.0
+"""Seconds the set of served tasks (for the planning prompt) is reused before it is asked again."""
+
 
 class Pipeline:
     """HuggingGPT's four stages.
@@ -44,14 +50,15 @@ class Pipeline:
         self.runners = dict(runners)
         self.limits = limits
         self.executor = Executor(selector, runners, limits)
-        self._served: tuple[float, set[str]] | None = None
+        self._served: TTLCache[str, frozenset[str]] = TTLCache(maxsize=1, ttl=SERVED_TASKS_TTL)
 
-    async def served_tasks(self) -> set[str]:
-        """Tasks the configured backends can serve now (cached for 5 minutes)."""
-        now = time.monotonic()
-        if self._served is None or now - self._served[0] > 300:
-            self._served = (now, await self.selector.served_tasks())
-        return self._served[1]
+    async def served_tasks(self) -> frozenset[str]:
+        """Names of the tasks the configured backends can serve now (``pipeline.tasks.TASKS`` keys),
+        asked of the selector at most once per :data:`SERVED_TASKS_TTL` seconds."""
+        served = self._served.get("served")
+        if served is None:
+            served = self._served["served"] = frozenset(await self.selector.served_tasks())
+        return served
 
     async def run(self, request: Request, sink: ResourceSink) -> AsyncIterator[Event]:
         """Run one request through the four stages.

@@ -15,7 +15,7 @@ import graphlib
 import json
 import logging
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Sequence, Set as AbstractSet
 from typing import Any
 
 import json_repair
@@ -110,7 +110,7 @@ def _resource_index(resources: Sequence[Resource]) -> dict[str, Resource]:
     return index
 
 
-def validate_plan(raw_tasks: Iterable[Any], *, available: set[str], resources: Sequence[Resource]) -> list[Task]:
+def validate_plan(raw_tasks: Iterable[Any], *, available: AbstractSet[str], resources: Sequence[Resource]) -> list[Task]:
     """Validate raw task records into :class:`Task` objects.
 
     Args:
@@ -295,7 +295,7 @@ def _task_lines(available: Iterable[str]) -> list[dict[str, str]]:
     return out
 
 
-def planning_messages(request: Request, available: set[str], problem: str | None = None) -> list[dict[str, str]]:
+def planning_messages(request: Request, available: AbstractSet[str], problem: str | None = None) -> list[dict[str, str]]:
     """Messages for the planning call: specification, demonstrations (only those whose tasks are
     available), then the chat log, the request, its resources and the available tasks."""
     messages = [{"role": "system", "content": prompts.render("planning.system", tasks=_task_lines(available))}]
@@ -331,7 +331,7 @@ def planning_messages(request: Request, available: set[str], problem: str | None
     return messages
 
 
-async def plan(controller: Controller, request: Request, available: set[str], usage: Usage) -> list[Task]:
+async def plan(controller: Controller, request: Request, available: AbstractSet[str], usage: Usage) -> list[Task]:
     """Run task planning with one repair round.
 
     Returns:

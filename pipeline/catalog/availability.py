@@ -8,6 +8,8 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from cachetools import TLRUCache
+
 from .models import LIVE, ModelCard
 
 log = logging.getLogger(__name__)
@@ -39,6 +41,7 @@ class Availability:
         timeout: seconds per Hub look-up.
         error_ttl: seconds a failed look-up is remembered.
         max_concurrency: Hub look-ups in flight at once.
+        max_cached: models whose Hub answer is remembered at once (least recently used dropped first).
     """
 
     def __init__(
@@ -53,6 +56,7 @@ class Availability:
         timeout: float = 10.0,
         error_ttl: float = 60.0,
         max_concurrency: int = 8,
+        max_cached: int = 4096,
     ) -> None:
         self.provider = provider
         self.base_url = base_url
@@ -63,7 +67,11 @@ class Availability:
         self._token = token
         self._hub_endpoint = hub_endpoint
         self._api: Any = None
-        self._cache: dict[str, tuple[float, frozenset[str]]] = {}
+        # model id -> (live providers, seconds to trust them); each answer expires after its own
+        # seconds (``ttl`` for answers, ``error_ttl`` for failed look-ups).
+        self._cache: TLRUCache[str, tuple[frozenset[str], float]] = TLRUCache(
+            maxsize=max_cached, ttu=lambda _key, value, now: now + value[1], timer=time.monotonic
+        )
         self._inflight: dict[str, asyncio.Future[frozenset[str]]] = {}
         self._semaphore = asyncio.Semaphore(max_concurrency)
         self._quiet_until = 0.0
@@ -79,17 +87,15 @@ class Availability:
         providers = card.providers
         if providers is None:
             cached = self._cache.get(card.id)
-            if cached is None or cached[0] <= time.monotonic():
+            if cached is None:
                 return None
-            providers = tuple(cached[1])
+            providers = tuple(cached[0])
         return self._serves(providers)
 
     def looked_up(self, model_id: str) -> tuple[str, ...] | None:
         """Live providers of ``model_id`` from a still-valid Hub answer, or ``None`` if not looked up."""
         cached = self._cache.get(model_id)
-        if cached is None or cached[0] <= time.monotonic():
-            return None
-        return tuple(sorted(cached[1]))
+        return None if cached is None else tuple(sorted(cached[0]))
 
     def _serves(self, providers: Iterable[str]) -> bool:
         providers = tuple(providers)
@@ -113,8 +119,8 @@ class Availability:
 
     async def _live_providers(self, model_id: str) -> frozenset[str]:
         cached = self._cache.get(model_id)
-        if cached is not None and cached[0] > time.monotonic():
-            return cached[1]
+        if cached is not None:
+            return cached[0]
         pending = self._inflight.get(model_id)
         if pending is not None:
             return await asyncio.shield(pending)
@@ -123,7 +129,7 @@ class Availability:
         try:
             async with self._semaphore:
                 live, ttl = await self._look_up(model_id)
-            self._cache[model_id] = (time.monotonic() + ttl, live)
+            self._cache[model_id] = (live, ttl)
             future.set_result(live)
             return live
         except BaseException as e:  # cancellation: let waiters see it too
