@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .uploads import Inspected
 
 
 @dataclass(frozen=True)
@@ -14,11 +18,13 @@ class IncomingFile:
         name: the user's file name, if any.
         declared_mime: the platform's or user's content type, if any (never trusted: the type is
             sniffed from ``data``; a mismatch of kind is an error).
+        checked: what :meth:`bot.service.Service.check_files` found, so the file is inspected once.
     """
 
     data: bytes
     name: str | None = None
     declared_mime: str | None = None
+    checked: Inspected | None = None
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from dataclasses import replace
 from collections.abc import AsyncIterator, Sequence
 
 from pipeline.core import Pipeline
@@ -78,21 +79,26 @@ class Service:
             except Exception:  # pragma: no cover - best effort on shutdown
                 log.exception("error while closing")
 
-    async def check_files(self, files: Sequence[IncomingFile]) -> None:
+    async def check_files(self, files: Sequence[IncomingFile]) -> list[IncomingFile]:
         """Check user files without storing them.
+
+        Returns:
+            The same files, marked as checked: :meth:`handle` does not inspect them again.
 
         Raises:
             InputError: too many files, or one is empty, too large, undecodable, of an unsupported
                 type or labelled as another kind than its content.
         """
-        await self._inspect(files)
+        infos = await self._inspect(files)
+        return [replace(f, checked=info) for f, info in zip(files, infos)]
 
     async def _inspect(self, files: Sequence[IncomingFile]) -> list[Inspected]:
         limit = self.settings.storage.max_files
         if len(files) > limit:
             raise InputError(f"Please send at most {limit} files at a time.")
         return [
-            await inspect_upload(f.data, f.name, f.declared_mime, max_bytes=self.settings.storage.max_file_bytes) for f in files
+            f.checked or await inspect_upload(f.data, f.name, f.declared_mime, max_bytes=self.settings.storage.max_file_bytes)
+            for f in files
         ]
 
     async def conversation_id(self, key: ConversationKey) -> str:

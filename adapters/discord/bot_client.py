@@ -285,7 +285,7 @@ class HuggingGPTBot(discord.Client):
             await tell_privately(interaction, "I could not download your file from Discord; please attach it again.")
             return None
         try:
-            await self.service.check_files(files)
+            files = await self.service.check_files(files)
         except HuggingGPTError as e:
             log.info("files refused for interaction %s: %s", interaction.id, e)
             await tell_privately(interaction, e.user_message)
@@ -371,8 +371,7 @@ class HuggingGPTBot(discord.Client):
         thread = message.channel
         assert isinstance(thread, discord.Thread)
         try:
-            files = await self._download(message.attachments)
-            await self.service.check_files(files)
+            files = await self.service.check_files(await self._download(message.attachments))
         except HuggingGPTError as e:
             log.info("files refused for message %s: %s", message.id, e)
             await reply_quietly(message, e.user_message)

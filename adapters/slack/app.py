@@ -185,7 +185,7 @@ class SlackBot:
         record: RunRecord | None = None
         try:
             files = await self._download_files(event.get("files") or [])
-            await self.service.check_files(files)
+            files = await self.service.check_files(files)
             key = ConversationKey("slack", team, channel, thread_ts)
             async for ev in self.service.handle(text, files, key=key, user=user):
                 if isinstance(ev, Done):

@@ -91,11 +91,10 @@ async def main(args: argparse.Namespace, settings: Settings, out: TextIO = sys.s
                 path = line[len("/file") :].strip()
                 try:
                     f = read_user_file(path)
-                    await service.check_files([*pending, f])
+                    pending = await service.check_files([*pending, f])
                 except HuggingGPTError as e:
                     print(f"Error: {e.user_message}", file=out)
                     continue
-                pending.append(f)
                 print(f"Attached {f.name} to your next message.", file=out)
                 continue
             if line.startswith("/"):
