@@ -18,6 +18,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydub import AudioSegment
+from pydub.exceptions import CouldntDecodeError, CouldntEncodeError
 from PIL import Image
 
 log = logging.getLogger(__name__)
@@ -125,50 +127,66 @@ async def _ffmpeg(src: Path, dst: Path, args: list[str]) -> bytes | None:
     return dst.read_bytes()
 
 
+def _opus(audio: AudioSegment, kbps: int) -> bytes | None:
+    """Encode ``audio`` as Opus in Ogg at ``kbps`` kbit/s (pydub drives ffmpeg); ``None`` on failure."""
+    buf = io.BytesIO()
+    try:
+        audio.export(buf, format="ogg", codec="libopus", bitrate=f"{kbps}k")
+    except (CouldntEncodeError, OSError) as e:
+        log.warning("could not encode audio as Opus at %d kbit/s: %s", kbps, e)
+        return None
+    return buf.getvalue()
+
+
+def _fit_audio(data: bytes, filename: str, limit: int) -> FittedMedia:
+    try:
+        audio = AudioSegment.from_file(io.BytesIO(data))
+    except (CouldntDecodeError, OSError, IndexError) as e:
+        log.warning("could not decode audio %s: %s", filename, e)
+        audio = None
+    duration = len(audio) / 1000 if audio is not None else 0.0
+    if audio is None or duration <= 0:
+        return FittedMedia(None, filename, "audio/ogg", f"🔊 {filename} ({human_size(len(data))}) is over the "
+                           f"{human_size(limit)} upload limit and could not be transcoded, so it is not attached.")
+    name = _stem(filename) + ".ogg"
+    kbps = min(128, int(limit * 8 * 0.9 / duration / 1000))
+    while kbps >= 24:
+        out = _opus(audio, kbps)
+        if out is None:
+            break
+        if len(out) <= limit:
+            return FittedMedia(out, name, "audio/ogg", f"🔊 {filename} was {human_size(len(data))}, over the "
+                               f"{human_size(limit)} upload limit here, so I re-encoded it as Opus at {kbps} kbit/s.")
+        kbps = int(kbps * min(0.85, limit / len(out)))
+    # Last resort: 24 kbit/s and only as much of the start as fits (measured, not guessed).
+    full = _opus(audio, 24)
+    if full is not None:
+        if len(full) <= limit:
+            return FittedMedia(full, name, "audio/ogg", f"🔊 {filename} was {human_size(len(data))}, over the "
+                               f"{human_size(limit)} upload limit here, so I re-encoded it as Opus at 24 kbit/s.")
+        keep = duration * limit / len(full) * 0.9
+        while keep >= 0.5:
+            out = _opus(audio[: int(keep * 1000)], 24)
+            if out is None:
+                break
+            if len(out) <= limit:
+                return FittedMedia(out, name, "audio/ogg", f"🔊 {filename} ({duration:.0f} s) is too long for the "
+                                   f"{human_size(limit)} upload limit even at a low bitrate, so only the first "
+                                   f"{keep:.1f} s are attached.")
+            keep *= 0.8
+    return FittedMedia(None, filename, "audio/ogg", f"🔊 {filename} ({human_size(len(data))}) could not be made "
+                       f"smaller than the {human_size(limit)} upload limit, so it is not attached.")
+
+
 async def fit_audio(data: bytes, filename: str, limit: int) -> FittedMedia:
     """Transcode audio to Opus (Ogg) at the highest bitrate that fits ``limit`` bytes (at most
-    128 kbit/s); when even 24 kbit/s is too big, keep 24 kbit/s and trim the end instead.
+    128 kbit/s); when even 24 kbit/s is too big, keep 24 kbit/s and trim the end instead. Decoding
+    and encoding go through pydub (which drives ffmpeg), in a worker thread.
 
     Returns:
         A :class:`FittedMedia`; ``note`` says the new bitrate, and the kept duration if trimmed.
     """
-    with tempfile.TemporaryDirectory(prefix="hgpt-audio-") as tmp:
-        src = Path(tmp) / ("in" + (Path(filename).suffix or ".bin"))
-        src.write_bytes(data)
-        duration = await media_duration(src)
-        if not duration:
-            return FittedMedia(None, filename, "audio/ogg", f"🔊 {filename} ({human_size(len(data))}) is over the "
-                               f"{human_size(limit)} upload limit and could not be transcoded, so it is not attached.")
-        dst = Path(tmp) / "out.ogg"
-        name = _stem(filename) + ".ogg"
-        kbps = min(128, int(limit * 8 * 0.9 / duration / 1000))
-        out: bytes | None = None
-        while kbps >= 24:
-            out = await _ffmpeg(src, dst, ["-vn", "-c:a", "libopus", "-b:a", f"{kbps}k"])
-            if out is None:
-                break
-            if len(out) <= limit:
-                return FittedMedia(out, name, "audio/ogg", f"🔊 {filename} was {human_size(len(data))}, over the "
-                                   f"{human_size(limit)} upload limit here, so I re-encoded it as Opus at {kbps} kbit/s.")
-            kbps = int(kbps * min(0.85, limit / len(out)))
-        # Last resort: 24 kbit/s and only as much of the start as fits (measured, not guessed).
-        full = await _ffmpeg(src, dst, ["-vn", "-c:a", "libopus", "-b:a", "24k"])
-        if full is not None:
-            if len(full) <= limit:
-                return FittedMedia(full, name, "audio/ogg", f"🔊 {filename} was {human_size(len(data))}, over the "
-                                   f"{human_size(limit)} upload limit here, so I re-encoded it as Opus at 24 kbit/s.")
-            keep = duration * limit / len(full) * 0.9
-            while keep >= 0.5:
-                out = await _ffmpeg(src, dst, ["-vn", "-t", f"{keep:.2f}", "-c:a", "libopus", "-b:a", "24k"])
-                if out is None:
-                    break
-                if len(out) <= limit:
-                    return FittedMedia(out, name, "audio/ogg", f"🔊 {filename} ({duration:.0f} s) is too long for the "
-                                       f"{human_size(limit)} upload limit even at a low bitrate, so only the first "
-                                       f"{keep:.1f} s are attached.")
-                keep *= 0.8
-    return FittedMedia(None, filename, "audio/ogg", f"🔊 {filename} ({human_size(len(data))}) could not be made "
-                       f"smaller than the {human_size(limit)} upload limit, so it is not attached.")
+    return await asyncio.to_thread(_fit_audio, data, filename, limit)
 
 
 async def fit_video(data: bytes, filename: str, limit: int) -> FittedMedia:
