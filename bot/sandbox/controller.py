@@ -5,10 +5,12 @@ closely enough for the real ``openai`` SDK: ``POST /v1/chat/completions`` (JSON
 ``chat.completion`` or SSE ``chat.completion.chunk`` lines ending with ``data: [DONE]``) and
 ``GET /v1/models``. Answers come from the deterministic rules in :mod:`bot.sandbox.heuristics`.
 
-Prompt protocol (written by the pipeline's prompts): ``messages[0]`` is a system message whose first
-line is ``[stage:NAME]`` with NAME one of :data:`STAGES`; the last (user) message carries tagged
-blocks ``<tag>...</tag>``. A request that breaks the protocol gets HTTP 400 with an OpenAI error
-body saying why, so a prompt bug is visible instead of silently answered.
+Routing (set by :func:`pipeline.llm.stage_headers`): every request carries the HTTP header
+``X-HuggingGPT-Stage: NAME`` with NAME one of :data:`STAGES`, and a ``controller-task`` request also
+``X-HuggingGPT-Task: <pipeline tag>`` (one of :data:`CONTROLLER_TASKS`). The last (user) message
+carries tagged blocks ``<tag>...</tag>``. A request with a missing or unknown header, or without
+the blocks its stage needs, gets HTTP 400 with an OpenAI error body saying why, so a pipeline bug is
+visible instead of silently answered. The prompt text itself is never used for routing.
 
 Example::
 
@@ -27,16 +29,20 @@ import re
 import time
 import uuid
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 from aiohttp import web
+
+from pipeline.llm import STAGE_HEADER, TASK_HEADER
 
 from . import heuristics
 
 log = logging.getLogger(__name__)
 
 STAGES: tuple[str, ...] = ("task-planning", "model-selection", "response-generation", "controller-task")
-"""Stage names accepted on the first line of the system message (``[stage:NAME]``)."""
+"""Stage names accepted in the ``X-HuggingGPT-Stage`` header (HuggingGPT §3 stages plus
+``controller-task``, the text tasks the controller serves itself)."""
 
 CONTROLLER_TASKS: tuple[str, ...] = (
     "summarization",
@@ -45,12 +51,11 @@ CONTROLLER_TASKS: tuple[str, ...] = (
     "text-generation",
     "text2text-generation",
 )
-
-_STAGE_RE = re.compile(r"^\[stage:([a-z0-9-]+)\]\s*$")
+"""Pipeline tags accepted in the ``X-HuggingGPT-Task`` header of a ``controller-task`` request."""
 
 
 class ProtocolError(ValueError):
-    """The request does not follow the sandbox prompt protocol (answered with HTTP 400)."""
+    """The request lacks a routing header or a block its stage needs (answered with HTTP 400)."""
 
 
 @dataclass
@@ -58,17 +63,20 @@ class Recorded:
     """One request the stand-in received.
 
     Attributes:
-        stage: the ``[stage:NAME]`` of the request, or ``None`` if it had none.
+        stage: the ``X-HuggingGPT-Stage`` header of the request as sent (even an unknown name),
+            or ``None`` when it had none.
         body: the JSON body as sent by the client.
         start: ``time.monotonic()`` when the request arrived, seconds.
         end: ``time.monotonic()`` when the answer (or error) was fully sent, seconds; ``None``
             while still running or when the connection was dropped before the end.
+        task: the ``X-HuggingGPT-Task`` header as sent, or ``None`` when it had none.
     """
 
     stage: str | None
     body: dict[str, Any]
     start: float
     end: float | None = None
+    task: str | None = None
 
 
 def tag(text: str, name: str) -> str | None:
@@ -104,53 +112,43 @@ def _content_text(message: Any) -> str:
     return ""
 
 
-STAGE_HEADER = "X-HuggingGPT-Stage"
-TASK_HEADER = "X-HuggingGPT-Task"
-
-
-def stage_of(body: dict[str, Any], headers: Any = None) -> str | None:
-    """The stage of a request: the ``X-HuggingGPT-Stage`` header the pipeline sends, else (for
-    hand-written test prompts) the ``[stage:NAME]`` first line of the system message; ``None``."""
-    if headers is not None and headers.get(STAGE_HEADER):
-        return str(headers.get(STAGE_HEADER))
-    msgs = body.get("messages")
-    if not isinstance(msgs, list) or not msgs or not isinstance(msgs[0], dict):
+def _header(headers: Mapping[str, str] | None, name: str) -> str | None:
+    """Header ``name`` (aiohttp's lookup is case-insensitive), stripped; ``None`` if absent or empty."""
+    value = headers.get(name) if headers is not None else None
+    if not isinstance(value, str) or not value.strip():
         return None
-    if msgs[0].get("role") not in ("system", "developer"):
-        return None
-    first = _content_text(msgs[0]).strip().splitlines()
-    m = _STAGE_RE.match(first[0].strip()) if first else None
-    return m.group(1) if m else None
+    return value.strip()
 
 
-def answer_for(body: dict[str, Any], headers: Any = None) -> tuple[str, str]:
-    """Compute the stand-in's answer to one chat completions request body.
+def stage_of(headers: Mapping[str, str] | None) -> str | None:
+    """The ``X-HuggingGPT-Stage`` header of a request, stripped; ``None`` when absent or empty."""
+    return _header(headers, STAGE_HEADER)
+
+
+def answer_for(body: dict[str, Any], headers: Mapping[str, str] | None) -> tuple[str, str]:
+    """Compute the stand-in's answer to one chat completions request.
+
+    Args:
+        body: the JSON request body (``{"model", "messages", ...}``).
+        headers: the request headers; routing uses ``X-HuggingGPT-Stage`` and, for
+            ``controller-task``, ``X-HuggingGPT-Task`` (:func:`pipeline.llm.stage_headers`).
 
     Returns:
         ``(stage, content)``: the stage name and the assistant's text (a JSON document for
         ``task-planning`` and ``model-selection``, prose for the other stages).
 
     Raises:
-        ProtocolError: no ``[stage:NAME]`` line, unknown stage, missing or malformed blocks.
+        ProtocolError: missing or unknown stage or task header, no last user message, missing or
+            malformed blocks.
     """
-    msgs = body.get("messages")
-    if not isinstance(msgs, list) or len(msgs) < 2:
-        raise ProtocolError("expected a system message with [stage:NAME] and a last user message")
-    system = _content_text(msgs[0]).strip().splitlines()
-    if msgs[0].get("role") not in ("system", "developer") or not system:
-        raise ProtocolError("messages[0] must be a system message whose first line is [stage:NAME]")
-    header_stage = headers.get(STAGE_HEADER) if headers is not None else None
-    header_task = headers.get(TASK_HEADER) if headers is not None else None
-    if header_stage:
-        stage = str(header_stage)
-    else:
-        m = _STAGE_RE.match(system[0].strip())
-        if not m:
-            raise ProtocolError(f"the system message's first line must be [stage:NAME], got {system[0][:60]!r}")
-        stage = m.group(1)
-        system = system[1:]
+    stage = stage_of(headers)
+    if stage is None:
+        raise ProtocolError(f"the {STAGE_HEADER} header is missing; expected one of {', '.join(STAGES)}")
     if stage not in STAGES:
-        raise ProtocolError(f"unknown stage {stage!r}; expected one of {', '.join(STAGES)}")
+        raise ProtocolError(f"unknown stage {stage!r} in the {STAGE_HEADER} header; expected one of {', '.join(STAGES)}")
+    msgs = body.get("messages")
+    if not isinstance(msgs, list) or not msgs:
+        raise ProtocolError("the request has no messages")
     last = msgs[-1]
     if not isinstance(last, dict) or last.get("role") != "user":
         raise ProtocolError("the last message must be the user message with the tagged blocks")
@@ -185,16 +183,13 @@ def answer_for(body: dict[str, Any], headers: Any = None) -> tuple[str, str]:
         return stage, heuristics.compose_response(request, plan, selections, results)
 
     # controller-task
-    if header_task:
-        task_name = str(header_task)
-    else:
-        task_line = system[0].strip() if system else ""
-        tm = re.match(r"^task:\s*(\S+)$", task_line)
-        if not tm:
-            raise ProtocolError("a controller-task call needs the X-HuggingGPT-Task header (or a line 'task: NAME')")
-        task_name = tm.group(1)
+    task_name = _header(headers, TASK_HEADER)
+    if task_name is None:
+        raise ProtocolError(f"a controller-task request needs the {TASK_HEADER} header; expected one of {', '.join(CONTROLLER_TASKS)}")
     if task_name not in CONTROLLER_TASKS:
-        raise ProtocolError(f"unknown controller task {task_name!r}; expected one of {', '.join(CONTROLLER_TASKS)}")
+        raise ProtocolError(
+            f"unknown controller task {task_name!r} in the {TASK_HEADER} header; expected one of {', '.join(CONTROLLER_TASKS)}"
+        )
     text = tag(user, "input")
     if text is None:
         raise ProtocolError("the last user message has no <input> block")
@@ -328,9 +323,11 @@ class ControllerStandIn:
         except (json.JSONDecodeError, UnicodeDecodeError):
             body = None
         if not isinstance(body, dict):
-            self.requests.append(Recorded(None, {}, start, time.monotonic()))
+            self.requests.append(
+                Recorded(stage_of(request.headers), {}, start, time.monotonic(), _header(request.headers, TASK_HEADER))
+            )
             return self._error(400, "The request body is not a JSON object.")
-        rec = Recorded(stage_of(body, request.headers), body, start)
+        rec = Recorded(stage_of(request.headers), body, start, task=_header(request.headers, TASK_HEADER))
         self.requests.append(rec)
         try:
             response = await self._respond(request, body)
@@ -373,7 +370,7 @@ class ControllerStandIn:
                 _, content = answer_for(body, request.headers)
             except ProtocolError as exc:
                 log.warning("sandbox controller refused a request: %s", exc)
-                return self._error(400, f"[sandbox] prompt protocol error: {exc}", "sandbox_protocol")
+                return self._error(400, f"[sandbox] bad request: {exc}", "sandbox_protocol")
             if action.get("truncate"):
                 content = content[: len(content) // 2]
                 finish = "length"
