@@ -3,7 +3,8 @@
 It speaks the Chat Completions wire format (https://platform.openai.com/docs/api-reference/chat)
 closely enough for the real ``openai`` SDK: ``POST /v1/chat/completions`` (JSON
 ``chat.completion`` or SSE ``chat.completion.chunk`` lines ending with ``data: [DONE]``) and
-``GET /v1/models``. Answers come from the deterministic rules in :mod:`bot.sandbox.heuristics`.
+``GET /v1/models``. Answers come from the deterministic rules in :mod:`bot.sandbox.heuristics`,
+chosen by :mod:`bot.sandbox.routing`.
 
 Routing (set by :func:`pipeline.llm.stage_headers`): every request carries the HTTP header
 ``X-HuggingGPT-Stage: NAME`` with NAME one of :data:`STAGES`, and a ``controller-task`` request also
@@ -29,33 +30,19 @@ import re
 import time
 import uuid
 from dataclasses import dataclass
-from collections.abc import Mapping
 from typing import Any
 
 from aiohttp import web
 
-from pipeline.llm import STAGE_HEADER, TASK_HEADER
+from pipeline.llm import TASK_HEADER
 
-from . import heuristics
+from .routing import CONTROLLER_TASKS, STAGES, ProtocolError, answer_for, content_text, header, stage_of, tag
+
+__all__ = [
+    "CONTROLLER_TASKS", "STAGES", "ControllerStandIn", "ProtocolError", "Recorded", "answer_for", "stage_of", "tag",
+]
 
 log = logging.getLogger(__name__)
-
-STAGES: tuple[str, ...] = ("task-planning", "model-selection", "response-generation", "controller-task")
-"""Stage names accepted in the ``X-HuggingGPT-Stage`` header (HuggingGPT §3 stages plus
-``controller-task``, the text tasks the controller serves itself)."""
-
-CONTROLLER_TASKS: tuple[str, ...] = (
-    "summarization",
-    "translation",
-    "conversational",
-    "text-generation",
-    "text2text-generation",
-)
-"""Pipeline tags accepted in the ``X-HuggingGPT-Task`` header of a ``controller-task`` request."""
-
-
-class ProtocolError(ValueError):
-    """The request lacks a routing header or a block its stage needs (answered with HTTP 400)."""
 
 
 @dataclass
@@ -77,123 +64,6 @@ class Recorded:
     start: float
     end: float | None = None
     task: str | None = None
-
-
-def tag(text: str, name: str) -> str | None:
-    """The content of ``<name>...</name>`` in ``text`` (may span lines), stripped; ``None`` if absent."""
-    m = re.search(rf"<{re.escape(name)}>(.*?)</{re.escape(name)}>", text, re.S)
-    return m.group(1).strip() if m else None
-
-
-def _json_tag(text: str, name: str, kind: type, required: bool = True) -> Any:
-    raw = tag(text, name)
-    if raw is None:
-        if required:
-            raise ProtocolError(f"the last user message has no <{name}> block")
-        return None
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise ProtocolError(f"<{name}> does not hold valid JSON ({exc.msg} at character {exc.pos})") from None
-    if not isinstance(value, kind):
-        raise ProtocolError(f"<{name}> must hold a JSON {kind.__name__}, got {type(value).__name__}")
-    return value
-
-
-def _content_text(message: Any) -> str:
-    """Text of a chat message whose ``content`` is a string or a list of ``{"type": "text"}`` parts."""
-    if not isinstance(message, dict):
-        raise ProtocolError("every message must be a JSON object")
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
-    return ""
-
-
-def _header(headers: Mapping[str, str] | None, name: str) -> str | None:
-    """Header ``name`` (aiohttp's lookup is case-insensitive), stripped; ``None`` if absent or empty."""
-    value = headers.get(name) if headers is not None else None
-    if not isinstance(value, str) or not value.strip():
-        return None
-    return value.strip()
-
-
-def stage_of(headers: Mapping[str, str] | None) -> str | None:
-    """The ``X-HuggingGPT-Stage`` header of a request, stripped; ``None`` when absent or empty."""
-    return _header(headers, STAGE_HEADER)
-
-
-def answer_for(body: dict[str, Any], headers: Mapping[str, str] | None) -> tuple[str, str]:
-    """Compute the stand-in's answer to one chat completions request.
-
-    Args:
-        body: the JSON request body (``{"model", "messages", ...}``).
-        headers: the request headers; routing uses ``X-HuggingGPT-Stage`` and, for
-            ``controller-task``, ``X-HuggingGPT-Task`` (:func:`pipeline.llm.stage_headers`).
-
-    Returns:
-        ``(stage, content)``: the stage name and the assistant's text (a JSON document for
-        ``task-planning`` and ``model-selection``, prose for the other stages).
-
-    Raises:
-        ProtocolError: missing or unknown stage or task header, no last user message, missing or
-            malformed blocks.
-    """
-    stage = stage_of(headers)
-    if stage is None:
-        raise ProtocolError(f"the {STAGE_HEADER} header is missing; expected one of {', '.join(STAGES)}")
-    if stage not in STAGES:
-        raise ProtocolError(f"unknown stage {stage!r} in the {STAGE_HEADER} header; expected one of {', '.join(STAGES)}")
-    msgs = body.get("messages")
-    if not isinstance(msgs, list) or not msgs:
-        raise ProtocolError("the request has no messages")
-    last = msgs[-1]
-    if not isinstance(last, dict) or last.get("role") != "user":
-        raise ProtocolError("the last message must be the user message with the tagged blocks")
-    user = _content_text(last)
-
-    if stage == "task-planning":
-        request = tag(user, "request")
-        if request is None:
-            raise ProtocolError("the last user message has no <request> block")
-        resources = _json_tag(user, "resources", list)
-        available = _json_tag(user, "available_tasks", list)
-        plan = heuristics.plan_tasks(request, resources, [str(a) for a in available])
-        # A <problem> block (repair round) gets the same deterministic plan: it is already valid.
-        return stage, json.dumps({"tasks": plan}, ensure_ascii=False)
-
-    if stage == "model-selection":
-        task = _json_tag(user, "task", dict)
-        candidates = _json_tag(user, "candidates", list)
-        try:
-            pick = heuristics.select_model(task, candidates)
-        except ValueError as exc:
-            raise ProtocolError(str(exc)) from None
-        return stage, json.dumps(pick, ensure_ascii=False)
-
-    if stage == "response-generation":
-        request = tag(user, "request")
-        if request is None:
-            raise ProtocolError("the last user message has no <request> block")
-        plan = _json_tag(user, "plan", list)
-        selections = _json_tag(user, "selections", dict, required=False) or {}
-        results = _json_tag(user, "results", dict, required=False) or {}
-        return stage, heuristics.compose_response(request, plan, selections, results)
-
-    # controller-task
-    task_name = _header(headers, TASK_HEADER)
-    if task_name is None:
-        raise ProtocolError(f"a controller-task request needs the {TASK_HEADER} header; expected one of {', '.join(CONTROLLER_TASKS)}")
-    if task_name not in CONTROLLER_TASKS:
-        raise ProtocolError(
-            f"unknown controller task {task_name!r} in the {TASK_HEADER} header; expected one of {', '.join(CONTROLLER_TASKS)}"
-        )
-    text = tag(user, "input")
-    if text is None:
-        raise ProtocolError("the last user message has no <input> block")
-    return stage, heuristics.controller_task(task_name, text, tag(user, "context"))
 
 
 def _error_body(message: str, type_: str, code: str | None = None, param: str | None = None) -> dict[str, Any]:
@@ -324,10 +194,10 @@ class ControllerStandIn:
             body = None
         if not isinstance(body, dict):
             self.requests.append(
-                Recorded(stage_of(request.headers), {}, start, time.monotonic(), _header(request.headers, TASK_HEADER))
+                Recorded(stage_of(request.headers), {}, start, time.monotonic(), header(request.headers, TASK_HEADER))
             )
             return self._error(400, "The request body is not a JSON object.")
-        rec = Recorded(stage_of(request.headers), body, start, task=_header(request.headers, TASK_HEADER))
+        rec = Recorded(stage_of(request.headers), body, start, task=header(request.headers, TASK_HEADER))
         self.requests.append(rec)
         try:
             response = await self._respond(request, body)
@@ -386,7 +256,7 @@ class ControllerStandIn:
         return _Dropped()
 
     def _usage(self, body: dict[str, Any], content: str) -> dict[str, int]:
-        prompt = sum(_tokens(_content_text(m)) for m in body.get("messages", []) if isinstance(m, dict))
+        prompt = sum(_tokens(content_text(m)) for m in body.get("messages", []) if isinstance(m, dict))
         completion = _tokens(content)
         return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
