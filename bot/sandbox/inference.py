@@ -32,7 +32,7 @@ from .imaging import (
     boxes, colour_shares, condition, controlnet_draw, depth_map, describe_image, draw_prompt, open_image, png, segments,
     transform,
 )
-from .text_outputs import best_span, entities, sentiment, similarity
+from .text_outputs import MASK_TOKENS, best_span, entities, fill_mask, sentiment, similarity
 
 log = logging.getLogger(__name__)
 
@@ -187,6 +187,8 @@ class InferenceStandIn:
                 if isinstance(inputs, str) and len(inputs) > 100 and re.fullmatch(r"[A-Za-z0-9+/=\s]+", inputs[:200]):
                     return "image-to-image"
                 return "text-to-image"
+            if isinstance(inputs, str) and any(tok in inputs for tok in MASK_TOKENS):
+                return "fill-mask"
         for hint, task in _MODEL_HINTS:
             if hint in low:
                 return task
@@ -284,6 +286,10 @@ class InferenceStandIn:
             return J([sentiment(text_in())])
         if task == "token-classification":
             return J(entities(text_in()))
+        if task == "fill-mask":
+            opts = params if isinstance(params, dict) else {}
+            targets = opts.get("targets")
+            return J(fill_mask(text_in(), opts.get("top_k"), [targets] if isinstance(targets, str) else targets))
         if task == "summarization":
             t = text_in()
             first = re.split(r"(?<=[.!?])\s", t.strip())[0]

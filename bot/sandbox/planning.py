@@ -33,6 +33,8 @@ def _description(p: Planner, start: int, end: int) -> str:
 
 # Intent table: (name, pattern). Earlier entries win when matches overlap.
 _INTENTS: list[tuple[str, str]] = [
+    ("fill_mask", r"\[MASK\]|<mask>|\bfill(?:ing)?[- ]?(?:in\s+)?(?:the\s+|a\s+|this\s+)?(?:blanks?|gaps?|masks?|holes?)\b"
+                  r"|\bmissing\s+word\b|\bwhat\s+word\s+(?:fits|goes)\b"),
     ("canny_draw", r"\b(?:draw|generate|create|make|paint|render|produce)\b[^.?!;]{0,80}?\b(?:from|using|based on|following|with)\s+(?:the\s+|its\s+|their\s+|these\s+)?(?:edges?|outlines?|contours?|canny|edge\s+map)\b"),
     ("detail", r"\b(?:describe|tell me about|caption|analy[sz]e)\b[^.?!;]{0,60}?\b(?:as much detail|in (?:great |full |more |as much )?detail|everything|all you can|thorough\w*|exhaustive\w*)"),
     ("detail", r"\b(?:tell me )?everything (?:about|in) (?:this|the|that|it)\b"),
@@ -68,12 +70,15 @@ _VISUAL_WORDS = re.compile(
 )
 
 
-def _intent_matches(text: str) -> list[tuple[str, int, int]]:
-    """Non-overlapping intent matches ``(name, start, end)`` in text order (quotes excluded)."""
+def _intent_matches(text: str, skip: frozenset[str] = frozenset()) -> list[tuple[str, int, int]]:
+    """Non-overlapping intent matches ``(name, start, end)`` in text order (quotes excluded),
+    leaving out the intents named in ``skip``."""
     masked = mask_quotes(text)
     taken: list[tuple[int, int]] = []
     found: list[tuple[str, int, int]] = []
     for name, rx in _COMPILED:
+        if name in skip:
+            continue
         for m in rx.finditer(masked):
             s, e = m.start(), m.end()
             if e <= s:
@@ -111,7 +116,9 @@ def plan_tasks(text: str, resources: list[dict[str, Any]], available_tasks: list
     p = Planner(text=text, resources=res, available=set(available_tasks))
     if not text.strip():
         return []
-    matches = _intent_matches(text)
+    # An intent whose only task is unavailable must not hide the others (a fill-in-the-blank
+    # request still gets its question answered when no fill-mask model is offered).
+    matches = _intent_matches(text, _unavailable_intents(p.available))
     others = [m for m in matches if m[0] != "qa"]
     if SMALL_TALK.search(text) and not others:
         return []
@@ -316,6 +323,38 @@ def _h_qa(p, clause, ctx, s, e):
         p.add("question-answering", {"text": question, "context": f"<resource>-{pid}"}, [pid], "text")
 
 
+_MASK_RE = re.compile(r"\[MASK\]|<mask>|_{2,}")
+_INTENT_TASK = {"fill_mask": "fill-mask"}  # intents served by exactly one task
+
+
+def _unavailable_intents(available: set[str]) -> frozenset[str]:
+    return frozenset(name for name, task in _INTENT_TASK.items() if task not in available)
+_BEFORE_HOLE = re.compile(r"[.!?:;](?=\s)|\n")
+
+
+def _h_fill_mask(p, clause, ctx, s, e):
+    """``Fill in the blank: Paris is the [MASK] of France.``: the passage with the hole (a quote
+    holding it, else the clause around it)."""
+    quoted = [q[2] for q in quotes(p.text) if _MASK_RE.search(q[2])]
+    if quoted:
+        passage = quoted[0]
+    else:
+        hole = _MASK_RE.search(mask_quotes(p.text))
+        if hole is None:
+            return  # nothing to fill: a made-up sentence would mislead
+        starts = [m.end() for m in _BEFORE_HOLE.finditer(p.text, 0, hole.start())]
+        start = starts[-1] if starts else 0
+        end = clause_end(p.text, hole.end())
+        if end < len(p.text) and p.text[end] in ".!?":
+            end += 1
+        passage = p.text[start:end]
+    # the user's own mask token stays (models differ: BERT [MASK], RoBERTa <mask>); a blank
+    # written as ___ becomes BERT's [MASK], the most common one
+    passage = re.sub(r"_{2,}", "[MASK]", passage.strip(), count=1).strip()
+    if passage:
+        p.add("fill-mask", {"text": passage}, [], "text")
+
+
 _HANDLERS: dict[str, Callable[..., None]] = {
     "detail": _h_detail,
     "caption": _h_caption,
@@ -338,4 +377,5 @@ _HANDLERS: dict[str, Callable[..., None]] = {
     "rewrite": _text_task("text2text-generation", r"\b(?:paraphrase|rewrite|rephrase)\w*\b"),
     "write": _text_task("text-generation", r"\b(?:write|compose|continue)\b"),
     "qa": _h_qa,
+    "fill_mask": _h_fill_mask,
 }

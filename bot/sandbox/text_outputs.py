@@ -2,13 +2,16 @@
 
 Word counts stand in for models: sentiment from a small list of positive and negative words,
 entities from capitalised words, similarity from shared words, answers from the sentence that
-shares most words with the question.
+shares most words with the question, and mask fillers ranked by a hash of the input.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any
+
+from .faults import Fault
 
 _POSITIVE = {"good", "great", "love", "like", "happy", "excellent", "nice", "wonderful", "best", "amazing", "gained", "rallied", "beautiful"}
 _NEGATIVE = {"bad", "hate", "terrible", "sad", "awful", "worst", "poor", "angry", "fell", "lost", "ugly", "broken"}
@@ -65,3 +68,61 @@ def best_span(question: str, context: str) -> tuple[str, int, int]:
         if score > best_score:
             best, best_score, best_start = s, score, m.start() + (len(m.group(0)) - len(m.group(0).lstrip()))
     return best, best_start, best_start + len(best)
+
+
+MASK_TOKENS = ("[MASK]", "<mask>")
+"""Mask tokens the fill-mask stand-in accepts: BERT's ``[MASK]`` and RoBERTa's ``<mask>``."""
+
+_FILLERS = (
+    "capital", "heart", "center", "city", "home", "pride", "part", "best", "first", "jewel",
+    "symbol", "gateway", "soul", "face", "voice", "name",
+)
+
+
+def _weight(text: str, word: str) -> float:
+    """A stable pseudo-probability in (0, 1] for ``word`` filling the hole of ``text``."""
+    digest = hashlib.sha256(f"{text}\x00{word}".encode()).digest()
+    return (int.from_bytes(digest[:4], "big") + 1) / 2**32
+
+
+def fill_mask(text: str, top_k: int | None = None, targets: list[str] | None = None) -> list[dict[str, Any]]:
+    """Fill-mask output for ``text``, in the Hugging Face wire format (``FillMaskOutputElement``).
+
+    Args:
+        text: input holding a mask token (:data:`MASK_TOKENS`); only the first one is filled.
+        top_k: how many predictions to return (default 5, as the Inference API).
+        targets: candidate words to score instead of the stand-in's own small vocabulary.
+
+    Returns:
+        ``[{"sequence": text with the word in the hole, "score": 0..1, "token": int id,
+        "token_str": word}]``, best first (scores descending, ties by word). Scores come from a
+        hash of ``text`` and the word, normalised over all candidates: the same input always
+        gives the same answer, a different input a different ranking.
+
+    Raises:
+        Fault: 400 when ``text`` holds no mask token or ``top_k`` is not a positive integer.
+    """
+    found = [(text.find(tok), tok) for tok in MASK_TOKENS if tok in text]
+    if not found:
+        raise Fault(400, {"error": f"No mask_token ({MASK_TOKENS[0]}) found on the input"})
+    pos, tok = min(found)
+    if top_k is None:
+        top_k = 5
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise Fault(400, {"error": f"top_k must be a positive integer, got {top_k!r}"})
+    words = [w.strip() for w in targets or [] if isinstance(w, str) and w.strip()]
+    words = list(dict.fromkeys(words))
+    vocab = words or list(_FILLERS)
+    weights = {w: _weight(text, w) ** 3 for w in vocab}
+    total = sum(weights.values())
+    ranked = sorted(vocab, key=lambda w: (-weights[w], w))[:top_k]
+    out = []
+    for word in ranked:
+        token = 1000 + _FILLERS.index(word) if word in _FILLERS else int(hashlib.sha256(word.encode()).hexdigest()[:4], 16)
+        out.append({
+            "sequence": text[:pos] + word + text[pos + len(tok):],
+            "score": round(weights[word] / total, 4),
+            "token": token,
+            "token_str": word,
+        })
+    return out
