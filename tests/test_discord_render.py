@@ -17,7 +17,6 @@ from adapters.discord.render import (
     split_message,
     thread_name,
 )
-from bot.settings import DiscordSettings
 from pipeline.types import (
     Done,
     ModelSelected,

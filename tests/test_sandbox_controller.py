@@ -25,40 +25,52 @@ SPEECH = {"id": "audio-1", "kind": "audio", "name": "speech_cat_request.wav", "o
 
 
 # ----------------------------------------------------------------------------------------------
-# helpers: prompts in the protocol's shape
+# helpers: requests in the shape the pipeline sends (routing headers, tagged blocks)
 
 
-def planning(text: str, resources: list[dict] = (), available: list[str] = ALL_TASKS, problem: str | None = None) -> list[dict]:
+def headers(stage: str, task: str | None = None) -> dict[str, str]:
+    """The routing headers ``pipeline.llm`` sends with a call of ``stage``."""
+    out = {"X-HuggingGPT-Stage": stage}
+    if task:
+        out["X-HuggingGPT-Task"] = task
+    return out
+
+
+def planning(text: str, resources: list[dict] = (), available: list[str] = ALL_TASKS, problem: str | None = None) -> dict:
+    """``create()`` keyword arguments (messages and headers) for a task-planning call."""
     user = (
         f"<request>{text}</request>\n<resources>{json.dumps(list(resources))}</resources>\n"
         f"<available_tasks>{json.dumps(list(available))}</available_tasks>"
     )
     if problem:
         user += f"\n<problem>{problem}</problem>"
-    return [
-        {"role": "system", "content": "[stage:task-planning]\nPlan the request as tasks."},
+    messages = [
+        {"role": "system", "content": "Plan the request as tasks."},
         {"role": "user", "content": "<request>demo</request>"},
         {"role": "assistant", "content": '{"tasks": []}'},
         {"role": "user", "content": user},
     ]
+    return {"messages": messages, "extra_headers": headers("task-planning")}
 
 
-def selection(task: dict, candidates: list[dict]) -> list[dict]:
-    return [
-        {"role": "system", "content": "[stage:model-selection]\nPick one model."},
+def selection(task: dict, candidates: list[dict]) -> dict:
+    messages = [
+        {"role": "system", "content": "Pick one model."},
         {"role": "user", "content": f"<task>{json.dumps(task)}</task>\n<candidates>{json.dumps(candidates)}</candidates>"},
     ]
+    return {"messages": messages, "extra_headers": headers("model-selection")}
 
 
-def responding(request: str, plan: list, selections: dict, results: dict) -> list[dict]:
-    return [
-        {"role": "system", "content": "[stage:response-generation]\nAnswer the user."},
+def responding(request: str, plan: list, selections: dict, results: dict) -> dict:
+    messages = [
+        {"role": "system", "content": "Answer the user."},
         {
             "role": "user",
             "content": f"<request>{request}</request>\n<plan>{json.dumps(plan)}</plan>\n"
             f"<selections>{json.dumps(selections)}</selections>\n<results>{json.dumps(results)}</results>",
         },
     ]
+    return {"messages": messages, "extra_headers": headers("response-generation")}
 
 
 PLAN_SCHEMA = {
@@ -86,7 +98,7 @@ def client_for(server: ControllerStandIn, **kw) -> openai.AsyncOpenAI:
 async def plan_via(server, text, resources=(), available=ALL_TASKS, **kw) -> list[dict]:
     client = client_for(server)
     r = await client.chat.completions.create(
-        model="gpt-test", messages=planning(text, resources, available), response_format=PLAN_SCHEMA, **kw
+        model="gpt-test", **planning(text, resources, available), response_format=PLAN_SCHEMA, **kw
     )
     return json.loads(r.choices[0].message.content)["tasks"]
 
@@ -231,7 +243,7 @@ async def test_repair_round_returns_a_valid_plan(ctl):
     client = client_for(ctl)
     r = await client.chat.completions.create(
         model="m",
-        messages=planning("Transcribe this", [SPEECH], problem="task 0 refers to audio-9, which does not exist"),
+        **planning("Transcribe this", [SPEECH], problem="task 0 refers to audio-9, which does not exist"),
     )
     plan = json.loads(r.choices[0].message.content)["tasks"]
     assert plan == [{"task": "automatic-speech-recognition", "id": 0, "dep": [-1], "args": {"audio": "audio-1"}}]
@@ -316,23 +328,23 @@ async def test_json_schema_rejected_when_switched_off_and_json_object_still_work
     async with ControllerStandIn(accept_json_schema=False) as server:
         client = client_for(server)
         with pytest.raises(openai.BadRequestError) as err:
-            await client.chat.completions.create(model="m", messages=planning("Transcribe this", [SPEECH]), response_format=PLAN_SCHEMA)
+            await client.chat.completions.create(model="m", **planning("Transcribe this", [SPEECH]), response_format=PLAN_SCHEMA)
         assert err.value.status_code == 400 and "json_schema" in err.value.message
         r = await client.chat.completions.create(
-            model="m", messages=planning("Transcribe this", [SPEECH]), response_format={"type": "json_object"}
+            model="m", **planning("Transcribe this", [SPEECH]), response_format={"type": "json_object"}
         )
         assert json.loads(r.choices[0].message.content)["tasks"][0]["task"] == "automatic-speech-recognition"
-        r = await client.chat.completions.create(model="m", messages=planning("Transcribe this", [SPEECH]))
+        r = await client.chat.completions.create(model="m", **planning("Transcribe this", [SPEECH]))
         assert json.loads(r.choices[0].message.content)["tasks"][0]["args"] == {"audio": "audio-1"}
 
 
 async def test_api_key_is_checked_when_set():
     async with ControllerStandIn(api_key="sk-right") as server:
         with pytest.raises(openai.AuthenticationError):
-            await client_for(server, api_key="sk-wrong").chat.completions.create(model="m", messages=planning("hi"))
+            await client_for(server, api_key="sk-wrong").chat.completions.create(model="m", **planning("hi"))
         models = await client_for(server, api_key="sk-right").models.list()
         assert [m.id for m in models.data] == ["sandbox-controller"]
-        r = await client_for(server, api_key="sk-right").chat.completions.create(model="m", messages=planning("hi"))
+        r = await client_for(server, api_key="sk-right").chat.completions.create(model="m", **planning("hi"))
         assert json.loads(r.choices[0].message.content) == {"tasks": []}
 
 
@@ -360,7 +372,7 @@ RESULTS = {
 async def test_response_answers_first_then_explains(ctl):
     client = client_for(ctl)
     r = await client.chat.completions.create(
-        model="m", messages=responding("Generate a cat, then tell me its breed", PLAN, SELECTIONS, RESULTS)
+        model="m", **responding("Generate a cat, then tell me its breed", PLAN, SELECTIONS, RESULTS)
     )
     text = r.choices[0].message.content
     assert text.startswith(LABEL)
@@ -372,17 +384,17 @@ async def test_response_answers_first_then_explains(ctl):
 
 
 async def test_empty_plan_answers_directly(ctl):
-    r = await client_for(ctl).chat.completions.create(model="m", messages=responding("Hello there!", [], {}, {}))
+    r = await client_for(ctl).chat.completions.create(model="m", **responding("Hello there!", [], {}, {}))
     text = r.choices[0].message.content
     assert text.startswith(LABEL) and "Hello" in text and "How I did it" not in text
 
 
 async def test_streaming_assembles_the_same_text_with_usage(ctl):
     client = client_for(ctl)
-    messages = responding("Generate a cat, then tell me its breed", PLAN, SELECTIONS, RESULTS)
-    whole = await client.chat.completions.create(model="m", messages=messages)
+    call = responding("Generate a cat, then tell me its breed", PLAN, SELECTIONS, RESULTS)
+    whole = await client.chat.completions.create(model="m", **call)
     stream = await client.chat.completions.create(
-        model="m", messages=messages, stream=True, stream_options={"include_usage": True}
+        model="m", **call, stream=True, stream_options={"include_usage": True}
     )
     pieces, usage, finish = [], None, None
     async for chunk in stream:
@@ -399,7 +411,7 @@ async def test_streaming_assembles_the_same_text_with_usage(ctl):
 
 async def test_streaming_without_include_usage_has_no_usage_chunk(ctl):
     stream = await client_for(ctl).chat.completions.create(
-        model="m", messages=planning("Transcribe this", [SPEECH]), stream=True
+        model="m", **planning("Transcribe this", [SPEECH]), stream=True
     )
     chunks = [c async for c in stream]
     assert all(c.choices for c in chunks) and all(c.usage is None for c in chunks)
@@ -420,11 +432,11 @@ CANDIDATES = [
 async def test_selection_returns_the_best_matching_candidate(ctl):
     client = client_for(ctl)
     task = {"id": 0, "task": "image-to-text", "args": {"image": "image-1"}}
-    r = await client.chat.completions.create(model="m", messages=selection(task, CANDIDATES), response_format={"type": "json_object"})
+    r = await client.chat.completions.create(model="m", **selection(task, CANDIDATES), response_format={"type": "json_object"})
     pick = json.loads(r.choices[0].message.content)
     assert pick["id"] == "nlpconnect/vit-gpt2-image-captioning" and pick["reason"].startswith("[sandbox]")
     task = {"id": 1, "task": "depth-estimation", "args": {"image": "image-1"}}
-    r = await client.chat.completions.create(model="m", messages=selection(task, CANDIDATES))
+    r = await client.chat.completions.create(model="m", **selection(task, CANDIDATES))
     assert json.loads(r.choices[0].message.content)["id"] == "facebook/detr-resnet-50"  # no match: first
 
 
@@ -437,31 +449,53 @@ async def test_selection_returns_the_best_matching_candidate(ctl):
 )
 async def test_controller_tasks(ctl, task, text, expected):
     messages = [
-        {"role": "system", "content": f"[stage:controller-task]\ntask: {task}\nDo the task."},
+        {"role": "system", "content": "Do the task."},
         {"role": "user", "content": f"<input>{text}</input>"},
     ]
-    r = await client_for(ctl).chat.completions.create(model="m", messages=messages)
+    r = await client_for(ctl).chat.completions.create(
+        model="m", messages=messages, extra_headers=headers("controller-task", task)
+    )
     assert r.choices[0].message.content == expected
+    assert [(c.stage, c.task) for c in ctl.requests] == [("controller-task", task)]
+
+
+def _plain(system: str, user: str) -> list[dict]:
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
 @pytest.mark.parametrize(
-    "messages, words",
+    "messages, sent, words",
     [
-        ([{"role": "system", "content": "[stage:daydreaming]"}, {"role": "user", "content": "x"}], "unknown stage"),
-        ([{"role": "system", "content": "You plan."}, {"role": "user", "content": "x"}], "[stage:NAME]"),
-        ([{"role": "system", "content": "[stage:task-planning]"}, {"role": "user", "content": "<request>hi</request>"}], "<resources>"),
+        (_plain("Plan.", "x"), {"X-HuggingGPT-Stage": "daydreaming"}, "unknown stage 'daydreaming' in the X-HuggingGPT-Stage header"),
+        (_plain("Plan.", "x"), {}, "the X-HuggingGPT-Stage header is missing"),
+        (_plain("Plan.", "x"), {"X-HuggingGPT-Stage": ""}, "the X-HuggingGPT-Stage header is missing"),
+        # the old first-line protocol is gone: a [stage:NAME] line no longer routes anything
+        (_plain("[stage:task-planning]", "<request>hi</request>"), {}, "the X-HuggingGPT-Stage header is missing"),
+        (_plain("Plan.", "<request>hi</request>"), headers("task-planning"), "<resources>"),
         (
-            [{"role": "system", "content": "[stage:model-selection]"},
-             {"role": "user", "content": "<task>{not json</task><candidates>[]</candidates>"}],
+            _plain("Pick.", "<task>{not json</task><candidates>[]</candidates>"),
+            headers("model-selection"),
             "<task> does not hold valid JSON",
         ),
-        ([{"role": "system", "content": "[stage:controller-task]\ntask: painting"}, {"role": "user", "content": "<input>x</input>"}], "painting"),
+        (_plain("Do it.", "<input>x</input>"), headers("controller-task", "painting"),
+         "unknown controller task 'painting' in the X-HuggingGPT-Task header"),
+        (_plain("task: summarization", "<input>x</input>"), headers("controller-task"),
+         "a controller-task request needs the X-HuggingGPT-Task header"),
     ],
 )
-async def test_protocol_errors_are_400_with_a_reason(ctl, messages, words):
+async def test_routing_and_protocol_errors_are_400_with_a_reason(ctl, messages, sent, words):
     with pytest.raises(openai.BadRequestError) as err:
-        await client_for(ctl).chat.completions.create(model="m", messages=messages)
-    assert words in err.value.message
+        await client_for(ctl).chat.completions.create(model="m", messages=messages, extra_headers=sent)
+    assert err.value.status_code == 400 and words in err.value.message
+    assert err.value.code == "sandbox_protocol" and err.value.type == "invalid_request_error"
+
+
+async def test_header_names_are_case_insensitive(ctl):
+    call = planning("Transcribe this", [SPEECH])
+    call["extra_headers"] = {"x-huggingGPT-stage": "task-planning"}
+    r = await client_for(ctl).chat.completions.create(model="m", **call)
+    assert json.loads(r.choices[0].message.content)["tasks"][0]["args"] == {"audio": "audio-1"}
+    assert [c.stage for c in ctl.requests] == ["task-planning"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -481,20 +515,20 @@ async def test_script_actions_in_order():
     )
     async with server:
         client = client_for(server)
-        msgs = planning("Transcribe this", [SPEECH])
+        call = planning("Transcribe this", [SPEECH])
         with pytest.raises(openai.AuthenticationError):
-            await client.chat.completions.create(model="m", messages=msgs)
+            await client.chat.completions.create(model="m", **call)
         with pytest.raises(openai.RateLimitError) as rate:
-            await client.chat.completions.create(model="m", messages=msgs)
+            await client.chat.completions.create(model="m", **call)
         assert rate.value.response.headers["retry-after"] == "3" and "Rate limit reached" in rate.value.message
         with pytest.raises(openai.InternalServerError):
-            await client.chat.completions.create(model="m", messages=msgs)
-        stream = await client.chat.completions.create(model="m", messages=msgs, stream=True)
+            await client.chat.completions.create(model="m", **call)
+        stream = await client.chat.completions.create(model="m", **call, stream=True)
         assert "".join([c.choices[0].delta.content or "" async for c in stream]) == "Sure! Here is your plan: [{task: oops"
         with pytest.raises(openai.APIConnectionError):
-            await client.chat.completions.create(model="m", messages=msgs)
-        cut = await client.chat.completions.create(model="m", messages=msgs)
-        normal = await client.chat.completions.create(model="m", messages=msgs)
+            await client.chat.completions.create(model="m", **call)
+        cut = await client.chat.completions.create(model="m", **call)
+        normal = await client.chat.completions.create(model="m", **call)
         full = normal.choices[0].message.content
         assert cut.choices[0].finish_reason == "length" and cut.choices[0].message.content == full[: len(full) // 2]
         with pytest.raises(json.JSONDecodeError):
@@ -507,7 +541,7 @@ async def test_script_actions_in_order():
 async def test_sdk_retries_consume_script_actions():
     async with ControllerStandIn(script=[{"status": 500, "message": "boom", "retry_after": 0.01}, {"status": 503, "message": "busy", "retry_after": 0.01}]) as server:
         client = client_for(server, max_retries=2)
-        r = await client.chat.completions.create(model="m", messages=planning("Transcribe this", [SPEECH]))
+        r = await client.chat.completions.create(model="m", **planning("Transcribe this", [SPEECH]))
         assert json.loads(r.choices[0].message.content)["tasks"][0]["task"] == "automatic-speech-recognition"
         assert len(server.requests) == 3
 
@@ -516,12 +550,12 @@ async def test_latency_delay_and_recorded_timestamps():
     async with ControllerStandIn(latency=0.05, script=[{"delay": 0.2}]) as server:
         client = client_for(server)
         t0 = time.monotonic()
-        await client.chat.completions.create(model="m", messages=planning("Transcribe this", [SPEECH]))
-        await client.chat.completions.create(model="m", messages=responding("Transcribe this", [], {}, {}))
+        await client.chat.completions.create(model="m", **planning("Transcribe this", [SPEECH]))
+        await client.chat.completions.create(model="m", **responding("Transcribe this", [], {}, {}))
         t1 = time.monotonic()
         first, second = server.requests
         assert (first.stage, second.stage) == ("task-planning", "response-generation")
         assert t0 <= first.start < first.end <= second.start < second.end <= t1
         assert first.end - first.start >= 0.25 and 0.05 <= second.end - second.start < 0.2
-        assert first.body["messages"][0]["content"].startswith("[stage:task-planning]")
+        assert first.body["messages"][0]["content"] == "Plan the request as tasks."
         assert [r.stage for r in server.calls("response-generation")] == ["response-generation"]

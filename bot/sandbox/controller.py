@@ -3,12 +3,15 @@
 It speaks the Chat Completions wire format (https://platform.openai.com/docs/api-reference/chat)
 closely enough for the real ``openai`` SDK: ``POST /v1/chat/completions`` (JSON
 ``chat.completion`` or SSE ``chat.completion.chunk`` lines ending with ``data: [DONE]``) and
-``GET /v1/models``. Answers come from the deterministic rules in :mod:`bot.sandbox.heuristics`.
+``GET /v1/models``. Answers come from the deterministic rules in :mod:`bot.sandbox.heuristics`,
+chosen by :mod:`bot.sandbox.routing`.
 
-Prompt protocol (written by the pipeline's prompts): ``messages[0]`` is a system message whose first
-line is ``[stage:NAME]`` with NAME one of :data:`STAGES`; the last (user) message carries tagged
-blocks ``<tag>...</tag>``. A request that breaks the protocol gets HTTP 400 with an OpenAI error
-body saying why, so a prompt bug is visible instead of silently answered.
+Routing (set by :func:`pipeline.llm.stage_headers`): every request carries the HTTP header
+``X-HuggingGPT-Stage: NAME`` with NAME one of :data:`STAGES`, and a ``controller-task`` request also
+``X-HuggingGPT-Task: <pipeline tag>`` (one of :data:`CONTROLLER_TASKS`). The last (user) message
+carries tagged blocks ``<tag>...</tag>``. A request with a missing or unknown header, or without
+the blocks its stage needs, gets HTTP 400 with an OpenAI error body saying why, so a pipeline bug is
+visible instead of silently answered. The prompt text itself is never used for routing.
 
 Example::
 
@@ -31,26 +34,15 @@ from typing import Any
 
 from aiohttp import web
 
-from . import heuristics
+from pipeline.llm import TASK_HEADER
+
+from .routing import CONTROLLER_TASKS, STAGES, ProtocolError, answer_for, content_text, header, stage_of, tag
+
+__all__ = [
+    "CONTROLLER_TASKS", "STAGES", "ControllerStandIn", "ProtocolError", "Recorded", "answer_for", "stage_of", "tag",
+]
 
 log = logging.getLogger(__name__)
-
-STAGES: tuple[str, ...] = ("task-planning", "model-selection", "response-generation", "controller-task")
-"""Stage names accepted on the first line of the system message (``[stage:NAME]``)."""
-
-CONTROLLER_TASKS: tuple[str, ...] = (
-    "summarization",
-    "translation",
-    "conversational",
-    "text-generation",
-    "text2text-generation",
-)
-
-_STAGE_RE = re.compile(r"^\[stage:([a-z0-9-]+)\]\s*$")
-
-
-class ProtocolError(ValueError):
-    """The request does not follow the sandbox prompt protocol (answered with HTTP 400)."""
 
 
 @dataclass
@@ -58,147 +50,20 @@ class Recorded:
     """One request the stand-in received.
 
     Attributes:
-        stage: the ``[stage:NAME]`` of the request, or ``None`` if it had none.
+        stage: the ``X-HuggingGPT-Stage`` header of the request as sent (even an unknown name),
+            or ``None`` when it had none.
         body: the JSON body as sent by the client.
         start: ``time.monotonic()`` when the request arrived, seconds.
         end: ``time.monotonic()`` when the answer (or error) was fully sent, seconds; ``None``
             while still running or when the connection was dropped before the end.
+        task: the ``X-HuggingGPT-Task`` header as sent, or ``None`` when it had none.
     """
 
     stage: str | None
     body: dict[str, Any]
     start: float
     end: float | None = None
-
-
-def tag(text: str, name: str) -> str | None:
-    """The content of ``<name>...</name>`` in ``text`` (may span lines), stripped; ``None`` if absent."""
-    m = re.search(rf"<{re.escape(name)}>(.*?)</{re.escape(name)}>", text, re.S)
-    return m.group(1).strip() if m else None
-
-
-def _json_tag(text: str, name: str, kind: type, required: bool = True) -> Any:
-    raw = tag(text, name)
-    if raw is None:
-        if required:
-            raise ProtocolError(f"the last user message has no <{name}> block")
-        return None
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise ProtocolError(f"<{name}> does not hold valid JSON ({exc.msg} at character {exc.pos})") from None
-    if not isinstance(value, kind):
-        raise ProtocolError(f"<{name}> must hold a JSON {kind.__name__}, got {type(value).__name__}")
-    return value
-
-
-def _content_text(message: Any) -> str:
-    """Text of a chat message whose ``content`` is a string or a list of ``{"type": "text"}`` parts."""
-    if not isinstance(message, dict):
-        raise ProtocolError("every message must be a JSON object")
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
-    return ""
-
-
-STAGE_HEADER = "X-HuggingGPT-Stage"
-TASK_HEADER = "X-HuggingGPT-Task"
-
-
-def stage_of(body: dict[str, Any], headers: Any = None) -> str | None:
-    """The stage of a request: the ``X-HuggingGPT-Stage`` header the pipeline sends, else (for
-    hand-written test prompts) the ``[stage:NAME]`` first line of the system message; ``None``."""
-    if headers is not None and headers.get(STAGE_HEADER):
-        return str(headers.get(STAGE_HEADER))
-    msgs = body.get("messages")
-    if not isinstance(msgs, list) or not msgs or not isinstance(msgs[0], dict):
-        return None
-    if msgs[0].get("role") not in ("system", "developer"):
-        return None
-    first = _content_text(msgs[0]).strip().splitlines()
-    m = _STAGE_RE.match(first[0].strip()) if first else None
-    return m.group(1) if m else None
-
-
-def answer_for(body: dict[str, Any], headers: Any = None) -> tuple[str, str]:
-    """Compute the stand-in's answer to one chat completions request body.
-
-    Returns:
-        ``(stage, content)``: the stage name and the assistant's text (a JSON document for
-        ``task-planning`` and ``model-selection``, prose for the other stages).
-
-    Raises:
-        ProtocolError: no ``[stage:NAME]`` line, unknown stage, missing or malformed blocks.
-    """
-    msgs = body.get("messages")
-    if not isinstance(msgs, list) or len(msgs) < 2:
-        raise ProtocolError("expected a system message with [stage:NAME] and a last user message")
-    system = _content_text(msgs[0]).strip().splitlines()
-    if msgs[0].get("role") not in ("system", "developer") or not system:
-        raise ProtocolError("messages[0] must be a system message whose first line is [stage:NAME]")
-    header_stage = headers.get(STAGE_HEADER) if headers is not None else None
-    header_task = headers.get(TASK_HEADER) if headers is not None else None
-    if header_stage:
-        stage = str(header_stage)
-    else:
-        m = _STAGE_RE.match(system[0].strip())
-        if not m:
-            raise ProtocolError(f"the system message's first line must be [stage:NAME], got {system[0][:60]!r}")
-        stage = m.group(1)
-        system = system[1:]
-    if stage not in STAGES:
-        raise ProtocolError(f"unknown stage {stage!r}; expected one of {', '.join(STAGES)}")
-    last = msgs[-1]
-    if not isinstance(last, dict) or last.get("role") != "user":
-        raise ProtocolError("the last message must be the user message with the tagged blocks")
-    user = _content_text(last)
-
-    if stage == "task-planning":
-        request = tag(user, "request")
-        if request is None:
-            raise ProtocolError("the last user message has no <request> block")
-        resources = _json_tag(user, "resources", list)
-        available = _json_tag(user, "available_tasks", list)
-        plan = heuristics.plan_tasks(request, resources, [str(a) for a in available])
-        # A <problem> block (repair round) gets the same deterministic plan: it is already valid.
-        return stage, json.dumps({"tasks": plan}, ensure_ascii=False)
-
-    if stage == "model-selection":
-        task = _json_tag(user, "task", dict)
-        candidates = _json_tag(user, "candidates", list)
-        try:
-            pick = heuristics.select_model(task, candidates)
-        except ValueError as exc:
-            raise ProtocolError(str(exc)) from None
-        return stage, json.dumps(pick, ensure_ascii=False)
-
-    if stage == "response-generation":
-        request = tag(user, "request")
-        if request is None:
-            raise ProtocolError("the last user message has no <request> block")
-        plan = _json_tag(user, "plan", list)
-        selections = _json_tag(user, "selections", dict, required=False) or {}
-        results = _json_tag(user, "results", dict, required=False) or {}
-        return stage, heuristics.compose_response(request, plan, selections, results)
-
-    # controller-task
-    if header_task:
-        task_name = str(header_task)
-    else:
-        task_line = system[0].strip() if system else ""
-        tm = re.match(r"^task:\s*(\S+)$", task_line)
-        if not tm:
-            raise ProtocolError("a controller-task call needs the X-HuggingGPT-Task header (or a line 'task: NAME')")
-        task_name = tm.group(1)
-    if task_name not in CONTROLLER_TASKS:
-        raise ProtocolError(f"unknown controller task {task_name!r}; expected one of {', '.join(CONTROLLER_TASKS)}")
-    text = tag(user, "input")
-    if text is None:
-        raise ProtocolError("the last user message has no <input> block")
-    return stage, heuristics.controller_task(task_name, text, tag(user, "context"))
+    task: str | None = None
 
 
 def _error_body(message: str, type_: str, code: str | None = None, param: str | None = None) -> dict[str, Any]:
@@ -328,9 +193,11 @@ class ControllerStandIn:
         except (json.JSONDecodeError, UnicodeDecodeError):
             body = None
         if not isinstance(body, dict):
-            self.requests.append(Recorded(None, {}, start, time.monotonic()))
+            self.requests.append(
+                Recorded(stage_of(request.headers), {}, start, time.monotonic(), header(request.headers, TASK_HEADER))
+            )
             return self._error(400, "The request body is not a JSON object.")
-        rec = Recorded(stage_of(body, request.headers), body, start)
+        rec = Recorded(stage_of(request.headers), body, start, task=header(request.headers, TASK_HEADER))
         self.requests.append(rec)
         try:
             response = await self._respond(request, body)
@@ -373,7 +240,7 @@ class ControllerStandIn:
                 _, content = answer_for(body, request.headers)
             except ProtocolError as exc:
                 log.warning("sandbox controller refused a request: %s", exc)
-                return self._error(400, f"[sandbox] prompt protocol error: {exc}", "sandbox_protocol")
+                return self._error(400, f"[sandbox] bad request: {exc}", "sandbox_protocol")
             if action.get("truncate"):
                 content = content[: len(content) // 2]
                 finish = "length"
@@ -389,7 +256,7 @@ class ControllerStandIn:
         return _Dropped()
 
     def _usage(self, body: dict[str, Any], content: str) -> dict[str, int]:
-        prompt = sum(_tokens(_content_text(m)) for m in body.get("messages", []) if isinstance(m, dict))
+        prompt = sum(_tokens(content_text(m)) for m in body.get("messages", []) if isinstance(m, dict))
         completion = _tokens(content)
         return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
