@@ -2,8 +2,17 @@
 
 ``Sandbox`` starts, in-process on 127.0.0.1, an OpenAI-compatible controller
 (:mod:`bot.sandbox.controller`) and a Hugging Face inference server (:mod:`bot.sandbox.inference`)
-that speak the real wire formats and derive their outputs from their inputs. Every answer they
-produce is labelled as coming from a stand-in.
+that speak the real wire formats and derive their outputs from their inputs. Answers and generated
+media are labelled as coming from a stand-in.
+
+This package is optional and separate: the product imports it only from ``bot/cli/common.py``
+(lazily, for ``--sandbox``); it imports nothing of ``bot/`` or ``adapters/``. Its modules:
+
+- controller side: :mod:`.controller` (HTTP server), :mod:`.routing` (the ``X-HuggingGPT-Stage``
+  / ``X-HuggingGPT-Task`` headers to a rule), :mod:`.planning`, :mod:`.planner`, :mod:`.wording`
+  (keyword task planning), :mod:`.heuristics` (model selection, response, controller tasks);
+- inference side: :mod:`.inference` (HTTP server), :mod:`.imaging`, :mod:`.audio_video`,
+  :mod:`.text_outputs` (outputs per task), :mod:`.faults` (HTTP error answers).
 """
 
 from __future__ import annotations
