@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import time
 
+from adapters.text import split_text
 from bot.progress import Progress, TaskProgress
 
 MESSAGE_LIMIT = 2000
@@ -98,112 +99,14 @@ def render_progress(progress: Progress, *, title: str | None = None, now: float 
 # ----------------------------------------------------------------------------------------------
 # answer splitting
 
-_FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
-
-
-def _split_words(text: str, limit: int) -> list[str]:
-    """Split one line into pieces of at most ``limit`` characters at spaces; a word longer than
-    ``limit`` (a URL, a hash) is cut, as nothing else can make it fit."""
-    pieces: list[str] = []
-    while len(text) > limit:
-        cut = text.rfind(" ", 0, limit + 1)
-        if cut <= 0:
-            pieces.append(text[:limit])
-            text = text[limit:]
-        else:
-            pieces.append(text[:cut])
-            text = text[cut + 1 :]
-    pieces.append(text)
-    return pieces
-
-
 def split_message(text: str, limit: int = MESSAGE_LIMIT) -> list[str]:
-    """Split an answer into messages of at most ``limit`` characters.
-
-    Rules: break between lines, preferring a blank line or the start of a code block once a
-    message is at least half full; a line longer than a message is broken at a space (only a
-    single word longer than the limit is cut inside). A code block (```` ``` ```` or ``~~~``
-    fence) that must be split is closed at the end of one message and reopened, with its
-    language tag, at the start of the next, so every message renders as valid Markdown.
-
-    Args:
-        text: Markdown text.
-        limit: maximum characters per message (Discord: 2000); at least 40.
-
-    Returns:
-        Non-empty messages in order (``[]`` for blank text).
+    """An answer cut into Discord messages of at most ``limit`` characters
+    (:func:`adapters.text.split_text`; Discord API docs, "Create Message": 2000).
 
     Raises:
         ValueError: ``limit`` below 40.
     """
-    if limit < 40:
-        raise ValueError("limit must be at least 40 characters")
-    text = text.strip("\n")
-    if not text.strip():
-        return []
-    chunks: list[str] = []
-    cur: list[str] = []
-    cur_len = 0  # len("\n".join(cur))
-    fence: str | None = None  # opening line of the code block we are inside
-    soft: int | None = None  # index into cur where a split is pleasant (outside code)
-
-    def closer(f: str | None) -> int:
-        return len(_fence_chars(f)) + 1 if f else 0
-
-    def has_content(lines: list[str]) -> bool:
-        return any(ln.strip() and not _FENCE.match(ln) for ln in lines)
-
-    def emit(upto: int, open_fence: str | None) -> None:
-        nonlocal cur, cur_len, soft
-        head, rest = cur[:upto], cur[upto:]
-        body = "\n".join(head).strip("\n")
-        if open_fence is not None and upto == len(cur):
-            body += "\n" + _fence_chars(open_fence)
-        if has_content(head):
-            chunks.append(body)
-        if upto == len(cur):
-            rest = [open_fence] if open_fence is not None else []
-        while rest and not rest[0].strip():
-            rest = rest[1:]
-        cur = rest
-        cur_len = len("\n".join(cur))
-        soft = None
-
-    for raw in text.split("\n"):
-        is_fence = _FENCE.match(raw) is not None
-        if is_fence and fence is None:
-            after: str | None = raw.strip()
-            if cur and has_content(cur):
-                soft = len(cur)
-        elif is_fence and fence is not None and raw.strip().strip("`~") == "" and raw.strip()[0] == fence[0] \
-                and len(raw.strip()) >= len(_fence_chars(fence)):
-            after = None
-        else:
-            after = fence
-        room = limit - (len(fence) + 1 if fence else 0) - max(closer(fence), closer(after)) - 1
-        pieces = _split_words(raw, room) if len(raw) > room else [raw]
-        for i, piece in enumerate(pieces):
-            state_after = after if i == len(pieces) - 1 else fence
-            while cur and cur_len + 1 + len(piece) + closer(state_after) > limit:
-                if soft is not None and len("\n".join(cur[:soft])) >= limit // 2:
-                    emit(soft, None)
-                else:
-                    emit(len(cur), fence)
-            cur_len += len(piece) + (1 if cur else 0)
-            cur.append(piece)
-        fence = after
-        if fence is None and (not raw.strip() or is_fence):
-            soft = len(cur)
-    emit(len(cur), fence)
-    return chunks
-
-
-def _fence_chars(fence_line: str) -> str:
-    """The bare fence (```` ``` ```` or ``~~~``, same length) that closes ``fence_line``."""
-    s = fence_line.strip()
-    ch = s[0] if s else "`"
-    n = len(s) - len(s.lstrip(ch))
-    return ch * max(3, n)
+    return split_text(text, limit)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -18,6 +18,8 @@ from typing import Any, Callable, Literal
 
 from slackify_markdown import slackify_markdown
 
+from adapters.text import split_text as _split
+from adapters.text import utf8_len
 from bot.progress import Progress
 
 Clock = Callable[[], float]
@@ -183,89 +185,14 @@ def _escape_angles(text: str) -> str:
     return "\n".join(lines)
 
 
-_FENCE = "```"
-
-
-def _utf8_len(s: str) -> int:
-    return len(s.encode("utf-8"))
-
-
-def _cut_bytes(s: str, limit: int) -> tuple[str, str]:
-    """Split ``s`` at the last whitespace within ``limit`` UTF-8 bytes (else at a character)."""
-    b = s.encode("utf-8")
-    if len(b) <= limit:
-        return s, ""
-    head = b[:limit].decode("utf-8", errors="ignore")
-    cut = max(head.rfind(" "), head.rfind("\n"), head.rfind("\t"))
-    if cut > 0:
-        return s[:cut], s[cut + 1:]
-    return head, s[len(head):]
-
-
 def split_text(text: str, limit: int = MESSAGE_LIMIT_BYTES) -> list[str]:
-    """Split ``text`` into messages of at most ``limit`` UTF-8 bytes each.
+    """An answer cut into Slack messages of at most ``limit`` UTF-8 bytes (:func:`adapters.text.split_text`,
+    measured in bytes, code blocks reopened as bare fences since mrkdwn has no language tags).
 
-    Splits at line ends where possible, else at spaces, a word is cut only when it alone is longer
-    than a message. A code block (```` ``` ````) that spans two messages is closed at the end of
-    the first and reopened at the start of the next, so each message renders on its own.
-
-    Args:
-        text: mrkdwn text.
-        limit: bytes per message (>= 64); default :data:`MESSAGE_LIMIT_BYTES`.
-
-    Returns:
-        Non-empty chunks, in order; ``[]`` for blank text.
+    Raises:
+        ValueError: ``limit`` below 40.
     """
-    if limit < 64:
-        raise ValueError("limit must be at least 64 bytes")
-    text = text.strip("\n")
-    if not text.strip():
-        return []
-    reserve = len(_FENCE) + 1  # "\n```" to close an open code block
-    chunks: list[str] = []
-    cur: list[str] = []
-    cur_len = 0
-    in_code = False  # whether the current chunk ends inside a code block
-
-    def flush() -> None:
-        nonlocal cur, cur_len
-        body = "\n".join(cur).rstrip()
-        if in_code and body:
-            body += "\n" + _FENCE
-        if body.strip() and body.strip() != _FENCE:
-            chunks.append(body)
-        cur = [_FENCE] if in_code else []
-        cur_len = len(_FENCE) if in_code else 0
-
-    pending = text.split("\n")
-    pending.reverse()
-    while pending:
-        line = pending.pop()
-        fences = line.count(_FENCE)
-        after = in_code ^ (fences % 2 == 1)
-        need = _utf8_len(line) + (1 if cur else 0)
-        budget = limit - (reserve if (in_code or after) else 0)
-        if cur_len + need <= budget:
-            cur.append(line)
-            cur_len += need
-            in_code = after
-            continue
-        if cur and cur != [_FENCE]:
-            flush()
-            pending.append(line)
-            continue
-        # The line alone does not fit into an empty chunk: cut it.
-        room = limit - reserve - cur_len - (1 if cur else 0)
-        head, tail = _cut_bytes(line, room)
-        cur.append(head)
-        cur_len += _utf8_len(head) + (1 if len(cur) > 1 else 0)
-        in_code = in_code ^ (head.count(_FENCE) % 2 == 1)
-        flush()
-        if tail:
-            pending.append(tail)
-    if cur and cur != [_FENCE]:
-        flush()
-    return chunks
+    return _split(text, limit, size=utf8_len, reopen_language=False)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -312,8 +239,8 @@ def render_status(progress: Progress) -> str:
         lines.append(s)
     out = "\n".join(lines)
     hidden = 0
-    while _utf8_len(out) > MESSAGE_LIMIT_BYTES and len(lines) > 2:
+    while utf8_len(out) > MESSAGE_LIMIT_BYTES and len(lines) > 2:
         lines.pop()
         hidden += 1
         out = "\n".join(lines) + f"\n…and {hidden} more task{'s' if hidden != 1 else ''}."
-    return out if _utf8_len(out) <= MESSAGE_LIMIT_BYTES else split_text(out, MESSAGE_LIMIT_BYTES)[0]
+    return out if utf8_len(out) <= MESSAGE_LIMIT_BYTES else split_text(out, MESSAGE_LIMIT_BYTES)[0]
