@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import hashlib
 import io
 import json
 import os
@@ -19,47 +18,24 @@ import textwrap
 import time
 from pathlib import Path
 
+import aiosqlite
 import pytest
 from PIL import Image
 
+from bot.errors import StorageError
 from bot.incoming import ConversationKey
 from bot.locks import ThreadLocks
-from bot.store import ConversationStore, PruneReport, SQLiteStore
+from bot.store import ConversationStore, MediaStore, PruneReport, SQLiteStore, migrations
+from bot.store.chatlog import TURN_OVERHEAD_TOKENS, select_history
 from bot.store.migrations import SCHEMA_VERSION
+from bot.store.retention import expired, over_budget
 from bot.store.text import clip_summary
-from bot.tokens import count_tokens
-from bot.errors import StorageError
+from bot.tokens import count_json_tokens, count_tokens
 from pipeline.tasks.outputs import Label, Labels
 from pipeline.types import Output, Resource, RunRecord, Selection, Task, TaskResult
 
 ROOT = Path(__file__).resolve().parent.parent
 MEDIA = ROOT / "tests" / "fixtures" / "media"
-
-try:  # the real media store (pipeline/media.py, written in parallel)
-    from bot.store import MediaStore
-except ImportError:  # pragma: no cover - until it lands: same contract, private to the tests
-
-    class MediaStore:  # type: ignore[no-redef]
-        """Stand-in with pipeline.media.MediaStore's contract: content-hash names, atomic put."""
-
-        def __init__(self, root: Path) -> None:
-            self.root = Path(root)
-            self.dir = self.root / "media"
-
-        async def put(self, data: bytes, mime: str) -> Path:
-            ext = {"image/png": ".png", "image/jpeg": ".jpg", "audio/wav": ".wav", "video/mp4": ".mp4"}.get(mime, ".bin")
-            h = hashlib.sha256(data).hexdigest()
-            final = self.dir / h[:2] / f"{h}{ext}"
-
-            def write() -> Path:
-                final.parent.mkdir(parents=True, exist_ok=True)
-                tmp = final.with_name(final.name + ".tmp")
-                tmp.write_bytes(data)
-                os.replace(tmp, final)
-                return final.resolve()
-
-            return await asyncio.to_thread(write)
-
 
 KEY_A = ConversationKey("discord", "guild-1", "chan-1", "thread-1")
 KEY_B = ConversationKey("slack", "T01", "C01", "1700000000.000100")
@@ -153,6 +129,7 @@ async def test_create_reopen_keeps_history_and_files(tmp_path):
     res = await s2.resources(cid)
     assert [(r.id, r.origin, r.turn, r.name) for r in res] == [("image-1", "user", 0, "chelsea.png"), ("image-2", "task:0", 0, None)]
     assert res[0].description == "photo chelsea.png, 451x300 pixels"
+    assert (res[0].path, res[0].size) == (photo.path, photo.size)  # the upload survives a reopen
     assert res[0].path.read_bytes() == media("chelsea.png")  # the file itself is intact
     with Image.open(res[1].path) as im:
         assert im.mode == "L" and im.size == (451, 300)
@@ -764,13 +741,6 @@ def test_clip_summary():
 
 
 # -- migrations: numbered .sql files, the runner, the v2 backfill ---------------------------------
-
-import aiosqlite  # noqa: E402
-
-from bot.store import migrations  # noqa: E402
-from bot.store.chatlog import TURN_OVERHEAD_TOKENS, select_history  # noqa: E402
-from bot.store.retention import expired, over_budget  # noqa: E402
-from bot.tokens import count_json_tokens  # noqa: E402
 
 
 def test_shipped_migrations_are_the_numbered_sql_files_of_the_package():
