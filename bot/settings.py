@@ -15,6 +15,7 @@ process environment is never modified.
 
 from __future__ import annotations
 
+import difflib
 import os
 import tomllib
 from collections.abc import Mapping
@@ -22,13 +23,21 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 from pydantic_settings.sources.utils import parse_env_vars
 
 from .errors import ConfigError
 
 MiB = 1024 * 1024
+GiB = 1024 * MiB
+DAY = 86400.0
+
+
+class Section(BaseModel):
+    """A ``[section]`` of the config: unknown keys are refused (with the nearest valid key)."""
+
+    model_config = ConfigDict(extra="forbid")
 
 
 def secret(value: SecretStr | str | None) -> str | None:
@@ -38,19 +47,22 @@ def secret(value: SecretStr | str | None) -> str | None:
     return value.get_secret_value() if isinstance(value, SecretStr) else str(value)
 
 
-class LLMSettings(BaseModel):
+class LLMSettings(Section):
     """``[llm]``: the controller, any OpenAI-compatible chat completions server."""
 
     base_url: str | None = None  # None: the SDK default (api.openai.com)
     api_key: SecretStr | None = None
     model: str = "gpt-4o-mini"
-    timeout: float = Field(60.0, gt=0, description="seconds per controller call")
-    max_retries: int = Field(2, ge=0, description="openai SDK retries (429, 5xx, connection)")
+    timeout: float = Field(60.0, gt=0, le=DAY, description="seconds per controller call")
+    max_retries: int = Field(2, ge=0, le=20, description="openai SDK retries (429, 5xx, connection)")
     structured_output: Literal["auto", "json_schema", "json_object", "off"] = "auto"
-    temperature: float = 0.0
+    temperature: float = Field(0.0, ge=0, le=2)
+    max_reply_bytes: int = Field(
+        4 * MiB, ge=1024, le=GiB, description="bytes, largest controller reply read (enforced while it arrives)"
+    )
 
 
-class InferenceSettings(BaseModel):
+class InferenceSettings(Section):
     """``[inference]``: expert models, model selection and execution limits."""
 
     provider: str | None = Field("hf-inference", description="Inference Providers name, 'auto', or none")
@@ -63,45 +75,65 @@ class InferenceSettings(BaseModel):
     )
     selection: Literal["llm", "top"] = "llm"
     top_k: int = Field(5, ge=1, le=20)
-    task_timeout: float = Field(120.0, gt=0, description="seconds per expert call")
-    deadline: float = Field(600.0, gt=0, description="seconds for a whole run")
-    max_attempts: int = Field(3, ge=1, description="tries per model on 429/503/timeout")
-    max_candidates_tried: int = Field(3, ge=1, description="models tried per task before it fails")
-    backoff_max: float = Field(30.0, gt=0, description="seconds, cap of one retry wait")
+    task_timeout: float = Field(120.0, gt=0, le=DAY, description="seconds per expert call")
+    deadline: float = Field(
+        600.0, gt=0, le=DAY, description="seconds for a whole run: planning, execution and the answer, retries included"
+    )
+    max_attempts: int = Field(3, ge=1, le=20, description="tries per model on 429/503/timeout")
+    max_candidates_tried: int = Field(3, ge=1, le=20, description="models tried per task before it fails")
+    backoff_max: float = Field(30.0, gt=0, le=3600, description="seconds, cap of one retry wait")
+    max_media_bytes: int = Field(
+        64 * MiB, ge=1024, le=4 * GiB, description="bytes, largest media reply of an expert (enforced while it arrives)"
+    )
+    max_json_bytes: int = Field(
+        8 * MiB, ge=1024, le=GiB, description="bytes, largest JSON or text reply of an expert"
+    )
+    max_image_pixels: int = Field(
+        40_000_000, ge=10_000, le=1_000_000_000, description="pixels, largest image decoded (input or output)"
+    )
+    max_items: int = Field(
+        1000, ge=1, le=1_000_000, description="structured items (boxes, segments, labels) kept from one reply"
+    )
+    max_text_chars: int = Field(
+        20_000, ge=100, le=10_000_000, description="characters of a text result kept in the record and shown"
+    )
 
 
-class CatalogSettings(BaseModel):
+class CatalogSettings(Section):
     """``[catalog]``: which models exist for which task."""
 
     path: Path | None = None  # None: the catalog shipped with the package
-    availability_ttl: float = Field(3600.0, description="seconds to cache provider availability")
+    availability_ttl: float = Field(3600.0, ge=0, le=30 * DAY, description="seconds to cache provider availability")
 
 
-class StorageSettings(BaseModel):
+class StorageSettings(Section):
     """``[storage]``: media, conversations and limits on user files."""
 
     data_dir: Path = Path("hugginggpt-data")
-    max_file_bytes: int = Field(25 * MiB, gt=0)
-    max_files: int = Field(5, ge=1)
-    context_tokens: int = Field(1500, ge=0, description="chat-log budget in the planning prompt")
-    max_age_days: float | None = None
-    max_media_bytes: int | None = None
+    max_file_bytes: int = Field(25 * MiB, ge=1024, le=4 * GiB)
+    max_files: int = Field(5, ge=1, le=100)
+    context_tokens: int = Field(1500, ge=0, le=1_000_000, description="chat-log budget in the planning prompt")
+    max_age_days: float | None = Field(None, gt=0, le=36500, description="days a conversation is kept after its last use")
+    max_media_bytes: int | None = Field(
+        None, ge=MiB, description="bytes, quota of the media directory (oldest unreferenced files go first)"
+    )
 
 
-class DiscordSettings(BaseModel):
+class DiscordSettings(Section):
     """``[discord]``: the Discord front end."""
 
     token: SecretStr | None = None
-    command_name: str = "ask"
+    command_name: str = Field("ask", pattern=r"^[-_a-z0-9]{1,32}$")
     allowed_guilds: list[int] = Field(default_factory=list)
     allowed_channels: list[int] = Field(default_factory=list)
     allowed_roles: list[int] = Field(default_factory=list)
-    rate_limit_per_minute: int = 6
-    max_concurrent_runs: int = 2
+    allow_dms: bool | None = Field(None, description="direct messages; default: allowed only when no allow-list is set")
+    rate_limit_per_minute: int = Field(6, ge=1, le=10_000)
+    max_concurrent_runs: int = Field(2, ge=1, le=1000)
     followups_need_mention: bool = False
 
 
-class SlackSettings(BaseModel):
+class SlackSettings(Section):
     """``[slack]``: the Slack front end."""
 
     bot_token: SecretStr | None = None
@@ -109,11 +141,12 @@ class SlackSettings(BaseModel):
     signing_secret: SecretStr | None = None
     mode: Literal["socket", "http"] = "socket"
     host: str = "0.0.0.0"
-    port: int = 3000
-    path: str = "/slack/events"
+    port: int = Field(3000, ge=1, le=65535)
+    path: str = Field("/slack/events", pattern=r"^/")
     allowed_channels: list[str] = Field(default_factory=list)
     allowed_users: list[str] = Field(default_factory=list)
-    rate_limit_per_minute: int = 6
+    allow_dms: bool | None = Field(None, description="direct messages; default: allowed only when no allow-list is set")
+    rate_limit_per_minute: int = Field(6, ge=1, le=10_000)
     followups_without_mention: bool = True
 
 
@@ -248,9 +281,53 @@ def load_settings(
     try:
         return Settings(**data)
     except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        origin = f" in {file}" if file else ""
-        raise ConfigError(f"The setting {where}{origin} is invalid: {first['msg']}.", str(e)) from None
+        lines = describe_errors(e, file=file, env=env, overrides=overrides or {})
+        raise ConfigError("\n".join(lines), "; ".join(lines)) from None
     finally:
         _ENVIRONMENT.reset(token)
+
+
+def describe_errors(
+    error: ValidationError, *, file: Path | None, env: Mapping[str, str], overrides: Mapping[str, Mapping[str, Any]]
+) -> list[str]:
+    """One sentence per problem in ``error``, naming where the value came from (the
+    ``HUGGINGGPT_…`` or usual variable, the command line, or the TOML key in ``file``) and, for an
+    unknown key, the nearest valid one. Values are never included (they may be secrets).
+
+    Returns:
+        The sentences, in pydantic's order.
+    """
+    lines = []
+    upper_env = {k.upper() for k in env}
+    for err in error.errors(include_url=False, include_input=False, include_context=False):
+        loc = [str(p) for p in err["loc"]]
+        section, key = loc[0], (loc[1] if len(loc) > 1 else None)
+        if key is None:
+            where = f"[{section}]"
+            choices: list[str] = list(Settings.model_fields)
+        else:
+            where = f"[{section}] {'.'.join(loc[1:])}"
+            field = Settings.model_fields.get(section)
+            model = field.annotation if field is not None else None
+            choices = list(getattr(model, "model_fields", {}))
+        var = f"HUGGINGGPT_{section}__{key}".upper() if key else None
+        usual = next((v for v, sk in _USUAL_VARIABLES.items() if sk == (section, key) and env.get(v)), None)
+        if var and var in upper_env:
+            origin = f"from {var}"
+        elif key and key in (overrides.get(section) or {}):
+            origin = "from the command line"
+        elif usual:
+            origin = f"from {usual}"
+        elif file is not None:
+            origin = f"in {file}"
+        else:
+            origin = "in the settings"
+        if err["type"] == "extra_forbidden":
+            name = key if key is not None else section
+            kind = "key" if key is not None else "section"
+            near = difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
+            hint = f"; did you mean {near[0]}?" if near else f"; valid {kind}s: {', '.join(choices)}."
+            lines.append(f"{where} {origin} is not a known {kind}{hint}")
+        else:
+            lines.append(f"{where} {origin} is invalid: {err['msg']}.")
+    return lines

@@ -68,7 +68,24 @@ def test_invalid_config_file(tmp_path):
     (tmp_path / "hugginggpt.toml").write_text("[inference]\ntop_k = 'many'\n")
     p = hugginggpt(["run", "--sandbox", "hello"], tmp_path)
     no_traceback(p)
-    assert p.returncode == 2 and "inference.top_k" in p.stderr and "hugginggpt.toml" in p.stderr
+    assert p.returncode == 2 and "[inference] top_k in hugginggpt.toml" in p.stderr
+    assert p.stderr.count("top_k") == 1, p.stderr  # said once, not once per log handler
+
+
+def test_config_errors_one_line_each_no_secret_values(tmp_path):
+    (tmp_path / "hugginggpt.toml").write_text(
+        "[inference]\ntopk = 3\ndeadline = -5\n[stroage]\nx = 1\n[llm]\napi_key = 'sk-in-file-999'\ntimeout = 'soon'\n"
+    )
+    p = hugginggpt(["run", "--sandbox", "hello"], tmp_path, {"HUGGINGGPT_SLACK__PORT": "0"})
+    no_traceback(p)
+    assert p.returncode == 2
+    err = p.stderr
+    assert "[inference] topk in hugginggpt.toml is not a known key; did you mean top_k?" in err
+    assert "[inference] deadline in hugginggpt.toml is invalid" in err
+    assert "[stroage] in hugginggpt.toml is not a known section; did you mean storage?" in err
+    assert "[slack] port from HUGGINGGPT_SLACK__PORT is invalid" in err
+    assert "[llm] timeout in hugginggpt.toml is invalid" in err
+    assert "sk-in-file-999" not in err and "soon" not in err and "pydantic" not in err
     (tmp_path / "hugginggpt.toml").write_text("[llm\n")
     p = hugginggpt(["run", "--sandbox", "hello"], tmp_path)
     assert p.returncode == 2 and "not valid TOML" in p.stderr

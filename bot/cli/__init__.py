@@ -55,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return asyncio.run(_main(args)) or 0
     except HuggingGPTError as e:
-        log.warning("%s: %s", e.__class__.__name__, e)
+        if logging.getLogger().handlers:  # not before logging is set up (stderr would say it twice)
+            log.warning("%s: %s", e.__class__.__name__, e)
         print(f"Error: {e.user_message}", file=sys.stderr)
         return exit_status(e)
     except KeyboardInterrupt:
