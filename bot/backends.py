@@ -63,6 +63,7 @@ def build_pipeline(settings: Settings) -> tuple[Pipeline, list[Callable[[], Awai
         max_retries=llm.max_retries,
         structured_output=llm.structured_output,
         temperature=llm.temperature,
+        max_reply_bytes=llm.max_reply_bytes,
     )
     availability = Availability(
         provider=inf.provider,

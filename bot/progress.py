@@ -138,7 +138,7 @@ class Progress:
             for tid, res in record.results.items():
                 if tid in self.tasks and self.tasks[tid].state in ("waiting", "running"):
                     self._finish_task(tid, res.status, res.model, res.error, now)
-            self.stage = "done" if record.status == "ok" else "failed"
+            self.stage = "done" if record.answered else "failed"
             self.error = record.error
             total = record.timings_ms.get("total")
             self.elapsed = total / 1000 if total else now - self.started

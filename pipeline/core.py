@@ -10,18 +10,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
-
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 
 from cachetools import TTLCache
 
 from . import planning
-from .errors import ControllerError, HuggingGPTError
+from .errors import ControllerError, DeadlineError, HuggingGPTError
 from .execution import ExecutionLimits, Executor
 from .experts.base import ExpertRunner, RunnerKind
 from .llm import Controller, Usage
-from .response import response_messages
+from .response import fallback_answer, response_messages
 from .selection import Selector
 from .types import Done, Event, PlanReady, Request, ResourceSink, ResponseDelta, RunRecord
 
@@ -61,7 +59,14 @@ class Pipeline:
         return served
 
     async def run(self, request: Request, sink: ResourceSink) -> AsyncIterator[Event]:
-        """Run one request through the four stages.
+        """Run one request through the four stages, within the run's deadline.
+
+        The deadline (``limits.deadline`` seconds from the call) covers the whole run: task
+        planning with its repair round, model selection, task execution and the streamed answer,
+        the controller SDK's retries and ``Retry-After`` waits included. When it passes, what is in
+        flight is cancelled and the answer covers what finished (their files are still in the
+        record); when it passes before the answer starts, the answer is written here without the
+        controller (:func:`pipeline.response.fallback_answer`).
 
         Args:
             request: the request (its files already checked and stored).
@@ -70,25 +75,39 @@ class Pipeline:
         Yields:
             ``PlanReady``, then per task ``ModelSelected`` / ``TaskStarted`` / ``TaskFinished`` |
             ``TaskFailed`` | ``TaskSkipped`` as they happen, then ``ResponseDelta`` pieces, and
-            always a final ``Done`` whose record has ``status`` ``"ok"`` or ``"error"`` (with the
-            user's sentence in ``error``).
+            always a final ``Done`` whose record has ``status`` ``"ok"`` (every task succeeded),
+            ``"partial"`` (answered, but a task failed or was skipped or the deadline passed) or
+            ``"error"`` (with the user's sentence in ``error``), and ``deadline_passed``.
 
         Cancellation (Ctrl-C, shutdown) propagates after in-flight tasks are cancelled.
         """
         usage = Usage()
         record = RunRecord(request=request.text)
+        loop = asyncio.get_running_loop()
         t0 = time.monotonic()
+        deadline = self.limits.deadline
+        end = loop.time() + deadline
+        stage = "task planning"
+        tasks: list = []
         try:
-            available = await self.served_tasks()
-            tasks = await planning.plan(self.controller, request, available, usage)
+            try:
+                async with asyncio.timeout_at(end):
+                    available = await self.served_tasks()
+                    tasks = await planning.plan(self.controller, request, available, usage)
+            except TimeoutError:
+                raise DeadlineError(
+                    f"The run's deadline of {deadline:g} seconds passed during task planning; nothing was run.",
+                    f"deadline {deadline:g} s passed during task planning",
+                ) from None
             record.tasks = tasks
             record.timings_ms["planning"] = (time.monotonic() - t0) * 1000
             yield PlanReady(tuple(tasks))
 
             if tasks:
+                stage = "task execution"
                 t1 = time.monotonic()
                 queue: asyncio.Queue = asyncio.Queue()
-                work = asyncio.create_task(self.executor.execute(tasks, request, sink, queue.put_nowait, usage))
+                work = asyncio.create_task(self.executor.execute(tasks, request, sink, queue.put_nowait, usage, end=end))
                 try:
                     while not work.done() or not queue.empty():
                         getter = asyncio.ensure_future(queue.get())
@@ -112,23 +131,52 @@ class Pipeline:
                                 seen.add(f.id)
                                 record.files.append(f)
 
+            stage = "response generation"
             t2 = time.monotonic()
             parts: list[str] = []
-            async for delta in self.controller.stream_text(
-                response_messages(request, tasks, record.selections, record.results),
-                stage="response-generation", usage=usage
-            ):
-                parts.append(delta)
-                yield ResponseDelta(delta)
+            if loop.time() >= end:
+                record.deadline_passed = True
+            else:
+                stream = self.controller.stream_text(
+                    response_messages(request, tasks, record.selections, record.results),
+                    stage="response-generation", usage=usage,
+                )
+                try:
+                    while True:
+                        try:
+                            delta = await asyncio.wait_for(anext(stream), timeout=max(0.0, end - loop.time()))
+                        except StopAsyncIteration:
+                            break
+                        parts.append(delta)
+                        yield ResponseDelta(delta)
+                except TimeoutError:
+                    record.deadline_passed = True
+                finally:
+                    await stream.aclose()
+            if record.deadline_passed:
+                note = f"The run's deadline of {deadline:g} seconds passed"
+                if parts:
+                    tail = f"\n\n({note} while this answer was being written; it is cut here.)"
+                else:
+                    tail = fallback_answer(
+                        tasks, record.selections, record.results,
+                        f"{note} before the answer could be written; here is what finished.",
+                    )
+                parts.append(tail)
+                yield ResponseDelta(tail)
             record.response = "".join(parts).strip()
             record.timings_ms["response"] = (time.monotonic() - t2) * 1000
             if not record.response:
                 raise ControllerError("The controller LLM returned an empty answer.")
+            unfinished = [t for t in tasks if record.results.get(t.id) is None or record.results[t.id].status != "ok"]
+            record.status = "partial" if unfinished or record.deadline_passed else "ok"
         except HuggingGPTError as e:
             record.status = "error"
             record.error = e.user_message
             record.failure = e
-            log.warning("run failed: %s", e)
+            record.deadline_passed = record.deadline_passed or isinstance(e, DeadlineError)
+            log.warning("run failed during %s: %s", stage, e)
         record.llm_calls = usage.calls
+        record.http_attempts = usage.http_attempts
         record.timings_ms["total"] = (time.monotonic() - t0) * 1000
         yield Done(record)

@@ -29,6 +29,10 @@ class PlanError(HuggingGPTError):
     """The controller's plan could not be parsed or validated, even after one repair round."""
 
 
+class DeadlineError(HuggingGPTError):
+    """The run's deadline (``[inference] deadline``, the whole run) passed before an answer existed."""
+
+
 class ExpertError(HuggingGPTError):
     """An expert model call failed.
 

@@ -20,7 +20,7 @@ from typing import Any
 from .errors import ControllerError, ExpertError
 from .experts.base import ExpertRunner, RunnerKind
 from .llm import Usage
-from .planning import PLACEHOLDER
+from .planning import PLACEHOLDER, placeholder_id
 from .selection import Selector
 from .tasks import TASKS
 from .types import (
@@ -75,7 +75,7 @@ def resolve_args(task: Task, results: dict[int, TaskResult], resources: dict[str
         if kind == "text":
 
             def text_of(m: Any) -> str:
-                n = int(m.group(1))
+                n = placeholder_id(m)
                 res = results[n].output
                 text = res.text if res else None
                 if text is None:
@@ -86,7 +86,7 @@ def resolve_args(task: Task, results: dict[int, TaskResult], resources: dict[str
         else:
             m = PLACEHOLDER.fullmatch(value)
             if m:
-                n = int(m.group(1))
+                n = placeholder_id(m)
                 res = results[n].output
                 got = res.modality(kind) if res else None
                 if not isinstance(got, Resource):
@@ -120,6 +120,8 @@ class Executor:
         sink: ResourceSink,
         emit: Callable[[Event], None],
         usage: Usage,
+        *,
+        end: float | None = None,
     ) -> tuple[dict[int, Selection], dict[int, TaskResult]]:
         """Run every task as soon as its dependencies are done.
 
@@ -129,10 +131,16 @@ class Executor:
             sink: where generated files are stored.
             emit: called with each event as it happens (never blocks).
             usage: LLM call counter.
+            end: the run's deadline as an event-loop time (``loop.time()`` seconds); default
+                ``limits.deadline`` seconds from now.
 
         Returns:
-            Selections and results by task id. A task unfinished at the overall deadline is
+            Selections and results by task id. A task unfinished at the deadline is cancelled and
             ``failed`` with a sentence saying so.
+
+        Raises:
+            HuggingGPTError: an error that is not the model's (e.g. storage full while saving an
+                output) ends the run: no other model is tried.
         """
         resources = {r.id: r for r in request.resources}
         done: dict[int, asyncio.Future[TaskResult]] = {t.id: asyncio.get_running_loop().create_future() for t in tasks}
@@ -178,8 +186,10 @@ class Executor:
                     done[task.id].set_result(result)
 
         runners = [asyncio.create_task(run_one(t), name=f"task-{t.id}") for t in tasks]
+        if end is None:
+            end = asyncio.get_running_loop().time() + self.limits.deadline
         try:
-            async with asyncio.timeout(self.limits.deadline):
+            async with asyncio.timeout_at(end):
                 await asyncio.gather(*runners)
         except TimeoutError:
             for t, r in zip(tasks, runners):
@@ -194,9 +204,11 @@ class Executor:
                     results[t.id] = res
                     emit(TaskFailed(res))
         finally:
-            for r in runners:
-                if not r.done():
-                    r.cancel()
+            pending = [r for r in runners if not r.done()]
+            for r in pending:
+                r.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
         return selections, results
 
     async def _run_models(

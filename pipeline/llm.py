@@ -1,22 +1,29 @@
 """The controller LLM: any OpenAI-compatible chat completions server, through the ``openai`` SDK.
 
-The SDK retries 408/409/429/5xx and connection errors itself (``max_retries``), so no retry layer
-is stacked on top here. Errors become :class:`~pipeline.errors.ControllerError` with one sentence
-for the user; the API key never appears in a message or a log line.
+The SDK retries 408/409/429/5xx and connection errors itself (``max_retries``, honouring
+``Retry-After``), so no retry layer is stacked on top here; the run's deadline (``pipeline.core``)
+bounds the SDK's retries and waits from outside. Every HTTP attempt goes through
+:class:`BoundedTransport`, which counts it (``Usage.http_attempts``) and stops reading a reply
+body once it passes ``max_reply_bytes``. Errors become :class:`~pipeline.errors.ControllerError`
+with one sentence for the user; neither the API key nor credentials in ``base_url`` ever appear in
+a message or a log line.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
+import httpx2
 import openai
 from openai import AsyncOpenAI
+from openai.types.chat import ChatCompletion
 
 from .errors import ControllerError
+from .redact import host_of, mask_credentials
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +53,75 @@ def stage_headers(stage: str, task: str | None = None) -> dict[str, str]:
 
 @dataclass
 class Usage:
-    """LLM calls made during one run (every HTTP request counted, fallbacks included)."""
+    """Controller use during one run.
+
+    Attributes:
+        calls: LLM calls the stages made (a structured-output fallback is a call of its own).
+        http_attempts: HTTP requests actually sent for them (the SDK's retries included).
+    """
 
     calls: int = 0
+    http_attempts: int = 0
+
+
+_CURRENT_USAGE: ContextVar[Usage | None] = ContextVar("hugginggpt_llm_usage", default=None)
+"""The :class:`Usage` of the call in progress in this task (read by :class:`BoundedTransport`)."""
+
+MiB = 1024 * 1024
+
+
+class ReplyTooLarge(openai.OpenAIError):
+    """A controller reply body passed the byte limit (an ``OpenAIError`` so the SDK does not retry it)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"reply body larger than {limit} bytes")
+        self.limit = limit
+
+
+class _BoundedStream(httpx2.AsyncByteStream):
+    def __init__(self, inner: Any, limit: int) -> None:
+        self._inner = inner
+        self._limit = limit
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        seen = 0
+        async for chunk in self._inner:
+            seen += len(chunk)
+            if seen > self._limit:
+                raise ReplyTooLarge(self._limit)
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class BoundedTransport(httpx2.AsyncBaseTransport):
+    """An HTTP transport that counts attempts and bounds reply bodies while they arrive.
+
+    Args:
+        limit: bytes; a reply whose ``Content-Length`` or streamed body passes it raises
+            :class:`ReplyTooLarge` (nothing beyond one chunk past the limit is held in memory).
+        inner: the transport that does the I/O (default ``httpx2.AsyncHTTPTransport()``).
+    """
+
+    def __init__(self, limit: int, inner: httpx2.AsyncBaseTransport | None = None) -> None:
+        self.limit = limit
+        self._inner = inner or httpx2.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        usage = _CURRENT_USAGE.get()
+        if usage is not None:
+            usage.http_attempts += 1
+        response = await self._inner.handle_async_request(request)
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > self.limit:
+            await response.aclose()
+            raise ReplyTooLarge(self.limit)
+        response.stream = _BoundedStream(response.stream, self.limit)
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
 
 
 class Controller:
@@ -63,6 +136,7 @@ class Controller:
         structured_output: ``"auto"`` (JSON schema, falling back to JSON mode then plain text when
             the server rejects it with 400), ``"json_schema"``, ``"json_object"`` or ``"off"``.
         temperature: sampling temperature.
+        max_reply_bytes: bytes, largest reply body read (``[llm] max_reply_bytes``).
         client: an ``AsyncOpenAI`` to use instead of building one.
     """
 
@@ -76,15 +150,18 @@ class Controller:
         max_retries: int = 2,
         structured_output: str = "auto",
         temperature: float = 0.0,
+        max_reply_bytes: int = 4 * MiB,
         client: AsyncOpenAI | None = None,
     ) -> None:
         self.model = model
         self.timeout = timeout
         self.temperature = temperature
         self.structured_output = structured_output
-        self._host = urlsplit(base_url).netloc if base_url else "api.openai.com"
+        self.max_reply_bytes = max_reply_bytes
+        self._host = host_of(base_url)
         self._client = client or AsyncOpenAI(
-            base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries
+            base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries,
+            http_client=openai.DefaultAsyncHttpxClient(transport=BoundedTransport(max_reply_bytes)),
         )
         # "auto" learns once per process what the server accepts.
         self._modes = {
@@ -99,8 +176,12 @@ class Controller:
         await self._client.close()
 
     def _error(self, e: Exception) -> ControllerError:
-        detail = f"{e.__class__.__name__}: {e}"
-        if isinstance(e, openai.APITimeoutError):
+        detail = mask_credentials(f"{e.__class__.__name__}: {e}")
+        too_large = e if isinstance(e, ReplyTooLarge) else e.__cause__ if isinstance(e.__cause__, ReplyTooLarge) else None
+        if too_large is not None:
+            msg = (f"The controller LLM at {self._host} sent a reply larger than "
+                   f"{too_large.limit / MiB:g} MB; it was not read.")
+        elif isinstance(e, openai.APITimeoutError):
             msg = f"The controller LLM at {self._host} did not answer within {self.timeout:g} seconds."
         elif isinstance(e, openai.APIConnectionError):
             msg = f"The controller LLM at {self._host} cannot be reached."
@@ -142,6 +223,7 @@ class Controller:
             elif mode == "json_object":
                 kwargs["response_format"] = {"type": "json_object"}
             usage.calls += 1
+            _CURRENT_USAGE.set(usage)
             try:
                 resp = await self._client.chat.completions.create(
                     model=self.model, messages=messages, temperature=self.temperature,
@@ -156,7 +238,7 @@ class Controller:
                 raise self._error(e) from None
             except openai.OpenAIError as e:
                 raise self._error(e) from None
-            return _content(resp)
+            return self._content(resp)
         raise self._error(last or RuntimeError("no mode left"))
 
     async def complete_text(
@@ -168,6 +250,7 @@ class Controller:
             ControllerError: as :meth:`complete_json`.
         """
         usage.calls += 1
+        _CURRENT_USAGE.set(usage)
         try:
             resp = await self._client.chat.completions.create(
                 model=self.model, messages=messages, temperature=self.temperature,
@@ -175,7 +258,7 @@ class Controller:
             )
         except openai.OpenAIError as e:
             raise self._error(e) from None
-        return _content(resp)
+        return self._content(resp)
 
     async def stream_text(self, messages: list[dict[str, Any]], *, stage: str, usage: Usage) -> AsyncIterator[str]:
         """Stream a text completion as deltas (``str`` pieces, in order).
@@ -184,21 +267,39 @@ class Controller:
             ControllerError: as :meth:`complete_json`, also mid-stream.
         """
         usage.calls += 1
+        _CURRENT_USAGE.set(usage)
         try:
             stream = await self._client.chat.completions.create(
                 model=self.model, messages=messages, temperature=self.temperature, stream=True,
                 extra_headers=stage_headers(stage),
             )
             async for chunk in stream:
+                if isinstance(chunk, str) or not hasattr(chunk, "choices"):
+                    raise self._not_chat(type(chunk).__name__)
                 if chunk.choices and chunk.choices[0].delta and chunk.choices[0].delta.content:
                     yield chunk.choices[0].delta.content
         except openai.OpenAIError as e:
             raise self._error(e) from None
 
+    def _not_chat(self, what: str) -> ControllerError:
+        log.warning("controller answered with %s, not a chat completion", what)
+        return ControllerError(
+            f"The controller LLM at {self._host} answered with something that is not a chat completion "
+            "(is [llm] base_url the server's /v1 address?).",
+            f"reply was {what}",
+        )
 
-def _content(resp: Any) -> str:
-    try:
-        content = resp.choices[0].message.content
-    except (AttributeError, IndexError, TypeError):
-        content = None
-    return content or ""
+    def _content(self, resp: Any) -> str:
+        """The message text of a chat completion.
+
+        Raises:
+            ControllerError: the reply is not a chat completion (an HTML page, plain text, another
+                JSON document): the server at ``base_url`` is not speaking the chat completions API.
+        """
+        if not isinstance(resp, ChatCompletion) or not isinstance(getattr(resp, "choices", None), list):
+            raise self._not_chat(type(resp).__name__)
+        try:
+            content = resp.choices[0].message.content
+        except (AttributeError, IndexError, TypeError):
+            content = None
+        return content or ""

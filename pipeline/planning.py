@@ -28,8 +28,26 @@ from .types import MEDIA_MODALITIES, Request, Resource, Task, Turn
 
 log = logging.getLogger(__name__)
 
-PLACEHOLDER = re.compile(r"<\s*resource\s*>?\s*-\s*(\d+)>?", re.IGNORECASE)
-"""``<resource>-N`` (also the common slips ``<resource-N>`` and ``< resource >-N``)."""
+REFERENCE_WORDS = ("resource", "generated", "node", "output", "result", "task")
+"""Words a controller writes for "the output of task N": the paper's ``<resource>-N``, the
+reference implementation's ``<GENERATED>-N``, TaskBench's ``<node-N>``, and the like."""
+
+PLACEHOLDER = re.compile(
+    r"<\s*(?:" + "|".join(REFERENCE_WORDS) + r")\s*(?:>\s*[-_]\s*(\d+)\s*>?|[-_ ]\s*(\d+)\s*>)",
+    re.IGNORECASE,
+)
+"""A reference to task N's output: ``<resource>-N``, ``<resource-N>``, ``<GENERATED>-N``,
+``<generated-N>``, ``<node-N>``, ``<output_N>``, ``< resource >-N`` ... (case-insensitive). The
+task id is :func:`placeholder_id` of a match; validation rewrites every form to ``<resource>-N``."""
+
+SUSPECT_REFERENCE = re.compile(r"<\s*[A-Za-z_][\w ]{0,30}>\s*-\s*\d+|<\s*[A-Za-z_][\w]{0,30}[-_ ]\d+\s*>")
+"""Something shaped like a reference (``<word>-N``, ``<word-N>``) that :data:`PLACEHOLDER` does
+not know: a text argument holding one is refused with a repair hint, never run as is."""
+
+
+def placeholder_id(m: re.Match[str]) -> int:
+    """The task id of a :data:`PLACEHOLDER` match."""
+    return int(m.group(1) or m.group(2))
 
 MAX_TASKS = 24
 MAX_TEXT_ARG = 20_000  # characters
@@ -196,7 +214,7 @@ def validate_plan(raw_tasks: Iterable[Any], *, available: AbstractSet[str], reso
         final: dict[str, str] = {}
         for key, value in args.items():
             kind = spec.allowed[key]
-            refs = [int(m) for m in PLACEHOLDER.findall(value)]
+            refs = [placeholder_id(m) for m in PLACEHOLDER.finditer(value)]
             for n in refs:
                 if n == tid:
                     raise PlanInvalid(f"Task {tid} uses its own output <resource>-{n}.")
@@ -229,7 +247,13 @@ def validate_plan(raw_tasks: Iterable[Any], *, available: AbstractSet[str], reso
             else:
                 if len(value) > MAX_TEXT_ARG:
                     raise PlanInvalid(f'Argument "{key}" of task {tid} is longer than {MAX_TEXT_ARG} characters.')
-                final[key] = PLACEHOLDER.sub(lambda m: f"<resource>-{m.group(1)}", value)
+                final[key] = PLACEHOLDER.sub(lambda m: f"<resource>-{placeholder_id(m)}", value)
+                odd = SUSPECT_REFERENCE.search(PLACEHOLDER.sub("", value))
+                if odd:
+                    raise PlanInvalid(
+                        f'Argument "{key}" of task {tid} contains {odd.group(0)!r}, which is not a reference this '
+                        "system understands; write <resource>-N for the output of task N."
+                    )
         tasks[tid] = Task(id=tid, task=name, dep=tuple(sorted(deps)), args=final)
         graph[tid] = deps
 

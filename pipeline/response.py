@@ -78,3 +78,43 @@ def response_messages(
     if not tasks and request.resources:
         user += "\n<resources>" + json.dumps([r.prompt_view() for r in request.resources], ensure_ascii=False) + "</resources>"
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def fallback_answer(
+    tasks: list[Task], selections: dict[int, Selection], results: dict[int, TaskResult], reason: str
+) -> str:
+    """The answer written without the controller, when the run's deadline left no time to ask it.
+
+    Args:
+        tasks: the plan, in order.
+        selections: task id to the model chosen.
+        results: task id to result (missing: never started).
+        reason: one sentence saying why the controller was not asked (the deadline).
+
+    Returns:
+        Markdown: the reason, each finished task's text result (cut to :data:`MAX_TEXT`
+        characters) and files, then the tasks that did not finish with their sentences.
+    """
+    lines = [reason]
+    done = [t for t in tasks if (r := results.get(t.id)) is not None and r.status == "ok"]
+    if done:
+        lines.append("")
+        lines.append("Finished:")
+        for t in done:
+            r = results[t.id]
+            model = selections[t.id].model if t.id in selections else r.model or "?"
+            text = (r.output.text or "").strip() if r.output else ""
+            if len(text) > MAX_TEXT:
+                text = text[:MAX_TEXT] + "…"
+            files = ", ".join(f.id for f in r.output.files) if r.output else ""
+            detail = "; ".join(x for x in (text, f"files: {files}" if files else "") if x)
+            lines.append(f"- task {t.id} ({t.task}, {model}): {detail or 'done'}")
+    rest = [t for t in tasks if t not in done]
+    if rest:
+        lines.append("")
+        lines.append("Not finished:")
+        for t in rest:
+            r = results.get(t.id)
+            why = r.error if r is not None and r.error else "not started"
+            lines.append(f"- task {t.id} ({t.task}): {why}")
+    return "\n".join(lines)

@@ -282,9 +282,13 @@ class RunRecord:
         results: task id to result.
         response: the full answer text.
         files: generated files to attach next to the answer.
-        llm_calls: number of controller calls made.
+        llm_calls: number of controller calls the stages made.
+        http_attempts: HTTP requests sent to the controller for them (SDK retries included).
         timings_ms: stage name to wall time in milliseconds.
-        status: ``"ok"`` or ``"error"``.
+        status: ``"ok"`` (every task succeeded and there is an answer), ``"partial"`` (there is an
+            answer, but a task failed or was skipped, or the deadline cut the run short) or
+            ``"error"`` (no answer; ``error`` says why).
+        deadline_passed: the run's deadline passed (the answer, if any, covers what finished).
         error: one sentence for the user when ``status == "error"``.
         failure: the error that ended the run, when ``status == "error"`` (not in :meth:`to_json`;
             the command line maps its class to an exit status).
@@ -298,9 +302,16 @@ class RunRecord:
     files: list[Resource] = field(default_factory=list)
     llm_calls: int = 0
     timings_ms: dict[str, float] = field(default_factory=dict)
-    status: Literal["ok", "error"] = "ok"
+    status: Literal["ok", "partial", "error"] = "ok"
     error: str | None = None
     failure: Exception | None = field(default=None, repr=False, compare=False)
+    http_attempts: int = 0
+    deadline_passed: bool = False
+
+    @property
+    def answered(self) -> bool:
+        """Whether there is an answer to show (``status`` is ``"ok"`` or ``"partial"``)."""
+        return self.status != "error"
 
     def to_json(self) -> dict[str, Any]:
         """JSON document of the run, shape documented in ARCHITECTURE.md (``--json``)."""
@@ -318,6 +329,7 @@ class RunRecord:
             "request": self.request,
             "status": self.status,
             "error": self.error,
+            "deadline_passed": self.deadline_passed,
             "tasks": [t.to_json() for t in self.tasks],
             "selections": {
                 str(k): {"model": s.model, "runner": s.runner, "reason": s.reason, "strategy": s.strategy,
@@ -334,6 +346,7 @@ class RunRecord:
                 for f in self.files
             ],
             "llm_calls": self.llm_calls,
+            "http_attempts": self.http_attempts,
             "timings_ms": {k: round(v, 1) for k, v in self.timings_ms.items()},
         }
 

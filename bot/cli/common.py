@@ -1,9 +1,9 @@
 """What every command shares: the options defined once, loading settings (with the sandbox),
 reading ``--file`` arguments, and the exit status each error class means.
 
-Exit statuses (ARCHITECTURE.md, "Configuration and command line"): 0 ok; 2 settings; 3 input
-file; 4 controller; 5 plan; 6 some task failed or was skipped; 7 the run's deadline; 8 storage;
-130 interrupted (Ctrl-C).
+Exit statuses (ARCHITECTURE.md, "Configuration and command line"): 0 ok (every task succeeded);
+2 settings; 3 input; 4 controller; 5 plan; 6 answered, but some task failed or was skipped; 7 the
+run's deadline passed; 8 storage; 130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import CatalogError, ControllerError, ExpertError, HuggingGPTError, PlanError
+from pipeline.errors import CatalogError, ControllerError, DeadlineError, ExpertError, HuggingGPTError, PlanError
 from pipeline.types import RunRecord
 
 from ..errors import ConfigError, InputError, StorageError
@@ -33,6 +33,7 @@ EXIT_STATUS: dict[type[HuggingGPTError], int] = {
     ControllerError: 4,
     PlanError: 5,
     ExpertError: 6,
+    DeadlineError: 7,
     StorageError: 8,
 }
 """Error class → exit status of the command line (subclasses inherit their base's status)."""
@@ -50,10 +51,21 @@ def exit_status(error: BaseException | None) -> int:
     return 1
 
 
+PARTIAL = 6
+"""Exit status of a run that answered but had a task fail or be skipped."""
+DEADLINE = 7
+"""Exit status of a run whose deadline passed (with or without a partial answer)."""
+
+
 def record_exit_status(record: RunRecord) -> int:
-    """The exit status of a finished run: 0 when its status is ``"ok"``, else that of its error."""
+    """The exit status of a finished run: 7 when its deadline passed, else 0 for ``"ok"``, 6 for
+    ``"partial"``, and that of its error for ``"error"``."""
+    if record.deadline_passed:
+        return DEADLINE
     if record.status == "ok":
         return 0
+    if record.status == "partial":
+        return PARTIAL
     return exit_status(record.failure) or 1
 
 

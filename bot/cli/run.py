@@ -40,7 +40,7 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
         async for event in service.handle(args.text, files):
             if not args.json or args.verbose:
                 renderer.render(event)
-            elif isinstance(event, Done) and event.record.status == "error":
+            elif isinstance(event, Done) and not event.record.answered:
                 renderer.finish(event.record)
             if isinstance(event, Done):
                 record = event.record
