@@ -143,3 +143,46 @@ def test_ctrl_c_leaves_no_half_written_files(tmp_path):
     assert leftovers == []
     for f in (tmp_path / "data" / "media").rglob("*.png"):
         Image.open(f).load()  # every stored file is whole
+
+
+def test_non_utf8_request_and_file_name_are_accepted(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HUGGINGGPT_", "OPENAI_", "HF_TOKEN"))}
+    env["HUGGINGGPT_STORAGE__DATA_DIR"] = str(tmp_path / "data")
+    odd = tmp_path / os.fsdecode(b"caf\xe9.png")
+    odd.write_bytes((MEDIA / "chelsea.png").read_bytes())
+    argv = [os.fsencode(sys.executable), b"-m", b"bot.cli", b"run", b"--sandbox", b"--json",
+            b"describe this picture \xff", b"--file", os.fsencode(odd)]
+    p = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, timeout=120)
+    assert b"Traceback" not in p.stderr, p.stderr
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["request"] == "describe this picture \ufffd"
+    assert doc["results"]["0"]["status"] == "ok"
+
+
+def test_closed_reader_ends_quietly(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HUGGINGGPT_", "OPENAI_", "HF_TOKEN"))}
+    env["HUGGINGGPT_STORAGE__DATA_DIR"] = str(tmp_path / "data")
+    cmd = f"{sys.executable} -m bot.cli run --sandbox 'describe this picture' --file {MEDIA / 'chelsea.png'} | head -1"
+    p = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert p.stdout.count("\n") == 1
+    assert "Traceback" not in p.stderr and "BrokenPipe" not in p.stderr, p.stderr
+    assert p.returncode in (0, 141)
+
+
+def test_bare_command_prints_help_version_and_verbose_after_the_command(tmp_path):
+    p = hugginggpt([], tmp_path)
+    assert p.returncode == 0 and "usage: hugginggpt" in p.stdout and "run" in p.stdout
+    p = hugginggpt(["--version"], tmp_path)
+    assert p.returncode == 0 and p.stdout.startswith("hugginggpt ")
+    p = hugginggpt(["run", "-v", "--sandbox", "hello"], tmp_path)
+    assert p.returncode == 0 and " INFO " in p.stderr  # -v after the command logs to stderr too
+
+
+def test_json_document_even_when_the_run_fails_before_planning(tmp_path):
+    p = hugginggpt(["run", "--sandbox", "--json", "describe", "--file", "missing.png"], tmp_path)
+    no_traceback(p)
+    assert p.returncode == 3
+    doc = json.loads(p.stdout)
+    assert doc["status"] == "error" and "missing.png does not exist" in doc["error"] and doc["exit_status"] == 3
+    assert p.stderr.count("does not exist") == 1

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
+import json
 import logging
 import os
 import sys
@@ -26,7 +28,7 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 from pipeline.errors import HuggingGPTError
 
 from . import catalog, chat, discord, run, slack, store
-from .common import INTERRUPTED, exit_status, open_settings
+from .common import BROKEN_PIPE, INTERRUPTED, exit_status, open_settings
 
 log = logging.getLogger("hugginggpt")
 
@@ -38,10 +40,32 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hugginggpt", description="HuggingGPT chat bot: plan, select, execute, respond.")
     parser.add_argument("--config", help="TOML config file (default: $HUGGINGGPT_CONFIG or ./hugginggpt.toml)")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log to stderr too (-vv: debug)")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for command in COMMANDS:
         command.add_parser(sub)
+    for p in sub.choices.values():  # -v also after the command: hugginggpt run -v ...
+        p.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help="log to stderr too (-vv: debug)")
     return parser
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("hugginggpt-bot")
+    except importlib.metadata.PackageNotFoundError:  # running from a source tree without installing
+        return "unknown"
+
+
+def _forgiving_streams() -> None:
+    """Never die on text the terminal cannot take: what cannot be encoded or decoded is replaced
+    (a user's non-UTF-8 bytes, a model's stray control of the encoding)."""
+    for stream, errors in ((sys.stdout, "replace"), (sys.stderr, "backslashreplace"), (sys.stdin, "replace")):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            try:
+                reconfigure(errors=errors)
+            except (ValueError, OSError):  # a detached or closed stream
+                pass
 
 
 async def _main(args: argparse.Namespace) -> int:
@@ -50,18 +74,39 @@ async def _main(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``hugginggpt``. Returns the exit status."""
-    args = build_parser().parse_args(argv)
+    """Entry point of ``hugginggpt``. Returns the exit status (:mod:`bot.cli.common`)."""
+    _forgiving_streams()
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
     try:
         return asyncio.run(_main(args)) or 0
     except HuggingGPTError as e:
         if logging.getLogger().handlers:  # not before logging is set up (stderr would say it twice)
             log.warning("%s: %s", e.__class__.__name__, e)
+        if getattr(args, "json", False):  # --json promises a document whatever happened
+            doc = {"request": getattr(args, "text", None), "status": "error", "error": e.user_message,
+                   "exit_status": exit_status(e)}
+            _print_quietly(json.dumps(doc, indent=2, ensure_ascii=False))
         print(f"Error: {e.user_message}", file=sys.stderr)
         return exit_status(e)
     except KeyboardInterrupt:
         print("\nInterrupted. Nothing was left half-written.", file=sys.stderr)
         return INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away (hugginggpt run ... | head -1): stop quietly, like other Unix tools.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return BROKEN_PIPE
+
+
+def _print_quietly(text: str) -> None:
+    try:
+        print(text)
+    except BrokenPipeError:
+        pass
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -21,7 +21,7 @@ from ..errors import InputError
 from ..incoming import ConversationKey, IncomingFile
 from ..service import Service
 from ..settings import Settings
-from .common import add_sandbox_option, read_user_file
+from .common import add_sandbox_option, clean_text, read_user_file
 
 HELP = "Type a request. /file PATH attaches a file, /files lists files, /new starts over, /quit leaves."
 
@@ -72,7 +72,7 @@ async def main(args: argparse.Namespace, settings: Settings, out: TextIO = sys.s
             line = await _read_line("you> " if out.isatty() else "")
             if line is None:
                 return 0
-            line = line.strip()
+            line = clean_text(line).strip()
             if not line:
                 continue
             if line in ("/quit", "/exit"):

@@ -2,7 +2,7 @@
 reading ``--file`` arguments, and the exit status each error class means.
 
 Exit statuses (ARCHITECTURE.md, "Configuration and command line"): 0 ok (every task succeeded);
-2 settings; 3 input; 4 controller; 5 plan; 6 answered, but some task failed or was skipped; 7 the
+2 settings; 3 input (a file, an empty request, an unknown conversation); 4 controller; 5 plan; 6 answered, but some task failed or was skipped; 7 the
 run's deadline passed; 8 storage; 130 interrupted (Ctrl-C).
 """
 
@@ -39,6 +39,14 @@ EXIT_STATUS: dict[type[HuggingGPTError], int] = {
 """Error class → exit status of the command line (subclasses inherit their base's status)."""
 INTERRUPTED = 130
 """Exit status after Ctrl-C (128 + SIGINT, the shell convention)."""
+BROKEN_PIPE = 141
+"""Exit status when the reader of our output went away (128 + SIGPIPE, as ``cat`` or ``grep``)."""
+
+
+def clean_text(text: str) -> str:
+    """``text`` safe to store and print: bytes that were not UTF-8 (kept by Python as surrogate
+    escapes in ``sys.argv``, PEP 383) become U+FFFD."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def exit_status(error: BaseException | None) -> int:
@@ -122,13 +130,15 @@ def read_user_file(path: str) -> IncomingFile:
     Raises:
         InputError: the file does not exist, is a directory or cannot be read.
     """
-    p = Path(path)
+    p = Path(path)  # opened by its real bytes; shown and stored with what is not UTF-8 replaced
+    shown = clean_text(path)
     try:
         data = p.read_bytes()
     except FileNotFoundError:
-        raise InputError(f"The file {path} does not exist.") from None
+        raise InputError(f"The file {shown} does not exist.") from None
     except IsADirectoryError:
-        raise InputError(f"{path} is a directory, not a file.") from None
+        raise InputError(f"{shown} is a directory, not a file.") from None
     except OSError as e:
-        raise InputError(f"The file {path} cannot be read ({e.strerror or e.__class__.__name__}).") from None
-    return IncomingFile(data=data, name=p.name, declared_mime=mimetypes.guess_type(p.name)[0])
+        raise InputError(f"The file {shown} cannot be read ({e.strerror or e.__class__.__name__}).") from None
+    name = clean_text(p.name)
+    return IncomingFile(data=data, name=name, declared_mime=mimetypes.guess_type(name)[0])

@@ -12,7 +12,7 @@ from pipeline.types import Done, RunRecord
 
 from ..service import Service
 from ..settings import Settings
-from .common import add_sandbox_option, read_user_file, record_exit_status
+from .common import add_sandbox_option, clean_text, read_user_file, record_exit_status
 
 
 def add_parser(subparsers: Any) -> None:
@@ -32,6 +32,7 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
         InputError: a ``--file`` cannot be read or is unusable (exit status 3).
         ConfigError, StorageError: settings or storage unusable.
     """
+    args.text = clean_text(args.text)
     files = [read_user_file(p) for p in args.file]
     service = await Service.create(settings)
     record: RunRecord | None = None
@@ -49,5 +50,7 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
     if record is None:  # the pipeline always ends with Done; a bug otherwise
         raise RuntimeError("the run ended without a record")
     if args.json:
-        print(json.dumps(record.to_json(), indent=2, ensure_ascii=False))
+        doc = record.to_json()
+        doc["exit_status"] = record_exit_status(record)
+        print(json.dumps(doc, indent=2, ensure_ascii=False))
     return record_exit_status(record)
