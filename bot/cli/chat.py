@@ -4,14 +4,21 @@ In a chat, each line is one turn of the same conversation; ``/file PATH`` attach
 next message, ``/files`` lists the conversation's files, ``/new`` starts a new conversation,
 ``/quit`` (or end of input) leaves. ``--conversation ID`` resumes a stored conversation after a
 restart, with its history and files.
+
+In a terminal, Ctrl-C at the prompt clears the line (a second Ctrl-C in a row leaves, status 130)
+and Ctrl-C during a run stops that run: finished tasks are kept, the turn is stored as stopped and
+the prompt comes back.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import secrets
+import signal
 import sys
+from collections.abc import AsyncIterator
 from typing import Any, TextIO
 
 from adapters.terminal import TerminalRenderer
@@ -21,7 +28,7 @@ from ..errors import InputError
 from ..incoming import ConversationKey, IncomingFile
 from ..service import Service
 from ..settings import Settings
-from .common import add_sandbox_option, clean_text, read_user_file
+from .common import INTERRUPTED, add_sandbox_option, clean_text, read_user_file
 
 HELP = "Type a request. /file PATH attaches a file, /files lists files, /new starts over, /quit leaves."
 
@@ -38,6 +45,69 @@ def _new_key() -> ConversationKey:
     return ConversationKey("terminal", "local", "chat", secrets.token_hex(6))
 
 
+class Interrupts:
+    """Ctrl-C in an interactive chat: stops the run in progress, or clears the prompt (twice in a
+    row at the prompt: leave). Without a terminal, Ctrl-C keeps its usual meaning."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.run: asyncio.Task | None = None
+        self.prompt: asyncio.Future | None = None
+        self.at_prompt_count = 0
+        self.quit = False
+
+    @contextlib.contextmanager
+    def installed(self) -> Any:
+        loop = asyncio.get_running_loop()
+        try:
+            loop.add_signal_handler(signal.SIGINT, self._on_sigint)
+        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signals
+            yield self
+            return
+        try:
+            yield self
+        finally:
+            loop.remove_signal_handler(signal.SIGINT)
+
+    def _on_sigint(self) -> None:
+        if self.run is not None and not self.run.done():
+            print("\nStopping this run…", file=self.out, flush=True)
+            self.run.cancel()
+            return
+        self.at_prompt_count += 1
+        if self.at_prompt_count >= 2:
+            self.quit = True
+            if self.prompt is not None and not self.prompt.done():
+                self.prompt.set_result(None)
+            return
+        print("\n(Line cleared. Press Ctrl-C again to leave.)\nyou> ", end="", file=self.out, flush=True)
+
+
+async def _read_tty_line(prompt: str, out: TextIO, interrupts: Interrupts) -> str | None:
+    """One line from the terminal without a thread, so Ctrl-C is seen at once (the terminal's
+    line discipline drops the half-typed line on Ctrl-C)."""
+    loop = asyncio.get_running_loop()
+    print(prompt, end="", file=out, flush=True)
+    fut: asyncio.Future = loop.create_future()
+    interrupts.prompt = fut
+    fd = sys.stdin.fileno()
+
+    def ready() -> None:
+        if not fut.done():
+            fut.set_result(sys.stdin.readline())
+
+    loop.add_reader(fd, ready)
+    try:
+        line = await fut
+    finally:
+        loop.remove_reader(fd)
+        interrupts.prompt = None
+    if line is None or line == "":
+        return None
+    interrupts.at_prompt_count = 0
+    return line.rstrip("\n")
+
+
 async def _read_line(prompt: str) -> str | None:
     def read() -> str | None:
         try:
@@ -46,6 +116,21 @@ async def _read_line(prompt: str) -> str | None:
             return None
 
     return await asyncio.to_thread(read)
+
+
+def _resume_listing(turns: list[dict[str, Any]]) -> list[str]:
+    """Lines listing earlier turns: all of them up to five, else the first and the last three."""
+    def line(t: dict[str, Any]) -> str:
+        return f"  [{t['index']}] you: {t['user_text'][:80]}  ({t['status']})"
+
+    if len(turns) <= 5:
+        return [line(t) for t in turns]
+    return [line(turns[0]), f"  … {len(turns) - 4} more", *(line(t) for t in turns[-3:])]
+
+
+async def _events(service: Service, line: str, files: list[IncomingFile], key: ConversationKey) -> AsyncIterator[Any]:
+    async for event in service.handle(line, files, key=key, user="terminal"):
+        yield event
 
 
 async def main(args: argparse.Namespace, settings: Settings, out: TextIO = sys.stdout) -> int:
@@ -60,51 +145,81 @@ async def main(args: argparse.Namespace, settings: Settings, out: TextIO = sys.s
             turns = await service.store.turns(args.conversation)
             files = await service.store.resources(args.conversation)
             print(f"Resuming conversation {args.conversation}: {len(turns)} earlier turns, {len(files)} files.", file=out)
-            for t in turns[-3:]:
-                print(f"  [{t['index']}] you: {t['user_text'][:80]}  ({t['status']})", file=out)
+            for listed in _resume_listing(turns):
+                print(listed, file=out)
         else:
             key = _new_key()
         conv = await service.conversation_id(key)
         print(f"Conversation {conv} (resume later with: hugginggpt chat --conversation {conv}). {HELP}", file=out)
         renderer = TerminalRenderer(out)
         pending: list[IncomingFile] = []
-        while True:
-            line = await _read_line("you> " if out.isatty() else "")
-            if line is None:
-                return 0
-            line = clean_text(line).strip()
-            if not line:
-                continue
-            if line in ("/quit", "/exit"):
-                return 0
-            if line == "/new":
-                key = _new_key()
-                conv = await service.conversation_id(key)
-                pending.clear()
-                print(f"New conversation {conv}.", file=out)
-                continue
-            if line == "/files":
-                for r in await service.store.resources(conv):
-                    print(f"  {r.id} ({r.kind}, {r.origin}): {r.description} — {r.path}", file=out)
-                continue
-            if line.startswith("/file"):
-                path = line[len("/file") :].strip()
-                try:
-                    f = read_user_file(path)
-                    pending = await service.check_files([*pending, f])
-                except HuggingGPTError as e:
-                    print(f"Error: {e.user_message}", file=out)
-                    continue
-                print(f"Attached {f.name} to your next message.", file=out)
-                continue
-            if line.startswith("/"):
-                print(HELP, file=out)
-                continue
-            try:
-                async for event in service.handle(line, pending, key=key, user="terminal"):
-                    renderer.render(event)
-            except HuggingGPTError as e:
-                print(f"Error: {e.user_message}", file=out)
-            pending = []
+        interactive = sys.stdin.isatty() and out.isatty()
+        with Interrupts(out).installed() if interactive else contextlib.nullcontext(None) as interrupts:
+            return await _loop(service, renderer, key, conv, pending, out, interrupts)
     finally:
         await service.close()
+
+
+async def _loop(
+    service: Service, renderer: TerminalRenderer, key: ConversationKey, conv: str, pending: list[IncomingFile],
+    out: TextIO, interrupts: Interrupts | None,
+) -> int:
+    while True:
+        if interrupts is not None:
+            line = await _read_tty_line("you> ", out, interrupts)
+            if interrupts.quit:
+                print(f"\nBye. Resume with: hugginggpt chat --conversation {conv}", file=out)
+                return INTERRUPTED
+        else:
+            line = await _read_line("")
+        if line is None:
+            return 0
+        line = clean_text(line).strip()
+        if not line:
+            continue
+        if line in ("/quit", "/exit"):
+            return 0
+        if line == "/new":
+            left = conv
+            key = _new_key()
+            conv = await service.conversation_id(key)
+            pending.clear()
+            print(f"New conversation {conv}. (Resume the previous one with: hugginggpt chat --conversation {left})", file=out)
+            continue
+        if line == "/files":
+            for r in await service.store.resources(conv):
+                print(f"  {r.id} ({r.kind}, {r.origin}): {r.description} — {r.path}", file=out)
+            continue
+        if line.startswith("/file"):
+            path = line[len("/file") :].strip()
+            try:
+                f = read_user_file(path)
+                pending = await service.check_files([*pending, f])
+            except HuggingGPTError as e:
+                print(f"Error: {e.user_message}", file=out)
+                continue
+            print(f"Attached {f.name} to your next message.", file=out)
+            continue
+        if line.startswith("/"):
+            print(HELP, file=out)
+            continue
+
+        async def turn(text: str = line, files: list[IncomingFile] = list(pending)) -> None:
+            async for event in _events(service, text, files, key):
+                renderer.render(event)
+
+        run = asyncio.ensure_future(turn())
+        if interrupts is not None:
+            interrupts.run = run
+        try:
+            await run
+        except asyncio.CancelledError:
+            if not run.cancelled():  # the chat itself is being cancelled
+                raise
+            print("Stopped this run; files it made so far stay in the conversation.", file=out)
+        except HuggingGPTError as e:
+            print(f"Error: {e.user_message}", file=out)
+        finally:
+            if interrupts is not None:
+                interrupts.run = None
+        pending = []
