@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from dataclasses import replace
 from collections.abc import AsyncIterator, Sequence
 
@@ -20,6 +19,7 @@ from .backends import build_pipeline
 from .errors import InputError
 from .incoming import ConversationKey, IncomingFile
 from .locks import ThreadLocks
+from .mentions import check_mentions
 from .settings import Settings
 from .store import ConversationStore, LocalResourceSink, MediaStore, open_store
 from .uploads import Inspected, inspect_upload
@@ -123,9 +123,10 @@ class Service:
         text = (text or "").strip()
         if not text and not files:
             raise InputError("Please write a request (and attach files if it needs them).")
-        infos = await self._inspect(files)
         text = text or "What can you tell me about these files?"
         if key is None:
+            infos = await self._inspect(files)
+            check_mentions(text, [], [i.kind for i in infos], None)
             sink = LocalResourceSink(self.media)
             stored = [
                 await sink.add(f.data, kind=i.kind, mime=i.mime, origin="user", description=i.description, name=f.name)
@@ -134,7 +135,8 @@ class Service:
             async for event in self.pipeline.run(Request(text=text, files=stored), sink):
                 yield event
             return
-        async with self._locks.lock(key.as_string()):
+        async with self._locks.lock(key.as_string()):  # taken first: a thread's turns keep their order of arrival
+            infos = await self._inspect(files)
             async for event in self._conversation_turn(key, text, list(zip(files, infos)), user):
                 yield event
 
@@ -143,7 +145,7 @@ class Service:
     ) -> AsyncIterator[Event]:
         conv = await self.store.get_or_create(key)
         history, earlier = await self.store.context(conv, self.settings.storage.context_tokens)
-        check_resource_mentions(text, earlier, len(files))
+        check_mentions(text, earlier, [info.kind for _, info in files], key.platform)
         turn = await self.store.begin_turn(conv, text, user)
         record: RunRecord | None = None
         try:
@@ -176,27 +178,3 @@ class Service:
                     await asyncio.shield(self.store.finish_turn(conv, turn, failed))
                 except Exception:
                     log.exception("could not mark turn %s/%d as failed", conv, turn)
-
-
-_MENTION = re.compile(r"\b(image|audio|video)-(\d+)\b", re.IGNORECASE)
-
-
-def check_resource_mentions(text: str, resources: Sequence[Resource], new_files: int) -> None:
-    """Refuse a request that names a resource id (``image-3``) this conversation does not have.
-
-    Ids of files attached to this very message are not known yet, so ids of the attached kinds
-    beyond the existing ones are allowed when files are attached.
-
-    Raises:
-        InputError: naming the missing id and the ids the conversation has.
-    """
-    have = {r.id.lower() for r in resources}
-    for m in _MENTION.finditer(text):
-        rid = m.group(0).lower()
-        if rid in have:
-            continue
-        if new_files:
-            continue
-        same = sorted((r.id for r in resources if r.kind == m.group(1).lower()), key=lambda s: int(s.split("-")[1]))
-        known = ", ".join(same) if same else f"no {m.group(1).lower()} yet"
-        raise InputError(f"There is no {rid} in this conversation (it has {known}).")
