@@ -40,6 +40,23 @@ class PruneReport:
     media_bytes: int = 0
 
 
+class TurnSink:
+    """:class:`ResourceSink` bound to one turn of one conversation of a :class:`ConversationStore`:
+    ``add`` calls ``store.add_resource(conversation_id, turn, ...)``."""
+
+    def __init__(self, store: ConversationStore, conversation_id: str, turn: int) -> None:
+        self._store, self.conversation_id, self.turn = store, conversation_id, turn
+
+    async def add(
+        self, data: bytes, *, kind: Modality, mime: str, origin: str, description: str, name: str | None = None
+    ) -> Resource:
+        """Store ``data`` as a resource of the bound turn (see ``add_resource``)."""
+        return await self._store.add_resource(
+            self.conversation_id, self.turn, data, kind=kind, mime=mime, origin=origin,
+            description=description, name=name,
+        )
+
+
 class ConversationStore(Protocol):
     """The one interface to conversation storage (SQLite by default, a server database later).
 
