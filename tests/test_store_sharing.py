@@ -191,6 +191,13 @@ async def test_heartbeat_keeps_a_live_owner_then_kill_9_is_noticed(tmp_path, mon
             await asyncio.sleep(2.5)  # longer than the lease: only its heartbeat keeps it
             assert await s.mark_interrupted() == 0
             assert (await s.turns(cid))[0]["status"] == "running"
+            forget = await asyncio.to_thread(
+                subprocess.run, [sys.executable, "-m", "bot.cli", "store", "forget", cid], cwd=tmp_path,
+                env=cli_env(data), capture_output=True, text=True, timeout=60,
+            )
+            no_traceback(forget.stdout, forget.stderr)
+            assert forget.returncode == 8 and "has a turn running in a live process" in forget.stderr
+            assert await s.find(cid) is not None
             await kill(proc)
             await asyncio.sleep(1.5)
             assert await s.mark_interrupted() == 1
@@ -491,3 +498,21 @@ def test_store_prune_refuses_negative_or_absurd_options(tmp_path, option, value,
     no_traceback(p.stdout, p.stderr)
     assert p.returncode == 2 and expected in p.stderr
     assert not data.exists()  # refused before anything was opened
+
+
+async def test_looking_up_an_idle_conversation_keeps_it_from_being_pruned_before_its_turn(tmp_path):
+    data = tmp_path / "data"
+    clock = Clock(1_700_000_000.0)
+    async with SQLiteStore(data, MediaStore(data), clock=clock) as s:
+        cid = await s.get_or_create(KEY)
+        t = await s.begin_turn(cid, "first", "U1")
+        await s.finish_turn(cid, t, RunRecord("first", response="ok"))
+        clock.t += 2 * 86400
+        assert await s.get_or_create(KEY) == cid  # the user comes back after two days ...
+        rep = await s.prune(max_age_days=1, max_media_bytes=None)  # ... while another process prunes
+        assert rep.conversations == 0
+        assert await s.begin_turn(cid, "second", "U1") == 1
+        await s.finish_turn(cid, 1, RunRecord("second", response="ok"))
+        clock.t += 2 * 86400
+        assert (await s.prune(max_age_days=1, max_media_bytes=None)).conversations == 1  # idle again: it goes
+        assert await s.get_or_create(KEY) != cid  # a new conversation for the same thread

@@ -19,12 +19,18 @@ Rules (the README's "Sharing a data directory" paragraph is written from these):
   files) or its owner closes (files of ``hugginggpt run``): pruning, the media quota and
   ``forget`` never delete a pinned file of a live owner.
 * Automatic deletion (``prune``, the quota) also spares anything used within
-  :data:`RECENT_SECONDS` (10 minutes): conversations active that recently and files written or
-  reused that recently. See :mod:`bot.store.retention`.
+  :data:`RECENT_SECONDS` (10 minutes): conversations active that recently (a turn began or ended,
+  or the conversation was looked up after 5 idle minutes) and files written or reused that
+  recently. ``forget`` refuses a conversation while a live owner runs a turn in it. See
+  :mod:`bot.store.retention`.
+* Not allowed: sharing a directory between hosts over a network file system without working
+  POSIX locks (SQLite's requirement; NFS often lacks them) or with unsynchronised clocks; running
+  versions of the bot older than schema version 3 next to newer ones (the newer one migrates the
+  file and the older one then refuses it, or its turns, having no owner, count as orphans).
 
-Clocks: times are wall-clock seconds since the epoch (``time.time``), compared between processes
-of one host; hosts sharing a directory over a network file system need synchronised clocks and a
-file system with working POSIX locks (SQLite's requirement), which NFS often lacks.
+Clocks: times are wall-clock seconds since the epoch (``time.time``), compared between processes.
+Writers wait for each other up to ``busy_timeout`` (5 s) per transaction; every transaction is
+short, so a handful of processes on one host never see "database is locked" under normal load.
 """
 
 from __future__ import annotations
@@ -80,9 +86,7 @@ def pid_alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
-    except OSError:
+    except OSError:  # PermissionError: it exists, under another user
         return True
     return True
 

@@ -23,8 +23,8 @@ Rules (several processes may share the data directory, see :mod:`bot.store.lease
   ``max_age_days`` come first, being the oldest) with the files only they referenced. If the
   protected files alone leave no room, nothing is deleted and the write is refused with a
   :class:`StorageError`.
-* ``forget`` deletes one conversation whatever its age, and its files unless another
-  conversation refers to them or a live owner pins them.
+* ``forget`` deletes one conversation whatever its age (but refuses while a live process runs a
+  turn in it), and its files unless another conversation refers to them or a live owner pins them.
 * Files are unlinked only while holding the database's write lock and after their rows are gone,
   so a process storing the same content at that moment either sees no row and writes the file
   again, or records it first and the file is kept; a crash in between leaves at worst an
@@ -41,6 +41,7 @@ from pathlib import Path
 import aiofiles.os
 import aiosqlite
 
+from ..errors import StorageError
 from . import lease
 from .database import Database
 from .lease import RECENT_SECONDS
@@ -314,19 +315,26 @@ async def unlink_unrecorded(db: Database, paths: Sequence[str], resolve: Callabl
 
 async def forget(db: Database, conversation_id: str, resolve: Callable[[str], Path], *, now: float, me: str | None) -> bool:
     """Delete one conversation whatever its age, and its files unless another conversation refers
-    to them or a live owner pins them.
+    to them or a live owner pins them. Running turns of gone owners are marked interrupted first.
 
     Returns:
         ``True`` if the conversation existed.
 
     Raises:
-        StorageError: the database is unusable.
+        StorageError: the conversation has a turn running in a live process (nothing is deleted),
+            or the database is unusable.
     """
     async with db.lock:
         async with db.tx("forgetting a conversation") as conn:
             if await (await conn.execute("SELECT 1 FROM conversations WHERE id=?", (conversation_id,))).fetchone() is None:
                 return False
-            await lease.sweep(conn, now=now, me=me)
+            await lease.mark_orphans(conn, now=now, me=me)
+            running = "SELECT 1 FROM turns WHERE conversation_id=? AND status='running'"
+            if await (await conn.execute(running, (conversation_id,))).fetchone() is not None:
+                raise StorageError(
+                    f"Conversation {conversation_id} has a turn running in a live process; try again when it has"
+                    " finished.", f"forget refused: running turn in {conversation_id} ({db.path})",
+                )
             paths = [r[0] for r in await conn.execute_fetchall(
                 "SELECT DISTINCT path FROM resources WHERE conversation_id=?", (conversation_id,)
             )]

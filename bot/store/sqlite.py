@@ -44,9 +44,9 @@ from ..errors import StorageError
 from ..incoming import ConversationKey
 from ..tokens import count_json_tokens, count_tokens
 from . import lease, retention
-from .chatlog import TURN_OVERHEAD_TOKENS, select_history, turn_views
+from .chatlog import TURN_OVERHEAD_TOKENS, TURNS_SQL, select_history, turn_views
 from .database import Database
-from .lease import INTERRUPTED, Owner  # noqa: F401 - INTERRUPTED re-exported
+from .lease import INTERRUPTED, RECENT_SECONDS, Owner  # noqa: F401 - INTERRUPTED re-exported
 from .migrations import SCHEMA_VERSION
 from .quota import Ledger
 from .protocol import MediaWriter, PruneReport, TurnSink
@@ -57,13 +57,6 @@ __all__ = ["DB_NAME", "SCHEMA_VERSION", "SUMMARY_CHARS", "SQLiteStore", "TURN_OV
 log = logging.getLogger(__name__)
 
 DB_NAME = "conversations.sqlite3"
-
-
-_TURNS_SQL = (
-    "SELECT t.idx, t.user, t.user_text, coalesce(r.answer, ''), t.summary, t.status, t.error, t.created, t.finished,"
-    " r.record FROM turns t LEFT JOIN turn_records r ON r.conversation_id = t.conversation_id AND r.idx = t.idx"
-    " WHERE t.conversation_id=? ORDER BY t.idx"
-)
 
 
 def _gone(where: str, what: str, path: Path) -> StorageError:
@@ -159,22 +152,23 @@ class SQLiteStore:
 
     async def get_or_create(self, key: ConversationKey) -> str:
         """Return the conversation id (10 hex characters, stable) for ``key``; create it if new.
+        Looking up a conversation idle for 5 minutes or more counts as using it (``updated``).
 
         Raises:
             StorageError: the database is unusable.
         """
         skey = key.as_string()
-        rows = await self.database.read(
-            "looking up a conversation", "SELECT id FROM conversations WHERE key=?", (skey,)
-        )
-        if rows:
+        sql = "SELECT id, updated FROM conversations WHERE key=?"
+        rows = await self.database.read("looking up a conversation", sql, (skey,))
+        if rows and rows[0][1] >= self._clock() - RECENT_SECONDS / 2:
             return rows[0][0]
-        async with self.database.lock:
-            async with self.database.tx("creating a conversation") as db:
-                row = await (await db.execute("SELECT id FROM conversations WHERE key=?", (skey,))).fetchone()
+        async with self.database.lock:  # an idle one is marked used: no process prunes it before its turn
+            async with self.database.tx("looking up a conversation") as db:
+                now = self._clock()
+                sql = "UPDATE conversations SET updated=max(updated, ?) WHERE key=? RETURNING id"
+                row = await (await db.execute(sql, (now, skey))).fetchone()
                 if row:
                     return row[0]
-                now = self._clock()
                 while True:
                     cid = secrets.token_hex(5)
                     cur = await db.execute(
@@ -286,7 +280,7 @@ class SQLiteStore:
             "ok" | "error" | "failed"), "error", "started", "finished" (epoch seconds or None),
             "record" (the RunRecord JSON or None), "resources" ([prompt views with "path"])}]``.
         """
-        rows = await self.database.read("reading turns", _TURNS_SQL, (conversation_id,))
+        rows = await self.database.read("reading turns", TURNS_SQL, (conversation_id,))
         return turn_views(rows, await self.resources(conversation_id))
 
     # -- resources -----------------------------------------------------------------------------
@@ -422,7 +416,7 @@ class SQLiteStore:
             ``True`` if the conversation existed.
 
         Raises:
-            StorageError: the database is unusable.
+            StorageError: a live process is running a turn in it, or the database is unusable.
         """
         return await retention.forget(self.database, conversation_id, self._abs, now=self._clock(), me=self._me())
 
