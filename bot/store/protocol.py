@@ -31,7 +31,7 @@ class PruneReport:
         conversations: conversations deleted (with their turns and resource rows).
         files: media files deleted from disk.
         bytes_freed: bytes of those files (sizes as recorded when stored).
-        media_bytes: bytes of media still referenced after pruning.
+        media_bytes: bytes of the recorded media files left (what the quota counts).
     """
 
     conversations: int = 0
@@ -120,11 +120,13 @@ class ConversationStore(Protocol):
         ...
 
     async def mark_interrupted(self) -> int:
-        """Mark turns left ``"running"`` by a crash as failed; return how many."""
+        """Mark turns left ``"running"`` by a process that is gone (no live lease) as failed;
+        return how many. Turns of live processes are left alone."""
         ...
 
     async def prune(self, *, max_age_days: float | None, max_media_bytes: int | None) -> PruneReport:
-        """Apply the retention limits, oldest conversations first."""
+        """Apply the retention limits (days, bytes), least recently used first; running and
+        recently used conversations and files are kept."""
         ...
 
     async def forget(self, conversation_id: str) -> bool:
