@@ -27,6 +27,7 @@ from bot.incoming import ConversationKey
 from bot.locks import ThreadLocks
 from bot.store import ConversationStore, MediaStore, PruneReport, SQLiteStore, migrations
 from bot.store.chatlog import TURN_OVERHEAD_TOKENS, select_history
+from bot.store.lease import RECENT_SECONDS
 from bot.store.migrations import SCHEMA_VERSION
 from bot.store.retention import expired, over_budget
 from bot.store.text import clip_summary
@@ -230,7 +231,7 @@ async def test_migrates_v1_database_and_keeps_data(tmp_path):
     await s.open()
     try:
         (version,) = await (await s.database.writer.execute("PRAGMA user_version")).fetchone()
-        assert version == SCHEMA_VERSION == 2
+        assert version == SCHEMA_VERSION == 3
         assert await s.get_or_create(KEY_A) == "c0ffee"
         assert await s.find("c0ffee") == KEY_A
         assert await s.mark_interrupted() == 1
@@ -674,6 +675,7 @@ async def test_prune_by_media_size_oldest_first_and_keeps_running(tmp_path):
         total = sum(sizes.values())
         assert await s.media_bytes() == total
         limit = total - sizes["astronaut.png"] - 1  # needs two deletions: astronaut (oldest), then coffee
+        clock.t += RECENT_SECONDS + 1  # conversations active in the last 10 minutes are never pruned
         rep = await s.prune(max_age_days=None, max_media_bytes=limit)
         assert rep.conversations == 2 and rep.files == 2
         assert rep.bytes_freed == sizes["astronaut.png"] + sizes["coffee.png"]
@@ -747,7 +749,7 @@ def test_shipped_migrations_are_the_numbered_sql_files_of_the_package():
     shipped = sorted(p.name for p in (ROOT / "bot" / "store" / "migrations").glob("*.sql"))
     assert [m.name for m in migrations.MIGRATIONS] == shipped
     assert [m.version for m in migrations.MIGRATIONS] == list(range(1, len(shipped) + 1))
-    assert migrations.SCHEMA_VERSION == len(shipped) == 2
+    assert migrations.SCHEMA_VERSION == len(shipped) == 3
     assert migrations.MIGRATIONS[1].post is not None  # the v2 backfill runs after its SQL
     for m in migrations.MIGRATIONS:
         assert m.statements() and all(sqlite3.complete_statement(st) for st in m.statements())
@@ -850,7 +852,7 @@ async def test_v1_database_made_by_the_runner_upgrades_in_place(tmp_path):
     try:
         db = s.database.writer
         (version,) = await (await db.execute("PRAGMA user_version")).fetchone()
-        assert version == 2
+        assert version == SCHEMA_VERSION
         assert await s.find("c1") == ConversationKey("slack", "T1", "C1", "1700000000.000100")
         assert await s.find("c2") == ConversationKey("terminal", "local", "tty", "session:with:colons")
         assert await s.find("c3") == ConversationKey("bare", "", "", "")

@@ -61,6 +61,14 @@ TurnRecordRow = tuple[int, str | None, str, str, str, str, str | None, float, fl
 run record JSON text or None)``."""
 
 
+TURNS_SQL = (
+    "SELECT t.idx, t.user, t.user_text, coalesce(r.answer, ''), t.summary, t.status, t.error, t.created, t.finished,"
+    " r.record FROM turns t LEFT JOIN turn_records r ON r.conversation_id = t.conversation_id AND r.idx = t.idx"
+    " WHERE t.conversation_id=? ORDER BY t.idx"
+)
+"""The rows :func:`turn_views` takes, for one conversation id."""
+
+
 def turn_views(rows: Iterable[TurnRecordRow], resources: Iterable[Resource]) -> list[dict[str, Any]]:
     """Turns as JSON-able dicts for display or resuming (``hugginggpt chat --conversation``).
 

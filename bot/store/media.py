@@ -5,6 +5,11 @@ the content, so identical content is stored once and a name never changes meanin
 atomic (temporary file in the same directory, ``fsync``, ``os.replace``) so a cancelled or
 interrupted write never leaves a half-written file under a final name. File I/O goes through
 ``aiofiles`` (each call runs in the event loop's default executor).
+
+While a :class:`bot.store.sqlite.SQLiteStore` is open on the same directory, it is this store's
+:attr:`MediaStore.ledger`: every write, whoever makes it (conversation files, the files of
+``hugginggpt run``), is first recorded there and checked against ``[storage] max_media_bytes``
+(:func:`bot.store.retention.reserve`), so the quota holds for every command and process.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import re
 import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Protocol
 
 import aiofiles
 import aiofiles.os
@@ -55,16 +61,34 @@ def _create_0644(path: str, flags: int) -> int:
     return os.open(path, flags, 0o644)
 
 
+class MediaLedger(Protocol):
+    """Records media writes and enforces the quota (:class:`bot.store.sqlite.SQLiteStore`)."""
+
+    async def reserve(self, path: Path, size: int) -> bool:  # pragma: no cover - protocol
+        """Record ``size`` bytes about to be written at ``path`` (making room under the quota);
+        return whether the record is new. Raises :class:`StorageError` when it cannot fit."""
+        ...
+
+    async def release(self, path: Path) -> None:  # pragma: no cover - protocol
+        """Drop a new record after its write failed."""
+        ...
+
+
 class MediaStore:
     """Content-addressed file store under ``root/media``.
 
     Args:
         root: the data directory (``[storage] data_dir``); created on first write.
+
+    Attributes:
+        ledger: where writes are recorded and the quota enforced (set by an open
+            :class:`bot.store.sqlite.SQLiteStore`; ``None``: plain writes).
     """
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self.dir = self.root / "media"
+        self.ledger: MediaLedger | None = None
 
     def path_for(self, data: bytes, mime: str) -> Path:
         """Final path of ``data``: ``media/<h[:2]>/<h><ext>`` with ``h`` its SHA-256 hex digest."""
@@ -87,20 +111,33 @@ class MediaStore:
         Returns:
             The absolute path of the stored file.
 
+        With a :attr:`ledger`, the file is recorded (and room made under the quota) before it is
+        written, and the record is dropped again if the write fails or is cancelled.
+
         Raises:
-            StorageError: the disk is full (ENOSPC) or the directory is not writable.
+            StorageError: the disk is full (ENOSPC), the directory is not writable, or the
+                media quota leaves no room (from the ledger; nothing is written then).
         """
         final = self.path_for(data, mime)
+        ledger = self.ledger
+        new = await ledger.reserve(final, len(data)) if ledger is not None else False
         stop = asyncio.Event()
         worker = asyncio.ensure_future(self._write(data, final, stop))
         try:
             return await asyncio.shield(worker)
-        except asyncio.CancelledError:
-            stop.set()
-            try:
-                await worker
-            except BaseException:  # noqa: BLE001 - the write was abandoned; cancellation wins
-                pass
+        except BaseException as exc:
+            if isinstance(exc, asyncio.CancelledError):
+                stop.set()
+                try:
+                    await worker
+                except BaseException:  # noqa: BLE001 - the write was abandoned; cancellation wins
+                    pass
+            written = worker.done() and not worker.cancelled() and worker.exception() is None
+            if new and ledger is not None and not written:
+                try:
+                    await asyncio.shield(ledger.release(final))
+                except Exception as e:  # noqa: BLE001 - the write's own error is the one to report
+                    log.warning("could not drop the record of %s: %s", final, e)
             raise
 
     async def _write(self, data: bytes, final: Path, stop: asyncio.Event) -> Path:

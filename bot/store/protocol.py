@@ -31,13 +31,30 @@ class PruneReport:
         conversations: conversations deleted (with their turns and resource rows).
         files: media files deleted from disk.
         bytes_freed: bytes of those files (sizes as recorded when stored).
-        media_bytes: bytes of media still referenced after pruning.
+        media_bytes: bytes of the recorded media files left (what the quota counts).
     """
 
     conversations: int = 0
     files: int = 0
     bytes_freed: int = 0
     media_bytes: int = 0
+
+
+class TurnSink:
+    """:class:`ResourceSink` bound to one turn of one conversation of a :class:`ConversationStore`:
+    ``add`` calls ``store.add_resource(conversation_id, turn, ...)``."""
+
+    def __init__(self, store: ConversationStore, conversation_id: str, turn: int) -> None:
+        self._store, self.conversation_id, self.turn = store, conversation_id, turn
+
+    async def add(
+        self, data: bytes, *, kind: Modality, mime: str, origin: str, description: str, name: str | None = None
+    ) -> Resource:
+        """Store ``data`` as a resource of the bound turn (see ``add_resource``)."""
+        return await self._store.add_resource(
+            self.conversation_id, self.turn, data, kind=kind, mime=mime, origin=origin,
+            description=description, name=name,
+        )
 
 
 class ConversationStore(Protocol):
@@ -103,11 +120,13 @@ class ConversationStore(Protocol):
         ...
 
     async def mark_interrupted(self) -> int:
-        """Mark turns left ``"running"`` by a crash as failed; return how many."""
+        """Mark turns left ``"running"`` by a process that is gone (no live lease) as failed;
+        return how many. Turns of live processes are left alone."""
         ...
 
     async def prune(self, *, max_age_days: float | None, max_media_bytes: int | None) -> PruneReport:
-        """Apply the retention limits, oldest conversations first."""
+        """Apply the retention limits (days, bytes), least recently used first; running and
+        recently used conversations and files are kept."""
         ...
 
     async def forget(self, conversation_id: str) -> bool:

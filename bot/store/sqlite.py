@@ -17,8 +17,13 @@ nothing to install) without touching the pipeline or the service. The connection
 :mod:`bot.store.database`, the schema in :mod:`bot.store.migrations`, deletion rules in
 :mod:`bot.store.retention`.
 
-Errors: every storage failure (corrupt or locked database file, full disk, unwritable directory)
-raises :class:`bot.errors.StorageError` whose message names the file; nothing else escapes.
+Errors: every storage failure (corrupt or locked database file, full disk, unwritable directory,
+media quota) raises :class:`bot.errors.StorageError` whose message names the file; nothing else
+escapes.
+
+Sharing: processes on one host may open one data directory at once; the rules are in
+:mod:`bot.store.lease` (owners, leases), :mod:`bot.store.retention` and :mod:`bot.store.quota`.
+Writers wait up to ``busy_timeout`` seconds for each other (short ``BEGIN IMMEDIATE`` transactions).
 """
 
 from __future__ import annotations
@@ -38,11 +43,13 @@ from pipeline.types import MODALITIES, Modality, Resource, ResourceSink, RunReco
 from ..errors import StorageError
 from ..incoming import ConversationKey
 from ..tokens import count_json_tokens, count_tokens
-from . import retention
-from .chatlog import TURN_OVERHEAD_TOKENS, select_history, turn_views
+from . import lease, retention
+from .chatlog import TURN_OVERHEAD_TOKENS, TURNS_SQL, select_history, turn_views
 from .database import Database
+from .lease import INTERRUPTED, RECENT_SECONDS, Owner  # noqa: F401 - INTERRUPTED re-exported
 from .migrations import SCHEMA_VERSION
-from .protocol import MediaWriter, PruneReport
+from .quota import Ledger
+from .protocol import MediaWriter, PruneReport, TurnSink
 from .text import SUMMARY_CHARS, clip_summary, valid_utf8
 
 __all__ = ["DB_NAME", "SCHEMA_VERSION", "SUMMARY_CHARS", "SQLiteStore", "TURN_OVERHEAD_TOKENS"]
@@ -50,28 +57,11 @@ __all__ = ["DB_NAME", "SCHEMA_VERSION", "SUMMARY_CHARS", "SQLiteStore", "TURN_OV
 log = logging.getLogger(__name__)
 
 DB_NAME = "conversations.sqlite3"
-INTERRUPTED = "interrupted"
-"""Error recorded on turns a crashed process left running (:meth:`SQLiteStore.mark_interrupted`)."""
 
 
 def _gone(where: str, what: str, path: Path) -> StorageError:
     """The error for a conversation (or turn) deleted while in use."""
     return StorageError("This conversation no longer exists; start a new thread.", f"{where}: unknown {what} in {path}")
-
-
-class _TurnSink:
-    """:class:`ResourceSink` bound to one turn of one conversation."""
-
-    def __init__(self, store: SQLiteStore, conversation_id: str, turn: int) -> None:
-        self._store, self.conversation_id, self.turn = store, conversation_id, turn
-
-    async def add(
-        self, data: bytes, *, kind: Modality, mime: str, origin: str, description: str, name: str | None = None
-    ) -> Resource:
-        return await self._store.add_resource(
-            self.conversation_id, self.turn, data, kind=kind, mime=mime, origin=origin,
-            description=description, name=name,
-        )
 
 
 class SQLiteStore:
@@ -90,13 +80,17 @@ class SQLiteStore:
         busy_timeout: seconds to wait for a lock held by another process before
             :class:`StorageError`.
         clock: returns the current time in seconds since the epoch (tests move time with it).
+        max_media_bytes: ``[storage] max_media_bytes``, enforced on every write through
+            ``media`` while open when it is a :class:`bot.store.media.MediaStore` (``None``: none).
+        max_age_days: ``[storage] max_age_days`` (orders what the quota deletes first).
 
     Attributes:
         database: the :class:`Database` (its ``writer`` connection is for tests and tools).
     """
 
     def __init__(
-        self, data_dir: Path, media: MediaWriter, *, busy_timeout: float = 5.0, clock: Callable[[], float] = time.time
+        self, data_dir: Path, media: MediaWriter, *, busy_timeout: float = 5.0, clock: Callable[[], float] = time.time,
+        max_media_bytes: int | None = None, max_age_days: float | None = None,
     ) -> None:
         self.data_dir = Path(data_dir).expanduser().resolve()
         self.path = self.data_dir / DB_NAME
@@ -104,12 +98,16 @@ class SQLiteStore:
         self.busy_timeout = busy_timeout
         self._clock = clock
         self.database = Database(self.path, busy_timeout=busy_timeout)
+        self.limits = (max_media_bytes, max_age_days)
+        self.owner: Owner | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
 
     async def open(self) -> None:
         """Create the data directory if needed, then open the database: refuse foreign or newer
-        files, switch to WAL mode, apply pending migrations (:mod:`bot.store.migrations`).
+        files, switch to WAL mode, apply pending migrations (:mod:`bot.store.migrations`); then
+        register this process as an owner with its heartbeat (:class:`bot.store.lease.Owner`)
+        and, when ``media`` is a :class:`MediaStore`, become its ledger (:mod:`bot.store.quota`).
 
         Raises:
             StorageError: the directory cannot be created, the file is corrupt, not SQLite,
@@ -120,9 +118,27 @@ class SQLiteStore:
         except OSError as e:
             raise self.database.error(e, "creating the data directory") from None
         await self.database.open()
+        owner = Owner(self.database, self._clock)
+        try:
+            await owner.register()
+        except BaseException:
+            await self.database.close()
+            raise
+        self.owner = owner
+        if hasattr(self.media, "ledger"):
+            self.media.ledger = Ledger(  # type: ignore[attr-defined]
+                self.database, owner.id, self._clock, self._rel, self._abs, max_media_bytes=self.limits[0],
+                max_age_days=self.limits[1], where=self.data_dir / "media",
+            )
 
     async def close(self) -> None:
-        """Close both connections (WAL is checkpointed by SQLite); safe to call twice."""
+        """Stop the heartbeat, mark this process's running turns interrupted, release its file
+        pins and owner row, then close both connections (WAL is checkpointed); safe to call twice."""
+        if getattr(getattr(self.media, "ledger", None), "db", None) is self.database:
+            self.media.ledger = None  # type: ignore[attr-defined]
+        owner, self.owner = self.owner, None
+        if owner is not None:
+            await owner.unregister()
         await self.database.close()
 
     async def __aenter__(self) -> SQLiteStore:
@@ -136,22 +152,23 @@ class SQLiteStore:
 
     async def get_or_create(self, key: ConversationKey) -> str:
         """Return the conversation id (10 hex characters, stable) for ``key``; create it if new.
+        Looking up a conversation idle for 5 minutes or more counts as using it (``updated``).
 
         Raises:
             StorageError: the database is unusable.
         """
         skey = key.as_string()
-        rows = await self.database.read(
-            "looking up a conversation", "SELECT id FROM conversations WHERE key=?", (skey,)
-        )
-        if rows:
+        sql = "SELECT id, updated FROM conversations WHERE key=?"
+        rows = await self.database.read("looking up a conversation", sql, (skey,))
+        if rows and rows[0][1] >= self._clock() - RECENT_SECONDS / 2:
             return rows[0][0]
-        async with self.database.lock:
-            async with self.database.tx("creating a conversation") as db:
-                row = await (await db.execute("SELECT id FROM conversations WHERE key=?", (skey,))).fetchone()
+        async with self.database.lock:  # an idle one is marked used: no process prunes it before its turn
+            async with self.database.tx("looking up a conversation") as db:
+                now = self._clock()
+                sql = "UPDATE conversations SET updated=max(updated, ?) WHERE key=? RETURNING id"
+                row = await (await db.execute(sql, (now, skey))).fetchone()
                 if row:
                     return row[0]
-                now = self._clock()
                 while True:
                     cid = secrets.token_hex(5)
                     cur = await db.execute(
@@ -194,9 +211,9 @@ class SQLiteStore:
                     )
                 ).fetchone()
                 await db.execute(
-                    "INSERT INTO turns(conversation_id, idx, user_text, status, created, user, tokens)"
-                    " VALUES (?,?,?,?,?,?,?)",
-                    (conversation_id, idx, user_text, "running", now, user, tokens),
+                    "INSERT INTO turns(conversation_id, idx, user_text, status, created, user, tokens, owner)"
+                    " VALUES (?,?,?,?,?,?,?,?)",
+                    (conversation_id, idx, user_text, "running", now, user, tokens, self._me()),
                 )
         return int(idx)
 
@@ -236,19 +253,21 @@ class SQLiteStore:
                 await db.execute("UPDATE conversations SET updated=? WHERE id=?", (now, conversation_id))
 
     async def mark_interrupted(self) -> int:
-        """Mark every turn still ``"running"`` (its process crashed or was killed) as
-        ``"failed"`` with error ``"interrupted"``. Call once at start, before serving.
+        """Mark the turns left ``"running"`` by a process that is gone (crashed, killed, or
+        silent for longer than its lease, :mod:`bot.store.lease`) as ``"failed"`` with error
+        ``"interrupted"``; turns of live processes, this one included, are left alone. The user's
+        text and files are kept. Called at start (:func:`bot.store.open_store`) and by the
+        heartbeat.
 
         Returns:
             The number of turns marked.
+
+        Raises:
+            StorageError: the database is unusable.
         """
         async with self.database.lock:
             async with self.database.tx("marking interrupted turns") as db:
-                cur = await db.execute(
-                    "UPDATE turns SET status='failed', error=?, finished=? WHERE status='running'",
-                    (INTERRUPTED, self._clock()),
-                )
-                n = cur.rowcount
+                n = await lease.mark_orphans(db, now=self._clock(), me=self._me())
         if n:
             log.warning("%s: marked %d interrupted turn(s) as failed", self.path, n)
         return n
@@ -261,14 +280,7 @@ class SQLiteStore:
             "ok" | "error" | "failed"), "error", "started", "finished" (epoch seconds or None),
             "record" (the RunRecord JSON or None), "resources" ([prompt views with "path"])}]``.
         """
-        rows = await self.database.read(
-            "reading turns",
-            "SELECT t.idx, t.user, t.user_text, coalesce(r.answer, ''), t.summary, t.status, t.error, t.created,"
-            " t.finished, r.record FROM turns t LEFT JOIN turn_records r"
-            " ON r.conversation_id = t.conversation_id AND r.idx = t.idx"
-            " WHERE t.conversation_id=? ORDER BY t.idx",
-            (conversation_id,),
-        )
+        rows = await self.database.read("reading turns", TURNS_SQL, (conversation_id,))
         return turn_views(rows, await self.resources(conversation_id))
 
     # -- resources -----------------------------------------------------------------------------
@@ -291,16 +303,8 @@ class SQLiteStore:
         return Resource(rid, kind, self._abs(path), mime, size, origin, description, turn, name)
 
     async def add_resource(
-        self,
-        conversation_id: str,
-        turn: int,
-        data: bytes,
-        *,
-        kind: Modality,
-        mime: str,
-        origin: str,
-        description: str,
-        name: str | None = None,
+        self, conversation_id: str, turn: int, data: bytes, *, kind: Modality, mime: str, origin: str,
+        description: str, name: str | None = None,
     ) -> Resource:
         """Write ``data`` through the media store and register it on ``turn``.
 
@@ -308,36 +312,32 @@ class SQLiteStore:
         (``image-1``, ``audio-1``, ``image-2``); ids are never reused within a conversation.
 
         Args:
-            conversation_id: the conversation.
-            turn: the turn that brought or produced the file.
-            data: the file's bytes.
-            kind: ``"image" | "audio" | "video" | "text"``.
-            mime: the sniffed MIME type.
-            origin: ``"user"`` or ``"task:N"``.
-            description: one line for prompts (newlines are flattened).
-            name: the user's file name, if any.
+            conversation_id, turn: the conversation, and the turn that brought or made the file.
+            data: the file's bytes; kind: ``"image" | "audio" | "video" | "text"``; mime: the
+                sniffed MIME type; origin: ``"user"`` or ``"task:N"``; description: one line
+                for prompts (newlines flattened); name: the user's file name, if any.
 
         Returns:
             The new :class:`Resource` (absolute path, ``turn`` set).
 
         Raises:
-            StorageError: disk full or unwritable while saving the file (nothing is recorded),
-                unknown conversation, or the database is unusable.
+            StorageError: disk full, unwritable or over the media quota while saving the file
+                (nothing is recorded), unknown conversation, or the database is unusable.
         """
         if kind not in MODALITIES:
             raise ValueError(f"unknown resource kind {kind!r}")
         description = valid_utf8(" ".join(description.split()))
         name = valid_utf8(name) if name is not None else None
-        async with self.database.lock:  # also keeps forget/prune from deleting a file between put and insert
-            known = "SELECT 1 FROM conversations WHERE id=?"
-            if not await self.database.read("saving a file", known, (conversation_id,)):
-                raise _gone("add_resource", f"conversation {conversation_id!r}", self.path)
-            try:
-                path = await self.media.put(data, mime)
-            except HuggingGPTError:
-                raise
-            except OSError as e:
-                raise self.database.error(e, "saving a file") from None
+        known = "SELECT 1 FROM conversations WHERE id=?"
+        if not await self.database.read("saving a file", known, (conversation_id,)):
+            raise _gone("add_resource", f"conversation {conversation_id!r}", self.path)
+        try:  # the file stays pinned by this process until its row is stored (bot.store.lease)
+            path = await self.media.put(data, mime)
+        except HuggingGPTError:
+            raise
+        except OSError as e:
+            raise self.database.error(e, "saving a file") from None
+        async with self.database.lock:
             now = self._clock()
             async with self.database.tx("saving a file") as db:
                 seq, n = await (
@@ -359,20 +359,22 @@ class SQLiteStore:
                     )
                 except sqlite3.IntegrityError:
                     raise _gone("add_resource", f"conversation {conversation_id!r}", self.path) from None
+                await db.execute(  # recorded (also from writers without a ledger); referenced now: unpin
+                    "INSERT INTO media(path, size, created, used) VALUES (?,?,?,?) ON CONFLICT(path) DO UPDATE"
+                    " SET used=excluded.used, owner=CASE WHEN owner=? THEN NULL ELSE owner END",
+                    (self._rel(res.path), res.size, now, now, self._me()),
+                )
         return Resource(res.id, kind, self._abs(self._rel(res.path)), mime, res.size, origin, description, turn, name)
 
     def sink(self, conversation_id: str, turn: int) -> ResourceSink:
         """A :class:`pipeline.types.ResourceSink` whose ``add`` calls :meth:`add_resource` on
         ``turn`` of ``conversation_id`` (hand it to task execution for generated files)."""
-        return _TurnSink(self, conversation_id, turn)
+        return TurnSink(self, conversation_id, turn)
 
     async def resources(self, conversation_id: str) -> list[Resource]:
         """All resources of ``conversation_id`` (never another's), oldest first."""
-        rows = await self.database.read(
-            "reading resources",
-            f"SELECT {self._RES_COLS} FROM resources WHERE conversation_id=? ORDER BY n",
-            (conversation_id,),
-        )
+        sql = f"SELECT {self._RES_COLS} FROM resources WHERE conversation_id=? ORDER BY n"
+        rows = await self.database.read("reading resources", sql, (conversation_id,))
         return [self._resource(r) for r in rows]
 
     async def context(self, conversation_id: str, budget_tokens: int) -> tuple[list[Turn], list[Resource]]:
@@ -407,30 +409,25 @@ class SQLiteStore:
     # -- retention (rules in bot.store.retention) ---------------------------------------------
 
     async def forget(self, conversation_id: str) -> bool:
-        """Delete ``conversation_id`` (turns, resource rows) and its media files that no other
-        conversation uses.
+        """Delete ``conversation_id`` (turns, resource rows) whatever its age, and its media files
+        unless another conversation refers to them or a live process pins them.
 
         Returns:
             ``True`` if the conversation existed.
 
         Raises:
-            StorageError: the database is unusable.
+            StorageError: a live process is running a turn in it, or the database is unusable.
         """
-        return await retention.forget(self.database, conversation_id, self._abs)
+        return await retention.forget(self.database, conversation_id, self._abs, now=self._clock(), me=self._me())
 
     async def media_bytes(self) -> int:
-        """Bytes of the distinct media files referenced by any conversation."""
+        """Bytes of the recorded media files, each counted once (what the quota measures)."""
         return await retention.media_bytes(self.database)
 
     async def prune(self, *, max_age_days: float | None, max_media_bytes: int | None) -> PruneReport:
-        """Apply retention (``[storage] max_age_days`` and ``max_media_bytes``).
-
-        1. Conversations whose last activity is older than ``max_age_days`` days are deleted.
-        2. While the referenced media exceed ``max_media_bytes`` bytes, the least recently
-           active conversations are deleted, oldest first.
-
-        Conversations with a running turn are kept. A media file is deleted only when no kept
-        conversation refers to it. ``None`` disables a limit.
+        """Apply ``max_age_days`` (days) and ``max_media_bytes`` (bytes); ``None`` disables a
+        limit. Running and recently active conversations, and files referenced, pinned or
+        recently used, are kept (rules: :mod:`bot.store.retention`).
 
         Returns:
             A :class:`PruneReport`.
@@ -440,6 +437,8 @@ class SQLiteStore:
         """
         return await retention.prune(
             self.database, now=self._clock(), max_age_days=max_age_days, max_media_bytes=max_media_bytes,
-            resolve=self._abs,
+            resolve=self._abs, me=self._me(),
         )
 
+    def _me(self) -> str | None:
+        return self.owner.id if self.owner is not None else None

@@ -7,6 +7,7 @@ failure rolls back the whole version). Each one is keyed by the version it compl
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -65,5 +66,35 @@ async def backfill_v2(db: aiosqlite.Connection) -> None:
     await db.executemany("UPDATE resources SET seq=?, tokens=? WHERE conversation_id=? AND n=?", updates)
 
 
-POST_STEPS: dict[int, PostStep] = {2: backfill_v2}
+def _media_files(data_dir: Path) -> list[tuple[str, int, float]]:
+    """``(path relative to data_dir, size, mtime)`` of the finished files under ``data_dir/media``
+    (temporary ``.*`` files of interrupted writes are left out)."""
+    out = []
+    for p in (data_dir / "media").rglob("*"):
+        if p.name.startswith("."):
+            continue
+        try:
+            st = p.stat()
+        except OSError:
+            continue
+        if p.is_file():
+            out.append((str(p.relative_to(data_dir)), st.st_size, st.st_mtime))
+    return out
+
+
+async def backfill_v3(db: aiosqlite.Connection) -> None:
+    """Version 3: record the media files no resource names (outputs of earlier ``hugginggpt
+    run`` commands), with their size and modification time, so the quota counts them."""
+    rows = await db.execute_fetchall("PRAGMA database_list")
+    main = next((r[2] for r in rows if r[1] == "main"), "")
+    if not main:  # an in-memory database has no media directory
+        return
+    files = await asyncio.to_thread(_media_files, Path(main).parent)
+    await db.executemany(
+        "INSERT OR IGNORE INTO media(path, size, created, used) VALUES (?,?,?,?)",
+        [(path, size, mtime, mtime) for path, size, mtime in files],
+    )
+
+
+POST_STEPS: dict[int, PostStep] = {2: backfill_v2, 3: backfill_v3}
 """Schema version -> its post-step."""
