@@ -12,6 +12,7 @@ import base64
 import io
 import json
 
+import aiohttp
 import numpy as np
 import pytest
 from PIL import Image
@@ -395,3 +396,88 @@ async def test_recorded_results_reach_the_response_stage(sandbox, replay, tmp_pa
     prompt = json.dumps(response_call.body["messages"], ensure_ascii=False)
     assert json.dumps(expected.strip(), ensure_ascii=False)[1:-1] in prompt
     assert model_of(it) in prompt
+
+
+# -- the sandbox stand-in answers in the recorded shapes ----------------------------------------
+
+CONTRACT = {  # cassette -> task and arguments (files come from the recorded request)
+    "image_classification--hf-inference": "image-classification",
+    "image_to_text--hf-inference": "image-to-text",
+    "visual_question_answering--hf-inference": "visual-question-answering",
+    "automatic_speech_recognition--hf-inference": "automatic-speech-recognition",
+    "audio_classification--hf-inference": "audio-classification",
+    "summarization--hf-inference": "summarization",
+    "translation--hf-inference": "translation",
+    "text_classification--hf-inference": "text-classification",
+    "text_to_image--hf-inference": "text-to-image",
+    "chat_completion_no_stream--hf-inference": "conversational",
+}
+
+
+def shape(value):
+    """The structure of a JSON value: keys and element shapes, with leaf types (numbers as one type)."""
+    if isinstance(value, dict):
+        return {k: shape(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [shape(value[0])] if value else []
+    return "number" if isinstance(value, (int, float)) and not isinstance(value, bool) else type(value).__name__
+
+
+@pytest.mark.parametrize("name", sorted(CONTRACT))
+async def test_sandbox_answers_like_the_recording(hub_for, standin, sink, name):
+    """The request the product sends is sent to the sandbox too: same content type, same JSON
+    shape (field names, nesting, types) or an image of the same format as the recording."""
+    it = inference(name)
+    task = CONTRACT[name]
+    hub, server = await hub_for(name)
+    if task in ("image-classification", "image-to-text", "visual-question-answering"):
+        args: dict = {"image": await stored_upload(sink, recorded_image(it), "photo.png", None)}
+        if task == "visual-question-answering":
+            args["text"] = it.request_json()["question"]
+    elif task in ("automatic-speech-recognition", "audio-classification"):
+        args = {"audio": await stored_upload(sink, it.request_body, "speech.flac", None)}
+    elif task == "conversational":
+        args = {"text": it.request_json()["messages"][-1]["content"]}
+    else:
+        args = {"text": it.request_json()["inputs"]}
+    await hub.run(task, model_of(it), args, sink, task_id=1)
+    (sent,) = server.posts()
+    standin.task_of[model_of(it)] = task
+    headers = {k: v for k, v in sent.headers.items() if k.lower() in ("content-type", "accept")}
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"{standin.url}{sent.path.removeprefix('/hf-inference')}", data=sent.body, headers=headers) as r:
+            assert r.status == 200, await r.text()
+            ctype, body = r.headers["Content-Type"], await r.read()
+    assert ctype == it.content_type
+    if ctype.startswith("image/"):
+        with Image.open(io.BytesIO(body)) as a, Image.open(io.BytesIO(it.body)) as b:
+            assert a.format == b.format
+    else:
+        assert shape(json.loads(body)) == shape(it.json())
+
+
+async def test_request_languages_reach_a_many_to_many_model_end_to_end(sandbox, tmp_path):
+    """The plan names no language; the request does. mBART-50 gets en_XX -> fr_XX, and the
+    response prompt shows the translation the model made with them."""
+    model = "facebook/mbart-large-50-many-to-many-mmt"
+    sandbox.inference.task_of[model] = "translation"
+    catalog = tmp_path / "catalog.jsonl"
+    catalog.write_text(json.dumps({"id": model, "task": "translation", "downloads": 1, "likes": 1, "description": "mBART-50",
+                                   "providers": None, "tags": []}) + "\n")
+    sandbox.controller.script.append({"content": json.dumps(
+        {"tasks": [{"task": "translation", "id": 0, "dep": [-1], "args": {"text": "Hello world"}}]})})
+    overrides = sandbox.overrides(tmp_path / "data")
+    overrides["inference"].update({"selection": "top", "controller_tasks": []})
+    overrides["catalog"] = {"path": str(catalog)}
+    service = await Service.create(load_settings(env={}, overrides=overrides))
+    try:
+        events = [e async for e in service.handle("Translate 'Hello world' into French, please", [])]
+    finally:
+        await service.close()
+    record = events[-1].record
+    assert record.tasks[0].args == {"text": "Hello world", "tgt_lang": "French"}
+    out = record.results[0].output.text
+    assert out == json.loads(sandbox.inference.records[-1].answer)[0]["translation_text"]
+    assert "(src_lang=en_XX tgt_lang=fr_XX)" in out
+    (response_call,) = sandbox.controller.calls("response-generation")
+    assert "tgt_lang=fr_XX" in json.dumps(response_call.body["messages"])
