@@ -128,7 +128,9 @@ def _resource_index(resources: Sequence[Resource]) -> dict[str, Resource]:
     return index
 
 
-def validate_plan(raw_tasks: Iterable[Any], *, available: AbstractSet[str], resources: Sequence[Resource]) -> list[Task]:
+def validate_plan(
+    raw_tasks: Iterable[Any], *, available: AbstractSet[str], resources: Sequence[Resource], request_text: str = ""
+) -> list[Task]:
     """Validate raw task records into :class:`Task` objects.
 
     Args:
@@ -136,6 +138,8 @@ def validate_plan(raw_tasks: Iterable[Any], *, available: AbstractSet[str], reso
         available: canonical task names the configured backends can serve right now.
         resources: the conversation's resources; file arguments may only name these (by id, or by
             the user's file name when unique).
+        request_text: the user's request; a task's optional arguments the plan leaves out are read
+            from it where the task's entry says how (``TaskSpec.from_request``: languages to translate).
 
     Returns:
         Tasks in an order where every task comes after its dependencies; file arguments rewritten
@@ -211,6 +215,8 @@ def validate_plan(raw_tasks: Iterable[Any], *, available: AbstractSet[str], reso
         for key in spec.required:
             if not args.get(key):
                 raise PlanInvalid(f'Task {tid} ({name}) needs a "{key}" argument.')
+        for key, value in (spec.from_request(request_text) if spec.from_request and request_text else {}).items():
+            args.setdefault(key, value)
         final: dict[str, str] = {}
         for key, value in args.items():
             kind = spec.allowed[key]
@@ -271,7 +277,7 @@ def validate_plan(raw_tasks: Iterable[Any], *, available: AbstractSet[str], reso
 
 def plan_schema(available: Iterable[str]) -> dict[str, Any]:
     """JSON schema of a plan for structured output (OpenAI ``response_format`` ``json_schema``)."""
-    arg_props = {k: {"type": "string"} for k in ("text", "image", "audio", "video", "context")}
+    arg_props = {k: {"type": "string"} for k in sorted({k for spec in TASKS.values() for k in spec.allowed})}
     return {
         "type": "object",
         "properties": {
@@ -369,7 +375,7 @@ async def plan(controller: Controller, request: Request, available: AbstractSet[
     messages = planning_messages(request, available)
     raw = await controller.complete_json(messages, stage="task-planning", schema_name="task_plan", schema=schema, usage=usage)
     try:
-        return validate_plan(parse_plan(raw), available=available, resources=request.resources)
+        return validate_plan(parse_plan(raw), available=available, resources=request.resources, request_text=request.text)
     except PlanInvalid as e:
         problem = e.problem
         log.warning("plan rejected (%s); raw=%r", problem, raw[:500])
@@ -377,7 +383,7 @@ async def plan(controller: Controller, request: Request, available: AbstractSet[
     repair.insert(-1, {"role": "assistant", "content": raw[:4000]})
     raw2 = await controller.complete_json(repair, stage="task-planning", schema_name="task_plan", schema=schema, usage=usage)
     try:
-        return validate_plan(parse_plan(raw2), available=available, resources=request.resources)
+        return validate_plan(parse_plan(raw2), available=available, resources=request.resources, request_text=request.text)
     except PlanInvalid as e:
         log.warning("plan rejected after repair (%s); raw=%r", e.problem, raw2[:500])
         raise PlanError(

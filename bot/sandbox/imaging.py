@@ -109,8 +109,9 @@ def load_font(size: int):
         return ImageFont.load_default()
 
 
-def draw_prompt(prompt: str, width: int = 512, height: int = 512) -> bytes:
-    """A PNG of the prompt's colour (first colour word, else steel blue) with the prompt written on it."""
+def draw_prompt(prompt: str, width: int = 512, height: int = 512, fmt: str = "PNG") -> bytes:
+    """An image of the prompt's colour (first colour word, else steel blue) with the prompt written
+    on it, encoded as ``fmt`` (``"PNG"`` or ``"JPEG"``, quality 95)."""
     colour = prompt_colour(prompt)
     im = Image.new("RGB", (width, height), colour)
     d = ImageDraw.Draw(im)
@@ -129,6 +130,10 @@ def draw_prompt(prompt: str, width: int = 512, height: int = 512) -> bytes:
     for ln in ["[sandbox]"] + lines[:10]:
         d.text((width // 16, y), ln, fill=ink, font=font)
         y += int(font.size * 1.3) if hasattr(font, "size") else 16
+    if fmt == "JPEG":
+        buf = io.BytesIO()
+        im.save(buf, format="JPEG", quality=95)
+        return buf.getvalue()
     return png(im)
 
 

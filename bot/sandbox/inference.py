@@ -276,7 +276,10 @@ class InferenceStandIn:
             except ValueError as exc:
                 raise Fault(400, {"error": "image is not base64"}) from exc
 
-        J = web.json_response
+        def J(obj: Any) -> web.Response:
+            # as hf-inference answers (recordings in tests/fixtures/cassettes): "application/json", no charset
+            return web.Response(body=json.dumps(obj).encode(), content_type="application/json")
+
         if task == "conversational":
             msgs = payload.get("messages") if isinstance(payload, dict) else None
             last = next((m.get("content") for m in reversed(msgs or []) if m.get("role") == "user"), "")
@@ -302,7 +305,9 @@ class InferenceStandIn:
             first = re.split(r"(?<=[.!?])\s", t.strip())[0]
             return J([{"summary_text": "[sandbox] summary: " + " ".join(first.split()[:25])}])
         if task == "translation":
-            return J([{"translation_text": f"[sandbox] translation of: {text_in()}"}])
+            # the real API takes the languages as parameters src_lang / tgt_lang (mBART-50, NLLB, M2M-100 codes)
+            langs = " ".join(f"{k}={params[k]}" for k in ("src_lang", "tgt_lang") if isinstance(params, dict) and params.get(k))
+            return J([{"translation_text": f"[sandbox] translation{' (' + langs + ')' if langs else ''} of: {text_in()}"}])
         if task in ("text-generation", "text2text-generation"):
             t = text_in()
             return J([{"generated_text": f"[sandbox] generated text for: {t}"}])
@@ -371,7 +376,8 @@ class InferenceStandIn:
             t = text_in()
             w = int(params.get("width") or 512)
             h = int(params.get("height") or 512)
-            return web.Response(body=await asyncio.to_thread(draw_prompt, t, w, h), content_type="image/png")
+            # hf-inference answers text-to-image with a JPEG even when asked for image/png (recorded)
+            return web.Response(body=await asyncio.to_thread(draw_prompt, t, w, h, "JPEG"), content_type="image/jpeg")
         if task == "text-to-speech":
             return web.Response(body=await asyncio.to_thread(make_wav, text_in()), content_type="audio/wav")
         if task == "text-to-video":

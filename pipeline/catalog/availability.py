@@ -27,7 +27,7 @@ class Availability:
     4. the card knows its live providers: served iff ``provider`` is among them (``"auto"``: any);
     5. otherwise the Hub is asked (``HfApi.model_info(id, expand=["inferenceProviderMapping"])``),
        the answer is cached per model for ``ttl`` seconds, and only mappings with status
-       ``"live"`` count. A Hub that cannot be reached or answers an error means "not served"
+       ``"live"`` count (:func:`live_providers`; a renamed repo's redirect is followed). A Hub that cannot be reached or answers an error means "not served"
        (warning logged; that answer is cached for ``min(ttl, error_ttl)`` seconds) — a model that
        cannot be run is never offered.
 
@@ -174,5 +174,27 @@ class Availability:
                 model_id,
             )
             return frozenset(), self.error_ttl
-        mapping = info.inference_provider_mapping or []
-        return frozenset(m.provider for m in mapping if getattr(m, "status", None) == LIVE), self.ttl
+        return live_providers(info), self.ttl
+
+
+def live_providers(info: Any) -> frozenset[str]:
+    """The Inference Providers that serve a model, from the Hub's model-info answer.
+
+    Args:
+        info: ``huggingface_hub.ModelInfo`` (``inference_provider_mapping``: list of mappings with
+            ``provider`` and ``status``, or ``None`` when the answer had no such field;
+            ``inference``: ``"warm"`` or ``None``).
+
+    Returns:
+        Provider names whose mapping has status ``"live"`` (``"staging"`` and ``"error"`` do not
+        count). An answer *without* ``inferenceProviderMapping`` (the Hub's format before
+        Inference Providers, still given by mirrors and gateways that ignore ``expand``) that
+        says ``"inference": "warm"`` means the serverless Inference API, today's ``hf-inference``,
+        serves the model: ``{"hf-inference"}``. Source: the recorded Hub answers in
+        ``tests/fixtures/cassettes/`` (model info with ``"inference": "warm"`` and no mapping,
+        followed by a 200 from ``router.huggingface.co/hf-inference``). An empty mapping means none.
+    """
+    mapping = info.inference_provider_mapping
+    if mapping is None:
+        return frozenset({"hf-inference"}) if getattr(info, "inference", None) == "warm" else frozenset()
+    return frozenset(m.provider for m in mapping if getattr(m, "status", None) == LIVE)

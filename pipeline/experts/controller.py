@@ -39,7 +39,8 @@ class ControllerRunner:
         messages = [
             {"role": "system", "content": prompts.render("controller_task.system", instruction=instruction)},
             {"role": "user", "content": prompts.render("controller_task.user", text=text.get("text", ""),
-                                                       context=text.get("context"))},
+                                                       context=text.get("context"), src_lang=text.get("src_lang"),
+                                                       tgt_lang=text.get("tgt_lang"))},
         ]
         answer = await self.controller.complete_text(messages, stage="controller-task", task=task, usage=usage or Usage())
         return Output(text=answer.strip())

@@ -75,6 +75,8 @@ class TaskSpec:
             sentence for the user), result in :attr:`Inputs.prepared`.
         controller_capable: the controller LLM can do it itself (``[inference] controller_tasks``).
         local: computed in-process without a model (canny edge maps).
+        from_request: optional text arguments read from the user's request when the plan leaves
+            them out (request text -> ``{key: value}``; the translation's languages).
     """
 
     name: str
@@ -88,6 +90,7 @@ class TaskSpec:
     prepare: Callable[[Inputs], Any] | None = None
     controller_capable: bool = False
     local: bool = False
+    from_request: Callable[[str], dict[str, str]] | None = None
 
     @property
     def allowed(self) -> dict[str, Modality]:

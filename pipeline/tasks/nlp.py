@@ -6,7 +6,9 @@ import csv
 import io
 from typing import Any
 
+from ..errors import ExpertError
 from ..types import Output
+from . import languages
 from .base import Inputs, Saver, TaskSpec, entry, flatten, labels_output, text_of
 from .outputs import Entities, Entity, Label, Fills, Predictions, SentenceScore, Similarities, Span
 
@@ -53,6 +55,32 @@ async def _sentence_similarity(raw: Any, inputs: Inputs, saver: Saver) -> Output
     return Output(text=text, data=Similarities(tuple(SentenceScore(s, v) for s, v in zip(sentences, scores))))
 
 
+def _languages(inputs: Inputs) -> tuple[str | None, str | None]:
+    """``(src, tgt)`` ISO 639-1 codes of the translation's ``src_lang``/``tgt_lang`` arguments.
+
+    Raises:
+        ValueError: a language this bot does not know (one sentence for the user).
+    """
+    codes = []
+    for key in ("src_lang", "tgt_lang"):
+        value = inputs.text.get(key, "").strip()
+        code = languages.language(value) if value else None
+        if value and code is None:
+            raise ValueError(f"I do not know the language {value[:40]!r}; name it in English, like French or German.")
+        codes.append(code)
+    return codes[0], codes[1]
+
+
+async def _translate(client: Any, model: str, inputs: Inputs) -> Any:
+    """Translate, passing ``src_lang``/``tgt_lang`` codes to the models that need them
+    (:mod:`pipeline.tasks.languages` says which and how they are written)."""
+    try:
+        params = languages.model_codes(model, *inputs.prepared)
+    except ValueError as e:
+        raise ExpertError(str(e), f"translation on {model}: {e}", reason="refused") from None
+    return await client.translation(inputs.text["text"], model=model, **params)
+
+
 def csv_table(inputs: Inputs) -> dict[str, list[str]]:
     """CSV text with a header row → ``{column: [values...]}`` (the tabular tasks' ``table``).
 
@@ -95,8 +123,10 @@ TASKS: list[TaskSpec] = [
           controller_capable=True),
     entry("summarization", "nlp", TEXT, ("text",), "shorten a text to its main points",
           lambda c, m, i: c.summarization(i.text["text"], model=m), text_of("summary_text"), controller_capable=True),
-    entry("translation", "nlp", TEXT, ("text",), "translate a text (say the target language in the text)",
-          lambda c, m, i: c.translation(i.text["text"], model=m), text_of("translation_text"), controller_capable=True),
+    entry("translation", "nlp", TEXT, ("text",),
+          "translate a text; src_lang/tgt_lang: the languages by English name (e.g. German, French)",
+          _translate, text_of("translation_text"), controller_capable=True, prepare=_languages,
+          optional={"src_lang": "text", "tgt_lang": "text"}, from_request=languages.from_request),
     entry("question-answering", "nlp", TEXT_AND_CONTEXT, ("text",), "answer a question (text) from a passage (context)",
           lambda c, m, i: c.question_answering(question=i.text["text"], context=i.text["context"], model=m),
           _question_answering),
