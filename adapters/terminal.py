@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import sys
+import textwrap
 from typing import TextIO
 
 from bot.progress import Progress
@@ -18,6 +20,30 @@ from pipeline.types import (
     TaskSkipped,
     TaskStarted,
 )
+
+
+_ESCAPE_SEQUENCE = re.compile(
+    r"\x1b(?:\[[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor moves, erase
+    r"|\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC: window title, hyperlinks, clipboard
+    r"|[PX^_][^\x1b]*(?:\x1b\\)?"  # DCS, SOS, PM, APC strings
+    r"|[@-Z\\-_]?)"  # any other escape
+    r"|\x9b[0-?]*[ -/]*[@-~]"  # 8-bit CSI
+    r"|[\x90\x98\x9d\x9e\x9f][^\x07\x9c\x1b]*(?:\x07|\x9c)?"  # 8-bit DCS, SOS, OSC, PM, APC
+)
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` safe for a terminal: escape sequences (CSI, OSC, DCS ... ECMA-48) and control
+    characters (C0 but newline and tab, DEL, C1) removed. Model output and user text go through
+    this before they are printed: an answer must not retitle the window, rewrite the screen or
+    write to the clipboard."""
+    return _CONTROL.sub("", _ESCAPE_SEQUENCE.sub("", text))
+
+
+def summary_of(text: str, width: int = 100) -> str:
+    """One line of at most ``width`` characters, cut at a word boundary with "…"."""
+    return textwrap.shorten(" ".join(text.split()), width=width, placeholder=" …")
 
 
 def describe_plan(event: PlanReady) -> list[str]:
@@ -77,26 +103,26 @@ class TerminalRenderer:
                 self.write(self._c("1", line) if line.startswith("Plan") else line)
         elif isinstance(event, ModelSelected):
             s = event.selection
-            self.write(f"  [{s.task_id}] model {s.model} ({s.strategy}: {s.reason})")
+            self.write(printable(f"  [{s.task_id}] model {s.model} ({s.strategy}: {s.reason})"))
         elif isinstance(event, TaskStarted):
-            self.write(f"  [{event.task_id}] {p.tasks[event.task_id].state} on {event.model}")
+            self.write(printable(f"  [{event.task_id}] {p.tasks[event.task_id].state} on {event.model}"))
         elif isinstance(event, (TaskFinished, TaskFailed, TaskSkipped)):
             line = p.tasks.get(event.result.task_id)
             if line is None:
                 return
             r = event.result
             if line.state == "done":
-                summary = (r.output.text or "").replace("\n", " ") if r.output else ""
+                summary = summary_of(printable(r.output.text or "")) if r.output else ""
                 files = ", ".join(f.id for f in r.output.files) if r.output and r.output.files else ""
-                extra = f" → {summary[:100]}" if summary else ""
+                extra = f" → {summary}" if summary else ""
                 extra += f" [{files}]" if files else ""
             else:
-                extra = f": {line.error}"
+                extra = f": {printable(line.error or '')}"
             self.write(self._c(_STATE_COLOUR[line.state], f"  [{r.task_id}] {line.state}") + extra)
         elif isinstance(event, ResponseDelta):
             if before != "responding":
                 self.write()
-            self.out.write(event.text)
+            self.out.write(printable(event.text))
             self.out.flush()
         elif isinstance(event, Done):
             if before == "responding":
@@ -106,11 +132,11 @@ class TerminalRenderer:
 
     def finish(self, record: RunRecord) -> None:
         """The error sentence or the list of generated files."""
-        if record.status == "error":
-            self.err.write(f"Error: {record.error}\n")
+        if not record.answered:
+            self.err.write(f"Error: {printable(record.error or '')}\n")
             self.err.flush()
         if record.files:
             self.write()
             self.write("Files:")
             for f in record.files:
-                self.write(f"  {f.id} ({f.kind}, {f.description or f.mime}): {f.path}")
+                self.write(printable(f"  {f.id} ({f.kind}, {f.description or f.mime}): {f.path}"))

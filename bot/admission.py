@@ -90,9 +90,14 @@ class Admission:
             if s.allowed_users and who.user not in s.allowed_users:
                 return Refusal("user", "Sorry, you are not on the list of people allowed to use this bot; "
                                        "ask the Slack admin who runs it.")
+            dms = s.allow_dms if s.allow_dms is not None else not s.allowed_channels
+            if who.is_dm and not dms:
+                return Refusal("dm", "Sorry, I don't answer direct messages here; please ask in a channel where "
+                                     "I'm enabled.")
             if s.allowed_channels and not who.is_dm and not set(who.channels) & set(s.allowed_channels):
+                hint = ", or send me a direct message" if dms else ""
                 return Refusal("channel", "Sorry, I'm not enabled in this channel; ask the admin who runs me to add "
-                                          "it to the allowed channels, or send me a direct message.")
+                                          f"it to the allowed channels{hint}.")
         return None
 
     async def admit(self, who: Requester) -> Refusal | None:

@@ -1,7 +1,8 @@
 """Logging for operators: details go to a log file (and stderr with ``-v``); secrets are masked.
 
-Every secret value from the settings is replaced by ``***`` in every record, whatever logger
-produced it (our code, openai, huggingface_hub, discord.py, slack_sdk).
+Every secret value from the settings, and the credentials of any URL, are replaced by ``***`` in
+every line written, tracebacks included, whatever logger produced it (our code, openai,
+huggingface_hub, discord.py, slack_sdk).
 """
 
 from __future__ import annotations
@@ -11,21 +12,41 @@ import logging.handlers
 from collections.abc import Iterable
 from pathlib import Path
 
+from pipeline.redact import mask_credentials
+
 
 class RedactSecrets(logging.Filter):
-    """Replace each secret (strings of 4+ characters) by ``***`` in the formatted message."""
+    """Replace each secret (strings of 4+ characters) by ``***`` and mask URL credentials
+    (``https://user:password@host`` → ``https://***@host``) in the message."""
 
     def __init__(self, secrets: Iterable[str]) -> None:
         super().__init__()
         self.secrets = sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True)
 
+    def redact(self, text: str) -> str:
+        """``text`` with every secret and URL credential masked."""
+        for s in self.secrets:
+            text = text.replace(s, "***")
+        return mask_credentials(text)
+
     def filter(self, record: logging.LogRecord) -> bool:
-        if self.secrets:
-            msg = record.getMessage()
-            for s in self.secrets:
-                msg = msg.replace(s, "***")
-            record.msg, record.args = msg, None
+        msg = record.getMessage()
+        masked = self.redact(msg)
+        if masked != msg or record.args:
+            record.msg, record.args = masked, None
         return True
+
+
+class RedactingFormatter(logging.Formatter):
+    """A formatter whose whole output (tracebacks and stack included) goes through
+    :class:`RedactSecrets`: an exception's text can carry a key or a URL with a password."""
+
+    def __init__(self, fmt: str, redact: RedactSecrets) -> None:
+        super().__init__(fmt)
+        self._redact = redact
+
+    def format(self, record: logging.LogRecord) -> str:
+        return self._redact.redact(super().format(record))
 
 
 def setup_logging(*, verbose: int = 0, log_file: Path | None = None, secrets: Iterable[str] = ()) -> None:
@@ -42,7 +63,7 @@ def setup_logging(*, verbose: int = 0, log_file: Path | None = None, secrets: It
     level = logging.DEBUG if verbose >= 2 else logging.INFO
     root.setLevel(level)
     redact = RedactSecrets(secrets)
-    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    fmt = RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s", redact)
     if log_file is not None:
         try:
             log_file.parent.mkdir(parents=True, exist_ok=True)

@@ -123,11 +123,13 @@ class DiscordSettings(Section):
     """``[discord]``: the Discord front end."""
 
     token: SecretStr | None = None
+    api_base_url: str | None = Field(
+        None, pattern=r"^https?://", description="Discord REST API base (a proxy); default https://discord.com/api/v10"
+    )
     command_name: str = Field("ask", pattern=r"^[-_a-z0-9]{1,32}$")
     allowed_guilds: list[int] = Field(default_factory=list)
     allowed_channels: list[int] = Field(default_factory=list)
     allowed_roles: list[int] = Field(default_factory=list)
-    allow_dms: bool | None = Field(None, description="direct messages; default: allowed only when no allow-list is set")
     rate_limit_per_minute: int = Field(6, ge=1, le=10_000)
     max_concurrent_runs: int = Field(2, ge=1, le=1000)
     followups_need_mention: bool = False
@@ -145,7 +147,9 @@ class SlackSettings(Section):
     path: str = Field("/slack/events", pattern=r"^/")
     allowed_channels: list[str] = Field(default_factory=list)
     allowed_users: list[str] = Field(default_factory=list)
-    allow_dms: bool | None = Field(None, description="direct messages; default: allowed only when no allow-list is set")
+    allow_dms: bool | None = Field(
+        None, description="direct messages; default: allowed unless allowed_channels is set (allowed_users always applies)"
+    )
     rate_limit_per_minute: int = Field(6, ge=1, le=10_000)
     followups_without_mention: bool = True
 

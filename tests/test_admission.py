@@ -31,7 +31,7 @@ async def test_slack_allow_lists() -> None:
     assert a.access(Requester("slack", "U1", ("C1",), "T1")) is None
     refusal = a.access(Requester("slack", "U1", ("C2",), "T1"))
     assert refusal.reason == "channel" and "not enabled in this channel" in refusal.sentence
-    assert a.access(Requester("slack", "U1", ("D9",), "T1", is_dm=True)) is None
+    assert a.access(Requester("slack", "U1", ("D9",), "T1", is_dm=True)).reason == "dm"  # DMs follow allowed_channels
     assert "not on the list" in a.access(Requester("slack", "U2", ("C1",), "T1")).sentence
 
 

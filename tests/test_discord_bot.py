@@ -478,3 +478,59 @@ async def test_followups_with_audio_and_video_and_the_rate_limit_reply(tmp_path:
             "message_reference") or {}).get("message_id")) == user_msg["id"]), None))
         assert reply.content == ("You're sending requests faster than 3 per minute; please wait a little and "
                                  "try again.")
+
+
+# ------------------------------------------------------------------------------------------------
+# no pings, refusals said once (issue 14)
+
+
+def _pinged_users(call_body: dict[str, Any], content: str) -> set[str]:
+    """Who Discord would notify for a message body (Discord API, "Allowed Mentions Object"): with no
+    ``allowed_mentions``, every ``<@id>`` in the content; else only what ``parse``/``users`` allow."""
+    import re as _re
+
+    mentioned = set(_re.findall(r"<@!?(\d+)>", content))
+    am = call_body.get("allowed_mentions")
+    if am is None:
+        return mentioned
+    if "users" in (am.get("parse") or []):
+        return mentioned
+    return mentioned & {str(u) for u in am.get("users") or []}
+
+
+async def test_nobody_is_pinged_by_anything_the_bot_writes(env: Env) -> None:
+    d = env.d
+    victim = d.snowflake()
+    prompt = f"Generate an image of a cat and say hi to <@{victim}> and <@&{d.role_id}> and @everyone"
+    iid = await env.ask(prompt)
+    thread_id = await env.thread_of(iid)
+    await env.finished(thread_id)
+    await d.send_message(f"now make it black and white for <@{victim}>", channel_id=thread_id)
+    await env.finished(thread_id, runs=2)
+    writes = [c for c in d.calls if c.method in ("POST", "PATCH") and isinstance(c.json, dict)
+              and ("content" in c.json or "data" in c.json)]
+    assert writes
+    shown = [m.content for m in d.bot_messages(thread_id)] + [m.content for m in d.interaction_messages(iid)]
+    assert any(f"<@{victim}>" in text for text in shown)  # the mention is shown as text ...
+    for c in writes:
+        body = c.json.get("data") if "data" in c.json and isinstance(c.json.get("data"), dict) else c.json
+        content = body.get("content") or ""
+        assert _pinged_users(body, content) == set(), (c.path, body.get("allowed_mentions"))  # ... and pings no one
+        am = body.get("allowed_mentions")
+        if "<@" in content or "@everyone" in content:
+            assert am is not None and not (am.get("parse") or []) and not am.get("roles"), (c.path, am)
+
+
+async def test_refused_member_in_a_thread_is_told_once(tmp_path: Path) -> None:
+    async with running_bot(tmp_path) as env:
+        d = env.d
+        env.settings.discord.allowed_roles[:] = [d.role_id]  # known once the stand-in runs: the asker has it, mallory not
+        iid = await env.ask("Generate an image of a cat")
+        thread_id = await env.thread_of(iid)
+        first = await env.finished(thread_id)
+        other = {**d.user, "id": str(d.snowflake()), "username": "mallory", "global_name": "Mallory"}
+        for text in ("make it blue", "make it green", "make it red"):
+            await d.send_message(text, channel_id=thread_id, author=other)
+        await asyncio.sleep(1.0)
+        later = [m for m in d.bot_messages(thread_id) if m.id > first[-1].id]
+        assert [m.content for m in later] == ["You need one of the roles allowed to use me; ask a server admin."]

@@ -59,6 +59,9 @@ from .render import (
 log = logging.getLogger("hugginggpt.discord")
 
 INTERACTION_TOKEN_LIFETIME = timedelta(minutes=14)
+REFUSAL_QUIET_SECONDS = 600.0
+"""After refusing a follow-up, the same refusal to the same member in the same thread stays
+silent this long (seconds): told once, not once per message."""
 """Interaction tokens are valid for 15 minutes (Discord API docs, "Interactions"); the bot stops
 using one a minute before, and posts only into the thread after that."""
 
@@ -115,7 +118,7 @@ class HuggingGPTBot(discord.Client):
         **options: Any,
     ) -> None:
         super().__init__(intents=bot_intents(), allowed_mentions=discord.AllowedMentions(everyone=False, roles=False,
-                                                                                          users=True, replied_user=False),
+                                                                                          users=False, replied_user=False),
                          **options)
         self.service = service
         self.settings = settings
@@ -127,6 +130,7 @@ class HuggingGPTBot(discord.Client):
         self.command_syncs = 0
         self.interaction_token_lifetime = INTERACTION_TOKEN_LIFETIME
         self._seen = SeenKeys(ttl=3600.0)
+        self._told = SeenKeys(ttl=REFUSAL_QUIET_SECONDS)
         self.admission = Admission(settings, "discord")
         self._runs: dict[asyncio.Task[Any], _Run] = {}
         self._threads: dict[int, int] = {}  # conversation thread id -> upload limit seen there (bytes)
@@ -330,7 +334,7 @@ class HuggingGPTBot(discord.Client):
                                            upload_limit=limit)
         # The interaction token lasts 15 minutes; past that, the thread already has everything.
         if record is not None and discord.utils.utcnow() - interaction.created_at < self.interaction_token_lifetime:
-            mark = "✅ Answered" if record.status == "ok" else "⚠️ Stopped"
+            mark = "✅ Answered" if record.answered else "⚠️ Stopped"
             where = f" in {thread.mention}" if thread is not channel else " below"
             try:
                 await interaction.edit_original_response(content=f"{headline}\n{mark}{where}.")
@@ -362,7 +366,8 @@ class HuggingGPTBot(discord.Client):
                                       message.author, message.attachments)
         if refusal is not None:
             log.info("refused follow-up %s from user %s: %s", message.id, message.author.id, refusal)
-            await reply_quietly(message, refusal)
+            if self._told.first_time(("refused", message.author.id, channel.id, refusal)):
+                await reply_quietly(message, refusal)  # told once; the same refusal is then silent a while
             return
         progress = Progress()
         self._spawn(self._followup_run(message, text, progress), progress, message.author.id)

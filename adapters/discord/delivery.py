@@ -85,7 +85,7 @@ async def run_in_thread(
             progress.apply(Done(record))
         await editor.close(render_progress(progress))
         await post_files(thread, record.files, upload_limit)
-        if record.status == "ok":
+        if record.answered:
             chunks = split_message(record.response or progress.answer)
             if not chunks and not record.files:
                 chunks = ["The run finished without an answer text; please rephrase your request."]

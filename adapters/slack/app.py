@@ -25,7 +25,6 @@ import logging
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
 from aiolimiter import AsyncLimiter
@@ -83,7 +82,8 @@ class SlackBot:
         service: the :class:`bot.service.Service` (only its contract is used).
         client: the bot's ``AsyncWebClient`` (the app's client).
         update_interval: minimum seconds between two edits of one status message (default 1.0).
-        file_hosts: extra host names the bot token may be sent to when downloading user files.
+        file_hosts: extra origins (``https://host[:port]`` URLs) the bot token may be sent to when
+            downloading user files; scheme, host and port must match exactly.
     """
 
     def __init__(self, settings: Settings, service: Any, client: AsyncWebClient, *, update_interval: float = 1.0,
@@ -102,8 +102,9 @@ class SlackBot:
         self.stats = Stats()
         self.tasks: set[asyncio.Task] = set()
         self.closing = False
-        api_host = urlsplit(client.base_url).hostname
-        self.file_hosts = set(slack_io.DEFAULT_FILE_HOSTS) | set(file_hosts) | ({api_host} if api_host and api_host != "slack.com" else set())
+        api = slack_io.origin_of(client.base_url)
+        extra = {o for o in map(slack_io.origin_of, file_hosts) if o is not None}
+        self.file_origins = set(slack_io.DEFAULT_FILE_ORIGINS) | extra | ({api} if api and api[1] != "slack.com" else set())
         self._session: aiohttp.ClientSession | None = None
 
     # ------------------------------------------------------------------ entry from the listeners
@@ -210,7 +211,7 @@ class SlackBot:
             log.error("service ended without Done for %s/%s", channel, thread_ts)
             await status.close(":warning: " + BACKEND_DOWN)
             return
-        if record.status != "ok":
+        if not record.answered:
             self.stats.errors += 1
             log.warning("run failed in %s/%s: %s", channel, thread_ts, record.error)
             await status.close(render_status(progress))
@@ -255,7 +256,7 @@ class SlackBot:
         token = self.client.token or ""
         return list(await asyncio.gather(*(
             slack_io.download_file(self._session, f, token=token, max_bytes=self.settings.storage.max_file_bytes,
-                                   allowed_hosts=self.file_hosts)
+                                   allowed_origins=self.file_origins)
             for f in files
         )))
 

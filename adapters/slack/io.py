@@ -39,10 +39,27 @@ log = logging.getLogger(__name__)
 
 MiB = 1024 * 1024
 
-#: Hosts that may receive the bot token when downloading a user's file (``url_private`` is served
-#: by files.slack.com, files.slack-gov.com for GovSlack); a non-Slack API host (``--api-url``, tests)
-#: is added by the caller.
-DEFAULT_FILE_HOSTS = frozenset({"files.slack.com", "files.slack-gov.com"})
+Origin = tuple[str, str, int]
+"""``(scheme, host, port)`` of a URL, the unit the bot token is scoped to (RFC 6454)."""
+
+#: Origins that may receive the bot token when downloading a user's file (``url_private`` is served
+#: by https://files.slack.com, https://files.slack-gov.com for GovSlack); the origin of a non-Slack
+#: API base URL (``--api-url``, tests) is added by the caller. Scheme, host and port must all match.
+DEFAULT_FILE_ORIGINS: frozenset[Origin] = frozenset({("https", "files.slack.com", 443), ("https", "files.slack-gov.com", 443)})
+
+
+def origin_of(url: str) -> Origin | None:
+    """``(scheme, host, port)`` of ``url`` with the scheme's default port filled in; ``None`` when
+    it has no host, or a scheme other than http/https, or carries credentials."""
+    parts = urlsplit(url)
+    scheme = (parts.scheme or "").lower()
+    if scheme not in ("http", "https") or not parts.hostname or parts.username or parts.password:
+        return None
+    try:
+        port = parts.port or (443 if scheme == "https" else 80)
+    except ValueError:
+        return None
+    return scheme, parts.hostname.lower(), port
 
 
 class SlackScopeError(HuggingGPTError):
@@ -129,7 +146,7 @@ async def download_file(
     *,
     token: str,
     max_bytes: int,
-    allowed_hosts: Iterable[str] = DEFAULT_FILE_HOSTS,
+    allowed_origins: Iterable[Origin] = DEFAULT_FILE_ORIGINS,
     timeout: float = 60.0,
 ) -> IncomingFile:
     """Download a file a user attached to a message, with the bot token.
@@ -138,9 +155,10 @@ async def download_file(
         session: an aiohttp session (no default auth headers).
         file: the file object of the message event (``url_private_download``, ``name``,
             ``mimetype``, ``size``).
-        token: the bot token (``xoxb-...``); sent only to ``allowed_hosts``.
+        token: the bot token (``xoxb-...``); sent only to ``allowed_origins``.
         max_bytes: largest accepted file in bytes (``[storage] max_file_bytes``).
-        allowed_hosts: host names the token may be sent to.
+        allowed_origins: ``(scheme, host, port)`` the token may be sent to (:func:`origin_of`);
+            redirects are not followed.
         timeout: seconds for the whole download.
 
     Returns:
@@ -161,12 +179,12 @@ async def download_file(
     if not url or file.get("mode") in ("external", "snippet", "email") or file.get("is_external"):
         raise InputError(f"The file {name} is not stored in Slack, so I cannot use it; please upload the file itself.",
                          f"file {file.get('id')} mode={file.get('mode')} has no url_private")
-    host = urlsplit(url).hostname or ""
-    if host not in set(allowed_hosts):
+    origin = origin_of(url)
+    if origin is None or origin not in set(allowed_origins):
         raise InputError(f"The file {name} is not hosted by Slack, so I did not download it.",
-                         f"refusing to send the bot token to host {host!r}")
+                         f"refusing to send the bot token to {origin or 'an unusable URL'}")
     try:
-        async with session.get(url, headers={"Authorization": f"Bearer {token}"},
+        async with session.get(url, headers={"Authorization": f"Bearer {token}"}, allow_redirects=False,
                                timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
             ctype = resp.headers.get("Content-Type", "").split(";")[0].strip().lower()
             if resp.status != 200:

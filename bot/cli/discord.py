@@ -12,6 +12,8 @@ import logging
 import signal
 from typing import Any
 
+from pipeline.redact import host_of, mask_credentials
+
 from ..errors import ConfigError
 from ..settings import Settings, secret
 from .common import add_grace_option, add_sandbox_option
@@ -46,9 +48,12 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
         0 after a clean shutdown.
 
     Raises:
-        ConfigError: no bot token is configured, or Discord refused it (exit status 2).
+        ConfigError: no bot token is configured, Discord refused it, or Discord cannot be reached
+            (exit status 2).
     """
+    import aiohttp
     import discord
+    import discord.http
 
     from adapters.discord.bot_client import HuggingGPTBot
 
@@ -64,10 +69,18 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
     try:
+        if settings.discord.api_base_url:
+            discord.http.Route.BASE = settings.discord.api_base_url.rstrip("/")
         try:
             await bot.login(secret(settings.discord.token) or "")
         except discord.LoginFailure:
             raise ConfigError("Discord refused the bot token; copy it again from the Developer Portal (Bot > Reset Token).") from None
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as e:
+            raise ConfigError(
+                f"Discord cannot be reached ({host_of(discord.http.Route.BASE)}: {e.__class__.__name__}); "
+                "check the network, a proxy, or [discord] api_base_url.",
+                mask_credentials(repr(e)),
+            ) from None
         runner = asyncio.create_task(bot.connect(reconnect=True), name="discord-gateway")
         waiter = asyncio.create_task(stop.wait())
         done, _ = await asyncio.wait({runner, waiter}, return_when=asyncio.FIRST_COMPLETED)
@@ -76,6 +89,9 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
             if isinstance(exc, discord.PrivilegedIntentsRequired):
                 raise ConfigError("Discord refused the Message Content intent: enable it in the Developer Portal "
                                   "(Bot > Privileged Gateway Intents > Message Content Intent).") from None
+            if isinstance(exc, (aiohttp.ClientError, OSError, asyncio.TimeoutError, discord.GatewayNotFound)):
+                raise ConfigError(f"The Discord gateway cannot be reached ({exc.__class__.__name__}); check the network.",
+                                  mask_credentials(repr(exc))) from None
             if exc is not None:
                 raise exc
         log.info("shutting down: %d runs in flight", bot.runs_in_flight)
