@@ -157,7 +157,7 @@ async def test_declared_length_over_the_limit_is_refused_before_reading(bad, sin
 
 
 async def test_json_reply_is_bounded_by_the_json_limit(bad, sink):
-    # a text-to-image model answering JSON gets the JSON limit, not the media one
+    # a text reply is bounded by the JSON limit, however large the media limit is
     caption = json.dumps([{"generated_text": "x" * (3 * MiB)}]).encode()
     bad.handlers["big/caption"] = bad.body(caption)
     ex = runner(bad, max_json_bytes=MiB, max_media_bytes=64 * MiB)
