@@ -72,10 +72,15 @@ def build_pipeline(settings: Settings) -> tuple[Pipeline, list[Callable[[], Awai
         token=secret(inf.token),
         ttl=settings.catalog.availability_ttl,
     )
-    hub = HubRunner(ExpertSettings.from_inference(inf))
+    experts = ExpertSettings.from_inference(inf)
+    hub = HubRunner(experts)
     selector = Selector(
         catalog, availability, controller, strategy=inf.selection, top_k=inf.top_k, controller_tasks=inf.controller_tasks
     )
     limits = ExecutionLimits(task_timeout=inf.task_timeout, deadline=inf.deadline, max_candidates_tried=inf.max_candidates_tried)
-    runners = {"hub": hub, "controller": ControllerRunner(controller), "local": LocalRunner()}
+    runners = {
+        "hub": hub,
+        "controller": ControllerRunner(controller, experts.limits),
+        "local": LocalRunner(max_image_pixels=inf.max_image_pixels),
+    }
     return Pipeline(controller, selector, runners, limits), [hub.aclose, controller.aclose]

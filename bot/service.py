@@ -97,7 +97,8 @@ class Service:
         if len(files) > limit:
             raise InputError(f"Please send at most {limit} files at a time.")
         return [
-            f.checked or await inspect_upload(f.data, f.name, f.declared_mime, max_bytes=self.settings.storage.max_file_bytes)
+            f.checked or await inspect_upload(f.data, f.name, f.declared_mime, max_bytes=self.settings.storage.max_file_bytes,
+                                              max_pixels=self.settings.inference.max_image_pixels)
             for f in files
         ]
 

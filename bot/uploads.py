@@ -18,7 +18,7 @@ from pathlib import Path
 import aiofiles.tempfile
 from PIL import Image, UnidentifiedImageError
 
-from pipeline.media import extension_for, sniff
+from pipeline.media import PixelLimitError, extension_for, image_size_checked, sniff
 from pipeline.types import Modality
 
 from .errors import InputError, StorageError
@@ -94,17 +94,29 @@ class Inspected:
     duration: float | None = None
 
 
-def _check_image(data: bytes, label: str) -> tuple[str, int, int]:
-    """Decode an image fully; returns ``(mime, width, height)``. Raises InputError."""
+DEFAULT_MAX_PIXELS = 40_000_000
+"""Pixels, the image limit when the caller gives none (``[inference] max_image_pixels``'s default)."""
+
+
+def _check_image(data: bytes, label: str, max_pixels: int = DEFAULT_MAX_PIXELS) -> tuple[str, int, int]:
+    """Check an image's declared size against ``max_pixels`` from its header, then decode it
+    fully; returns ``(mime, width, height)``. Raises InputError."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
+            image_size_checked(data, max_pixels)  # before a single pixel is decoded
             with Image.open(io.BytesIO(data)) as im:
                 im.verify()
             with Image.open(io.BytesIO(data)) as im:
                 im.load()
                 fmt = im.format or ""
                 w, h = im.size
+    except PixelLimitError as exc:
+        shown = f" ({exc.size[0]}x{exc.size[1]})" if exc.size else ""
+        raise InputError(
+            f"The image {label} has too many pixels{shown} to process safely; the limit is "
+            f"{max_pixels / 1e6:g} million pixels.", f"pixel limit: {exc}",
+        ) from exc
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
         raise InputError(
             f"The image {label} has too many pixels to process safely.", f"decompression bomb check: {exc}"
@@ -193,7 +205,7 @@ def _duration(info: dict, stream: dict) -> float | None:
 
 
 async def inspect_upload(
-    data: bytes, name: str | None, declared_mime: str | None, *, max_bytes: int
+    data: bytes, name: str | None, declared_mime: str | None, *, max_bytes: int, max_pixels: int = DEFAULT_MAX_PIXELS
 ) -> Inspected:
     """Check a user's file and describe it.
 
@@ -208,6 +220,8 @@ async def inspect_upload(
         name: the user's file name, if any.
         declared_mime: the MIME type the platform or user gave, if any.
         max_bytes: size limit in bytes (``[storage] max_file_bytes``).
+        max_pixels: image limit in pixels, width × height, checked from the header before the
+            image is decoded (``[inference] max_image_pixels``).
 
     Returns:
         :class:`Inspected`.
@@ -235,7 +249,7 @@ async def inspect_upload(
     width = height = None
     duration = None
     if kind == "image":
-        mime, width, height = await asyncio.to_thread(_check_image, data, label)
+        mime, width, height = await asyncio.to_thread(_check_image, data, label, max_pixels)
     else:
         try:
             info = await probe_bytes(data, suffix=extension_for(mime))

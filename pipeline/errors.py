@@ -39,7 +39,8 @@ class ExpertError(HuggingGPTError):
     Attributes:
         reason: ``"gone"`` (404/410), ``"refused"`` (400/401/403/422), ``"loading"`` (503),
             ``"rate_limited"`` (429), ``"timeout"``, ``"server"`` (other 5xx), ``"bad_output"``,
-            ``"unavailable"`` (no backend configured for the task).
+            ``"unavailable"`` (no backend configured for the task), ``"too_large"`` (a reply over a
+            size or pixel limit, ``[inference] max_*``).
         retryable: whether the same model may succeed on a later try (429, 503, timeout, 5xx).
         estimated_time: seconds the server says the model needs to load (503), if given.
     """

@@ -6,6 +6,7 @@ checks (:mod:`bot.uploads`) and the media store (:mod:`bot.store.media`) build o
 
 from __future__ import annotations
 
+import io
 import mimetypes
 from dataclasses import dataclass
 
@@ -34,7 +35,6 @@ EXTENSIONS: dict[str, str] = {
     "text/plain": ".txt",
     "application/json": ".json",
 }
-
 
 
 def extension_for(mime: str) -> str:
@@ -103,3 +103,50 @@ def sniff(data: bytes) -> Sniffed | None:
         mime = "video/webm" if b"webm" in data[:64] else "video/x-matroska"
         return Sniffed("video", mime, container=True)
     return None
+
+
+# ----------------------------------------------------------------------------------------------
+# Pixel limits (decompression bombs)
+
+
+class PixelLimitError(ValueError):
+    """An image declares more pixels than the limit; it was not decoded.
+
+    Attributes:
+        size: ``(width, height)`` in pixels as the image's header declares them, or ``None`` when
+            Pillow's own hard limit (twice ``PIL.Image.MAX_IMAGE_PIXELS``) refused it first.
+        limit: the largest number of pixels allowed.
+    """
+
+    def __init__(self, size: tuple[int, int] | None, limit: int) -> None:
+        shown = f"{size[0]}x{size[1]} pixels" if size else "more pixels than Pillow opens"
+        super().__init__(f"image of {shown} is over the limit of {limit} pixels")
+        self.size, self.limit = size, limit
+
+
+def check_pixels(size: tuple[int, int], limit: int) -> tuple[int, int]:
+    """Return ``size`` (``(width, height)`` in pixels) if ``width * height <= limit``.
+
+    Raises:
+        PixelLimitError: over the limit.
+    """
+    if size[0] * size[1] > limit:
+        raise PixelLimitError(size, limit)
+    return size
+
+
+def image_size_checked(data: bytes, limit: int) -> tuple[int, int]:
+    """``(width, height)`` in pixels an encoded image declares in its header, checked against
+    ``limit`` pixels before anything is decoded (decompression bombs).
+
+    Raises:
+        PixelLimitError: over ``limit`` (or over Pillow's own hard limit).
+        PIL.UnidentifiedImageError, OSError: not an image Pillow can read.
+    """
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            return check_pixels(im.size, limit)
+    except Image.DecompressionBombError as exc:
+        raise PixelLimitError(None, limit) from exc

@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pexpect
-import pytest
 
 from tests.standins.faulty_controller import FaultyController
 

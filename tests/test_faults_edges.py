@@ -31,8 +31,8 @@ def test_log_lines_and_tracebacks_never_hold_a_secret_or_url_password(tmp_path):
         raise RuntimeError("calling https://alice:pa55word@llm.internal/v1 with key sk-live-abcdef123456")
     except RuntimeError:
         log.exception("controller call failed for %s", "https://bob:hunter2@gw.example/models/x")
-    for h in logging.getLogger().handlers:
-        h.flush()
+    for handler in logging.getLogger().handlers:
+        handler.flush()
     text = log_file.read_text()
     assert "Traceback" in text and "RuntimeError" in text  # the detail is there for the operator ...
     for secret in ("sk-live-abcdef123456", "pa55word", "hunter2", "alice:", "bob:"):
@@ -58,8 +58,8 @@ def test_terminal_never_writes_escape_sequences_from_the_answer(tmp_path):
 
 
 def test_slack_dms_follow_the_allow_lists():
-    def access(slack, who):
-        return Admission(load_settings(env={}, overrides={"slack": slack}), "slack").access(who)
+    def access(section, who):
+        return Admission(load_settings(env={}, overrides={"slack": section}), "slack").access(who)
 
     dm = Requester("slack", "U1", ("D9",), "T1", is_dm=True)
     refused = access({"allowed_channels": ["C1"]}, dm)

@@ -7,9 +7,9 @@ from typing import Any, Literal, Protocol
 
 from ..errors import ExpertError
 from ..llm import Usage
-from ..media import extension_for
+from ..media import check_pixels, extension_for, image_size_checked
 from ..tasks import TaskSpec
-from ..tasks.base import Inputs
+from ..tasks.base import Inputs, OutputLimits
 from ..types import Modality, Output, Resource, ResourceSink
 from . import render
 
@@ -86,20 +86,61 @@ class TaskSaver:
         sink: where the files go.
         task: the task's registry name.
         task_id: the task's id in the plan.
+        limits: what the task's normaliser may keep and decode (defaults: the settings' defaults).
     """
 
-    def __init__(self, sink: ResourceSink, task: str, task_id: int) -> None:
+    def __init__(self, sink: ResourceSink, task: str, task_id: int, limits: OutputLimits | None = None) -> None:
         self.sink, self.task, self.task_id = sink, task, task_id
+        self.limits = limits or OutputLimits()
 
     async def file(self, data: bytes, kind: Modality, mime: str, what: str) -> Resource:
-        """Store ``data`` and return its :class:`Resource`."""
+        """Store ``data`` and return its :class:`Resource`.
+
+        Raises:
+            HuggingGPTError: whatever the sink raises (``bot.errors.StorageError``), unchanged.
+        """
         return await self.sink.add(
             data, kind=kind, mime=mime, origin=f"task:{self.task_id}", description=what,
             name=f"{self.task}-{self.task_id}{extension_for(mime)}",
         )
 
     async def image(self, image: Any, what: str) -> Resource:
-        """Store a PIL image or PNG bytes as PNG, described as ``"<what> (WxH pixels)"``."""
-        png = image if isinstance(image, bytes) else await asyncio.to_thread(render.to_png, image)
-        w, h = await asyncio.to_thread(render.image_size, png)
+        """Store a PIL image or PNG bytes as PNG, described as ``"<what> (WxH pixels)"``.
+
+        The size is checked against ``limits.max_image_pixels`` from the header before any pixel
+        is decoded.
+
+        Raises:
+            pipeline.media.PixelLimitError: the image has more pixels than the limit.
+        """
+        limit = self.limits.max_image_pixels
+        if isinstance(image, bytes):
+            w, h = await asyncio.to_thread(image_size_checked, image, limit)
+            png = image
+        else:
+            check_pixels(image.size, limit)  # a PIL image from the client: opened, not decoded yet
+            png = await asyncio.to_thread(render.to_png, image)
+            w, h = image.size
         return await self.file(png, "image", "image/png", f"{what} ({w}x{h} pixels)")
+
+
+async def condense(out: Output, saver: TaskSaver) -> Output:
+    """Cut ``out.text`` to ``saver.limits.max_text_chars`` characters before it is stored or shown.
+
+    The full text is kept as a ``.txt`` file resource of the task (``text/plain``, UTF-8) and the
+    cut text ends with ``"… [cut: N characters in all; the full text is <id>]"``.
+
+    Returns:
+        ``out`` itself when the text fits, else a new :class:`Output` with the cut text and the file.
+
+    Raises:
+        HuggingGPTError: the sink's error when the file cannot be stored.
+    """
+    limit = saver.limits.max_text_chars
+    text = out.text
+    if text is None or len(text) <= limit:
+        return out
+    full = await saver.file(text.encode("utf-8"), "text", "text/plain", f"full text of task {saver.task_id} "
+                            f"({len(text):,} characters)")
+    note = f"… [cut: {len(text):,} characters in all; the full text is {full.id}]"
+    return Output(text=text[: max(0, limit - len(note))] + note, files=[*out.files, full], data=out.data)

@@ -10,7 +10,9 @@ from typing import Any
 from .. import prompts
 from ..errors import ExpertError
 from ..llm import Controller, Usage
+from ..tasks.base import OutputLimits
 from ..types import Output, ResourceSink
+from .base import TaskSaver, condense
 
 
 class ControllerRunner:
@@ -18,19 +20,24 @@ class ControllerRunner:
 
     Args:
         controller: the controller client.
+        limits: ``max_text_chars`` cuts long answers (:func:`pipeline.experts.base.condense`;
+            the full text is kept as a file); defaults to the settings' defaults.
     """
 
-    def __init__(self, controller: Controller) -> None:
+    def __init__(self, controller: Controller, limits: OutputLimits | None = None) -> None:
         self.controller = controller
+        self.limits = limits or OutputLimits()
 
     async def run(
         self, task: str, model: str, args: dict[str, Any], sink: ResourceSink, *, task_id: int, usage: Usage | None = None
     ) -> Output:
-        """Ask the controller to do ``task`` on the text arguments; returns its text.
+        """Ask the controller to do ``task`` on the text arguments; returns its text (cut to
+        ``limits.max_text_chars``).
 
         Raises:
             ExpertError: ``reason="unavailable"`` for a task with no instruction.
             ControllerError: the controller call failed.
+            HuggingGPTError: the sink's error when the full text of a long answer cannot be stored.
         """
         instruction = prompts.controller_instructions().get(task)
         if instruction is None:
@@ -43,4 +50,4 @@ class ControllerRunner:
                                                        tgt_lang=text.get("tgt_lang"))},
         ]
         answer = await self.controller.complete_text(messages, stage="controller-task", task=task, usage=usage or Usage())
-        return Output(text=answer.strip())
+        return await condense(Output(text=answer.strip()), TaskSaver(sink, task, task_id, self.limits))

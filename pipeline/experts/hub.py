@@ -21,15 +21,19 @@ from typing import Any
 
 import httpx2
 from huggingface_hub import AsyncInferenceClient
-from huggingface_hub.errors import HfHubHTTPError, InferenceTimeoutError
+from huggingface_hub.errors import HfHubHTTPError, InferenceTimeoutError, OfflineModeIsEnabled
 from huggingface_hub.utils import build_hf_headers, get_async_session, hf_raise_for_status
+from PIL import Image
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_random_exponential
 
-from ..errors import ExpertError
+from ..errors import ExpertError, HuggingGPTError
 from ..llm import Usage
 from ..tasks import TASKS
+from ..media import PixelLimitError
+from ..tasks.base import OutputLimits
 from ..types import Output, Resource, ResourceSink
-from .base import TaskSaver, read_inputs
+from . import http
+from .base import TaskSaver, condense, read_inputs
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +51,11 @@ class ExpertSettings:
         task_timeout: seconds per HTTP call.
         max_attempts: tries per model for retryable failures (429, 503, 5xx, timeout).
         backoff_max: seconds, cap of one wait between tries.
+        max_media_bytes: bytes, largest raw media reply read (enforced while it arrives).
+        max_json_bytes: bytes, largest JSON or text reply read (enforced while it arrives).
+        max_image_pixels: pixels, largest image decoded from a reply.
+        max_items: structured items (boxes, segments, labels) kept from one reply.
+        max_text_chars: characters of a text result kept in the output.
     """
 
     provider: str | None = "hf-inference"
@@ -56,6 +65,16 @@ class ExpertSettings:
     task_timeout: float = 120.0
     max_attempts: int = 3
     backoff_max: float = 30.0
+    max_media_bytes: int = 64 * 1024 * 1024
+    max_json_bytes: int = 8 * 1024 * 1024
+    max_image_pixels: int = 40_000_000
+    max_items: int = 1000
+    max_text_chars: int = 20_000
+
+    @property
+    def limits(self) -> OutputLimits:
+        """The limits the normalisers apply (:class:`pipeline.tasks.base.OutputLimits`)."""
+        return OutputLimits(self.max_items, self.max_image_pixels, self.max_text_chars)
 
     @classmethod
     def from_inference(cls, inference: Any) -> "ExpertSettings":
@@ -71,6 +90,11 @@ class ExpertSettings:
             task_timeout=float(inference.task_timeout),
             max_attempts=int(inference.max_attempts),
             backoff_max=float(inference.backoff_max),
+            max_media_bytes=int(inference.max_media_bytes),
+            max_json_bytes=int(inference.max_json_bytes),
+            max_image_pixels=int(inference.max_image_pixels),
+            max_items=int(inference.max_items),
+            max_text_chars=int(inference.max_text_chars),
         )
 
 
@@ -107,7 +131,9 @@ class HubRunner:
         settings: :class:`ExpertSettings`.
 
     One ``AsyncInferenceClient`` (token, ``timeout=task_timeout``) is shared by all calls; close it
-    with :meth:`aclose`.
+    with :meth:`aclose`. Its HTTP session is :func:`pipeline.experts.http.bounded_async_client`
+    (installed process-wide through ``huggingface_hub``'s ``set_async_client_factory``): replies
+    are bounded while they arrive and a configured gateway is reachable under ``HF_HUB_OFFLINE``.
 
     Example::
 
@@ -120,6 +146,7 @@ class HubRunner:
 
     def __init__(self, settings: ExpertSettings) -> None:
         self.settings = settings
+        http.install()
         self._client = AsyncInferenceClient(
             provider=settings.provider or None, token=settings.token or None, timeout=settings.task_timeout
         )
@@ -164,9 +191,18 @@ class HubRunner:
 
         Raises:
             ExpertError: ``reason`` one of gone, refused, rate_limited, loading, server, timeout,
-                bad_output, unavailable. Retryable failures are retried here first, up to
-                ``max_attempts`` tries with exponential backoff and jitter capped by
-                ``backoff_max`` (a 503 waits ``min(estimated_time, backoff_max)``).
+                bad_output, too_large, unavailable. Retryable failures are retried here first, up
+                to ``max_attempts`` tries with exponential backoff and jitter capped by
+                ``backoff_max`` (a 503 waits ``min(estimated_time, backoff_max)``); a reply over
+                ``max_media_bytes``/``max_json_bytes`` or an image over ``max_image_pixels`` is
+                ``too_large`` and not retried.
+            HuggingGPTError: any other error of this project raised while the output is saved
+                (a :class:`bot.errors.StorageError` of the sink), unchanged: it is not the model's
+                fault and another model would not fix it.
+
+        Text results longer than ``max_text_chars`` are cut (:func:`pipeline.experts.base.condense`);
+        JSON list replies longer than ``max_items`` are cut to the best-scored items before they
+        are parsed, and the text says how many were dropped.
         """
         spec = TASKS.get(task)
         if spec is None or spec.call is None or spec.normalise is None:
@@ -191,6 +227,10 @@ class HubRunner:
                 rs.next_action.sleep if rs.next_action else 0.0,
             )
 
+        gateway = http.origin_of(target) if target.startswith(("http://", "https://")) else None
+        scope = http.CallScope(
+            spec.reply, settings.max_json_bytes, settings.max_media_bytes, gateway, max_items=settings.max_items
+        )
         raw: Any = None
         began = time.monotonic()
         async for attempt in AsyncRetrying(
@@ -201,22 +241,37 @@ class HubRunner:
             reraise=True,
         ):
             with attempt:
+                scope.dropped.clear()
                 try:
-                    raw = await call(self._calls, target, inputs)
-                except ExpertError:
+                    with http.call_scope(scope):
+                        raw = await call(self._calls, target, inputs)
+                except HuggingGPTError:
                     raise
                 except Exception as exc:  # noqa: BLE001 - mapped to one sentence below
                     raise self._map_error(exc, task, model) from exc
         log.info("task %s (%s) on %s answered in %.2f s", task_id, task, model, time.monotonic() - began)
+        saver = TaskSaver(sink, task, task_id, settings.limits)
         try:
-            return await spec.normalise(raw, inputs, TaskSaver(sink, task, task_id))
-        except ExpertError:
-            raise
+            out = await spec.normalise(raw, inputs, saver)
+        except HuggingGPTError:
+            raise  # ExpertError from a normaliser, or the sink's StorageError: not bad output
         except Exception as exc:  # noqa: BLE001
+            err = self._too_large(exc, model)
+            if err is not None:
+                log.warning("task %s (%s) on %s: %s", task_id, task, model, err)
+                raise err from exc
             log.error("task %s (%s) on %s: unusable output: %r", task_id, task, model, exc)
             raise ExpertError(
                 f"The model {model} returned output that could not be read.", repr(exc), reason="bad_output"
             ) from exc
+        if scope.dropped:
+            dropped = sum(scope.dropped)
+            kept = settings.max_items
+            log.warning("task %s (%s) on %s: %d items dropped ([inference] max_items = %d)", task_id, task, model,
+                        dropped, kept)
+            note = f"(only the {kept:,} best-scored of {kept + dropped:,} results are kept)"
+            out = Output(text=f"{out.text} {note}" if out.text else note, files=out.files, data=out.data)
+        return await condense(out, saver)
 
     async def post_raw(self, task: str, target: str, *, json_body: Any = None, data: bytes | None = None) -> tuple[bytes, str]:
         """POST to ``target`` in the inference wire format (see :meth:`ClientCalls.post_raw`)."""
@@ -242,6 +297,29 @@ class HubRunner:
         token = self.settings.token
         return text.replace(token, "***") if token else text
 
+    def _too_large(self, exc: BaseException, model: str) -> ExpertError | None:
+        """``reason="too_large"`` (not retryable) when ``exc`` or its causes is a reply over a size
+        limit or an image over the pixel limit; else ``None``. The log line names the setting."""
+        chain: list[BaseException] = []
+        e: BaseException | None = exc
+        while e is not None and e not in chain:
+            chain.append(e)
+            e = e.__cause__ or e.__context__
+        detail = self._scrub(f"{type(exc).__name__}: {exc}")
+        for x in chain:
+            if isinstance(x, http.ReplyTooLarge):
+                return ExpertError(
+                    f"The model {model}'s reply was larger than the limit of {x.limit / 1e6:,.1f} MB, so it was not read.",
+                    f"{detail} (setting {x.setting} = {x.limit})", reason="too_large",
+                )
+            if isinstance(x, (PixelLimitError, Image.DecompressionBombError)):
+                return ExpertError(
+                    f"The model {model} returned an image with too many pixels to decode safely.",
+                    f"{detail} (setting [inference] max_image_pixels = {self.settings.max_image_pixels})",
+                    reason="too_large",
+                )
+        return None
+
     def _map_error(self, exc: BaseException, task: str, model: str) -> ExpertError:
         """One sentence for the user (never the token), details for the log. Source of the status
         meanings: the Hugging Face inference API's documented HTTP errors."""
@@ -252,13 +330,22 @@ class HubRunner:
             chain.append(e)
             e = e.__cause__ or e.__context__
         err: ExpertError
-        if any(isinstance(x, (InferenceTimeoutError, httpx2.TimeoutException, asyncio.TimeoutError)) for x in chain):
+        too_large = self._too_large(exc, model)
+        if too_large is not None:
+            err = too_large
+        elif any(isinstance(x, OfflineModeIsEnabled) for x in chain):
+            err = ExpertError(
+                f"The model {model} cannot be reached: HF_HUB_OFFLINE is set, which blocks calls to Hugging Face; "
+                "unset it or configure [inference] base_url for your own gateway.",
+                detail, reason="unavailable",
+            )
+        elif any(isinstance(x, (InferenceTimeoutError, httpx2.TimeoutException, asyncio.TimeoutError)) for x in chain):
             err = ExpertError(
                 f"The model {model} did not answer within {self.settings.task_timeout:g} seconds.",
                 detail, reason="timeout", retryable=True,
             )
-        elif http := next((x for x in chain if isinstance(x, HfHubHTTPError) and x.response is not None), None):
-            status = http.response.status_code
+        elif http_err := next((x for x in chain if isinstance(x, HfHubHTTPError) and x.response is not None), None):
+            status = http_err.response.status_code
             if status in (404, 410):
                 err = ExpertError(f"The model {model} is not available (HTTP {status}).", detail, reason="gone")
             elif status == 429:
@@ -268,7 +355,7 @@ class HubRunner:
             elif status == 503:
                 est = None
                 try:
-                    body = http.response.json()
+                    body = http_err.response.json()
                     if isinstance(body, dict) and body.get("estimated_time") is not None:
                         est = float(body["estimated_time"])
                 except Exception:  # noqa: BLE001 - body is optional
@@ -285,6 +372,9 @@ class HubRunner:
                 err = ExpertError(f"The model {model} refused the request (HTTP {status}).", detail, reason="refused")
         elif any(isinstance(x, httpx2.TransportError) for x in chain):
             err = ExpertError(f"The model {model} could not be reached.", detail, reason="server", retryable=True)
+        elif any(isinstance(x, http.ReplyEncodingRefused) for x in chain):
+            err = ExpertError(f"The model {model} sent its reply in an encoding the bot does not accept.", detail,
+                              reason="bad_output")
         elif isinstance(exc, ValueError) and ("not supported" in str(exc) or "provider" in str(exc).lower()):
             err = ExpertError(f"No configured provider serves {task} with {model}.", detail, reason="unavailable")
         else:

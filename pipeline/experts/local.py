@@ -8,6 +8,7 @@ from typing import Any
 
 from ..errors import ExpertError
 from ..llm import Usage
+from ..media import PixelLimitError
 from ..tasks import TASKS
 from ..tasks.outputs import ImageSize
 from ..types import Output, ResourceSink
@@ -19,7 +20,14 @@ LOCAL_MODEL = "opencv-canny"
 
 
 class LocalRunner:
-    """:class:`pipeline.experts.base.ExpertRunner` for local tasks (``canny-control``)."""
+    """:class:`pipeline.experts.base.ExpertRunner` for local tasks (``canny-control``).
+
+    Args:
+        max_image_pixels: pixels, largest image decoded (``[inference] max_image_pixels``).
+    """
+
+    def __init__(self, max_image_pixels: int = render.DEFAULT_MAX_PIXELS) -> None:
+        self.max_image_pixels = max_image_pixels
 
     async def run(
         self, task: str, model: str, args: dict[str, Any], sink: ResourceSink, *, task_id: int, usage: Usage | None = None
@@ -31,13 +39,18 @@ class LocalRunner:
 
         Raises:
             ExpertError: ``reason="unavailable"`` for a task with no local implementation;
-                ``"refused"`` for missing or wrong arguments.
+                ``"refused"`` for missing or wrong arguments; ``"too_large"`` for an image over
+                the pixel limit (checked before decoding).
+            HuggingGPTError: the sink's error, unchanged.
         """
         spec = TASKS.get(task)
         if spec is None or not spec.local:
             raise ExpertError(f"No local implementation serves {task}.", reason="unavailable")
         inputs = await read_inputs(spec, args)
-        png = await asyncio.to_thread(render.canny_edges, inputs.media["image"])
+        try:
+            png = await asyncio.to_thread(render.canny_edges, inputs.media["image"], max_pixels=self.max_image_pixels)
+        except PixelLimitError as exc:
+            raise ExpertError("The image has too many pixels to process safely.", str(exc), reason="too_large") from exc
         w, h = await asyncio.to_thread(render.image_size, png)
         res = await TaskSaver(sink, task, task_id).file(png, "image", "image/png", f"canny edge map, {w}x{h} pixels")
         return Output(files=[res], data=ImageSize(w, h))

@@ -1,14 +1,21 @@
 """Pictures people can open: expert outputs drawn onto images (Pillow, OpenCV).
 
-Every function here is blocking and CPU-bound: call it through ``asyncio.to_thread``.
-Inputs are encoded image bytes; outputs are PNG bytes.
+Every function here is blocking and CPU-bound: call it through :func:`in_thread` (or
+``asyncio.to_thread``). Inputs are encoded image bytes; outputs are PNG bytes. Images are checked
+against a pixel limit from their header before they are decoded; the loops over boxes and masks
+stop at the next item once their ``stop`` event is set (:func:`in_thread` sets it when the awaiting
+task is cancelled, e.g. by the task timeout), so no drawing outlives its task.
 """
 
 from __future__ import annotations
 
+import asyncio
 import io
-from collections.abc import Sequence
-from typing import Any
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from ..media import PixelLimitError, check_pixels
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
@@ -20,11 +27,49 @@ PALETTE: tuple[tuple[int, int, int], ...] = (
 )
 
 
-def open_rgb(data: bytes) -> Image.Image:
-    """Decode image bytes into an RGB image (loaded)."""
-    with Image.open(io.BytesIO(data)) as im:
-        im.load()
-        return im.convert("RGB")
+DEFAULT_MAX_PIXELS = 40_000_000
+"""Pixels, the limit when a caller gives none (``[inference] max_image_pixels``'s default)."""
+
+MASKS_DRAWN = 20
+"""Masks drawn onto one picture at most (the best-scored; the others stay in the data): each costs a
+pass over every pixel, and the palette has ten colours."""
+
+T = TypeVar("T")
+
+
+class Stopped(Exception):
+    """A drawing loop saw its ``stop`` event set (its task was cancelled) and gave up."""
+
+
+def _check(stop: threading.Event | None) -> None:
+    if stop is not None and stop.is_set():
+        raise Stopped()
+
+
+async def in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run ``fn(*args, stop=event, **kwargs)`` in a worker thread; when the awaiting task is
+    cancelled the event is set, so ``fn`` stops at its next check instead of running on."""
+    stop = threading.Event()
+    try:
+        return await asyncio.to_thread(fn, *args, stop=stop, **kwargs)
+    finally:
+        stop.set()
+
+
+def open_rgb(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> Image.Image:
+    """Decode image bytes into an RGB image (loaded).
+
+    Raises:
+        pipeline.media.PixelLimitError: the header declares more than ``max_pixels`` pixels
+            (checked before decoding).
+    """
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            check_pixels(im.size, max_pixels)
+            im.load()
+            return im.convert("RGB")
+    except Image.DecompressionBombError as exc:
+        raise PixelLimitError(None, max_pixels) from exc
 
 
 def to_png(image: Image.Image) -> bytes:
@@ -41,21 +86,31 @@ def _font(size: int) -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
         return ImageFont.load_default()
 
 
-def draw_boxes(image: bytes, objects: Sequence[dict[str, Any]]) -> bytes:
+def draw_boxes(
+    image: bytes, objects: Sequence[dict[str, Any]], *, max_pixels: int = DEFAULT_MAX_PIXELS,
+    stop: threading.Event | None = None,
+) -> bytes:
     """Draw object-detection boxes with their labels onto the image.
 
     Args:
         image: encoded input image.
-        objects: ``{"label": str, "score": float, "box": [xmin, ymin, xmax, ymax]}`` in pixels.
+        objects: ``{"label": str, "score": float, "box": [xmin, ymin, xmax, ymax]}`` in pixels
+            (bound the count before: each box is drawn).
+        max_pixels: pixel limit of the image.
+        stop: checked before each box.
 
     Returns:
         PNG bytes of the annotated image (same size as the input).
+
+    Raises:
+        PixelLimitError: the image is over ``max_pixels``. Stopped: ``stop`` was set.
     """
-    im = open_rgb(image)
+    im = open_rgb(image, max_pixels)
     draw = ImageDraw.Draw(im)
     width = max(2, round(min(im.size) / 150))
     font = _font(max(12, min(im.size) // 25))
     for i, obj in enumerate(objects):
+        _check(stop)
         colour = PALETTE[i % len(PALETTE)]
         x0, y0, x1, y1 = (int(round(v)) for v in obj["box"])
         draw.rectangle([x0, y0, x1, y1], outline=colour, width=width)
@@ -70,40 +125,50 @@ def draw_boxes(image: bytes, objects: Sequence[dict[str, Any]]) -> bytes:
     return to_png(im)
 
 
-def overlay_masks(image: bytes, segments: Sequence[tuple[str, float | None, Image.Image]], alpha: float = 0.5) -> bytes:
+def overlay_masks(
+    image: bytes, segments: Sequence[tuple[str, float | None, Image.Image]], alpha: float = 0.5, *,
+    max_pixels: int = DEFAULT_MAX_PIXELS, stop: threading.Event | None = None,
+) -> bytes:
     """Overlay segmentation masks in colours on the image, with a legend strip below it.
 
     Args:
         image: encoded input image.
-        segments: ``(label, score or None, mask)``; a mask is a PIL image, non-zero = inside,
-            resized to the image if its size differs.
+        segments: ``(label, score or None, mask)``, best first; a mask is a PIL image (opened, not
+            yet decoded), non-zero = inside, resized to the image if its size differs. The first
+            :data:`MASKS_DRAWN` are drawn.
         alpha: mask opacity, 0..1.
+        max_pixels: pixel limit of the image and of each mask (checked before decoding).
+        stop: checked before each mask.
 
     Returns:
-        PNG bytes: the image with coloured masks, plus a legend (one row per label).
+        PNG bytes: the image with coloured masks, plus a legend (one row per drawn mask).
+
+    Raises:
+        PixelLimitError: the image or a mask is over ``max_pixels``. Stopped: ``stop`` was set.
     """
-    im = open_rgb(image)
-    base = np.asarray(im, dtype=np.float32)
-    out = base.copy()
-    for i, (_, _, mask) in enumerate(segments):
+    im = open_rgb(image, max_pixels)
+    drawn = list(segments[:MASKS_DRAWN])
+    level = max(0, min(255, round(alpha * 255)))
+    for i, (_, _, mask) in enumerate(drawn):
+        _check(stop)
+        check_pixels(mask.size, max_pixels)
         m = mask.convert("L")
         if m.size != im.size:
             m = m.resize(im.size, Image.NEAREST)
-        inside = np.asarray(m) > 127
-        colour = np.array(PALETTE[i % len(PALETTE)], dtype=np.float32)
-        out[inside] = (1 - alpha) * out[inside] + alpha * colour
-    result = Image.fromarray(out.clip(0, 255).astype(np.uint8))
+        weight = m.point(lambda v: level if v > 127 else 0)  # blend weight: alpha inside, 0 outside
+        im.paste(PALETTE[i % len(PALETTE)], (0, 0, *im.size), weight)
     font = _font(14)
     row = 20
-    legend_h = row * len(segments) + 8 if segments else 0
+    legend_h = row * len(drawn) + 8 if drawn else 0
     canvas = Image.new("RGB", (im.width, im.height + legend_h), (255, 255, 255))
-    canvas.paste(result, (0, 0))
+    canvas.paste(im, (0, 0))
     draw = ImageDraw.Draw(canvas)
-    for i, (label, score, _) in enumerate(segments):
+    for i, (label, score, _) in enumerate(drawn):
         y = im.height + 4 + i * row
         draw.rectangle([6, y + 3, 20, y + 17], fill=PALETTE[i % len(PALETTE)])
         text = label if score is None else f"{label} {score:.2f}"
         draw.text((26, y + 2), text, fill=(0, 0, 0), font=font)
+    _check(stop)
     return to_png(canvas)
 
 
@@ -117,14 +182,17 @@ def depth_to_png(depth: Image.Image | np.ndarray) -> bytes:
     return to_png(Image.fromarray(norm.astype(np.uint8), mode="L"))
 
 
-def canny_edges(image: bytes, low: int = 100, high: int = 200) -> bytes:
+def canny_edges(image: bytes, low: int = 100, high: int = 200, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> bytes:
     """Canny edge map (white edges on black) of an image, as ControlNet's canny condition expects.
 
     Thresholds follow the ControlNet reference annotator (low 100, high 200).
+
+    Raises:
+        PixelLimitError: the image is over ``max_pixels`` (checked before decoding).
     """
     import cv2
 
-    grey = np.asarray(open_rgb(image).convert("L"))
+    grey = np.asarray(open_rgb(image, max_pixels).convert("L"))
     edges = cv2.Canny(grey, low, high)
     return to_png(Image.fromarray(edges, mode="L").convert("RGB"))
 

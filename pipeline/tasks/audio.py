@@ -22,6 +22,7 @@ async def _text_to_speech(raw: Any, inputs: Inputs, saver: Saver) -> Output:
 
 async def _audio_to_audio(raw: Any, inputs: Inputs, saver: Saver) -> Output:
     files = []
+    raw = list(raw)[: saver.limits.max_items]
     for x in raw:
         blob = x.blob if isinstance(x.blob, bytes) else base64.b64decode(x.blob)
         s = sniff(blob)
@@ -36,11 +37,11 @@ async def _audio_to_audio(raw: Any, inputs: Inputs, saver: Saver) -> Output:
 
 TASKS: list[TaskSpec] = [
     entry("text-to-speech", "audio", {"text": "text"}, ("audio",), "speak a text aloud",
-          lambda c, m, i: c.text_to_speech(i.text["text"], model=m), _text_to_speech),
+          lambda c, m, i: c.text_to_speech(i.text["text"], model=m), _text_to_speech, reply="media"),
     entry("automatic-speech-recognition", "audio", AUDIO, ("text",), "transcribe speech to text",
           lambda c, m, i: c.automatic_speech_recognition(i.media["audio"], model=m), text_of("text")),
     entry("audio-to-audio", "audio", AUDIO, ("audio",), "transform audio (enhance, separate, convert voice)",
-          lambda c, m, i: c.audio_to_audio(i.media["audio"], model=m), _audio_to_audio),
+          lambda c, m, i: c.audio_to_audio(i.media["audio"], model=m), _audio_to_audio, reply="media-json"),
     entry("audio-classification", "audio", AUDIO, ("text",), "label a sound or a speaker's emotion",
           lambda c, m, i: c.audio_classification(i.media["audio"], model=m), labels_output),
 ]

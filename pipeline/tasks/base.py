@@ -9,15 +9,38 @@ shape follows huggingface_hub's own ``PROVIDERS[provider][task]`` table of small
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import heapq
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 from ..types import Modality, Output, Resource
 from .outputs import Label, Labels
 
 Domain = str
 """``"nlp" | "vision" | "audio" | "video" | "controlnet"``."""
+
+ReplyKind = Literal["json", "media", "media-json"]
+"""How a task's expert answers, which decides the size limit of its reply
+(:class:`pipeline.experts.http.CallScope`): ``"json"`` JSON or text (``[inference]
+max_json_bytes``); ``"media"`` raw image/audio/video bytes (``max_media_bytes``; a JSON answer of
+such a task still gets ``max_json_bytes``); ``"media-json"`` JSON carrying base64 media, such as
+masks or audio tracks (``max_media_bytes``)."""
+
+
+@dataclass(frozen=True)
+class OutputLimits:
+    """What a normaliser may keep and decode of one answer (``[inference]`` settings).
+
+    Attributes:
+        max_items: structured items (boxes, segments, labels, entities) kept, best scores first.
+        max_image_pixels: pixels, largest image decoded (width × height).
+        max_text_chars: characters of a text result kept.
+    """
+
+    max_items: int = 1000
+    max_image_pixels: int = 40_000_000
+    max_text_chars: int = 20_000
 
 
 @dataclass(frozen=True)
@@ -39,7 +62,10 @@ class Inputs:
 
 
 class Saver(Protocol):
-    """Stores a task's generated files in the conversation (bound to one task of one run)."""
+    """Stores a task's generated files in the conversation (bound to one task of one run), and
+    carries the :class:`OutputLimits` that apply to the task's answer."""
+
+    limits: OutputLimits
 
     async def image(self, image: Any, what: str) -> Resource:
         """Store a PIL image or PNG bytes as PNG; ``what`` starts the description (size is added)."""
@@ -77,6 +103,7 @@ class TaskSpec:
         local: computed in-process without a model (canny edge maps).
         from_request: optional text arguments read from the user's request when the plan leaves
             them out (request text -> ``{key: value}``; the translation's languages).
+        reply: :data:`ReplyKind`, which size limit bounds the expert's reply.
     """
 
     name: str
@@ -91,6 +118,7 @@ class TaskSpec:
     controller_capable: bool = False
     local: bool = False
     from_request: Callable[[str], dict[str, str]] | None = None
+    reply: ReplyKind = "json"
 
     @property
     def allowed(self) -> dict[str, Modality]:
@@ -115,10 +143,22 @@ def summary(items: list[tuple[str, float | None]], limit: int = 5) -> str:
     return ", ".join(parts)
 
 
+T = TypeVar("T")
+
+
+def best(items: Iterable[T], limit: int, score: Callable[[T], float | None]) -> list[T]:
+    """The ``limit`` items of highest ``score`` (``None`` counts as 0), best first; ties keep
+    their order. ``heapq.nlargest``: O(n log limit), nothing else is built for dropped items."""
+    indexed = list(enumerate(items))
+    top = heapq.nlargest(limit, indexed, key=lambda p: (score(p[1]) or 0.0, -p[0]))
+    return [x for _, x in top]
+
+
 async def labels_output(raw: Any, inputs: Inputs, saver: Saver) -> Output:
-    """Normalise a classification answer (elements with ``label`` and ``score``) into :class:`Labels`."""
+    """Normalise a classification answer (elements with ``label`` and ``score``) into :class:`Labels`,
+    best first, at most ``saver.limits.max_items``."""
     items = [Label(str(x.label), float(x.score) if x.score is not None else None) for x in flatten(raw)]
-    items.sort(key=lambda x: -(x.score or 0))
+    items = best(items, saver.limits.max_items, lambda x: x.score)
     text = summary([(x.label, x.score) for x in items]) if items else "no labels"
     return Output(text=text, data=Labels(tuple(items)))
 

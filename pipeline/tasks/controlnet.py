@@ -37,11 +37,11 @@ for _cond in CONTROLNET_CONDITIONS:
         f"{_cond}-control", "controlnet", {"image": "image"}, ("image",),
         f"extract the {_cond} condition image (for {_cond}-text-to-image)",
         None if _cond == "canny" else (lambda c, m, i: c.image_to_image(i.media["image"], model=m)),
-        _condition_image(_cond), local=(_cond == "canny"),
+        _condition_image(_cond), local=(_cond == "canny"), reply="media",
     ))
     TASKS.append(entry(
         f"{_cond}-text-to-image", "controlnet", {"image": "image", "text": "text"}, ("image",),
         f"draw a new image that follows a {_cond} condition image and a text",
         lambda c, m, i: c.image_to_image(i.media["image"], prompt=i.text["text"], model=m),
-        _drawn_image(_cond),
+        _drawn_image(_cond), reply="media",
     ))

@@ -9,7 +9,7 @@ from typing import Any
 from ..errors import ExpertError
 from ..types import Output
 from . import languages
-from .base import Inputs, Saver, TaskSpec, entry, flatten, labels_output, text_of
+from .base import Inputs, Saver, TaskSpec, best, entry, flatten, labels_output, text_of
 from .outputs import Entities, Entity, Label, Fills, Predictions, SentenceScore, Similarities, Span
 
 TEXT = {"text": "text"}
@@ -18,7 +18,11 @@ TEXT_AND_CONTEXT = {"text": "text", "context": "text"}
 
 async def _token_classification(raw: Any, inputs: Inputs, saver: Saver) -> Output:
     ents = []
-    for x in flatten(raw):
+    found = flatten(raw)
+    if len(found) > saver.limits.max_items:  # keep the best-scored, in text order
+        kept = {id(x) for x in best(found, saver.limits.max_items, lambda x: float(x.score))}
+        found = [x for x in found if id(x) in kept]
+    for x in found:
         group = getattr(x, "entity_group", None) or getattr(x, "entity", None) or ""
         ents.append(Entity(str(x.word), str(group), float(x.score), x.start, x.end))
     text = ", ".join(f"{e.word} ({e.entity})" for e in ents) or "no entities found"
@@ -106,7 +110,7 @@ async def _tabular_classification(raw: Any, inputs: Inputs, saver: Saver) -> Out
 
 
 async def _fill_mask(raw: Any, inputs: Inputs, saver: Saver) -> Output:
-    items = sorted(flatten(raw), key=lambda x: -float(x.score))
+    items = best(flatten(raw), saver.limits.max_items, lambda x: float(x.score))
     if not items:
         raise ValueError("no completions")
     labels = tuple(Label(str(x.token_str).strip(), float(x.score)) for x in items)

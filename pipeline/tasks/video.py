@@ -26,5 +26,5 @@ async def _video(raw: Any, inputs: Inputs, saver: Saver) -> Output:
 
 TASKS: list[TaskSpec] = [
     entry("text-to-video", "video", {"text": "text"}, ("video",), "make a short video from a description",
-          _text_to_video, _video),
+          _text_to_video, _video, reply="media"),
 ]

@@ -10,8 +10,9 @@ from typing import Any
 import numpy as np
 
 from ..experts import render
+from ..media import check_pixels
 from ..types import Output
-from .base import Inputs, Saver, TaskSpec, entry, flatten, labels_output, summary, text_of
+from .base import Inputs, Saver, TaskSpec, best, entry, flatten, labels_output, summary, text_of
 from .outputs import Answer, Answers, DetectedObject, Label, Objects, Segments
 
 IMAGE = {"image": "image"}
@@ -19,13 +20,14 @@ IMAGE_AND_TEXT = {"image": "image", "text": "text"}
 
 
 async def _object_detection(raw: Any, inputs: Inputs, saver: Saver) -> Output:
+    limits = saver.limits
+    found = best(raw, limits.max_items, lambda x: float(x.score))
     objects = [
         DetectedObject(str(x.label), float(x.score), (int(x.box.xmin), int(x.box.ymin), int(x.box.xmax), int(x.box.ymax)))
-        for x in raw
+        for x in found
     ]
-    objects.sort(key=lambda o: -o.score)
     drawable = [{"label": o.label, "score": o.score, "box": list(o.box)} for o in objects]
-    png = await asyncio.to_thread(render.draw_boxes, inputs.media["image"], drawable)
+    png = await render.in_thread(render.draw_boxes, inputs.media["image"], drawable, max_pixels=limits.max_image_pixels)
     pairs = [(o.label, o.score) for o in objects]
     short = summary(pairs, limit=3) if objects else "none"
     res = await saver.image(png, f"{inputs.resources['image'].id} with {len(objects)} boxes drawn: {short}")
@@ -43,11 +45,15 @@ async def _image_to_image(raw: Any, inputs: Inputs, saver: Saver) -> Output:
 
 
 async def _image_segmentation(raw: Any, inputs: Inputs, saver: Saver) -> Output:
-    segments = [(str(x.label), None if x.score is None else float(x.score), x.mask) for x in raw]
-    png = await asyncio.to_thread(render.overlay_masks, inputs.media["image"], segments)
+    limits = saver.limits
+    found = best(raw, limits.max_items, lambda x: None if x.score is None else float(x.score))
+    segments = [(str(x.label), None if x.score is None else float(x.score), x.mask) for x in found]
+    png = await render.in_thread(render.overlay_masks, inputs.media["image"], segments, max_pixels=limits.max_image_pixels)
     pairs = [(label, score) for label, score, _ in segments]
     short = summary(pairs, limit=3) if segments else "none"
-    res = await saver.image(png, f"{inputs.resources['image'].id} with {len(segments)} masks: {short}")
+    drawn = min(len(segments), render.MASKS_DRAWN)
+    shown = f"{len(segments)} masks" if drawn == len(segments) else f"the best {drawn} of {len(segments)} masks"
+    res = await saver.image(png, f"{inputs.resources['image'].id} with {shown}: {short}")
     text = summary(pairs) if segments else "no segments found"
     return Output(text=text, files=[res], data=Segments(tuple(Label(label, score) for label, score in pairs)))
 
@@ -64,15 +70,20 @@ async def _depth_estimation(raw: Any, inputs: Inputs, saver: Saver) -> Output:
             img = base64.b64decode(obj["depth"])
         elif obj.get("predicted_depth") is not None:
             depth = np.squeeze(np.asarray(obj["predicted_depth"], dtype="float32"))
+            if depth.ndim != 2:
+                raise ValueError(f"predicted_depth of shape {depth.shape}, not a 2-D map")
+            check_pixels((depth.shape[1], depth.shape[0]), saver.limits.max_image_pixels)
             img = await asyncio.to_thread(render.depth_to_png, depth)
         else:
             raise ValueError("depth output without 'depth' or 'predicted_depth'")
-    png = await asyncio.to_thread(lambda: render.to_png(render.open_rgb(img)))
+    pixels = saver.limits.max_image_pixels
+    png = await asyncio.to_thread(lambda: render.to_png(render.open_rgb(img, pixels)))
     return Output(files=[await saver.image(png, f"depth map of {inputs.resources['image'].id}")])
 
 
 async def _answers(raw: Any, inputs: Inputs, saver: Saver) -> Output:
     answers = [Answer(str(x.answer), None if x.score is None else float(x.score)) for x in flatten(raw)]
+    answers = answers[: saver.limits.max_items]
     if not answers:
         raise ValueError("no answers")
     return Output(text=answers[0].answer, data=Answers(tuple(answers)))
@@ -86,14 +97,14 @@ TASKS: list[TaskSpec] = [
     entry("image-to-text", "vision", IMAGE, ("text",), "describe an image in a sentence",
           lambda c, m, i: c.image_to_text(i.media["image"], model=m), text_of("generated_text")),
     entry("text-to-image", "vision", {"text": "text"}, ("image",), "make an image from a description",
-          lambda c, m, i: c.text_to_image(i.text["text"], model=m), _text_to_image),
+          lambda c, m, i: c.text_to_image(i.text["text"], model=m), _text_to_image, reply="media"),
     entry("image-to-image", "vision", IMAGE, ("image",), "edit an image as the text says",
           lambda c, m, i: c.image_to_image(i.media["image"], prompt=i.text.get("text") or None, model=m),
-          _image_to_image, optional={"text": "text"}),
+          _image_to_image, optional={"text": "text"}, reply="media"),
     entry("image-segmentation", "vision", IMAGE, ("image", "text"), "split an image into labelled regions (masks)",
-          lambda c, m, i: c.image_segmentation(i.media["image"], model=m), _image_segmentation),
+          lambda c, m, i: c.image_segmentation(i.media["image"], model=m), _image_segmentation, reply="media-json"),
     entry("depth-estimation", "vision", IMAGE, ("image",), "estimate a depth map of an image",
-          lambda c, m, i: c.post_raw("depth-estimation", m, data=i.media["image"]), _depth_estimation),
+          lambda c, m, i: c.post_raw("depth-estimation", m, data=i.media["image"]), _depth_estimation, reply="media"),
     entry("visual-question-answering", "vision", IMAGE_AND_TEXT, ("text",), "answer a question (text) about an image",
           lambda c, m, i: c.visual_question_answering(i.media["image"], i.text["text"], model=m), _answers),
     entry("document-question-answering", "vision", IMAGE_AND_TEXT, ("text",),

@@ -1,0 +1,280 @@
+"""The HTTP session the expert calls use: reply bodies bounded while they arrive, and gateways that
+``HF_HUB_OFFLINE`` does not block.
+
+``huggingface_hub``'s ``AsyncInferenceClient`` reads every reply whole (``response.content``) from
+the ``httpx2.AsyncClient`` that ``huggingface_hub.get_async_session()`` builds. Its public hook,
+``set_async_client_factory``, is used here (:func:`install`) to give every such session two event
+hooks of ours:
+
+* a **response hook** that wraps the body stream in a counter: bytes are counted as they are
+  decoded (gzip and deflate are decoded here in pieces of at most 64 KiB, so a small compressed
+  body cannot inflate unseen); past the limit the read stops with :class:`ReplyTooLarge` and
+  httpx closes the response, which closes the connection. A ``Content-Length`` over the limit is
+  refused before any of the body is read. At most the limit (plus one piece) is ever held.
+* a **request hook** that lets a call go out under ``HF_HUB_OFFLINE=1`` when its URL is the
+  configured gateway or dedicated endpoint of the current call (``HF_HUB_OFFLINE`` means "no
+  HTTP calls to the Hugging Face Hub"; the operator's own gateway is not the Hub); every other
+  request goes through ``huggingface_hub``'s own hook, which refuses it offline.
+
+A JSON list reply of objects longer than ``max_items`` is cut to the best-scored items as it is
+handed to the client (:func:`cap_items`), so the client never parses the rest (parsing costs
+about 0.1 ms per item).
+
+Which limit applies comes from the current call's :class:`CallScope` (a context variable set by
+:class:`pipeline.experts.hub.HubRunner` around each call); a request made outside a scope is
+neither bounded nor let through offline, i.e. it behaves as ``huggingface_hub``'s default session.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import json
+import zlib
+from collections.abc import AsyncIterator, Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+
+import httpx2
+from huggingface_hub import constants
+from huggingface_hub.utils import set_async_client_factory
+from huggingface_hub.utils._http import async_hf_request_event_hook, async_hf_response_event_hook
+
+from ..tasks.base import ReplyKind
+
+PIECE = 64 * 1024
+"""Bytes, the largest piece a compressed body is decoded into at once."""
+
+
+class ReplyTooLarge(Exception):
+    """A reply body was larger than its limit; the read stopped there.
+
+    Attributes:
+        limit: the limit in bytes.
+        setting: the TOML key that sets it (``"[inference] max_media_bytes"``).
+        seen: bytes counted when the read stopped (decoded), or the declared ``Content-Length``.
+        url: the URL that answered.
+    """
+
+    def __init__(self, limit: int, setting: str, seen: int, url: str) -> None:
+        super().__init__(f"reply from {url} over {setting} = {limit} bytes (stopped at {seen} bytes)")
+        self.limit, self.setting, self.seen, self.url = limit, setting, seen, url
+
+
+class ReplyEncodingRefused(Exception):
+    """A reply used a content encoding other than gzip, deflate or identity (none other is asked
+    for; its decoded size could not be bounded)."""
+
+
+@dataclass(frozen=True)
+class CallScope:
+    """Limits and routing of one expert call.
+
+    Attributes:
+        reply: :data:`pipeline.tasks.base.ReplyKind` of the task: ``"media"`` replies with an
+            ``image/*``, ``audio/*``, ``video/*`` or ``application/octet-stream`` type and every
+            ``"media-json"`` reply are bounded by ``max_media_bytes``, the rest by ``max_json_bytes``.
+        max_json_bytes: bytes, ``[inference] max_json_bytes``.
+        max_media_bytes: bytes, ``[inference] max_media_bytes``.
+        gateway: ``scheme://host:port`` the call was routed to by configuration (``base_url`` or
+            an ``endpoints`` entry), or ``None`` for provider routing.
+        max_items: a JSON list reply of objects longer than this is cut to this many before the
+            client parses it (:func:`cap_items`); ``None``: no cap.
+        dropped: filled in during the call: how many items :func:`cap_items` dropped.
+    """
+
+    reply: ReplyKind
+    max_json_bytes: int
+    max_media_bytes: int
+    gateway: str | None = None
+    max_items: int | None = None
+    dropped: list[int] = field(default_factory=list)
+
+    def limit_for(self, content_type: str) -> tuple[int, str]:
+        """``(limit in bytes, TOML key)`` for a reply of ``content_type``."""
+        ctype = content_type.split(";")[0].strip().lower()
+        media = ctype.startswith(("image/", "audio/", "video/")) or ctype == "application/octet-stream"
+        if self.reply == "media-json" or (self.reply == "media" and media):
+            return self.max_media_bytes, "[inference] max_media_bytes"
+        return self.max_json_bytes, "[inference] max_json_bytes"
+
+
+_scope: ContextVar[CallScope | None] = ContextVar("hugginggpt_expert_call", default=None)
+
+
+@contextlib.contextmanager
+def call_scope(scope: CallScope) -> Iterator[None]:
+    """Apply ``scope`` to every request made in this context (task) until the block ends."""
+    token = _scope.set(scope)
+    try:
+        yield
+    finally:
+        _scope.reset(token)
+
+
+def origin_of(url: str | httpx2.URL) -> str:
+    """``scheme://host:port`` of ``url`` (default ports made explicit), lower case."""
+    u = httpx2.URL(str(url))
+    port = u.port or {"http": 80, "https": 443}.get(u.scheme, 0)
+    return f"{u.scheme}://{u.host}:{port}".lower()
+
+
+def _decoder(encodings: list[str]) -> zlib._Decompress | None | bool:
+    """A zlib decompressor for one ``gzip``/``deflate`` encoding, ``None`` for none, ``False`` when
+    the encodings cannot be decoded here (another one, or several)."""
+    if not encodings:
+        return None
+    if len(encodings) > 1 or encodings[0] not in ("gzip", "deflate"):
+        return False
+    return zlib.decompressobj(zlib.MAX_WBITS | 16 if encodings[0] == "gzip" else zlib.MAX_WBITS)
+
+
+def _score(item: object) -> float:
+    value = item.get("score") if isinstance(item, dict) else None
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else float("-inf")
+
+
+def cap_items(value: object, max_items: int) -> tuple[object, int]:
+    """Cut a JSON list of objects (or a list holding one such list, as classification answers
+    come) to ``max_items``: the highest ``score`` first chosen (``heapq.nlargest``, O(n log k)),
+    kept in their original order; objects without a score count as lowest.
+
+    Returns:
+        ``(value, dropped)``: the cut value (``value`` itself when nothing was cut) and how many
+        items were dropped.
+    """
+    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], list):
+        inner, dropped = cap_items(value[0], max_items)
+        return ([inner] if dropped else value), dropped
+    if not isinstance(value, list) or len(value) <= max_items or not all(isinstance(x, dict) for x in value):
+        return value, 0
+    best = heapq.nlargest(max_items, range(len(value)), key=lambda i: (_score(value[i]), -i))
+    return [value[i] for i in sorted(best)], len(value) - max_items
+
+
+class _BoundedStream(httpx2.AsyncByteStream):
+    """The body of one reply, decoded and counted; raises :class:`ReplyTooLarge` past ``limit``."""
+
+    def __init__(self, inner: httpx2.AsyncByteStream, decoder: zlib._Decompress | None, limit: int, setting: str,
+                 url: str, scope: CallScope | None = None) -> None:
+        self._inner, self._decoder, self._scope = inner, decoder, scope
+        self._limit, self._setting, self._url = limit, setting, url
+        self._count = 0
+        self._started = False
+
+    def _pieces(self, data: bytes) -> Iterator[bytes]:
+        d = self._decoder
+        if d is None:
+            if data:
+                yield data
+            return
+        while data:
+            try:
+                out = d.decompress(data, PIECE)
+            except zlib.error:
+                if self._started:
+                    raise
+                # "deflate" sent without its zlib header, as some servers do: raw deflate
+                d = self._decoder = zlib.decompressobj(-zlib.MAX_WBITS)
+                self._started = True
+                continue
+            self._started = True
+            if out:
+                yield out
+            data = d.unconsumed_tail
+
+    def _counted(self, piece: bytes) -> bytes:
+        self._count += len(piece)
+        if self._count > self._limit:
+            raise ReplyTooLarge(self._limit, self._setting, self._count, self._url)
+        return piece
+
+    async def _body(self) -> AsyncIterator[bytes]:
+        async for raw in self._inner:
+            for piece in self._pieces(raw):
+                yield self._counted(piece)
+        if self._decoder is not None:
+            rest = self._decoder.flush()
+            if rest:
+                yield self._counted(rest)
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        scope = self._scope
+        if scope is None or scope.max_items is None:
+            async for piece in self._body():
+                yield piece
+            return
+        # a JSON reply that may hold a list of items: read it whole (within the limit), cut it
+        parts = [piece async for piece in self._body()]
+        body = b"".join(parts)
+        del parts
+        try:
+            value = json.loads(body)
+        except ValueError:
+            yield body  # not JSON after all: the client says what it makes of it
+            return
+        value, dropped = cap_items(value, scope.max_items)
+        if dropped:
+            scope.dropped.append(dropped)
+            body = json.dumps(value).encode()
+        yield body
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+async def bound_reply(response: httpx2.Response) -> None:
+    """Response hook: bound the body of a reply made inside a :class:`CallScope`.
+
+    Raises:
+        ReplyTooLarge: the declared ``Content-Length`` is over the limit (nothing of the body read).
+        ReplyEncodingRefused: a content encoding other than gzip/deflate/identity.
+    """
+    scope = _scope.get()
+    if scope is None:
+        return
+    limit, setting = scope.limit_for(response.headers.get("content-type", ""))
+    url = str(response.request.url.copy_with(query=None))
+    values = response.headers.get_list("content-encoding", split_commas=True)
+    encodings = [v.strip().lower() for v in values if v.strip().lower() not in ("", "identity")]
+    decoder = _decoder(encodings)
+    if decoder is False:
+        raise ReplyEncodingRefused(f"reply from {url} with content encoding {values}")
+    declared = response.headers.get("content-length")
+    if not encodings and declared and declared.isdigit() and int(declared) > limit:
+        raise ReplyTooLarge(limit, setting, int(declared), url)
+    if encodings:
+        del response.headers["content-encoding"]  # decoded here, in bounded pieces
+        if "content-length" in response.headers:
+            del response.headers["content-length"]
+    ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
+    items = scope if response.status_code < 300 and (ctype == "application/json" or ctype.endswith("+json")) else None
+    response.stream = _BoundedStream(response.stream, decoder, limit, setting, url, items)
+
+
+async def allow_gateway_offline(request: httpx2.Request) -> None:
+    """Request hook: ``huggingface_hub``'s own (request id; refuses every request when
+    ``HF_HUB_OFFLINE`` is set), except that a request to the current call's configured gateway
+    is let through offline."""
+    scope = _scope.get()
+    if constants.is_offline_mode() and scope is not None and scope.gateway and origin_of(request.url) == scope.gateway:
+        return
+    await async_hf_request_event_hook(request)
+
+
+def bounded_async_client() -> httpx2.AsyncClient:
+    """``huggingface_hub``'s default async session plus :func:`bound_reply` and
+    :func:`allow_gateway_offline`; asks only for gzip or deflate encoded replies."""
+    return httpx2.AsyncClient(
+        event_hooks={"request": [allow_gateway_offline], "response": [bound_reply, async_hf_response_event_hook]},
+        follow_redirects=True,
+        timeout=None,
+        headers={"Accept-Encoding": "gzip, deflate"},
+    )
+
+
+def install() -> None:
+    """Make :func:`bounded_async_client` the session factory of ``huggingface_hub``'s async
+    clients (process-wide; idempotent). Outside a :class:`CallScope` the session behaves as the
+    library's default one."""
+    set_async_client_factory(bounded_async_client)
