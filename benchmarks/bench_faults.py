@@ -116,6 +116,10 @@ def _command(fault: Fault, text: str = "describe this") -> list[str]:
     return cmd
 
 
+CHAT = [sys.executable, "-m", "bot.cli", "chat"]
+"""A conversation (its turns are stored, so they can be counted), fed on standard input."""
+
+
 @dataclass
 class Outcome:
     name: str
@@ -138,7 +142,7 @@ def _secrets_in(texts: list[str], data: Path) -> int:
 
 
 def _turns(data: Path) -> list[tuple[str, str]]:
-    dbs = [p for p in data.rglob("*.db") if p.is_file()] + [p for p in data.rglob("*.sqlite") if p.is_file()]
+    dbs = [p for p in data.rglob("*.sqlite3") if p.is_file()]
     rows: list[tuple[str, str]] = []
     for db in dbs:
         with sqlite3.connect(db) as con:
@@ -169,29 +173,38 @@ def run_fault(fault: Fault, deadline: float, startup: float) -> Outcome:
                                note=(doc or {}).get("error") or "")
             if fault.kind == "kill":
                 c._experts.latency["text-to-image"] = 30.0  # type: ignore[attr-defined]
-                slow = subprocess.Popen(_command(fault, "first request"), cwd=tmp, env=env, stdout=subprocess.PIPE,
+                slow = subprocess.Popen(CHAT, cwd=tmp, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=subprocess.PIPE, text=True)
+                assert slow.stdin is not None
+                slow.stdin.write("first request\n")
+                slow.stdin.flush()
                 time.sleep(startup + 1.5)
                 slow.send_signal(signal.SIGKILL)
                 s_out, s_err = slow.communicate()
                 c._experts.latency.clear()  # type: ignore[attr-defined]
-                p = subprocess.run(_command(fault, "second request"), cwd=tmp, env=env, capture_output=True, text=True,
-                                   timeout=deadline + 60)
+                p = subprocess.run(CHAT, input="second request\n/quit\n", cwd=tmp, env=env, capture_output=True,
+                                   text=True, timeout=deadline + 60)
                 took = time.monotonic() - t0
-                texts = {t for t, _ in _turns(data)}
+                turns = _turns(data)
+                texts = {t for t, _ in turns}
                 lost = sum(1 for t in ("first request", "second request") if t not in texts)
+                stuck = sum(1 for _, status in turns if status == "running")  # the killed turn must not stay running
                 return Outcome(fault.name, p.returncode, fault.expect, took, None,
                                "Traceback" in p.stderr + p.stdout, _secrets_in([p.stdout, p.stderr, s_out, s_err], data),
-                               lost=lost, note=f"turns: {sorted(_turns(data))}")
+                               lost=lost + stuck, note=f"turns: {sorted(turns)}")
             # two processes at once on one data dir
             c._experts.latency["text-to-image"] = 1.0  # type: ignore[attr-defined]
-            procs = [subprocess.Popen(_command(fault, f"request {i}"), cwd=tmp, env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True) for i in (1, 2)]
+            procs = [subprocess.Popen(CHAT, cwd=tmp, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True) for _ in (1, 2)]
+            for i, pr in zip((1, 2), procs):  # both at once: each starts while the other runs
+                assert pr.stdin is not None
+                pr.stdin.write(f"request {i}\n/quit\n")
+                pr.stdin.flush()
             results = [pr.communicate(timeout=deadline + 60) for pr in procs]
             took = time.monotonic() - t0
             status = max(pr.returncode for pr in procs)
-            texts = {t for t, _ in _turns(data)}
-            lost = sum(1 for i in (1, 2) if f"request {i}" not in texts)
+            turns = _turns(data)
+            lost = sum(1 for i in (1, 2) if (f"request {i}", "ok") not in turns)  # both answered, neither harmed
             flat = [x for r in results for x in r]
             return Outcome(fault.name, status, fault.expect, took, None, any("Traceback" in x for x in flat),
                            _secrets_in(flat, data), lost=lost,

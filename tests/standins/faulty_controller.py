@@ -91,6 +91,14 @@ class FaultyController:
             asyncio.run_coroutine_threadsafe(self._experts.close(), self._loop).result(10)
         fut = asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop)  # type: ignore[union-attr]
         fut.result(10)
+
+        async def cancel_the_rest() -> None:
+            rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in rest:
+                t.cancel()
+            await asyncio.gather(*rest, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(cancel_the_rest(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)  # type: ignore[union-attr]
 
@@ -115,7 +123,7 @@ class FaultyController:
             while sent < size:
                 await resp.write(block)
                 sent += len(block)
-        except (ConnectionResetError, RuntimeError):
+        except (ConnectionError, RuntimeError):
             pass
         return resp
 
@@ -159,7 +167,7 @@ class FaultyController:
                 }
                 await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
             await resp.write(b"data: [DONE]\n\n")
-        except (ConnectionResetError, RuntimeError):
+        except (ConnectionError, RuntimeError):
             pass
         return resp
 
