@@ -130,7 +130,7 @@ class DiscordSettings(Section):
     allowed_guilds: list[int] = Field(default_factory=list)
     allowed_channels: list[int] = Field(default_factory=list)
     allowed_roles: list[int] = Field(default_factory=list)
-    rate_limit_per_minute: int = Field(6, ge=1, le=10_000)
+    rate_limit_per_minute: int = Field(6, ge=0, le=10_000, description="0: no limit")
     max_concurrent_runs: int = Field(2, ge=1, le=1000)
     followups_need_mention: bool = False
 
@@ -150,7 +150,7 @@ class SlackSettings(Section):
     allow_dms: bool | None = Field(
         None, description="direct messages; default: allowed unless allowed_channels is set (allowed_users always applies)"
     )
-    rate_limit_per_minute: int = Field(6, ge=1, le=10_000)
+    rate_limit_per_minute: int = Field(6, ge=0, le=10_000, description="0: no limit")
     followups_without_mention: bool = True
 
 
