@@ -298,3 +298,17 @@ async def test_real_taskbench_requests_run_end_to_end(make_service, sandbox):
             r = record.results[t.id]
             assert r.status == "ok" or r.error, (text, t)
     assert planned >= 15
+
+
+async def test_storage_full_while_saving_an_output_is_a_storage_error_not_the_models(make_service, sandbox):
+    from bot.errors import StorageError
+
+    sandbox.controller.script.append(plan_script([
+        {"task": "image-to-image", "id": 0, "dep": [-1], "args": {"image": "image-1", "text": "make it look like a painting"}},
+    ]))
+    service = await make_service(inference={"selection": "top"}, storage={"max_media_bytes": 1 << 20})
+    _, record = await run(service, "make it look like a painting", [media_file("astronaut.png")])  # 791 kB of 1 MiB
+    assert record.status == "error" and isinstance(record.failure, StorageError), record.error
+    assert record_exit_status(record) == 8
+    assert "full" in record.error and "could not be read" not in record.error
+    assert len([r for r in sandbox.inference.records if r.task == "image-to-image"]) == 1  # no other model was tried
