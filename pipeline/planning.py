@@ -142,8 +142,9 @@ def validate_plan(
             from it where the task's entry says how (``TaskSpec.from_request``: languages to translate).
 
     Returns:
-        Tasks in an order where every task comes after its dependencies; file arguments rewritten
-        to resource ids; dependencies implied by placeholders added.
+        Tasks ordered by id (the graph has no cycle; the scheduler starts each task when its own
+        dependencies are done, whatever the order); file arguments rewritten to resource ids;
+        dependencies implied by placeholders added.
 
     Raises:
         PlanInvalid: with the first problem found, phrased for the controller's repair round.
@@ -264,11 +265,11 @@ def validate_plan(
         graph[tid] = deps
 
     try:
-        order = list(graphlib.TopologicalSorter(graph).static_order())
+        graphlib.TopologicalSorter(graph).prepare()
     except graphlib.CycleError as e:
         cycle = " -> ".join(str(n) for n in e.args[1])
         raise PlanInvalid(f"The dependencies form a cycle ({cycle}).") from None
-    return [tasks[t] for t in order]
+    return [tasks[t] for t in sorted(tasks)]  # by id, as users read a plan; the scheduler needs no order
 
 
 # ---------------------------------------------------------------------------------------------

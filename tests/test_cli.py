@@ -186,3 +186,14 @@ def test_json_document_even_when_the_run_fails_before_planning(tmp_path):
     doc = json.loads(p.stdout)
     assert doc["status"] == "error" and "missing.png does not exist" in doc["error"] and doc["exit_status"] == 3
     assert p.stderr.count("does not exist") == 1
+
+
+def test_terminal_answer_lists_tasks_by_id_and_says_where_files_are(tmp_path):
+    p = hugginggpt(["run", "--sandbox", "Generate an image of a cat on a red sofa, then tell me what breed it might be"], tmp_path)
+    assert p.returncode == 0, p.stderr
+    out = p.stdout
+    assert "attached below" not in out and "delivered with this answer" in out
+    how = out.split("How I did it")[1]
+    assert how.index("0. `text-to-image`") < how.index("1. `image-classification`")
+    p = hugginggpt(["store"], tmp_path)
+    assert p.returncode == 2 and "store_command" not in p.stderr and "{prune,forget}" in p.stderr

@@ -49,7 +49,7 @@ def _mib(text: str) -> float:
 def add_parser(subparsers: Any) -> None:
     """Add ``store prune`` and ``store forget ID`` to the command line's subparsers."""
     store = subparsers.add_parser("store", help="conversation storage maintenance")
-    ssub = store.add_subparsers(dest="store_command", required=True)
+    ssub = store.add_subparsers(dest="store_command", required=True, metavar="{prune,forget}")
     prune = ssub.add_parser("prune", help="apply the retention settings ([storage] max_age_days, max_media_bytes)")
     prune.add_argument("--max-age-days", type=_days, metavar="DAYS", help="override [storage] max_age_days (> 0)")
     prune.add_argument(

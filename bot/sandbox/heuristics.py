@@ -94,6 +94,7 @@ def compose_response(
     """
     sel = {str(k): v for k, v in (selections or {}).items()}
     res = {str(k): v for k, v in (results or {}).items()}
+    plan = sorted(plan or [], key=lambda t: (not isinstance(t.get("id"), int), t.get("id") if isinstance(t.get("id"), int) else 0))
     lines = [LABEL, ""]
     if not plan:
         lines.append(_direct_answer(request))
@@ -111,7 +112,7 @@ def compose_response(
             files = r.get("files") or []
             if files:
                 named = ", ".join(f"`{f.get('id')}` ({f.get('kind', 'file')})" for f in files)
-                answer.append(f"- **{name}** produced {named}, attached below.")
+                answer.append(f"- **{name}** produced {named}, delivered with this answer.")
             if not r.get("text") and not files:
                 data = r.get("data")
                 answer.append(f"- **{name}**: {_clip(json.dumps(data)) if data else 'finished with no output.'}")
