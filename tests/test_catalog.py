@@ -396,3 +396,21 @@ async def test_cli_show_checks_the_shipped_catalog_on_the_hub(hub: HubStandIn) -
     assert "locally" in stdout.getvalue()
     with pytest.raises(InputError, match="not a known task"):
         await main(parse(["catalog", "show", "juggling"]), settings, stdout=stdout)
+
+
+def test_unreachable_hub_is_said_and_not_waited_for_per_model(tmp_path):
+    import os
+    import subprocess
+    import sys
+    import time
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HUGGINGGPT_", "OPENAI_", "HF_"))}
+    env.update({"HUGGINGGPT_STORAGE__DATA_DIR": str(tmp_path / "data"), "HF_TOKEN": "hf_test_token"})
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, "-m", "bot.cli", "catalog", "show", "image-classification", "--limit", "8",
+                        "--hub-endpoint", "http://127.0.0.1:9"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=120)
+    took = time.monotonic() - t0
+    assert p.returncode == 0, p.stderr
+    assert "could not be reached" in p.stdout and "served: no" not in p.stdout and "served: ?" in p.stdout
+    assert took < 30  # one failed look-up, not eight timeouts in a row

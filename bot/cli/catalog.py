@@ -114,14 +114,18 @@ async def _show(args: argparse.Namespace, settings: Any, out: TextIO) -> int:
     if not cards:
         print("No models.", file=out)
         return 0
+    hub_down = availability.hub_unreachable
+    if hub_down:
+        print(f"The Hugging Face Hub ({args.hub_endpoint or 'huggingface.co'}) could not be reached, so whether "
+              "these models are served now is unknown (shown as \"?\").", file=out)
     width = max(len(c.id) for c in cards)
     for rank, card in enumerate(cards, start=1):
         if card.providers is not None:
             providers = ",".join(card.providers) or "-"
         else:
             live = availability.looked_up(card.id)
-            providers = "unknown" if live is None else (",".join(live) or "-") + " (Hub now)"
-        mark = "yes" if card.id in served else "no"
+            providers = "unknown" if live is None or hub_down else (",".join(live) or "-") + " (Hub now)"
+        mark = "yes" if card.id in served else "?" if hub_down and card.providers is None else "no"
         print(f"{rank:>3}  {card.id:<{width}}  {card.downloads:>10,} dl  {card.likes:>6,} likes  "
               f"served: {mark:<3}  providers: {providers}", file=out)
     return 0

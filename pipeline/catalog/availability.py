@@ -29,7 +29,9 @@ class Availability:
        the answer is cached per model for ``ttl`` seconds, and only mappings with status
        ``"live"`` count (:func:`live_providers`; a renamed repo's redirect is followed). A Hub that cannot be reached or answers an error means "not served"
        (warning logged; that answer is cached for ``min(ttl, error_ttl)`` seconds) — a model that
-       cannot be run is never offered.
+       cannot be run is never offered. After a look-up finds the Hub unreachable (no connection,
+       a timeout), further look-ups give up at once for ``error_ttl`` seconds instead of each
+       waiting ``timeout`` (:attr:`hub_unreachable` says so, for messages).
 
     Args:
         provider: Inference Providers name (``"hf-inference"``, ``"fal-ai"``, ...), ``"auto"``, or None.
@@ -53,7 +55,7 @@ class Availability:
         token: str | None,
         ttl: float = 3600,
         hub_endpoint: str | None = None,
-        timeout: float = 10.0,
+        timeout: float = 5.0,
         error_ttl: float = 60.0,
         max_concurrency: int = 8,
         max_cached: int = 4096,
@@ -75,6 +77,12 @@ class Availability:
         self._inflight: dict[str, asyncio.Future[frozenset[str]]] = {}
         self._semaphore = asyncio.Semaphore(max_concurrency)
         self._quiet_until = 0.0
+        self._unreachable_until = 0.0
+
+    @property
+    def hub_unreachable(self) -> bool:
+        """Whether the last look-up found the Hub unreachable (within ``error_ttl`` seconds)."""
+        return time.monotonic() < self._unreachable_until
 
     def known(self, card: ModelCard) -> bool | None:
         """Whether ``card`` is served, decided without the Hub; ``None`` if a look-up is needed."""
@@ -152,6 +160,9 @@ class Availability:
         """Live providers of ``model_id`` from the Hub and how long to trust the answer (seconds)."""
         from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
 
+        if self.hub_unreachable:
+            log.debug("availability: the Hub was unreachable moments ago; %s not offered", model_id)
+            return frozenset(), self.error_ttl
         if self._api is None:
             from huggingface_hub import HfApi
 
@@ -169,6 +180,7 @@ class Availability:
             self._warn(f"availability: the Hub {why} ({status}) when checking %s; model not offered", model_id)
             return frozenset(), self.error_ttl
         except Exception as e:  # connection refused, timeout, bad JSON: the Hub is unusable
+            self._unreachable_until = time.monotonic() + self.error_ttl
             self._warn(
                 f"availability: the Hub cannot be reached to check %s ({e.__class__.__name__}); model not offered",
                 model_id,
