@@ -248,3 +248,34 @@ async def test_slack_http_port_in_use_is_one_sentence_exit_2(tmp_path):
                                               str(port), "--api-url", url], tmp_path, tokens)
     assert code == 2
     _one_sentence(err, f"I cannot listen on 127.0.0.1:{port}")
+
+
+def test_every_handler_gets_the_masked_traceback_and_bad_format_strings_never_raise(tmp_path):
+    log_file = tmp_path / "hugginggpt.log"
+    setup_logging(log_file=log_file, secrets=["xoxb-secret-987654"])
+    seen: list[str] = []
+
+    class Foreign(logging.Handler):  # e.g. a handler a library or a test adds later, with its own formatter
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(logging.Formatter().format(record))
+
+    foreign = Foreign()
+    root = logging.getLogger()
+    root.addHandler(foreign)
+    try:
+        log = logging.getLogger("slack_sdk.test")
+        try:
+            raise ConnectionError("POST https://u:pw-42@proxy.example/api with xoxb-secret-987654 failed")
+        except ConnectionError:
+            log.exception("call failed")
+        log.info("%d files", "many")  # a library's bad format string: logged, not raised at the caller
+    finally:
+        root.removeHandler(foreign)
+        for handler in root.handlers:
+            handler.flush()
+    text = log_file.read_text()
+    assert "ConnectionError" in text and "%d files" in text
+    for shown in (text, *seen):
+        assert "xoxb-secret-987654" not in shown and "pw-42" not in shown
+    assert any("Traceback" in s and "https://***@proxy.example/api" in s for s in seen)
+    setup_logging()
