@@ -14,10 +14,15 @@ from pathlib import Path
 
 from pipeline.redact import mask_credentials
 
+_PLAIN = logging.Formatter()
+
 
 class RedactSecrets(logging.Filter):
     """Replace each secret (strings of 4+ characters) by ``***`` and mask URL credentials
-    (``https://user:password@host`` → ``https://***@host``) in the message."""
+    (``https://user:password@host`` → ``https://***@host``) in a record: its message, its
+    traceback text (``exc_text``, formatted here once, so every handler gets it masked) and its
+    ``stack_info``. A message whose format string does not fit its arguments is logged raw
+    instead of raising at the caller."""
 
     def __init__(self, secrets: Iterable[str]) -> None:
         super().__init__()
@@ -30,10 +35,19 @@ class RedactSecrets(logging.Filter):
         return mask_credentials(text)
 
     def filter(self, record: logging.LogRecord) -> bool:
-        msg = record.getMessage()
+        try:
+            msg = record.getMessage()
+        except Exception:  # a bad format string: never raise at the caller; log the raw text and arguments
+            msg = f"{record.msg} {record.args!r}"
         masked = self.redact(msg)
         if masked != msg or record.args:
             record.msg, record.args = masked, None
+        if record.exc_info and not record.exc_text:  # masked once here, for every handler
+            record.exc_text = _PLAIN.formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = self.redact(record.exc_text)
+        if record.stack_info:
+            record.stack_info = self.redact(record.stack_info)
         return True
 
 

@@ -126,6 +126,9 @@ class DiscordSettings(Section):
     api_base_url: str | None = Field(
         None, pattern=r"^https?://", description="Discord REST API base (a proxy); default https://discord.com/api/v10"
     )
+    gateway_url: str | None = Field(
+        None, pattern=r"^wss?://", description="Discord gateway websocket (a proxy); default wss://gateway.discord.gg/"
+    )
     command_name: str = Field("ask", pattern=r"^[-_a-z0-9]{1,32}$")
     allowed_guilds: list[int] = Field(default_factory=list)
     allowed_channels: list[int] = Field(default_factory=list)

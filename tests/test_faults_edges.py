@@ -5,18 +5,23 @@ allow-lists, and an unreachable Discord is one sentence."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
+import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
 from bot.admission import Admission, Requester
 from bot.logs import setup_logging
 from bot.settings import load_settings
+from tests.standins.discord_server import StandinDiscord
 from tests.standins.faulty_controller import FaultyController
 from tests.test_slack_app import h, png_file, service, slack  # noqa: F401 - fixtures
 
@@ -111,3 +116,166 @@ def test_unreachable_discord_at_start_is_one_sentence_exit_2(tmp_path):
     assert "Traceback" not in p.stderr
     assert "Discord cannot be reached (127.0.0.1:9" in p.stderr and "fake.token" not in p.stderr
     assert json.dumps(p.stderr).count("Error:") == 1
+
+
+# ------------------------------------------------------------------------------------------------
+# start-up failures of the chat front ends, as real processes: one sentence, exit 2
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def _hugginggpt(args: list[str], tmp_path: Path, env_extra: dict[str, str], *, timeout: float = 60,
+                      ready: Any = None) -> tuple[int, str, str]:
+    """Run ``hugginggpt ARGS`` as a process of its own (this worktree's code); returns (exit status,
+    stdout, stderr). With ``ready`` (a coroutine function), SIGTERM is sent once it returns."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HUGGINGGPT_", "OPENAI_", "HF_", "DISCORD_", "SLACK_"))}
+    env.update({"PYTHONPATH": str(ROOT), "HUGGINGGPT_STORAGE__DATA_DIR": str(tmp_path / "data"), **env_extra})
+    p = await asyncio.create_subprocess_exec(sys.executable, "-m", "bot.cli", *args, cwd=tmp_path, env=env,
+                                             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    try:
+        if ready is not None:
+            await ready()
+            p.send_signal(signal.SIGTERM)
+        out, err = await asyncio.wait_for(p.communicate(), timeout)
+    finally:
+        if p.returncode is None:
+            p.kill()
+            await p.wait()
+    return p.returncode, out.decode(), err.decode()
+
+
+def _one_sentence(err: str, needle: str) -> None:
+    assert "Traceback" not in err, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and needle in lines[0], err
+
+
+async def test_unreachable_discord_gateway_at_start_is_one_sentence_exit_2(tmp_path):
+    async with StandinDiscord(MEDIA) as d:  # the REST API answers; the gateway's port is closed
+        code, _, err = await _hugginggpt(["discord", "--sandbox", "--grace", "0"], tmp_path, {
+            "DISCORD_BOT_TOKEN": d.token, "HUGGINGGPT_DISCORD__API_BASE_URL": d.api_base,
+            "HUGGINGGPT_DISCORD__GATEWAY_URL": f"ws://127.0.0.1:{_closed_port()}/gw"})
+        assert d.calls, "the bot never reached the stand-in's REST API"
+    assert code == 2
+    _one_sentence(err, "The Discord gateway cannot be reached (127.0.0.1:")
+    log_text = (tmp_path / "data" / "logs" / "hugginggpt.log").read_text()
+    assert "gateway" in log_text and d.token not in log_text  # details for the operator, no token
+
+
+async def test_discord_process_with_proxy_urls_runs_and_stops_cleanly(tmp_path):
+    async with StandinDiscord(MEDIA) as d:
+        async def connected() -> None:
+            await d.wait_for(lambda: d.identifies >= 1 and d.command_syncs >= 1, 30)
+
+        code, _, err = await _hugginggpt(["discord", "--sandbox", "--grace", "0"], tmp_path, {
+            "DISCORD_BOT_TOKEN": d.token, "HUGGINGGPT_DISCORD__API_BASE_URL": d.api_base,
+            "HUGGINGGPT_DISCORD__GATEWAY_URL": d.gateway_url}, ready=connected)
+    assert code == 0 and err == "", err  # ready, then stopped by SIGTERM: no sentence, no traceback
+
+
+class _SlackAPI:
+    """A Web API stand-in for start-up only: ``auth.test`` accepts the bot token and
+    ``apps.connections.open`` hands out a websocket URL on a closed port (or refuses the app token)."""
+
+    def __init__(self, bot_token: str, app_token: str) -> None:
+        self.bot_token, self.app_token = bot_token, app_token
+        self.ws_url = f"ws://127.0.0.1:{_closed_port()}/link"
+        self.calls: list[str] = []
+
+    async def _api(self, request: web.Request) -> web.Response:
+        method = request.match_info["method"]
+        self.calls.append(method)
+        token = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        if method == "auth.test" and token == self.bot_token:
+            return web.json_response({"ok": True, "user": "hugginggpt", "user_id": "U0BOT", "team": "T",
+                                      "team_id": "T0", "bot_id": "B0BOT"})
+        if method == "apps.connections.open" and token == self.app_token:
+            return web.json_response({"ok": True, "url": self.ws_url})
+        return web.json_response({"ok": False, "error": "invalid_auth"})
+
+    async def __aenter__(self) -> str:
+        app = web.Application()
+        app.router.add_post("/api/{method}", self._api)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        return f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/api/"
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._runner.cleanup()
+
+
+async def test_unreachable_slack_at_start_is_one_sentence_exit_2(tmp_path):
+    tokens = {"SLACK_BOT_TOKEN": "xoxb-1-start-test", "SLACK_APP_TOKEN": "xapp-1-start-test"}
+    closed = f"http://127.0.0.1:{_closed_port()}/api/"
+    code, _, err = await _hugginggpt(["slack", "--sandbox", "--api-url", closed], tmp_path, tokens)
+    assert code == 2
+    _one_sentence(err, "Slack is unreachable")
+
+    api = _SlackAPI(tokens["SLACK_BOT_TOKEN"], tokens["SLACK_APP_TOKEN"])
+    async with api as url:
+        # the Web API answers, the Socket Mode websocket does not
+        code, out, err = await _hugginggpt(["slack", "--sandbox", "--api-url", url], tmp_path, tokens)
+        assert code == 2 and "running" not in out
+        _one_sentence(err, "Slack's Socket Mode connection failed")
+        assert api.calls == ["auth.test", "apps.connections.open"]
+        # the app-level token is refused
+        code, _, err = await _hugginggpt(["slack", "--sandbox", "--api-url", url], tmp_path,
+                                         {**tokens, "SLACK_APP_TOKEN": "xapp-1-revoked"})
+        assert code == 2
+        _one_sentence(err, "Slack refused the app-level token (invalid_auth)")
+    log_text = (tmp_path / "data" / "logs" / "hugginggpt.log").read_text()
+    assert "xoxb-1-start-test" not in log_text and "xapp-1-revoked" not in log_text
+
+
+async def test_slack_http_port_in_use_is_one_sentence_exit_2(tmp_path):
+    tokens = {"SLACK_BOT_TOKEN": "xoxb-1-start-test", "SLACK_SIGNING_SECRET": "port-test-secret"}
+    api = _SlackAPI(tokens["SLACK_BOT_TOKEN"], "")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        async with api as url:
+            code, _, err = await _hugginggpt(["slack", "--sandbox", "--mode", "http", "--host", "127.0.0.1", "--port",
+                                              str(port), "--api-url", url], tmp_path, tokens)
+    assert code == 2
+    _one_sentence(err, f"I cannot listen on 127.0.0.1:{port}")
+
+
+def test_every_handler_gets_the_masked_traceback_and_bad_format_strings_never_raise(tmp_path):
+    log_file = tmp_path / "hugginggpt.log"
+    setup_logging(log_file=log_file, secrets=["xoxb-secret-987654"])
+    seen: list[str] = []
+
+    class Foreign(logging.Handler):  # e.g. a handler a library or a test adds later, with its own formatter
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(logging.Formatter().format(record))
+
+    foreign = Foreign()
+    root = logging.getLogger()
+    root.addHandler(foreign)
+    try:
+        log = logging.getLogger("slack_sdk.test")
+        try:
+            raise ConnectionError("POST https://u:pw-42@proxy.example/api with xoxb-secret-987654 failed")
+        except ConnectionError:
+            log.exception("call failed")
+        log.info("%d files", "many")  # a library's bad format string: logged, not raised at the caller
+    finally:
+        root.removeHandler(foreign)
+        for handler in root.handlers:
+            handler.flush()
+    text = log_file.read_text()
+    assert "ConnectionError" in text and "%d files" in text
+    for shown in (text, *seen):
+        assert "xoxb-secret-987654" not in shown and "pw-42" not in shown
+    assert any("Traceback" in s and "https://***@proxy.example/api" in s for s in seen)
+    setup_logging()

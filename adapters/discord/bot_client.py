@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -39,32 +40,23 @@ from bot.incoming import ConversationKey, IncomingFile
 from pipeline.errors import HuggingGPTError
 from pipeline.types import RunRecord
 
-from .delivery import SHUTDOWN_SENTENCE, reply_quietly, run_in_thread, tell_privately
-from .policy import (
-    AttachmentInfo,
-    REQUIRED_IN_CHANNEL,
-    attachment_refusal,
-    missing_permission,
-)
 from adapters.editor import MessageEditor
 from bot.admission import Admission, Requester
 from bot.limits import SeenKeys
 from bot.progress import Progress
 
-from .render import (
-    missing_permission_sentence,
-    thread_name,
-)
+from .delivery import SHUTDOWN_SENTENCE, reply_quietly, run_in_thread, tell_privately
+from .policy import REQUIRED_IN_CHANNEL, AttachmentInfo, attachment_refusal, missing_permission
+from .render import missing_permission_sentence, thread_name
 
 log = logging.getLogger("hugginggpt.discord")
 
 INTERACTION_TOKEN_LIFETIME = timedelta(minutes=14)
+"""Interaction tokens are valid for 15 minutes (Discord API docs, "Interactions"); the bot stops
+using one a minute before, and posts only into the thread after that."""
 REFUSAL_QUIET_SECONDS = 600.0
 """After refusing a follow-up, the same refusal to the same member in the same thread stays
 silent this long (seconds): told once, not once per message."""
-"""Interaction tokens are valid for 15 minutes (Discord API docs, "Interactions"); the bot stops
-using one a minute before, and posts only into the thread after that."""
-
 
 
 def bot_intents() -> discord.Intents:
@@ -135,6 +127,8 @@ class HuggingGPTBot(discord.Client):
         self._runs: dict[asyncio.Task[Any], _Run] = {}
         self._threads: dict[int, int] = {}  # conversation thread id -> upload limit seen there (bytes)
         self._closing = False
+        self.start_error: BaseException | None = None  # why the first gateway connection failed
+        self._start_failed = asyncio.Event()
         self._add_command()
 
     # ------------------------------------------------------------------------------------------
@@ -170,6 +164,27 @@ class HuggingGPTBot(discord.Client):
         await self.tree.sync()
         self.command_syncs += 1
         log.info("synced /%s", self.cfg.command_name)
+
+    def dispatch(self, event_name: str, /, *args: Any, **kwargs: Any) -> None:
+        # discord.py dispatches "disconnect" inside the ``except`` of its connect loop, then retries
+        # for ever: before the first READY that is a failed start, which :meth:`started` reports.
+        failure = sys.exc_info()[1] if event_name == "disconnect" and not self.is_ready() else None
+        if failure is not None and not isinstance(failure, discord.gateway.ReconnectWebSocket):
+            self.start_error = self.start_error or failure
+            self._start_failed.set()
+        super().dispatch(event_name, *args, **kwargs)
+
+    async def started(self) -> BaseException | None:
+        """Wait for the first READY after :meth:`connect` began: ``None`` then, or the exception of
+        the first failed gateway connection (``aiohttp.ClientError``, ``OSError``,
+        ``discord.ConnectionClosed`` with its close code, ...)."""
+        waits = {asyncio.ensure_future(self.wait_until_ready()), asyncio.ensure_future(self._start_failed.wait())}
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+        return None if self.is_ready() else self.start_error
 
     # ------------------------------------------------------------------------------------------
     # helpers

@@ -53,7 +53,9 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
     """
     import aiohttp
     import discord
+    import discord.gateway
     import discord.http
+    import yarl
 
     from adapters.discord.bot_client import HuggingGPTBot
 
@@ -68,32 +70,41 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
+    urls = (discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY)
     try:
         if settings.discord.api_base_url:
             discord.http.Route.BASE = settings.discord.api_base_url.rstrip("/")
+        if settings.discord.gateway_url:
+            discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(settings.discord.gateway_url)
         try:
             await bot.login(secret(settings.discord.token) or "")
         except discord.LoginFailure:
-            raise ConfigError("Discord refused the bot token; copy it again from the Developer Portal (Bot > Reset Token).") from None
-        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as e:
+            raise ConfigError(REFUSED_TOKEN) from None
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError, discord.DiscordServerError) as e:
             raise ConfigError(
                 f"Discord cannot be reached ({host_of(discord.http.Route.BASE)}: {e.__class__.__name__}); "
                 "check the network, a proxy, or [discord] api_base_url.",
                 mask_credentials(repr(e)),
             ) from None
         runner = asyncio.create_task(bot.connect(reconnect=True), name="discord-gateway")
+        started = asyncio.create_task(bot.started())
         waiter = asyncio.create_task(stop.wait())
-        done, _ = await asyncio.wait({runner, waiter}, return_when=asyncio.FIRST_COMPLETED)
-        if runner in done:
-            exc = runner.exception()
-            if isinstance(exc, discord.PrivilegedIntentsRequired):
-                raise ConfigError("Discord refused the Message Content intent: enable it in the Developer Portal "
-                                  "(Bot > Privileged Gateway Intents > Message Content Intent).") from None
-            if isinstance(exc, (aiohttp.ClientError, OSError, asyncio.TimeoutError, discord.GatewayNotFound)):
-                raise ConfigError(f"The Discord gateway cannot be reached ({exc.__class__.__name__}); check the network.",
-                                  mask_credentials(repr(exc))) from None
-            if exc is not None:
-                raise exc
+        await asyncio.wait({runner, started, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        failure = started.result() if started.done() else None
+        if failure is not None and not runner.done():
+            await asyncio.wait({runner}, timeout=0.5)  # a refused intent ends the connect loop at once
+        if runner.done():  # the first failure is the cause (discord.py may then fail on its own state)
+            failure = failure or runner.exception()
+        else:
+            started.cancel()
+            if failure is None and not waiter.done():
+                await asyncio.wait({runner, waiter}, return_when=asyncio.FIRST_COMPLETED)
+                failure = runner.exception() if runner.done() else None
+        if failure is not None:
+            runner.cancel()
+            if not isinstance(failure, (discord.DiscordException, aiohttp.ClientError, OSError, asyncio.TimeoutError)):
+                raise failure  # not a network or Discord failure: a bug, with its traceback
+            raise start_failure(failure, str(discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY)) from None
         log.info("shutting down: %d runs in flight", bot.runs_in_flight)
         waiter.cancel()
         await bot.close()
@@ -104,3 +115,38 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
         if not bot.is_closed():
             await bot.close()
         await service.close()
+        discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = urls
+
+
+REFUSED_TOKEN = "Discord refused the bot token; copy it again from the Developer Portal (Bot > Reset Token)."
+REFUSED_INTENT = ("Discord refused the Message Content intent: enable it in the Developer Portal "
+                  "(Bot > Privileged Gateway Intents > Message Content Intent).")
+
+
+def start_failure(error: BaseException, gateway: str) -> ConfigError:
+    """The sentence for a gateway connection that failed for good (at start, or a close code
+    discord.py does not reconnect after).
+
+    Args:
+        error: what the first connection raised (``discord.PrivilegedIntentsRequired``,
+            ``discord.ConnectionClosed`` with Discord's close code, ``aiohttp.ClientError``,
+            ``OSError``, ``asyncio.TimeoutError``, ...).
+        gateway: the gateway URL tried (named by host only).
+
+    Returns:
+        A :class:`ConfigError` (exit status 2) whose detail, for the log, adds ``repr(error)`` with
+        URL credentials masked. Close codes: Discord API docs, "Gateway Close Event Codes".
+    """
+    import discord
+
+    code = getattr(error, "code", None)
+    if isinstance(error, discord.PrivilegedIntentsRequired) or code in (4013, 4014):
+        sentence = REFUSED_INTENT
+    elif code == 4004:
+        sentence = REFUSED_TOKEN
+    elif isinstance(error, discord.ConnectionClosed):
+        sentence = f"The Discord gateway closed the connection (code {code}); see the log."
+    else:
+        sentence = (f"The Discord gateway cannot be reached ({host_of(gateway)}: {error.__class__.__name__}); "
+                    "check the network, a proxy, or [discord] gateway_url.")
+    return ConfigError(sentence, f"{sentence} ({mask_credentials(repr(error))})")

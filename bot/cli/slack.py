@@ -18,6 +18,8 @@ import logging
 import signal
 from typing import Any
 
+from pipeline.redact import mask_credentials
+
 from ..errors import ConfigError
 from ..settings import Settings, secret
 from .common import add_grace_option, add_sandbox_option
@@ -81,11 +83,67 @@ async def verify_token(client: Any) -> dict[str, Any]:
     return dict(resp.data)
 
 
+class _FirstFailure(logging.Handler):
+    """Catches the first connection failure slack_sdk's Socket Mode client logs (it logs each
+    failed attempt with its exception at ERROR level, then retries for ever)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.error: BaseException | None = None
+        self.failed = asyncio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.exc_info and record.exc_info[1] is not None and self.error is None:
+            self.error = record.exc_info[1]
+            self.failed.set()
+
+
+async def connect_socket_mode(handler: Any) -> None:
+    """Open the Socket Mode connection once (``apps.connections.open``, then the websocket).
+
+    slack_sdk retries a failed connection for ever; at start, the first failure is the answer: a
+    refused app token or an unreachable websocket ends the command with one sentence.
+
+    Args:
+        handler: bolt's ``AsyncSocketModeHandler`` (its client logs to ``handler.client.logger``).
+
+    Raises:
+        ConfigError: Slack refused the app-level token, or the connection failed (exit status 2).
+    """
+    from slack_sdk.errors import SlackApiError
+
+    watch = _FirstFailure()
+    sdk_log: logging.Logger = handler.client.logger
+    sdk_log.addHandler(watch)
+    connect = asyncio.create_task(handler.connect_async())
+    failed = asyncio.create_task(watch.failed.wait())
+    try:
+        await asyncio.wait({connect, failed}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        failed.cancel()
+        sdk_log.removeHandler(watch)
+    error = watch.error or (connect.exception() if connect.done() else None)
+    if error is None:
+        return
+    with contextlib.suppress(Exception):
+        await handler.close_async()  # the SDK's retry loop ends once its client is closed
+    connect.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await connect
+    if isinstance(error, SlackApiError):
+        code = error.response.get("error") if isinstance(error.response.data, dict) else "error"
+        raise ConfigError(f"Slack refused the app-level token ({code}); check SLACK_APP_TOKEN (xapp-..., scope "
+                          "connections:write) or [slack] app_token.", f"apps.connections.open: {code}") from None
+    raise ConfigError(f"Slack's Socket Mode connection failed ({error.__class__.__name__}); check the network, a proxy "
+                      "or firewall, or use --mode http.", mask_credentials(repr(error))) from None
+
+
 async def main(args: argparse.Namespace, settings: Settings) -> int:
     """Run the Slack bot until SIGINT/SIGTERM (or cancellation). Returns the exit status (0).
 
     Raises:
-        ConfigError: a credential is missing or refused.
+        ConfigError: a credential is missing or refused, Slack cannot be reached, or the HTTP port
+            cannot be opened (exit status 2).
     """
     from aiohttp import web
     from slack_sdk.web.async_client import AsyncWebClient
@@ -120,8 +178,9 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
         if mode == "socket":
             from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 
-            handler = AsyncSocketModeHandler(app, app_token=secret(settings.slack.app_token))
-            await handler.connect_async()
+            handler = AsyncSocketModeHandler(app, app_token=secret(settings.slack.app_token),
+                                             logger=logging.getLogger("adapters.slack.socket_mode"))
+            await connect_socket_mode(handler)
             log.info("connected to Slack in Socket Mode")
         else:
             web_app = app.web_app(path=settings.slack.path)
@@ -134,7 +193,11 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
             await runner.setup()
             host = args.host or settings.slack.host
             port = settings.slack.port if args.port is None else args.port
-            await web.TCPSite(runner, host, port).start()
+            try:
+                await web.TCPSite(runner, host, port).start()
+            except OSError as e:
+                raise ConfigError(f"I cannot listen on {host}:{port} ({e.strerror or e.__class__.__name__}); "
+                                  "choose another --port or [slack] port.") from None
             log.info("serving the Slack Events API on http://%s:%d%s", host, port, settings.slack.path)
         print(f"Slack bot running in {mode} mode; press Ctrl-C to stop.", flush=True)
         await stop.wait()
