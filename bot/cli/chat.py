@@ -21,7 +21,7 @@ import sys
 from collections.abc import AsyncIterator
 from typing import Any, TextIO
 
-from adapters.terminal import TerminalRenderer
+from adapters.terminal import TerminalRenderer, printable
 from pipeline.errors import HuggingGPTError
 
 from ..errors import InputError
@@ -121,7 +121,7 @@ async def _read_line(prompt: str) -> str | None:
 def _resume_listing(turns: list[dict[str, Any]]) -> list[str]:
     """Lines listing earlier turns: all of them up to five, else the first and the last three."""
     def line(t: dict[str, Any]) -> str:
-        return f"  [{t['index']}] you: {t['user_text'][:80]}  ({t['status']})"
+        return printable(f"  [{t['index']}] you: {t['user_text'][:80]}  ({t['status']})")
 
     if len(turns) <= 5:
         return [line(t) for t in turns]
@@ -188,7 +188,7 @@ async def _loop(
             continue
         if line == "/files":
             for r in await service.store.resources(conv):
-                print(f"  {r.id} ({r.kind}, {r.origin}): {r.description} — {r.path}", file=out)
+                print(printable(f"  {r.id} ({r.kind}, {r.origin}): {r.description} — {r.path}"), file=out)
             continue
         if line.startswith("/file"):
             path = line[len("/file") :].strip()
