@@ -61,3 +61,26 @@ async def stored_upload(sink, data: bytes, name: str | None, declared_mime: str 
 
     info = await inspect_upload(data, name, declared_mime, max_bytes=max_bytes)
     return await sink.add(data, kind=info.kind, mime=info.mime, origin="user", description=info.description, name=name)
+
+
+def start_caption_in_chat(proc, photo, timeout: float = 60.0) -> tuple[str, str | None]:
+    """Send ``/file photo`` and a caption request to a ``hugginggpt chat`` process (pipes, text
+    mode) and read its output until a task is running.
+
+    Returns:
+        ``(output so far, the conversation id it printed or None)``.
+    """
+    import time
+
+    proc.stdin.write(f"/file {photo}\nCaption this picture\n")
+    proc.stdin.flush()
+    seen, conv = "", None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and "running on" not in seen:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen += line
+        if line.startswith("Conversation "):
+            conv = line.split()[1]
+    return seen, conv

@@ -17,7 +17,7 @@ from PIL import Image
 from bot.settings import load_settings
 from bot.incoming import ConversationKey
 from bot.service import Service
-from tests.conftest import media_file
+from tests.conftest import media_file, start_caption_in_chat
 from bot.errors import InputError, StorageError
 from pipeline.types import Done
 
@@ -163,17 +163,7 @@ def _cli(args, cwd, stdin="", timeout=120, slow=False):
 def test_chat_resumes_after_sigkill_mid_run(tmp_path):
     cmd, env = _cli(["chat", "--sandbox"], tmp_path, slow=True)
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    proc.stdin.write(f"/file {MEDIA / 'chelsea.png'}\nCaption this picture\n")
-    proc.stdin.flush()
-    seen, conv = "", None
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and "running on" not in seen:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        seen += line
-        if line.startswith("Conversation "):
-            conv = line.split()[1]
+    seen, conv = start_caption_in_chat(proc, MEDIA / "chelsea.png")
     assert conv and "running on" in seen, seen + proc.stderr.read() if proc.poll() is not None else seen
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)

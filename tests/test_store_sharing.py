@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import start_caption_in_chat
 from PIL import Image
 
 from bot.errors import StorageError
@@ -76,17 +78,7 @@ def test_second_process_start_leaves_the_first_ones_running_turn_and_files_alone
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
-        first.stdin.write(f"/file {big}\nCaption this picture\n")
-        first.stdin.flush()
-        seen, conv = "", None
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and "running on" not in seen:
-            line = first.stdout.readline()
-            if not line:
-                break
-            seen += line
-            if line.startswith("Conversation "):
-                conv = line.split()[1]
+        seen, conv = start_caption_in_chat(first, big)
         assert conv and "running on" in seen, seen
 
         # a second bot starts on the same directory with a 1 MiB quota, while the first one's turn runs
@@ -213,18 +205,9 @@ def test_killed_run_on_this_host_is_noticed_at_once_by_the_next_start(tmp_path):
         [sys.executable, "-c", SLOW_CLI.format(latency=60), "chat", "--sandbox"], cwd=tmp_path, env=cli_env(data),
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
-    proc.stdin.write(f"/file {MEDIA / 'rocket.jpg'}\nCaption this picture\n")
-    proc.stdin.flush()
-    seen = ""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and "running on" not in seen:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        seen += line
+    seen, conv = start_caption_in_chat(proc, MEDIA / "rocket.jpg")
     proc.kill()
     proc.wait()
-    conv = next(line.split()[1] for line in seen.splitlines() if line.startswith("Conversation "))
     p = subprocess.run(
         [sys.executable, "-m", "bot.cli", "chat", "--sandbox", "--conversation", conv], cwd=tmp_path,
         input="/quit\n", env=cli_env(data), capture_output=True, text=True, timeout=60,
