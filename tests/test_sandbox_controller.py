@@ -197,6 +197,13 @@ async def test_resource_choice(ctl, text, expected):
         ("Change the background to a blue sky", [CHELSEA],
          [("image-to-image", {"image": "image-1", "text": "Change the background to a blue sky"})]),
         ("What does it say?", [SPEECH], [("automatic-speech-recognition", {"audio": "audio-1"})]),
+        (
+            "Transcribe this recording, then generate an image of what it describes",
+            [SPEECH],
+            [("automatic-speech-recognition", {"audio": "audio-1"}), ("text-to-image", {"text": "<resource>-0"})],
+        ),
+        ("Detect the objects in this photo and draw boxes around them", [CHELSEA],
+         [("object-detection", {"image": "image-1"})]),
         ("What is the cat doing?", [CHELSEA], [("visual-question-answering", {"image": "image-1", "text": "What is the cat doing?"})]),
         ("Make a video of a dog surfing a wave", [], [("text-to-video", {"text": "a dog surfing a wave"})]),
         ("Read 'good morning everyone' aloud", [], [("text-to-speech", {"text": "good morning everyone"})]),

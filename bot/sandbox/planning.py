@@ -45,7 +45,7 @@ _INTENTS: list[tuple[str, str]] = [
     ("edit", r"\b(?:change|replace|remove|add)\s+(?:the\s+|a\s+|an\s+)?(?:\w+\s+){0,2}(?:background|sky|colou?rs?|hair|style|weather|season|lighting)\b"),
     ("video", r"\b(?:generate|create|make|produce|render|animate)\b[^.?!;]{0,30}?\b(?:video|clip|animation|movie)s?\b"),
     ("generate", r"\b(?:generate|create|make|produce|render|design|give me|show me)\b\s+(?:me\s+)?(?:an?\s+|some\s+|the\s+|one\s+|two\s+|\d+\s+)?(?:new\s+|\w+\s+){0,2}?(?:image|picture|photo|photograph|drawing|painting|illustration|artwork|portrait|poster|logo|wallpaper|sketch)s?\b"),
-    ("generate", r"\b(?:draw|paint|sketch|illustrate)\b(?!\s+(?:a\s+)?(?:conclusion|attention|bounding))"),
+    ("generate", r"\b(?:draw|paint|sketch|illustrate)\b(?!\s+(?:a\s+|the\s+)?(?:conclusion|attention|bounding|box(?:es)?|rectangles?|frames?|outlines?|labels?|circles?)\b)"),
     ("canny", r"\b(?:edges?|edge\s+map|canny|outlines?|contours?)\b"),
     ("pose", r"\b(?:pose|poses|skeleton|keypoints?)\b"),
     ("depth", r"\bdepth\b"),
@@ -197,9 +197,17 @@ def _h_classify(p, clause, ctx, s, e):
         p.add("text-classification", {"text": val}, deps, "text")
 
 
+_REFERS_TO_TEXT = re.compile(
+    r"(?:it|this|that|what (?:it|this|that|they|he|she|the \w+) (?:describes|says|said|mentions|talks about)|"
+    r"the (?:transcript(?:ion)?|text|result|description|caption|story|summary))",
+    re.I,
+)
+"""A description that points at the text an earlier task of the plan produced (speech → text → image)."""
+
+
 def _h_generate(p, clause, ctx, s, e):
     desc = _description(p, s, e) or _strip_lead(clause[e - s :]) or "a picture"
-    if desc.lower() in ("it", "this", "that") and "text" in p.produced:
+    if _REFERS_TO_TEXT.fullmatch(desc.strip().rstrip(".")) and "text" in p.produced:
         desc, deps = f"<resource>-{p.produced['text']}", [p.produced["text"]]
     else:
         deps = []
