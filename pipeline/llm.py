@@ -22,6 +22,7 @@ import openai
 from openai import AsyncOpenAI
 from openai.types.chat import ChatCompletion
 
+from .bounded import bound_body
 from .errors import ControllerError
 from .redact import host_of, mask_credentials
 
@@ -73,34 +74,17 @@ MiB = 1024 * 1024
 class ReplyTooLarge(openai.OpenAIError):
     """A controller reply body passed the byte limit (an ``OpenAIError`` so the SDK does not retry it)."""
 
-    def __init__(self, limit: int) -> None:
-        super().__init__(f"reply body larger than {limit} bytes")
+    def __init__(self, limit: int, why: str | None = None) -> None:
+        super().__init__(why or f"reply body larger than {limit} bytes")
         self.limit = limit
-
-
-class _BoundedStream(httpx2.AsyncByteStream):
-    def __init__(self, inner: Any, limit: int) -> None:
-        self._inner = inner
-        self._limit = limit
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        seen = 0
-        async for chunk in self._inner:
-            seen += len(chunk)
-            if seen > self._limit:
-                raise ReplyTooLarge(self._limit)
-            yield chunk
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
 
 
 class BoundedTransport(httpx2.AsyncBaseTransport):
     """An HTTP transport that counts attempts and bounds reply bodies while they arrive.
 
     Args:
-        limit: bytes; a reply whose ``Content-Length`` or streamed body passes it raises
-            :class:`ReplyTooLarge` (nothing beyond one chunk past the limit is held in memory).
+        limit: bytes; a reply whose ``Content-Length`` or decoded body passes it raises
+            :class:`ReplyTooLarge` (:func:`pipeline.bounded.bound_body`).
         inner: the transport that does the I/O (default ``httpx2.AsyncHTTPTransport()``).
     """
 
@@ -113,11 +97,12 @@ class BoundedTransport(httpx2.AsyncBaseTransport):
         if usage is not None:
             usage.http_attempts += 1
         response = await self._inner.handle_async_request(request)
-        declared = response.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > self.limit:
+        try:
+            bound_body(response, self.limit, lambda _seen: ReplyTooLarge(self.limit),
+                       lambda values: ReplyTooLarge(self.limit, f"content encoding {values} cannot be bounded"))
+        except ReplyTooLarge:
             await response.aclose()
-            raise ReplyTooLarge(self.limit)
-        response.stream = _BoundedStream(response.stream, self.limit)
+            raise
         return response
 
     async def aclose(self) -> None:
@@ -161,7 +146,9 @@ class Controller:
         self._host = host_of(base_url)
         self._client = client or AsyncOpenAI(
             base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries,
-            http_client=openai.DefaultAsyncHttpxClient(transport=BoundedTransport(max_reply_bytes)),
+            http_client=openai.DefaultAsyncHttpxClient(
+                transport=BoundedTransport(max_reply_bytes), headers={"Accept-Encoding": "gzip, deflate"}
+            ),
         )
         # "auto" learns once per process what the server accepts.
         self._modes = {

@@ -6,11 +6,9 @@ the ``httpx2.AsyncClient`` that ``huggingface_hub.get_async_session()`` builds. 
 ``set_async_client_factory``, is used here (:func:`install`) to give every such session two event
 hooks of ours:
 
-* a **response hook** that wraps the body stream in a counter: bytes are counted as they are
-  decoded (gzip and deflate are decoded here in pieces of at most 64 KiB, so a small compressed
-  body cannot inflate unseen); past the limit the read stops with :class:`ReplyTooLarge` and
-  httpx closes the response, which closes the connection. A ``Content-Length`` over the limit is
-  refused before any of the body is read. At most the limit (plus one piece) is ever held.
+* a **response hook** that bounds the body while it arrives (:func:`pipeline.bounded.bound_body`):
+  past the limit the read stops with :class:`ReplyTooLarge` and httpx closes the response, which
+  closes the connection; a ``Content-Length`` over the limit is refused before any of it is read.
 * a **request hook** that lets a call go out under ``HF_HUB_OFFLINE=1`` when its URL is the
   configured gateway or dedicated endpoint of the current call (``HF_HUB_OFFLINE`` means "no
   HTTP calls to the Hugging Face Hub"; the operator's own gateway is not the Hub); every other
@@ -28,9 +26,9 @@ neither bounded nor let through offline, i.e. it behaves as ``huggingface_hub``'
 from __future__ import annotations
 
 import contextlib
+import functools
 import heapq
 import json
-import zlib
 from collections.abc import AsyncIterator, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -40,10 +38,8 @@ from huggingface_hub import constants
 from huggingface_hub.utils import set_async_client_factory
 from huggingface_hub.utils._http import async_hf_request_event_hook, async_hf_response_event_hook
 
+from ..bounded import BoundedStream, bound_body
 from ..tasks.base import ReplyKind
-
-PIECE = 64 * 1024
-"""Bytes, the largest piece a compressed body is decoded into at once."""
 
 
 class ReplyTooLarge(Exception):
@@ -119,16 +115,6 @@ def origin_of(url: str | httpx2.URL) -> str:
     return f"{u.scheme}://{u.host}:{port}".lower()
 
 
-def _decoder(encodings: list[str]) -> zlib._Decompress | None | bool:
-    """A zlib decompressor for one ``gzip``/``deflate`` encoding, ``None`` for none, ``False`` when
-    the encodings cannot be decoded here (another one, or several)."""
-    if not encodings:
-        return None
-    if len(encodings) > 1 or encodings[0] not in ("gzip", "deflate"):
-        return False
-    return zlib.decompressobj(zlib.MAX_WBITS | 16 if encodings[0] == "gzip" else zlib.MAX_WBITS)
-
-
 def _score(item: object) -> float:
     value = item.get("score") if isinstance(item, dict) else None
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else float("-inf")
@@ -152,60 +138,22 @@ def cap_items(value: object, max_items: int) -> tuple[object, int]:
     return [value[i] for i in sorted(best)], len(value) - max_items
 
 
-class _BoundedStream(httpx2.AsyncByteStream):
-    """The body of one reply, decoded and counted; raises :class:`ReplyTooLarge` past ``limit``."""
+class _ItemCappedStream(BoundedStream):
+    """A bounded JSON body whose list of items is cut to ``scope.max_items`` (:func:`cap_items`);
+    without a scope, the bounded body as it is."""
 
-    def __init__(self, inner: httpx2.AsyncByteStream, decoder: zlib._Decompress | None, limit: int, setting: str,
-                 url: str, scope: CallScope | None = None) -> None:
-        self._inner, self._decoder, self._scope = inner, decoder, scope
-        self._limit, self._setting, self._url = limit, setting, url
-        self._count = 0
-        self._started = False
-
-    def _pieces(self, data: bytes) -> Iterator[bytes]:
-        d = self._decoder
-        if d is None:
-            if data:
-                yield data
-            return
-        while data:
-            try:
-                out = d.decompress(data, PIECE)
-            except zlib.error:
-                if self._started:
-                    raise
-                # "deflate" sent without its zlib header, as some servers do: raw deflate
-                d = self._decoder = zlib.decompressobj(-zlib.MAX_WBITS)
-                self._started = True
-                continue
-            self._started = True
-            if out:
-                yield out
-            data = d.unconsumed_tail
-
-    def _counted(self, piece: bytes) -> bytes:
-        self._count += len(piece)
-        if self._count > self._limit:
-            raise ReplyTooLarge(self._limit, self._setting, self._count, self._url)
-        return piece
-
-    async def _body(self) -> AsyncIterator[bytes]:
-        async for raw in self._inner:
-            for piece in self._pieces(raw):
-                yield self._counted(piece)
-        if self._decoder is not None:
-            rest = self._decoder.flush()
-            if rest:
-                yield self._counted(rest)
+    def __init__(self, *args: object, scope: CallScope | None = None) -> None:
+        super().__init__(*args)  # type: ignore[arg-type]
+        self._scope = scope
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         scope = self._scope
         if scope is None or scope.max_items is None:
-            async for piece in self._body():
+            async for piece in self.body():
                 yield piece
             return
         # a JSON reply that may hold a list of items: read it whole (within the limit), cut it
-        parts = [piece async for piece in self._body()]
+        parts = [piece async for piece in self.body()]
         body = b"".join(parts)
         del parts
         try:
@@ -218,9 +166,6 @@ class _BoundedStream(httpx2.AsyncByteStream):
             scope.dropped.append(dropped)
             body = json.dumps(value).encode()
         yield body
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
 
 
 async def bound_reply(response: httpx2.Response) -> None:
@@ -235,21 +180,15 @@ async def bound_reply(response: httpx2.Response) -> None:
         return
     limit, setting = scope.limit_for(response.headers.get("content-type", ""))
     url = str(response.request.url.copy_with(query=None))
-    values = response.headers.get_list("content-encoding", split_commas=True)
-    encodings = [v.strip().lower() for v in values if v.strip().lower() not in ("", "identity")]
-    decoder = _decoder(encodings)
-    if decoder is False:
-        raise ReplyEncodingRefused(f"reply from {url} with content encoding {values}")
-    declared = response.headers.get("content-length")
-    if not encodings and declared and declared.isdigit() and int(declared) > limit:
-        raise ReplyTooLarge(limit, setting, int(declared), url)
-    if encodings:
-        del response.headers["content-encoding"]  # decoded here, in bounded pieces
-        if "content-length" in response.headers:
-            del response.headers["content-length"]
     ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
-    items = scope if response.status_code < 300 and (ctype == "application/json" or ctype.endswith("+json")) else None
-    response.stream = _BoundedStream(response.stream, decoder, limit, setting, url, items)
+    json_ok = response.status_code < 300 and (ctype == "application/json" or ctype.endswith("+json"))
+
+    bound_body(
+        response, limit,
+        too_large=lambda seen: ReplyTooLarge(limit, setting, seen, url),
+        refused_encoding=lambda values: ReplyEncodingRefused(f"reply from {url} with content encoding {values}"),
+        stream=functools.partial(_ItemCappedStream, scope=scope if json_ok else None),
+    )
 
 
 async def allow_gateway_offline(request: httpx2.Request) -> None:
