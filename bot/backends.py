@@ -22,8 +22,8 @@ from .errors import ConfigError
 from .settings import Settings, secret
 
 
-def require_credentials(settings: Settings) -> None:
-    """Check that the backends have what they need.
+def require_credentials(settings: Settings, *, experts: bool = True) -> None:
+    """Check that the backends have what they need (``experts=False``: the controller only).
 
     Raises:
         ConfigError: naming exactly the missing setting and where to set it.
@@ -33,12 +33,34 @@ def require_credentials(settings: Settings) -> None:
             "No API key for the controller LLM: set [llm] api_key in the config file, "
             "HUGGINGGPT_LLM__API_KEY or OPENAI_API_KEY (any string for a local server), or try --sandbox."
         )
+    if not experts:
+        return
     inf = settings.inference
     if not inf.base_url and inf.provider and not secret(inf.token):
         raise ConfigError(
             "No Hugging Face token for Inference Providers: set [inference] token in the config file, "
             "HUGGINGGPT_INFERENCE__TOKEN or HF_TOKEN, or set [inference] base_url to your own gateway, or try --sandbox."
         )
+
+
+def build_controller(settings: Settings) -> Controller:
+    """The controller LLM client of ``[llm]`` (close it with ``aclose``).
+
+    Raises:
+        ConfigError: no API key is set.
+    """
+    require_credentials(settings, experts=False)
+    llm = settings.llm
+    return Controller(
+        model=llm.model,
+        base_url=llm.base_url,
+        api_key=secret(llm.api_key) or "",
+        timeout=llm.timeout,
+        max_retries=llm.max_retries,
+        structured_output=llm.structured_output,
+        temperature=llm.temperature,
+        max_reply_bytes=llm.max_reply_bytes,
+    )
 
 
 def build_pipeline(settings: Settings) -> tuple[Pipeline, list[Callable[[], Awaitable[None]]]]:
@@ -52,19 +74,9 @@ def build_pipeline(settings: Settings) -> tuple[Pipeline, list[Callable[[], Awai
         CatalogError: the catalog file is unusable.
     """
     require_credentials(settings)
-    llm = settings.llm
     inf = settings.inference
     catalog = Catalog.load(settings.catalog.path)
-    controller = Controller(
-        model=llm.model,
-        base_url=llm.base_url,
-        api_key=secret(llm.api_key) or "",
-        timeout=llm.timeout,
-        max_retries=llm.max_retries,
-        structured_output=llm.structured_output,
-        temperature=llm.temperature,
-        max_reply_bytes=llm.max_reply_bytes,
-    )
+    controller = build_controller(settings)
     availability = Availability(
         provider=inf.provider,
         base_url=inf.base_url,

@@ -59,10 +59,22 @@ class Usage:
     Attributes:
         calls: LLM calls the stages made (a structured-output fallback is a call of its own).
         http_attempts: HTTP requests actually sent for them (the SDK's retries included).
+        prompt_tokens, completion_tokens: tokens the server reported for the non-streamed calls
+            (its ``usage`` field; servers that report none add nothing).
+        plan_repairs: repair rounds task planning needed (0 or 1 per run).
     """
 
     calls: int = 0
     http_attempts: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    plan_repairs: int = 0
+
+    def count_tokens(self, resp: Any) -> None:
+        """Add the ``usage`` of a chat completion (OpenAI API ``CompletionUsage``), if it has one."""
+        reported = getattr(resp, "usage", None)
+        self.prompt_tokens += int(getattr(reported, "prompt_tokens", 0) or 0)
+        self.completion_tokens += int(getattr(reported, "completion_tokens", 0) or 0)
 
 
 _CURRENT_USAGE: ContextVar[Usage | None] = ContextVar("hugginggpt_llm_usage", default=None)
@@ -225,6 +237,7 @@ class Controller:
                 raise self._error(e) from None
             except openai.OpenAIError as e:
                 raise self._error(e) from None
+            usage.count_tokens(resp)
             return self._content(resp)
         raise self._error(last or RuntimeError("no mode left"))
 
@@ -245,6 +258,7 @@ class Controller:
             )
         except openai.OpenAIError as e:
             raise self._error(e) from None
+        usage.count_tokens(resp)
         return self._content(resp)
 
     async def stream_text(self, messages: list[dict[str, Any]], *, stage: str, usage: Usage) -> AsyncIterator[str]:

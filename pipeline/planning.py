@@ -380,6 +380,7 @@ async def plan(controller: Controller, request: Request, available: AbstractSet[
     except PlanInvalid as e:
         problem = e.problem
         log.warning("plan rejected (%s); raw=%r", problem, raw[:500])
+    usage.plan_repairs += 1
     repair = planning_messages(request, available, problem=problem)
     repair.insert(-1, {"role": "assistant", "content": raw[:4000]})
     raw2 = await controller.complete_json(repair, stage="task-planning", schema_name="task_plan", schema=schema, usage=usage)

@@ -1,0 +1,108 @@
+"""``hugginggpt eval taskbench --data FILE [--limit N] [--concurrency N] [--out FILE] [--resume]``:
+the planning benchmark (TaskBench's metrics for the configured controller with our prompts)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from pipeline.redact import host_of
+from pipeline.tasks import TASKS
+
+from ..backends import build_controller
+from ..errors import InputError
+from ..evaluation.report import build_report, markdown
+from ..evaluation.runner import Outcome, PlanCache, plan_all, prompt_version
+from ..evaluation.taskbench import load_records, tool_types
+from ..settings import Settings
+from .common import add_sandbox_option
+
+
+def _positive(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError("must be 1 or more")
+    return n
+
+
+def add_parser(subparsers: Any) -> None:
+    """Add ``eval`` to the command line's subparsers."""
+    p = subparsers.add_parser("eval", help="measure the controller's task planning (benchmarks)")
+    benches = p.add_subparsers(dest="benchmark", metavar="BENCHMARK")
+    t = benches.add_parser(
+        "taskbench", help="TaskBench's node, link and argument F1 for the configured controller",
+        description="Send TaskBench requests through task planning (our prompts, validation and repair round) "
+        "and compare each plan with TaskBench's gold tool graph.",
+    )
+    t.add_argument("--data", required=True, metavar="FILE", help="TaskBench's data.json (JSON lines with user_request, tool_nodes)")
+    t.add_argument("--limit", type=_positive, metavar="N", help="evaluate only the first N requests")
+    t.add_argument("--concurrency", type=_positive, default=4, metavar="N", help="planning calls at a time (default 4)")
+    t.add_argument("--out", metavar="FILE", help="write the report as JSON to FILE and as Markdown next to it (FILE.md)")
+    t.add_argument("--resume", action="store_true",
+                   help="reuse plans already made for these requests with this prompt and model (after an interruption, or to re-score)")
+    add_sandbox_option(t)
+    t.set_defaults(handler=main)
+    p.set_defaults(handler=_usage, parser=p)
+
+
+async def _usage(args: argparse.Namespace, settings: Settings) -> int:
+    args.parser.print_help(sys.stderr)
+    return 2
+
+
+async def main(args: argparse.Namespace, settings: Settings) -> int:
+    """Run the benchmark and print its table; returns 0, or 4 when some requests failed at the
+    controller (the report still covers the others).
+
+    Raises:
+        InputError: the data file is missing or not TaskBench's format (exit status 3).
+        ConfigError: no controller API key (exit status 2).
+        ControllerError: the controller failed five times in a row (exit status 4).
+    """
+    data = Path(args.data)
+    tools, outputs = tool_types(data)
+    records = load_records(data, tools, outputs)[: args.limit]
+    available = frozenset(TASKS)
+    controller = build_controller(settings)
+    # The sandbox's stand-in is free and changes with the code: never cache it.
+    cache = PlanCache(None if args.sandbox else settings.storage.data_dir / "eval" / "taskbench-plans.jsonl")
+    if args.resume and not args.sandbox and not len(cache):
+        raise InputError("There is nothing to resume: no plans were cached yet (run without --resume first).")
+    bar = tqdm(total=len(records), unit="request", file=sys.stderr, disable=None, desc="task planning")
+
+    def progress(outcome: Outcome) -> None:
+        bar.update(1)
+
+    try:
+        outcomes = await plan_all(
+            controller, records, available, cache=cache, reuse=args.resume, concurrency=args.concurrency, progress=progress
+        )
+    finally:
+        bar.close()
+        await controller.aclose()
+    meta = {
+        "benchmark": "taskbench",
+        "data": str(data),
+        "controller": {"model": settings.llm.model, "host": host_of(settings.llm.base_url), "sandbox": bool(args.sandbox)},
+        "prompt_version": prompt_version(available),
+    }
+    report = build_report(records, outcomes, tools, meta)
+    table = markdown(report)
+    print(table)
+    if args.out:
+        out = Path(args.out)
+        try:
+            out.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+            out.with_name(out.name + ".md").write_text(table + "\n", encoding="utf-8")
+        except OSError as e:
+            raise InputError(f"The report cannot be written to {args.out} ({e.strerror}).") from None
+        print(f"\nReport: {out} (JSON), {out.name}.md (Markdown).", file=sys.stderr)
+    return 4 if report["controller_errors"] else 0
