@@ -7,6 +7,8 @@ It speaks the OpenAI chat completions wire format (JSON, or server-sent events w
 
 Faults (attributes, set before or between runs):
     plan: the JSON plan answered to ``task-planning`` calls (a ``str``).
+    plans: request text (a substring of the last message) to the JSON plans answered to its
+        ``task-planning`` calls in turn (the last one repeats); other requests get ``plan``.
     answer: the text answered to ``response-generation`` calls (streamed in ``chunks`` pieces).
     trickle: seconds between streamed pieces (and before a non-streamed body).
     status: an HTTP status answered to every call instead (with ``retry_after`` seconds if set).
@@ -32,6 +34,8 @@ from aiohttp import web
 class FaultyController:
     def __init__(self) -> None:
         self.plan = '{"tasks": []}'
+        self.plans: dict[str, list[str]] = {}
+        self._asked: dict[str, int] = {}
         self.answer = "Here is the answer."
         self.chunks = 1
         self.trickle = 0.0
@@ -142,7 +146,7 @@ class FaultyController:
         if self.huge:
             return await self._huge(request, self.huge, "application/json")
         if stage == "task-planning":
-            text = self.plan
+            text = self._plan_for(str(body["messages"][-1].get("content", "")))
         elif stage == "model-selection":
             text = json.dumps({"id": "", "reason": "first candidate"})
         elif stage == "controller-task":
@@ -153,6 +157,13 @@ class FaultyController:
             return await self._stream(request, text)
         await asyncio.sleep(self.trickle)
         return web.json_response(_completion(text))
+
+    def _plan_for(self, last: str) -> str:
+        for key, answers in self.plans.items():
+            if key in last:
+                n = self._asked[key] = self._asked.get(key, 0) + 1
+                return answers[min(n, len(answers)) - 1]
+        return self.plan
 
     async def _stream(self, request: web.Request, text: str) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
