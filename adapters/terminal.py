@@ -12,6 +12,7 @@ from pipeline.types import (
     Done,
     Event,
     ModelSelected,
+    Notice,
     PlanReady,
     ResponseDelta,
     RunRecord,
@@ -98,7 +99,9 @@ class TerminalRenderer:
         if not self.progress.apply(event) and not isinstance(event, ResponseDelta):
             return
         p = self.progress
-        if isinstance(event, PlanReady):
+        if isinstance(event, Notice):
+            self.write(self._c("2", printable(f"({event.text})")))
+        elif isinstance(event, PlanReady):
             for line in describe_plan(event):
                 self.write(self._c("1", line) if line.startswith("Plan") else line)
         elif isinstance(event, ModelSelected):

@@ -95,4 +95,5 @@ def build_pipeline(settings: Settings) -> tuple[Pipeline, list[Callable[[], Awai
         "controller": ControllerRunner(controller, experts.limits),
         "local": LocalRunner(max_image_pixels=inf.max_image_pixels),
     }
-    return Pipeline(controller, selector, runners, limits), [hub.aclose, controller.aclose]
+    pipeline = Pipeline(controller, selector, runners, limits)
+    return pipeline, [pipeline.aclose, hub.aclose, controller.aclose]

@@ -21,6 +21,7 @@ from pipeline.types import (
     Done,
     Event,
     ModelSelected,
+    Notice,
     PlanReady,
     ResponseDelta,
     Task,
@@ -75,6 +76,7 @@ class Progress:
         answer: the answer text streamed so far.
         error: the user's sentence when the run failed or was stopped.
         elapsed: seconds from start to the end of the run (set by :class:`Done` or :meth:`stop`).
+        notes: the run's :class:`~pipeline.types.Notice` sentences, each once, in order.
     """
 
     started: float = field(default_factory=time.monotonic)
@@ -84,6 +86,7 @@ class Progress:
     answer: str = ""
     error: str | None = None
     elapsed: float | None = None
+    notes: list[str] = field(default_factory=list)
 
     @property
     def finished(self) -> bool:
@@ -103,7 +106,11 @@ class Progress:
         now = time.monotonic() if now is None else now
         if self.finished:
             return False
-        if isinstance(event, PlanReady):
+        if isinstance(event, Notice):
+            if event.text in self.notes:
+                return False
+            self.notes.append(event.text)
+        elif isinstance(event, PlanReady):
             self.planned = True
             for task in event.tasks:
                 self.tasks.setdefault(task.id, TaskProgress(task))

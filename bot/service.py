@@ -65,6 +65,7 @@ class Service:
             for close in closers:
                 await close()
             raise
+        pipeline.refresh_served_tasks()  # Hub look-ups start now, not when the first request arrives
         return cls(settings, pipeline, media, store, [*closers, store.close])
 
     async def close(self) -> None:

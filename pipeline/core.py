@@ -12,8 +12,6 @@ import logging
 import time
 from collections.abc import AsyncIterator, Mapping
 
-from cachetools import TTLCache
-
 from . import planning
 from .errors import ControllerError, DeadlineError, HuggingGPTError
 from .execution import ExecutionLimits, Executor
@@ -21,12 +19,20 @@ from .experts.base import ExpertRunner, RunnerKind
 from .llm import Controller, Usage
 from .response import fallback_answer, response_messages
 from .selection import Selector
-from .types import Done, Event, PlanReady, Request, ResourceSink, ResponseDelta, RunRecord
+from .types import Done, Event, Notice, PlanReady, Request, ResourceSink, ResponseDelta, RunRecord
 
 log = logging.getLogger(__name__)
 
 SERVED_TASKS_TTL = 300.0
-"""Seconds the set of served tasks (for the planning prompt) is reused before it is asked again."""
+"""Seconds the set of served tasks (for the planning prompt) is fresh; after that the last set is
+still used while a new one is asked in the background."""
+AVAILABILITY_NOTICE_AFTER = 1.0
+"""Seconds a run waits for the served tasks before it says what it is waiting for."""
+WAITING_FOR_HUB = "Checking on the Hugging Face Hub which models can run now…"
+HUB_UNREACHABLE = (
+    "The Hugging Face Hub could not be reached, so only the models known to be served "
+    "(from the catalog and earlier checks) are offered."
+)
 
 
 class Pipeline:
@@ -48,15 +54,43 @@ class Pipeline:
         self.runners = dict(runners)
         self.limits = limits
         self.executor = Executor(selector, runners, limits)
-        self._served: TTLCache[str, frozenset[str]] = TTLCache(maxsize=1, ttl=SERVED_TASKS_TTL)
+        self._served: frozenset[str] | None = None
+        self._served_at = float("-inf")
+        self._asking: asyncio.Task[frozenset[str]] | None = None
+
+    def refresh_served_tasks(self) -> asyncio.Task[frozenset[str]]:
+        """Start asking which tasks are served (Hub look-ups), unless that is under way; the bot
+        calls it at start-up so the first request does not wait for the Hub."""
+        if self._asking is None or self._asking.done():
+            self._asking = asyncio.create_task(self._ask_served(), name="served-tasks")
+        return self._asking
+
+    async def aclose(self) -> None:
+        """Stop a look-up of the served tasks still under way."""
+        if self._asking is not None and not self._asking.done():
+            self._asking.cancel()
+            await asyncio.gather(self._asking, return_exceptions=True)
+
+    async def _ask_served(self) -> frozenset[str]:
+        served = frozenset(await self.selector.served_tasks())
+        self._served, self._served_at = served, time.monotonic()
+        return served
 
     async def served_tasks(self) -> frozenset[str]:
-        """Names of the tasks the configured backends can serve now (``pipeline.tasks.TASKS`` keys),
-        asked of the selector at most once per :data:`SERVED_TASKS_TTL` seconds."""
-        served = self._served.get("served")
-        if served is None:
-            served = self._served["served"] = frozenset(await self.selector.served_tasks())
-        return served
+        """Names of the tasks the configured backends can serve now (``pipeline.tasks.TASKS`` keys).
+
+        Fresh for :data:`SERVED_TASKS_TTL` seconds; after that the last set is returned at once
+        while a new one is asked in the background, so only the very first call waits for the Hub.
+        """
+        if self._served is not None and time.monotonic() - self._served_at < SERVED_TASKS_TTL:
+            return self._served
+        asking = self.refresh_served_tasks()
+        if self._served is not None:
+            return self._served
+        return await asyncio.shield(asking)
+
+    def _hub_unreachable(self) -> bool:
+        return bool(getattr(self.selector.availability, "hub_unreachable", False))
 
     async def run(self, request: Request, sink: ResourceSink) -> AsyncIterator[Event]:
         """Run one request through the four stages, within the run's deadline.
@@ -90,9 +124,20 @@ class Pipeline:
         stage = "task planning"
         tasks: list = []
         try:
+            asking = asyncio.ensure_future(self.served_tasks())
             try:
+                # Events are yielded outside the deadline's scope (never suspend an async
+                # generator inside asyncio.timeout: it would cancel the consumer instead).
+                done, _ = await asyncio.wait({asking}, timeout=min(AVAILABILITY_NOTICE_AFTER, max(0.0, end - loop.time())))
+                if not done:
+                    record.notes.append(WAITING_FOR_HUB)
+                    yield Notice(WAITING_FOR_HUB)
                 async with asyncio.timeout_at(end):
-                    available = await self.served_tasks()
+                    available = await asking
+                if self._hub_unreachable():
+                    record.notes.append(HUB_UNREACHABLE)
+                    yield Notice(HUB_UNREACHABLE)
+                async with asyncio.timeout_at(end):
                     tasks = await planning.plan(self.controller, request, available, usage)
             except TimeoutError:
                 raise DeadlineError(

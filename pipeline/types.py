@@ -271,6 +271,14 @@ class ResponseDelta:
     text: str
 
 
+@dataclass(frozen=True)
+class Notice:
+    """Something users should know about how the run goes, as one sentence: what a long wait is
+    waiting for, or that a decision rests on older information than usual."""
+
+    text: str
+
+
 @dataclass
 class RunRecord:
     """The machine-readable record of one run (what ``hugginggpt run --json`` prints).
@@ -292,6 +300,7 @@ class RunRecord:
         error: one sentence for the user when ``status == "error"``.
         failure: the error that ended the run, when ``status == "error"`` (not in :meth:`to_json`;
             the command line maps its class to an exit status).
+        notes: the :class:`Notice` sentences of the run, in order.
     """
 
     request: str
@@ -307,6 +316,7 @@ class RunRecord:
     failure: Exception | None = field(default=None, repr=False, compare=False)
     http_attempts: int = 0
     deadline_passed: bool = False
+    notes: list[str] = field(default_factory=list)
 
     @property
     def answered(self) -> bool:
@@ -330,6 +340,7 @@ class RunRecord:
             "status": self.status,
             "error": self.error,
             "deadline_passed": self.deadline_passed,
+            "notes": list(self.notes),
             "tasks": [t.to_json() for t in self.tasks],
             "selections": {
                 str(k): {"model": s.model, "runner": s.runner, "reason": s.reason, "strategy": s.strategy,
@@ -358,4 +369,4 @@ class Done:
     record: RunRecord
 
 
-Event = Union[PlanReady, ModelSelected, TaskStarted, TaskFinished, TaskFailed, TaskSkipped, ResponseDelta, Done]
+Event = Union[Notice, PlanReady, ModelSelected, TaskStarted, TaskFinished, TaskFailed, TaskSkipped, ResponseDelta, Done]

@@ -110,3 +110,15 @@ def test_a_failed_run_reads_the_same_everywhere() -> None:
     model.apply(done, now=1.0)
     for text in (err.getvalue(), render_progress(model, now=1.0), render_status(model)):
         assert "The controller LLM at example.org cannot be reached." in text
+
+
+def test_a_notice_is_shown_once_on_every_front_end():
+    from pipeline.types import Notice
+
+    p = Progress()
+    note = "The Hugging Face Hub could not be reached, so only the models known to be served are offered."
+    assert p.apply(Notice(note)) is True
+    assert p.apply(Notice(note)) is False
+    assert p.notes == [note]
+    assert render_progress(p).count(note) == 1
+    assert render_status(p).count(note) == 1

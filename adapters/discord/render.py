@@ -60,6 +60,7 @@ def render_progress(progress: Progress, *, title: str | None = None, now: float 
     head: list[str] = []
     if title:
         head.append(f"> {_clip(title, 300)}")
+    head += [f"ℹ️ {_clip(note, 300)}" for note in progress.notes]
     if not progress.planned:
         head.append("🧭 Planning the tasks…" if not progress.finished else "🧭 No plan was made.")
     elif not progress.tasks:

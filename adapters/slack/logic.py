@@ -223,7 +223,7 @@ def render_status(progress: Progress) -> str:
         "failed": ":warning: Stopped: " + escape_slack(progress.error or "the run failed"),
         "stopped": ":warning: " + escape_slack(progress.error or "the run was stopped"),
     }[progress.stage]
-    lines = [head]
+    lines = [head] + [f":information_source: {escape_slack(note)}" for note in progress.notes]
     if progress.tasks:
         lines.append(f"*Plan* ({n} task{plural}):")
     for tid in sorted(progress.tasks):

@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from cachetools import TLRUCache
+from cachetools import LRUCache, TLRUCache
 
 from .models import LIVE, ModelCard
 
@@ -27,9 +27,11 @@ class Availability:
     4. the card knows its live providers: served iff ``provider`` is among them (``"auto"``: any);
     5. otherwise the Hub is asked (``HfApi.model_info(id, expand=["inferenceProviderMapping"])``),
        the answer is cached per model for ``ttl`` seconds, and only mappings with status
-       ``"live"`` count (:func:`live_providers`; a renamed repo's redirect is followed). A Hub that cannot be reached or answers an error means "not served"
-       (warning logged; that answer is cached for ``min(ttl, error_ttl)`` seconds) — a model that
-       cannot be run is never offered. After a look-up finds the Hub unreachable (no connection,
+       ``"live"`` count (:func:`live_providers`; a renamed repo's redirect is followed). When the
+       Hub cannot be reached or answers an error, the last answer it gave for the model is used
+       (the last known state, however old); a model it never answered for is "not served"
+       (warning logged; that decision is cached for ``min(ttl, error_ttl)`` seconds) — a model
+       that cannot be known to run is never offered. After a look-up finds the Hub unreachable (no connection,
        a timeout), further look-ups give up at once for ``error_ttl`` seconds instead of each
        waiting ``timeout`` (:attr:`hub_unreachable` says so, for messages).
 
@@ -74,6 +76,8 @@ class Availability:
         self._cache: TLRUCache[str, tuple[frozenset[str], float]] = TLRUCache(
             maxsize=max_cached, ttu=lambda _key, value, now: now + value[1], timer=time.monotonic
         )
+        # model id -> the Hub's last answer, kept past its ttl for when the Hub is unreachable
+        self._last_known: LRUCache[str, frozenset[str]] = LRUCache(maxsize=max_cached)
         self._inflight: dict[str, asyncio.Future[frozenset[str]]] = {}
         self._semaphore = asyncio.Semaphore(max_concurrency)
         self._quiet_until = 0.0
@@ -161,8 +165,8 @@ class Availability:
         from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
 
         if self.hub_unreachable:
-            log.debug("availability: the Hub was unreachable moments ago; %s not offered", model_id)
-            return frozenset(), self.error_ttl
+            log.debug("availability: the Hub was unreachable moments ago; last known state of %s used", model_id)
+            return self._last_known.get(model_id, frozenset()), self.error_ttl
         if self._api is None:
             from huggingface_hub import HfApi
 
@@ -173,20 +177,22 @@ class Availability:
             )
         except RepositoryNotFoundError:
             log.info("availability: %s is not on the Hub (gone, private or gated); not offered", model_id)
+            self._last_known[model_id] = frozenset()
             return frozenset(), self.ttl
         except HfHubHTTPError as e:
             status = e.response.status_code if e.response is not None else "?"
             why = "refused the token" if status in (401, 403) else "failed"
-            self._warn(f"availability: the Hub {why} ({status}) when checking %s; model not offered", model_id)
-            return frozenset(), self.error_ttl
+            self._warn(f"availability: the Hub {why} ({status}) when checking %s; last known state used", model_id)
+            return self._last_known.get(model_id, frozenset()), self.error_ttl
         except Exception as e:  # connection refused, timeout, bad JSON: the Hub is unusable
             self._unreachable_until = time.monotonic() + self.error_ttl
             self._warn(
-                f"availability: the Hub cannot be reached to check %s ({e.__class__.__name__}); model not offered",
+                f"availability: the Hub cannot be reached to check %s ({e.__class__.__name__}); last known state used",
                 model_id,
             )
-            return frozenset(), self.error_ttl
-        return live_providers(info), self.ttl
+            return self._last_known.get(model_id, frozenset()), self.error_ttl
+        live = self._last_known[model_id] = live_providers(info)
+        return live, self.ttl
 
 
 def live_providers(info: Any) -> frozenset[str]:
