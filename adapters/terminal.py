@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import sys
 import textwrap
-from typing import TextIO
+from typing import AbstractSet, TextIO
 
 from bot.progress import Progress
 from pipeline.types import (
@@ -13,12 +13,15 @@ from pipeline.types import (
     Event,
     ModelSelected,
     Notice,
+    PlanDiscarded,
     PlanReady,
     ResponseDelta,
     RunRecord,
+    Task,
     TaskFailed,
     TaskFinished,
     TaskSkipped,
+    TaskPlanned,
     TaskStarted,
 )
 
@@ -47,16 +50,20 @@ def summary_of(text: str, width: int = 100) -> str:
     return textwrap.shorten(" ".join(text.split()), width=width, placeholder=" …")
 
 
-def describe_plan(event: PlanReady) -> list[str]:
-    """Lines for a plan: ``  [0] object-detection  image=image-1`` and ``after 0`` for deps."""
+def describe_task(t: Task) -> str:
+    """One plan line: ``  [1] image-classification  image='<resource>-0'  (after 0)``."""
+    args = ", ".join(f"{k}={_short(v)}" for k, v in t.args.items())
+    after = f"  (after {', '.join(str(d) for d in t.dep)})" if t.dep else ""
+    return f"  [{t.id}] {t.task}  {args}{after}"
+
+
+def describe_plan(event: PlanReady, shown: AbstractSet[int] = frozenset()) -> list[str]:
+    """Lines for a plan: a header, then ``  [0] object-detection  image=image-1`` per task not in
+    ``shown`` (tasks already printed while the plan streamed), ``after 0`` for dependencies."""
     if not event.tasks:
         return ["Plan: no expert task needed; the controller answers directly."]
     lines = [f"Plan: {len(event.tasks)} task{'s' if len(event.tasks) != 1 else ''}"]
-    for t in event.tasks:
-        args = ", ".join(f"{k}={_short(v)}" for k, v in t.args.items())
-        after = f"  (after {', '.join(str(d) for d in t.dep)})" if t.dep else ""
-        lines.append(f"  [{t.id}] {t.task}  {args}{after}")
-    return lines
+    return lines + [describe_task(t) for t in event.tasks if t.id not in shown]
 
 
 def _short(v: str, n: int = 48) -> str:
@@ -85,6 +92,7 @@ class TerminalRenderer:
         self.err = err or sys.stderr
         self.color = out.isatty() if color is None else color
         self.progress = Progress()
+        self._early: set[int] = set()
 
     def _c(self, code: str, text: str) -> str:
         return f"\033[{code}m{text}\033[0m" if self.color else text
@@ -101,9 +109,18 @@ class TerminalRenderer:
         p = self.progress
         if isinstance(event, Notice):
             self.write(self._c("2", printable(f"({event.text})")))
+        elif isinstance(event, TaskPlanned):  # the plan is still being written; this task starts now
+            if not self._early:
+                self.write(self._c("1", "Plan (still being written; tasks start as they arrive):"))
+            self._early.add(event.task.id)
+            self.write(printable(describe_task(event.task)))
+        elif isinstance(event, PlanDiscarded):
+            self._early.clear()
+            self.write(self._c("33", printable(f"(The finished plan was invalid: {event.problem} "
+                                               "The tasks started early were stopped; asking the controller to fix it.)")))
         elif isinstance(event, PlanReady):
-            for line in describe_plan(event):
-                self.write(self._c("1", line) if line.startswith("Plan") else line)
+            for line in describe_plan(event, self._early):
+                self.write(self._c("1", line) if line.startswith("Plan") else printable(line))
         elif isinstance(event, ModelSelected):
             s = event.selection
             self.write(printable(f"  [{s.task_id}] model {s.model} ({s.strategy}: {s.reason})"))
@@ -132,6 +149,7 @@ class TerminalRenderer:
                 self.write()
             self.finish(event.record)
             self.progress = Progress()  # ready for the next turn (chat)
+            self._early = set()
 
     def finish(self, record: RunRecord) -> None:
         """The error sentence or the list of generated files."""

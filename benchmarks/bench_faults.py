@@ -71,7 +71,7 @@ def _set(**values: Any) -> Callable[[FaultyController], None]:
 
 
 FAULTS = [
-    Fault("trickling controller answer", {7}, _set(answer="word " * 60, chunks=60, trickle=0.5)),
+    Fault("trickling controller answer", {7}, _set(answer="word " * 60, chunks=60, trickle=0.5, plan_trickle=0.0)),
     Fault("hanging controller", {7}, _set(trickle=10_000)),
     Fault("429 storm, Retry-After 50", {7}, _set(status=429, retry_after=50), env={"HUGGINGGPT_LLM__MAX_RETRIES": "6"}),
     Fault("1 GiB controller reply", {4}, _set(huge=GiB)),

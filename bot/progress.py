@@ -22,12 +22,14 @@ from pipeline.types import (
     Event,
     ModelSelected,
     Notice,
+    PlanDiscarded,
     PlanReady,
     ResponseDelta,
     Task,
     TaskFailed,
     TaskFinished,
     TaskSkipped,
+    TaskPlanned,
     TaskStarted,
 )
 
@@ -110,6 +112,13 @@ class Progress:
             if event.text in self.notes:
                 return False
             self.notes.append(event.text)
+        elif isinstance(event, TaskPlanned):  # the plan is still being written; this task starts
+            self.tasks.setdefault(event.task.id, TaskProgress(event.task))
+            self.stage = "executing"
+        elif isinstance(event, PlanDiscarded):  # the early tasks were stopped; planning goes on
+            for tid in event.task_ids:
+                self.tasks.pop(tid, None)
+            self.stage = "planning"
         elif isinstance(event, PlanReady):
             self.planned = True
             for task in event.tasks:
@@ -145,6 +154,9 @@ class Progress:
             for tid, res in record.results.items():
                 if tid in self.tasks and self.tasks[tid].state in ("waiting", "running"):
                     self._finish_task(tid, res.status, res.model, res.error, now)
+            for line in self.tasks.values():  # started early, then the run ended without them
+                if line.state in ("waiting", "running"):
+                    line.state, line.finished = "stopped", now
             self.stage = "done" if record.answered else "failed"
             self.error = record.error
             total = record.timings_ms.get("total")

@@ -10,16 +10,28 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 
-from . import planning
 from .errors import ControllerError, DeadlineError, HuggingGPTError
-from .execution import ExecutionLimits, Executor
+from .execution import ExecutionLimits, ExecutionRun, Executor
 from .experts.base import ExpertRunner, RunnerKind
 from .llm import Controller, Usage
 from .response import fallback_answer, response_messages
 from .selection import Selector
-from .types import Done, Event, Notice, PlanReady, Request, ResourceSink, ResponseDelta, RunRecord
+from .planning_stream import plan_stream
+from .types import (
+    Done,
+    Event,
+    Notice,
+    PlanDiscarded,
+    PlanReady,
+    Request,
+    ResourceSink,
+    ResponseDelta,
+    RunRecord,
+    Task,
+    TaskPlanned,
+)
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +101,39 @@ class Pipeline:
             return self._served
         return await asyncio.shield(asking)
 
+    def _planning_deadline(self) -> DeadlineError:
+        deadline = self.limits.deadline
+        return DeadlineError(
+            f"The run's deadline of {deadline:g} seconds passed during task planning; nothing was run.",
+            f"deadline {deadline:g} s passed during task planning",
+        )
+
+    async def _plan(
+        self, request: Request, available: frozenset[str], usage: Usage, run: ExecutionRun,
+        emit: Callable[[Event], None], end: float, record: RunRecord,
+    ) -> list[Task]:
+        """Task planning, streamed: early tasks join ``run`` as they are announced, and leave it
+        when the finished plan proves invalid. Returns the validated plan.
+
+        Raises:
+            DeadlineError, PlanError, ControllerError.
+        """
+        try:
+            async with asyncio.timeout_at(end):
+                async for item in plan_stream(self.controller, request, available, usage):
+                    if isinstance(item, TaskPlanned):
+                        emit(item)
+                        run.start(item.task)
+                    elif isinstance(item, PlanDiscarded):
+                        await run.cancel()
+                        record.notes.append(_discarded_note(item))
+                        emit(item)
+                    else:
+                        return list(item.tasks)
+        except TimeoutError:
+            raise self._planning_deadline() from None
+        raise RuntimeError("task planning ended without a plan")  # plan_stream always ends with PlanReady
+
     def _hub_unreachable(self) -> bool:
         return bool(getattr(self.selector.availability, "hub_unreachable", False))
 
@@ -137,44 +182,45 @@ class Pipeline:
                 if self._hub_unreachable():
                     record.notes.append(HUB_UNREACHABLE)
                     yield Notice(HUB_UNREACHABLE)
-                async with asyncio.timeout_at(end):
-                    tasks = await planning.plan(self.controller, request, available, usage)
             except TimeoutError:
-                raise DeadlineError(
-                    f"The run's deadline of {deadline:g} seconds passed during task planning; nothing was run.",
-                    f"deadline {deadline:g} s passed during task planning",
-                ) from None
-            record.tasks = tasks
-            record.timings_ms["planning"] = (time.monotonic() - t0) * 1000
-            yield PlanReady(tuple(tasks))
-
-            if tasks:
-                stage = "task execution"
-                t1 = time.monotonic()
-                queue: asyncio.Queue = asyncio.Queue()
-                work = asyncio.create_task(self.executor.execute(tasks, request, sink, queue.put_nowait, usage, end=end))
-                try:
-                    while not work.done() or not queue.empty():
-                        getter = asyncio.ensure_future(queue.get())
-                        await asyncio.wait({getter, work}, return_when=asyncio.FIRST_COMPLETED)
-                        if getter.done():
-                            yield getter.result()
-                        else:
-                            getter.cancel()
+                raise self._planning_deadline() from None
+            # Planning streams; each task starts as soon as its record is complete and valid
+            # (eager dispatch), so execution overlaps the rest of the plan being written.
+            queue: asyncio.Queue[Event] = asyncio.Queue()
+            run = self.executor.start(request, sink, queue.put_nowait, usage, end=end)
+            planner = asyncio.create_task(self._plan(request, available, usage, run, queue.put_nowait, end, record))
+            work: asyncio.Task | None = None
+            try:
+                async for event in _events_until(queue, planner):
+                    yield event
+                tasks = planner.result()
+                record.tasks = tasks
+                record.timings_ms["planning"] = (time.monotonic() - t0) * 1000
+                yield PlanReady(tuple(tasks))
+                if tasks:
+                    stage = "task execution"
+                    for t in tasks:
+                        run.start(t)
+                    work = asyncio.create_task(run.finish())
+                    async for event in _events_until(queue, work):
+                        yield event
                     record.selections, record.results = work.result()
-                finally:
-                    if not work.done():
-                        work.cancel()
-                        await asyncio.gather(work, return_exceptions=True)
-                record.timings_ms["execution"] = (time.monotonic() - t1) * 1000
-                seen: set[str] = set()
-                for t in tasks:
-                    r = record.results.get(t.id)
-                    if r and r.output:
-                        for f in r.output.files:
-                            if f.id not in seen:
-                                seen.add(f.id)
-                                record.files.append(f)
+                    record.timings_ms["execution"] = (time.monotonic() - (run.first_start or time.monotonic())) * 1000
+            finally:
+                for job in (planner, work):
+                    if job is not None and not job.done():
+                        job.cancel()
+                        await asyncio.gather(job, return_exceptions=True)
+                if work is None:
+                    await run.cancel()
+            seen: set[str] = set()
+            for t in tasks:
+                r = record.results.get(t.id)
+                if r and r.output:
+                    for f in r.output.files:
+                        if f.id not in seen:
+                            seen.add(f.id)
+                            record.files.append(f)
 
             stage = "response generation"
             t2 = time.monotonic()
@@ -225,3 +271,20 @@ class Pipeline:
         record.http_attempts = usage.http_attempts
         record.timings_ms["total"] = (time.monotonic() - t0) * 1000
         yield Done(record)
+
+
+def _discarded_note(item: PlanDiscarded) -> str:
+    n = len(item.task_ids)
+    return (f"The finished plan was invalid ({item.problem}); the {n} task{'s' if n != 1 else ''} started "
+            "early were stopped and the controller was asked to fix the plan.")
+
+
+async def _events_until(queue: asyncio.Queue[Event], job: asyncio.Task) -> AsyncIterator[Event]:
+    """Events put on ``queue`` until ``job`` is done and the queue is empty."""
+    while not job.done() or not queue.empty():
+        getter = asyncio.ensure_future(queue.get())
+        await asyncio.wait({getter, job}, return_when=asyncio.FIRST_COMPLETED)
+        if getter.done():
+            yield getter.result()
+        else:
+            getter.cancel()

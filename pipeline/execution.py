@@ -123,93 +123,36 @@ class Executor:
         *,
         end: float | None = None,
     ) -> tuple[dict[int, Selection], dict[int, TaskResult]]:
-        """Run every task as soon as its dependencies are done.
+        """Run every task of a whole plan as soon as its dependencies are done (see
+        :class:`ExecutionRun`, which also takes tasks one by one while a plan streams).
+
+        Returns:
+            Selections and results by task id.
+
+        Raises:
+            HuggingGPTError: as :meth:`ExecutionRun.finish`.
+        """
+        run = self.start(request, sink, emit, usage, end=end)
+        for task in tasks:
+            run.start(task)
+        return await run.finish()
+
+    def start(
+        self, request: Request, sink: ResourceSink, emit: Callable[[Event], None], usage: Usage, *, end: float | None = None
+    ) -> ExecutionRun:
+        """An execution of one plan that tasks can join one by one (:meth:`ExecutionRun.start`).
 
         Args:
-            tasks: the validated plan.
             request: the request (its resources are the files tasks may read).
             sink: where generated files are stored.
             emit: called with each event as it happens (never blocks).
             usage: LLM call counter.
             end: the run's deadline as an event-loop time (``loop.time()`` seconds); default
                 ``limits.deadline`` seconds from now.
-
-        Returns:
-            Selections and results by task id. A task unfinished at the deadline is cancelled and
-            ``failed`` with a sentence saying so.
-
-        Raises:
-            HuggingGPTError: an error that is not the model's (e.g. storage full while saving an
-                output) ends the run: no other model is tried.
         """
-        resources = {r.id: r for r in request.resources}
-        done: dict[int, asyncio.Future[TaskResult]] = {t.id: asyncio.get_running_loop().create_future() for t in tasks}
-        selections: dict[int, Selection] = {}
-        results: dict[int, TaskResult] = {}
-
-        async def run_one(task: Task) -> None:
-            result = TaskResult(task.id, "failed")
-            try:
-                selecting = asyncio.create_task(self.selector.select(task, request.text, usage))
-                try:
-                    deps = [await done[d] for d in task.dep]
-                except BaseException:
-                    selecting.cancel()
-                    raise
-                bad = [r for r in deps if r.status != "ok"]
-                if bad:
-                    selecting.cancel()
-                    first = bad[0]
-                    result = TaskResult(task.id, "skipped", error=f"Skipped because task {first.task_id} did not succeed.")
-                    emit(TaskSkipped(result))
-                    return
-                try:
-                    selection, order = await selecting
-                except LookupError as e:
-                    result = TaskResult(task.id, "failed", error=str(e))
-                    emit(TaskFailed(result))
-                    return
-                selections[task.id] = selection
-                emit(ModelSelected(selection))
-                try:
-                    args = resolve_args(task, results, resources)
-                except ResolveError as e:
-                    log.warning("task %d: %s", task.id, e)
-                    result = TaskResult(task.id, "failed", error=f"Task {task.id} could not get its input: {e}.")
-                    emit(TaskFailed(result))
-                    return
-                result = await self._run_models(task, selection, order, args, sink, emit, usage)
-                emit(TaskFinished(result) if result.status == "ok" else TaskFailed(result))
-            finally:
-                results[task.id] = result
-                if not done[task.id].done():
-                    done[task.id].set_result(result)
-
-        runners = [asyncio.create_task(run_one(t), name=f"task-{t.id}") for t in tasks]
         if end is None:
             end = asyncio.get_running_loop().time() + self.limits.deadline
-        try:
-            async with asyncio.timeout_at(end):
-                await asyncio.gather(*runners)
-        except TimeoutError:
-            for t, r in zip(tasks, runners):
-                if not r.done():
-                    r.cancel()
-            await asyncio.gather(*runners, return_exceptions=True)
-            for t in tasks:
-                if t.id not in results or (results[t.id].status == "failed" and results[t.id].error is None):
-                    res = TaskResult(
-                        t.id, "failed", error=f"The run's deadline of {self.limits.deadline:g} seconds passed before task {t.id} finished."
-                    )
-                    results[t.id] = res
-                    emit(TaskFailed(res))
-        finally:
-            pending = [r for r in runners if not r.done()]
-            for r in pending:
-                r.cancel()
-            if pending:
-                await asyncio.gather(*pending, return_exceptions=True)
-        return selections, results
+        return ExecutionRun(self, request, sink, emit, usage, end)
 
     async def _run_models(
         self,
@@ -255,3 +198,132 @@ class Executor:
             started=started,
             finished=time.monotonic(),
         )
+
+
+class ExecutionRun:
+    """The execution of one plan: each task starts the moment it joins (:meth:`start`) and its
+    own dependencies are done, never later (HuggingGPT §3.3). Made by :meth:`Executor.start`."""
+
+    def __init__(
+        self, executor: Executor, request: Request, sink: ResourceSink, emit: Callable[[Event], None], usage: Usage, end: float
+    ) -> None:
+        self.executor = executor
+        self.request = request
+        self.sink = sink
+        self.emit = emit
+        self.usage = usage
+        self.end = end
+        self.resources = {r.id: r for r in request.resources}
+        self.selections: dict[int, Selection] = {}
+        self.results: dict[int, TaskResult] = {}
+        self.tasks: dict[int, Task] = {}
+        self._done: dict[int, asyncio.Future[TaskResult]] = {}
+        self._runners: dict[int, asyncio.Task[None]] = {}
+        self.first_start: float | None = None
+        """``time.monotonic()`` when the first task joined (``None`` before)."""
+
+    def _future(self, task_id: int) -> asyncio.Future[TaskResult]:
+        if task_id not in self._done:
+            self._done[task_id] = asyncio.get_running_loop().create_future()
+        return self._done[task_id]
+
+    def started(self, task_id: int) -> bool:
+        """Whether task ``task_id`` has joined."""
+        return task_id in self._runners
+
+    def start(self, task: Task) -> None:
+        """Let ``task`` run as soon as its dependencies are done (they may join later)."""
+        if task.id in self._runners:
+            return
+        self.tasks[task.id] = task
+        if self.first_start is None:
+            self.first_start = time.monotonic()
+        self._future(task.id)
+        self._runners[task.id] = asyncio.create_task(self._run_one(task), name=f"task-{task.id}")
+
+    async def cancel(self) -> None:
+        """Stop every task (the plan they came from proved invalid) and forget them."""
+        runners = list(self._runners.values())
+        for r in runners:
+            r.cancel()
+        await asyncio.gather(*runners, return_exceptions=True)
+        self._runners.clear()
+        self._done.clear()
+        self.tasks.clear()
+        self.selections.clear()
+        self.results.clear()
+
+    async def finish(self) -> tuple[dict[int, Selection], dict[int, TaskResult]]:
+        """Wait for every task that joined, until the deadline (``end``).
+
+        Returns:
+            Selections and results by task id. A task unfinished at the deadline is cancelled and
+            ``failed`` with a sentence saying so.
+
+        Raises:
+            HuggingGPTError: an error that is not the model's (e.g. storage full while saving an
+                output) ends the run: no other model is tried.
+        """
+        runners = list(self._runners.values())
+        deadline = self.executor.limits.deadline
+        try:
+            async with asyncio.timeout_at(self.end):
+                await asyncio.gather(*runners)
+        except TimeoutError:
+            for r in runners:
+                if not r.done():
+                    r.cancel()
+            await asyncio.gather(*runners, return_exceptions=True)
+            for tid in self.tasks:
+                res = self.results.get(tid)
+                if res is None or (res.status == "failed" and res.error is None):
+                    res = TaskResult(tid, "failed", error=f"The run's deadline of {deadline:g} seconds passed before task {tid} finished.")
+                    self.results[tid] = res
+                    self.emit(TaskFailed(res))
+        finally:
+            pending = [r for r in runners if not r.done()]
+            for r in pending:
+                r.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+        return self.selections, self.results
+
+    async def _run_one(self, task: Task) -> None:
+        ex, emit, usage = self.executor, self.emit, self.usage
+        result = TaskResult(task.id, "failed")
+        try:
+            selecting = asyncio.create_task(ex.selector.select(task, self.request.text, usage))
+            try:
+                deps = [await self._future(d) for d in task.dep]
+            except BaseException:
+                selecting.cancel()
+                raise
+            bad = [r for r in deps if r.status != "ok"]
+            if bad:
+                selecting.cancel()
+                first = bad[0]
+                result = TaskResult(task.id, "skipped", error=f"Skipped because task {first.task_id} did not succeed.")
+                emit(TaskSkipped(result))
+                return
+            try:
+                selection, order = await selecting
+            except LookupError as e:
+                result = TaskResult(task.id, "failed", error=str(e))
+                emit(TaskFailed(result))
+                return
+            self.selections[task.id] = selection
+            emit(ModelSelected(selection))
+            try:
+                args = resolve_args(task, self.results, self.resources)
+            except ResolveError as e:
+                log.warning("task %d: %s", task.id, e)
+                result = TaskResult(task.id, "failed", error=f"Task {task.id} could not get its input: {e}.")
+                emit(TaskFailed(result))
+                return
+            result = await ex._run_models(task, selection, order, args, self.sink, emit, usage)
+            emit(TaskFinished(result) if result.status == "ok" else TaskFailed(result))
+        finally:
+            self.results[task.id] = result
+            fut = self._future(task.id)
+            if not fut.done():
+                fut.set_result(result)

@@ -241,6 +241,48 @@ class Controller:
             return self._content(resp)
         raise self._error(last or RuntimeError("no mode left"))
 
+    async def stream_json(
+        self, messages: list[dict[str, Any]], *, stage: str, schema_name: str, schema: dict[str, Any], usage: Usage
+    ) -> AsyncIterator[str]:
+        """Ask for a JSON answer as a stream of text deltas (``str`` pieces, in order).
+
+        Structured output modes as :meth:`complete_json` (a mode the server rejects with 400 is
+        dropped, and "auto" remembers it). A server that rejects streaming in every mode is asked
+        once without streaming, and its whole answer is one delta.
+
+        Raises:
+            ControllerError: as :meth:`complete_json`, also mid-stream.
+        """
+        for mode in list(self._modes):
+            kwargs: dict[str, Any] = {}
+            if mode == "json_schema":
+                kwargs["response_format"] = {
+                    "type": "json_schema",
+                    "json_schema": {"name": schema_name, "schema": schema, "strict": False},
+                }
+            elif mode == "json_object":
+                kwargs["response_format"] = {"type": "json_object"}
+            usage.calls += 1
+            _CURRENT_USAGE.set(usage)
+            try:
+                stream = await self._client.chat.completions.create(
+                    model=self.model, messages=messages, temperature=self.temperature, stream=True,
+                    extra_headers=stage_headers(stage), **kwargs
+                )
+            except openai.BadRequestError as e:
+                if len(self._modes) > 1 and mode != "off":
+                    log.info("controller rejected streamed response_format=%s (%s); falling back", mode, e.status_code)
+                    self._modes.remove(mode)
+                    continue
+                log.info("controller rejected a streamed answer (%s); asking without streaming", e.status_code)
+                break
+            except openai.OpenAIError as e:
+                raise self._error(e) from None
+            async for delta in self._deltas(stream):
+                yield delta
+            return
+        yield await self.complete_json(messages, stage=stage, schema_name=schema_name, schema=schema, usage=usage)
+
     async def complete_text(
         self, messages: list[dict[str, Any]], *, stage: str, usage: Usage, task: str | None = None
     ) -> str:
@@ -262,7 +304,8 @@ class Controller:
         return self._content(resp)
 
     async def stream_text(self, messages: list[dict[str, Any]], *, stage: str, usage: Usage) -> AsyncIterator[str]:
-        """Stream a text completion as deltas (``str`` pieces, in order).
+        """Stream a text completion as deltas (``str`` pieces, in order). A server that rejects
+        streaming (HTTP 400) is asked once without it, and its whole answer is one delta.
 
         Raises:
             ControllerError: as :meth:`complete_json`, also mid-stream.
@@ -270,10 +313,44 @@ class Controller:
         usage.calls += 1
         _CURRENT_USAGE.set(usage)
         try:
-            stream = await self._client.chat.completions.create(
-                model=self.model, messages=messages, temperature=self.temperature, stream=True,
-                extra_headers=stage_headers(stage),
-            )
+            try:
+                stream = await self._client.chat.completions.create(
+                    model=self.model, messages=messages, temperature=self.temperature, stream=True,
+                    extra_headers=stage_headers(stage),
+                )
+            except openai.BadRequestError as e:  # a server without streaming: one whole answer
+                log.info("controller rejected a streamed answer (%s); asking without streaming", e.status_code)
+                yield await self.complete_text(messages, stage=stage, usage=usage)
+                return
+        except openai.OpenAIError as e:
+            raise self._error(e) from None
+        async for delta in self._deltas(stream):
+            yield delta
+
+    async def _deltas(self, stream: Any) -> AsyncIterator[str]:
+        """The content deltas of a streamed chat completion, the stream closed at the end.
+
+        A body that is not server-sent events is read whole (bounded by ``max_reply_bytes``): a
+        chat completion (a server that ignored ``stream``) is one delta; anything else (an HTML
+        page) is refused.
+
+        Raises:
+            ControllerError: the reply is too large, not a chat completion, or breaks off.
+        """
+        try:
+            response = getattr(stream, "response", None)
+            ctype = response.headers.get("content-type", "") if response is not None else "text/event-stream"
+            if "text/event-stream" not in ctype.lower():
+                try:
+                    body = await response.aread()
+                except Exception as e:  # the byte limit, a broken connection
+                    raise self._error(e) from None
+                try:
+                    whole = ChatCompletion.model_validate_json(body)
+                except ValueError:
+                    raise self._not_chat(ctype.split(";")[0] or "an empty body") from None
+                yield self._content(whole)
+                return
             async for chunk in stream:
                 if isinstance(chunk, str) or not hasattr(chunk, "choices"):
                     raise self._not_chat(type(chunk).__name__)
@@ -281,6 +358,12 @@ class Controller:
                     yield chunk.choices[0].delta.content
         except openai.OpenAIError as e:
             raise self._error(e) from None
+        except UnicodeDecodeError:
+            raise self._not_chat("bytes that are not text") from None
+        finally:
+            close = getattr(stream, "close", None)
+            if close is not None:
+                await close()
 
     def _not_chat(self, what: str) -> ControllerError:
         log.warning("controller answered with %s, not a chat completion", what)

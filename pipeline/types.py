@@ -223,9 +223,28 @@ class ResourceSink(Protocol):
 
 @dataclass(frozen=True)
 class PlanReady:
-    """Task planning is done; ``tasks`` is the validated graph (may be empty: direct answer)."""
+    """Task planning is done; ``tasks`` is the validated graph (may be empty: direct answer).
+    Tasks already announced by :class:`TaskPlanned` are among them and are running."""
 
     tasks: tuple[Task, ...]
+
+
+@dataclass(frozen=True)
+class TaskPlanned:
+    """A task of a plan still being written that starts now: its record is complete and valid
+    together with the tasks before it (eager dispatch, :mod:`pipeline.planning_stream`)."""
+
+    task: Task
+
+
+@dataclass(frozen=True)
+class PlanDiscarded:
+    """The finished plan proved invalid (``problem``): the tasks announced early (``task_ids``)
+    were stopped and the controller is asked to fix the plan (or, after the repair round, the
+    run fails)."""
+
+    problem: str
+    task_ids: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -369,4 +388,4 @@ class Done:
     record: RunRecord
 
 
-Event = Union[Notice, PlanReady, ModelSelected, TaskStarted, TaskFinished, TaskFailed, TaskSkipped, ResponseDelta, Done]
+Event = Union[Notice, TaskPlanned, PlanDiscarded, PlanReady, ModelSelected, TaskStarted, TaskFinished, TaskFailed, TaskSkipped, ResponseDelta, Done]

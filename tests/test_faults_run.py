@@ -62,7 +62,7 @@ CAPTION_PLAN = json.dumps({"tasks": [{"task": "image-to-text", "id": 0, "dep": [
 def test_trickling_answer_is_cut_at_the_deadline_and_exits_7(tmp_path, controller):
     controller.answer = "word " * 40
     controller.chunks = 40
-    controller.trickle = 0.5  # 20 s in all
+    controller.trickle, controller.plan_trickle = 0.5, 0.0  # the answer takes 20 s in all; the plan is quick
     p, doc, took = run(tmp_path, controller, "tell me a long story", env={"HUGGINGGPT_INFERENCE__DEADLINE": "3"})
     assert p.returncode == 7, p.stderr
     assert took < 3 + 1 + 2.5  # the deadline, a second of slack, and the process's start-up

@@ -16,7 +16,7 @@ from bot.service import Service
 from tests.conftest import media_file
 from bot.cli.common import record_exit_status
 from bot.errors import InputError
-from pipeline.types import Done, ModelSelected, PlanReady, ResponseDelta, TaskFailed, TaskFinished, TaskSkipped, TaskStarted
+from pipeline.types import Done, ModelSelected, PlanReady, ResponseDelta, TaskFailed, TaskFinished, TaskPlanned, TaskSkipped, TaskStarted
 
 MEDIA = Path(__file__).parent / "fixtures" / "media"
 
@@ -56,11 +56,13 @@ async def test_describe_a_photo_end_to_end(make_service):
     assert record.status == "ok", record.error
     assert {t.task for t in record.tasks} == {"image-to-text", "object-detection", "image-classification"}
     assert all(r.status == "ok" for r in record.results.values())
-    # events arrive in a sensible order: plan first, then per task selection → start → finish, then text
+    # events arrive in a sensible order: each task is announced (TaskPlanned while the plan streams,
+    # or in PlanReady) before its selection → start → finish; the answer comes last
     kinds = [type(e) for e in events]
-    assert kinds[0] is PlanReady and kinds.count(TaskFinished) == 3 and ResponseDelta in kinds
+    assert kinds[0] in (PlanReady, TaskPlanned) and kinds.count(TaskFinished) == 3 and ResponseDelta in kinds
+    assert PlanReady in kinds and kinds.index(ResponseDelta) > max(i for i, k in enumerate(kinds) if k is TaskFinished)
     for tid in (0, 1, 2):
-        idx = [i for i, e in enumerate(events) if getattr(e, "task_id", None) == tid or getattr(getattr(e, "selection", None), "task_id", None) == tid or getattr(getattr(e, "result", None), "task_id", None) == tid]
+        idx = [i for i, e in enumerate(events) if not isinstance(e, TaskPlanned) and getattr(e, "task_id", None) == tid or getattr(getattr(e, "selection", None), "task_id", None) == tid or getattr(getattr(e, "result", None), "task_id", None) == tid]
         types = [type(events[i]) for i in idx]
         assert types[0] is ModelSelected and TaskStarted in types and types[-1] is TaskFinished
     # the annotated image is a real image of the same size as the photo, with boxes drawn on it

@@ -122,3 +122,15 @@ def test_a_notice_is_shown_once_on_every_front_end():
     assert p.notes == [note]
     assert render_progress(p).count(note) == 1
     assert render_status(p).count(note) == 1
+
+
+def test_tasks_announced_early_and_then_discarded_leave_the_progress():
+    from pipeline.types import PlanDiscarded, Task, TaskPlanned
+
+    p = Progress()
+    early = Task(0, "image-classification", (), {"image": "image-1"})
+    assert p.apply(TaskPlanned(early)) and p.stage == "executing" and list(p.tasks) == [0]
+    assert p.apply(TaskStarted(0, "m/a")) and p.tasks[0].state == "running"
+    assert p.apply(PlanDiscarded("task 1 is unknown", (0,)))
+    assert p.tasks == {} and p.stage == "planning"
+    assert "image-classification" not in render_progress(p) and "Planning" in render_progress(p)

@@ -11,12 +11,14 @@ Faults (attributes, set before or between runs):
         ``task-planning`` calls in turn (the last one repeats); other requests get ``plan``.
     answer: the text answered to ``response-generation`` calls (streamed in ``chunks`` pieces).
     trickle: seconds between streamed pieces (and before a non-streamed body).
+    plan_trickle: seconds between the streamed pieces of a plan (``None``: ``trickle``).
     status: an HTTP status answered to every call instead (with ``retry_after`` seconds if set).
     fail_first: answer the first N calls with HTTP 500 (to count retries).
     html: answer every call with an HTML page (HTTP 200, ``text/html``).
     huge: bytes of a body streamed in reply to every call (never buffered here).
     expert_delay: seconds every ``/models/...`` inference call sleeps before answering 404.
     expert_huge: bytes of a PNG-labelled body every ``/models/...`` call streams instead.
+    no_stream: answer every ``stream: true`` call with HTTP 400 (a server without streaming).
     expert_garbage: answer every ``/models/...`` call with HTTP 200 and a body that is not JSON.
 """
 
@@ -39,6 +41,7 @@ class FaultyController:
         self.answer = "Here is the answer."
         self.chunks = 1
         self.trickle = 0.0
+        self.plan_trickle: float | None = None
         self.status: int | None = None
         self.retry_after: float | None = None
         self.fail_first = 0
@@ -47,6 +50,7 @@ class FaultyController:
         self.expert_delay = 0.0
         self.expert_huge = 0
         self.expert_garbage = False
+        self.no_stream = False
         self.requests: list[dict[str, Any]] = []
         self.url = ""
         self.port = 0
@@ -145,6 +149,8 @@ class FaultyController:
             return web.Response(text="<html><body><h1>Welcome to nginx!</h1></body></html>", content_type="text/html")
         if self.huge:
             return await self._huge(request, self.huge, "application/json")
+        if self.no_stream and body.get("stream"):
+            return web.json_response({"error": {"message": "stream is not supported", "type": "invalid_request_error"}}, status=400)
         if stage == "task-planning":
             text = self._plan_for(str(body["messages"][-1].get("content", "")))
         elif stage == "model-selection":
@@ -154,7 +160,8 @@ class FaultyController:
         else:
             text = self.answer
         if body.get("stream"):
-            return await self._stream(request, text)
+            plan = stage == "task-planning" and self.plan_trickle is not None
+            return await self._stream(request, text, self.plan_trickle if plan else self.trickle)
         await asyncio.sleep(self.trickle)
         return web.json_response(_completion(text))
 
@@ -165,13 +172,13 @@ class FaultyController:
                 return answers[min(n, len(answers)) - 1]
         return self.plan
 
-    async def _stream(self, request: web.Request, text: str) -> web.StreamResponse:
+    async def _stream(self, request: web.Request, text: str, trickle: float) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         size = max(1, -(-len(text) // max(1, self.chunks)))
         try:
             for i in range(0, len(text), size):
-                await asyncio.sleep(self.trickle)
+                await asyncio.sleep(trickle)
                 chunk = {
                     "id": "c1", "object": "chat.completion.chunk", "created": 0, "model": "faulty",
                     "choices": [{"index": 0, "delta": {"content": text[i:i + size]}, "finish_reason": None}],

@@ -1,0 +1,130 @@
+"""Task planning as a stream, with eager dispatch (HuggingGPT §3.1; the dispatch follows
+LLMCompiler, Kim et al. 2023, "An LLM Compiler for Parallel Function Calling", §3.2).
+
+The plan is asked for as a stream and parsed as it arrives (``jiter``'s partial mode). A task
+record is handed out as soon as it is complete (the next record has begun) and the plan up to it
+is valid on its own (:func:`pipeline.planning.validate_plan` on that prefix: known task, argument
+kinds, dependencies and placeholders pointing at tasks already seen, resources that exist). A
+record that is not valid on its own (for example one depending on a later task) stops early
+dispatch; the rest waits for the whole plan.
+
+When the stream ends, the whole plan is validated as :func:`pipeline.planning.plan` does. If it
+is invalid, the tasks handed out early are withdrawn (:class:`~pipeline.types.PlanDiscarded`) and the repair
+round runs (streamed and dispatched the same way); if it is invalid again, :class:`PlanError`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Sequence, Set as AbstractSet
+from typing import Any, Union
+
+import jiter
+
+from .errors import PlanError
+from .llm import Controller, Usage
+from .planning import PlanInvalid, parse_plan, plan_schema, planning_messages, validate_plan
+from .types import PlanDiscarded, PlanReady, Request, Task, TaskPlanned
+
+log = logging.getLogger(__name__)
+
+
+PlanItem = Union[TaskPlanned, PlanDiscarded, PlanReady]
+"""What :func:`plan_stream` yields (the pipeline's own events, passed on to front ends)."""
+
+
+def complete_records(text: str) -> list[Any]:
+    """The task records of a partly written plan that are certainly complete.
+
+    Args:
+        text: the controller's answer so far: ``{"tasks": [...`` or a bare list, possibly after a
+            Markdown fence or a few words.
+
+    Returns:
+        The records before the last one begun (the last may still grow); ``[]`` when no list of
+        records can be read yet.
+    """
+    starts = [i for i in (text.find("{"), text.find("[")) if i >= 0]
+    if not starts:
+        return []
+    try:
+        doc = jiter.from_json(text[min(starts):].encode(), partial_mode="trailing-strings")
+    except ValueError:
+        return []
+    records = doc.get("tasks") if isinstance(doc, dict) else doc
+    if not isinstance(records, list):
+        return []
+    return records[:-1]
+
+
+async def plan_stream(
+    controller: Controller, request: Request, available: AbstractSet[str], usage: Usage
+) -> AsyncIterator[PlanItem]:
+    """Run task planning with one repair round, handing out tasks while the plan streams.
+
+    Yields:
+        :class:`~pipeline.types.TaskPlanned` for each task that may start early,
+        :class:`~pipeline.types.PlanDiscarded` when the finished plan proves invalid after some
+        were handed out, and last :class:`~pipeline.types.PlanReady`.
+
+    Raises:
+        PlanError: the plan was still invalid after the repair round.
+        ControllerError: the controller failed.
+    """
+    schema = plan_schema(available)
+    messages = planning_messages(request, available)
+    raw = problem = ""
+    for attempt in (1, 2):
+        if attempt == 2:
+            usage.plan_repairs += 1
+            messages = planning_messages(request, available, problem=problem)
+            messages.insert(-1, {"role": "assistant", "content": raw[:4000]})
+        started: dict[int, Task] = {}
+        raw = ""
+        seen = 0
+        eager = True
+        deltas = 0
+        async for delta in controller.stream_json(messages, stage="task-planning", schema_name="task_plan", schema=schema, usage=usage):
+            raw += delta
+            deltas += 1
+            if not eager or deltas < 2:  # a whole answer in one piece (no streaming) is not "early"
+                continue
+            records = complete_records(raw)
+            if len(records) <= seen:
+                continue
+            seen = len(records)
+            try:
+                prefix = validate_plan(records, available=available, resources=request.resources, request_text=request.text)
+            except PlanInvalid as e:
+                log.debug("plan: no more early tasks (%s)", e.problem)
+                eager = False
+                continue
+            for task in prefix:
+                if task.id not in started:
+                    started[task.id] = task
+                    yield TaskPlanned(task)
+        try:
+            tasks = validate_plan(parse_plan(raw), available=available, resources=request.resources, request_text=request.text)
+        except PlanInvalid as e:
+            problem = e.problem
+            log.warning("plan rejected%s (%s); raw=%r", " after repair" if attempt == 2 else "", problem, raw[:500])
+            if started:
+                yield PlanDiscarded(problem, tuple(sorted(started)))
+            if attempt == 2:
+                raise PlanError(
+                    "I could not turn your request into a valid plan of tasks, even after asking the controller "
+                    f"to fix it: {problem}",
+                    f"plan invalid after repair: {problem}",
+                ) from None
+            continue
+        changed = _changed(started, tasks)
+        if changed:  # cannot happen for a prefix-valid plan, but never run a task the plan lost
+            log.warning("plan: tasks %s changed after they started; restarting them", changed)
+            yield PlanDiscarded("the finished plan changed tasks that had started", tuple(sorted(started)))
+        yield PlanReady(tuple(tasks))
+        return
+
+
+def _changed(started: dict[int, Task], tasks: Sequence[Task]) -> list[int]:
+    final = {t.id: t for t in tasks}
+    return [tid for tid, t in started.items() if final.get(tid) != t]

@@ -1,0 +1,95 @@
+"""Streamed task planning with eager dispatch, as a user of ``hugginggpt run`` sees it: tasks start
+while the controller is still writing the plan; a finished plan that proves invalid stops them and
+goes to the repair round; servers without streaming keep working."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline.planning_stream import complete_records
+from tests.standins.faulty_controller import FaultyController
+
+MEDIA = Path(__file__).parent / "fixtures" / "media"
+
+
+def test_only_records_followed_by_another_are_complete():
+    assert complete_records("") == []
+    assert complete_records('```json\n{"tasks": [{"task": "a", "id": 0, "args": {"text": "hel') == []
+    two = '{"tasks": [{"task": "a", "id": 0, "args": {"text": "hello"}}, {"task": "b", "id'
+    assert complete_records(two) == [{"task": "a", "id": 0, "args": {"text": "hello"}}]
+    assert complete_records('[{"task": "a"}, {"task": "b"}, ') == [{"task": "a"}]  # the last may still grow
+    assert complete_records('{"tasks": "none"}') == [] and complete_records("no JSON here") == []
+
+
+def _plan(*tasks):
+    return json.dumps({"tasks": [{"task": t, "id": i, "dep": d, "args": a} for i, (t, d, a) in enumerate(tasks)]})
+
+
+CHAIN = _plan(
+    ("image-classification", [-1], {"image": "image-1"}),
+    ("text-to-speech", [0], {"text": "<resource>-0"}),
+    ("image-to-text", [-1], {"image": "image-1"}),
+)
+
+
+@pytest.fixture
+def controller():
+    c = FaultyController().start()
+    c.experts_url = c.start_experts()
+    yield c
+    c.close()
+
+
+def _run(controller, tmp_path, *args):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HUGGINGGPT_", "OPENAI_", "HF_"))}
+    env.update({"HUGGINGGPT_STORAGE__DATA_DIR": str(tmp_path / "data"), "HUGGINGGPT_LLM__BASE_URL": controller.url,
+                "HUGGINGGPT_LLM__API_KEY": "sk-test-0000", "HUGGINGGPT_INFERENCE__BASE_URL": controller.experts_url,
+                "HUGGINGGPT_INFERENCE__SELECTION": "top"})
+    return subprocess.run([sys.executable, "-m", "bot.cli", "run", *args, "--file", str(MEDIA / "chelsea.png")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.slow
+def test_tasks_start_while_the_plan_is_still_being_written(controller, tmp_path):
+    controller.plan, controller.chunks, controller.trickle = CHAIN, 30, 0.04  # the plan takes about 1.2 s to write
+    p = _run(controller, tmp_path, "What is in this photo? Say it aloud, and describe it too.")
+    assert p.returncode == 0, p.stderr
+    out = p.stdout
+    # task 0 was running before the whole plan was known
+    assert out.index("[0] running on") < out.index("Plan: 3 tasks")
+    assert "Plan (still being written" in out
+    assert "[1] done" in out and "[2] done" in out
+    # every task of the plan is listed once
+    assert out.count("[0] image-classification") == 1 and out.count("[2] image-to-text") == 1
+
+
+@pytest.mark.slow
+def test_an_invalid_finished_plan_stops_early_tasks_and_is_repaired(controller, tmp_path):
+    bad = _plan(("image-classification", [-1], {"image": "image-1"}), ("teleportation", [0], {"text": "<resource>-0"}))
+    good = _plan(("image-classification", [-1], {"image": "image-1"}))
+    controller.plans = {"Classify this photo": [bad, good]}
+    controller.chunks, controller.trickle = 20, 0.03
+    p = _run(controller, tmp_path, "--json", "Classify this photo")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert [t["task"] for t in doc["tasks"]] == ["image-classification"]
+    assert doc["results"]["0"]["status"] == "ok"
+    [note] = [n for n in doc["notes"] if "finished plan was invalid" in n]
+    assert "teleportation" in note and "asked to fix" in note
+    assert [r["stage"] for r in controller.requests].count("task-planning") == 2
+
+
+@pytest.mark.slow
+def test_a_server_without_streaming_still_plans_and_answers(controller, tmp_path):
+    controller.plan, controller.no_stream = CHAIN, True
+    controller.answer = "All three are done."
+    p = _run(controller, tmp_path, "What is in this photo? Say it aloud, and describe it too.")
+    assert p.returncode == 0, p.stderr
+    assert "Plan: 3 tasks" in p.stdout and "Plan (still being written" not in p.stdout
+    assert "All three are done." in p.stdout
