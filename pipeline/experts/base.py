@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import io
 from typing import Any, Literal, Protocol
 
 from ..errors import ExpertError
 from ..llm import Usage
-from ..media import check_pixels, extension_for, image_size_checked
+from ..media import check_pixels, extension_for, image_size_checked, sniff
 from ..tasks import TaskSpec
 from ..tasks.base import Inputs, OutputLimits
 from ..types import Modality, Output, Resource, ResourceSink
@@ -78,6 +79,22 @@ async def read_inputs(spec: TaskSpec, args: dict[str, str | Resource]) -> Inputs
     return inputs
 
 
+DELIVERABLE = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp", "GIF": "image/gif"}
+"""Image formats every front end shows as they are (Pillow format name → MIME type)."""
+
+
+def _encoded_bytes(image: Any) -> tuple[bytes, str] | None:
+    """The bytes a lazily opened PIL image was read from, when that is a deliverable format
+    (``huggingface_hub`` opens the reply with ``Image.open(BytesIO(...))`` and decodes nothing)."""
+    mime = DELIVERABLE.get(getattr(image, "format", None) or "")
+    fp = getattr(image, "fp", None)
+    if mime is None or not isinstance(fp, io.BytesIO):
+        return None
+    data = fp.getvalue()
+    sniffed = sniff(data)
+    return (data, mime) if sniffed is not None and sniffed.mime == mime else None
+
+
 class TaskSaver:
     """:class:`pipeline.tasks.Saver` bound to one task of one run: files get the origin
     ``task:<id>`` and the name ``<task>-<id>.<ext>``.
@@ -105,7 +122,11 @@ class TaskSaver:
         )
 
     async def image(self, image: Any, what: str) -> Resource:
-        """Store a PIL image or PNG bytes as PNG, described as ``"<what> (WxH pixels)"``.
+        """Store a PIL image or encoded image bytes, described as ``"<what> (WxH pixels)"``.
+
+        Bytes, and a PIL image opened lazily from PNG/JPEG/WebP/GIF bytes (as ``huggingface_hub``
+        returns them), are stored as they came, never decoded or re-encoded; any other image is
+        encoded as PNG in a worker thread.
 
         The size is checked against ``limits.max_image_pixels`` from the header before any pixel
         is decoded.
@@ -116,12 +137,17 @@ class TaskSaver:
         limit = self.limits.max_image_pixels
         if isinstance(image, bytes):
             w, h = await asyncio.to_thread(image_size_checked, image, limit)
-            png = image
+            sniffed = sniff(image)
+            mime = sniffed.mime if sniffed is not None and sniffed.kind == "image" else "image/png"
+            return await self.file(image, "image", mime, f"{what} ({w}x{h} pixels)")
+        check_pixels(image.size, limit)  # a PIL image from the client: opened, not decoded yet
+        w, h = image.size
+        encoded = _encoded_bytes(image)
+        if encoded is not None:  # already PNG/JPEG/WebP/GIF as the model sent it: kept as is
+            data, mime = encoded
         else:
-            check_pixels(image.size, limit)  # a PIL image from the client: opened, not decoded yet
-            png = await asyncio.to_thread(render.to_png, image)
-            w, h = image.size
-        return await self.file(png, "image", "image/png", f"{what} ({w}x{h} pixels)")
+            data, mime = await asyncio.to_thread(render.to_png, image), "image/png"
+        return await self.file(data, "image", mime, f"{what} ({w}x{h} pixels)")
 
 
 async def condense(out: Output, saver: TaskSaver) -> Output:

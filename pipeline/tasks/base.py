@@ -68,7 +68,8 @@ class Saver(Protocol):
     limits: OutputLimits
 
     async def image(self, image: Any, what: str) -> Resource:
-        """Store a PIL image or PNG bytes as PNG; ``what`` starts the description (size is added)."""
+        """Store a PIL image or encoded image bytes (re-encoded as PNG only when not already
+        PNG/JPEG/WebP/GIF); ``what`` starts the description (size is added)."""
         ...
 
     async def file(self, data: bytes, kind: Modality, mime: str, what: str) -> Resource:
