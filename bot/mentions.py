@@ -19,12 +19,13 @@ from pipeline.types import Modality, Resource
 
 from .errors import InputError
 
-_ID = re.compile(r"\b(image|audio|video)-(\d+)\b", re.IGNORECASE)
+_ID = re.compile(r"\b(image|audio|video|text)-(\d+)\b", re.IGNORECASE)
 
 _EXTENSIONS: dict[str, Modality] = {
     **dict.fromkeys(("jpg", "jpeg", "png", "gif", "webp", "bmp", "tif", "tiff"), "image"),
     **dict.fromkeys(("mp3", "wav", "ogg", "oga", "flac", "m4a", "opus"), "audio"),
     **dict.fromkeys(("mp4", "mov", "webm", "avi", "mkv", "m4v"), "video"),
+    **dict.fromkeys(("txt", "md", "csv", "tsv", "json"), "text"),
 }
 _FILE_NAME = re.compile(r"(?<![\w/.-])([\w-]{1,80}\.(" + "|".join(_EXTENSIONS) + r"))\b", re.IGNORECASE)
 
@@ -32,6 +33,7 @@ _KIND_WORDS: dict[str, Modality] = {
     **dict.fromkeys(("photo", "photos", "picture", "pictures", "image", "images", "pic", "pics", "screenshot"), "image"),
     **dict.fromkeys(("recording", "recordings", "audio", "voice", "speech", "song", "sound", "clip"), "audio"),
     **dict.fromkeys(("video", "videos", "movie", "footage"), "video"),
+    **dict.fromkeys(("document", "documents", "spreadsheet"), "text"),
 }
 _REFERENCE = re.compile(
     r"\b(?:the|this|that|these|those|my|our|your)\s+(?:(?:first|second|third|last|previous|earlier|above|same|"
@@ -92,5 +94,5 @@ def check_mentions(
     for m in _REFERENCE.finditer(text):
         kind = _KIND_WORDS[m.group(1).lower()]
         if kind not in have_kinds:
-            noun = {"image": "photo or image", "audio": "recording", "video": "video"}[kind]
+            noun = {"image": "photo or image", "audio": "recording", "video": "video", "text": "document or text file"}[kind]
             raise InputError(f"There is no {noun} in this conversation yet: {attach_hint(platform)}.")

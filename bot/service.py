@@ -99,7 +99,8 @@ class Service:
             raise InputError(f"Please send at most {limit} files at a time.")
         return [
             f.checked or await inspect_upload(f.data, f.name, f.declared_mime, max_bytes=self.settings.storage.max_file_bytes,
-                                              max_pixels=self.settings.inference.max_image_pixels)
+                                              max_pixels=self.settings.inference.max_image_pixels,
+                                              max_text_bytes=self.settings.storage.max_text_file_bytes)
             for f in files
         ]
 

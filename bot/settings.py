@@ -111,6 +111,9 @@ class StorageSettings(Section):
 
     data_dir: Path = Path("hugginggpt-data")
     max_file_bytes: int = Field(25 * MiB, ge=1024, le=4 * GiB)
+    max_text_file_bytes: int = Field(
+        1 * MiB, ge=1024, le=64 * MiB, description="largest text file (.txt, .md, .csv, .json) a user may attach, bytes"
+    )
     max_files: int = Field(5, ge=1, le=100)
     context_tokens: int = Field(1500, ge=0, le=1_000_000, description="chat-log budget in the planning prompt")
     max_age_days: float | None = Field(None, gt=0, le=36500, description="days a conversation is kept after its last use")

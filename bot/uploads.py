@@ -18,7 +18,7 @@ from pathlib import Path
 import aiofiles.tempfile
 from PIL import Image, UnidentifiedImageError
 
-from pipeline.media import PixelLimitError, extension_for, image_size_checked, sniff
+from pipeline.media import PixelLimitError, decode_text, extension_for, image_size_checked, sniff
 from pipeline.types import Modality
 
 from .errors import InputError, StorageError
@@ -57,6 +57,69 @@ def _looks_like(data: bytes) -> str:
         return "a file of an unsupported type"
 
 
+TEXT_TYPES: dict[str, str] = {
+    ".txt": "text/plain",
+    ".text": "text/plain",
+    ".md": "text/markdown",
+    ".markdown": "text/markdown",
+    ".csv": "text/csv",
+    ".tsv": "text/tab-separated-values",
+    ".json": "application/json",
+}
+"""Extensions of the text files users may attach (their content becomes a text resource)."""
+
+DEFAULT_MAX_TEXT_BYTES = 1 * MiB
+"""Bytes, the text-file limit when the caller gives none (``[storage] max_text_file_bytes``'s default)."""
+
+
+def _text_label(name: str | None, declared_mime: str | None) -> str | None:
+    """The text MIME type the user's label claims (``None``: the label says no text type)."""
+    suffix = Path(name).suffix.lower() if name else ""
+    if suffix in TEXT_TYPES:
+        return TEXT_TYPES[suffix]
+    mime = (declared_mime or "").split(";")[0].strip().lower()
+    if mime.startswith("text/") and mime not in ("text/html", "text/xml"):
+        return "text/markdown" if mime == "text/x-markdown" else mime
+    if mime == "application/json":
+        return mime
+    return None
+
+
+def _check_text(data: bytes, label: str, mime: str, max_bytes: int) -> tuple[str, int, int]:
+    """Decode a text file (UTF-8, a UTF-8 or UTF-16 byte-order mark honoured) and count it.
+
+    Returns:
+        ``(mime, characters, lines)``.
+
+    Raises:
+        InputError: over ``max_bytes``, not UTF-8, or binary (NUL or many control characters).
+    """
+    if len(data) > max_bytes:
+        raise InputError(
+            f"The {label} is {len(data) / 1024:,.0f} KiB of text, more than the limit of {max_bytes / 1024:,.0f} KiB for text files.",
+            f"text size {len(data)} > [storage] max_text_file_bytes {max_bytes}",
+        )
+    utf16 = data.startswith((b"\xff\xfe", b"\xfe\xff"))
+    if not utf16 and b"\x00" in data[:65536]:
+        raise InputError(f"The {label} is a binary file, not text.", "NUL bytes in a text-labelled file")
+    try:
+        text = decode_text(data)
+    except UnicodeDecodeError as e:
+        raise InputError(
+            f"The {label} is not UTF-8 text (byte {e.start + 1} cannot be read); save it as UTF-8 and send it again.",
+            f"text decode: {e}",
+        ) from None
+    controls = sum(1 for ch in text if ord(ch) < 32 and ch not in "\t\n\r\f")
+    if "\x00" in text or controls > max(2, len(text) // 100):
+        raise InputError(f"The {label} is a binary file, not text.", f"{controls} control characters")
+    if mime == "application/json":
+        try:
+            json.loads(text)
+        except ValueError:
+            mime = "text/plain"  # named .json but not JSON: still text the user can have read
+    return mime, len(text), text.count("\n") + (0 if text.endswith("\n") or not text else 1)
+
+
 def _declared_kind(name: str | None, declared_mime: str | None) -> tuple[str | None, str | None]:
     """Kind the user's label claims (``image|audio|video`` or ``None``) and where it came from."""
     if declared_mime:
@@ -77,12 +140,13 @@ class Inspected:
     """A checked upload.
 
     Attributes:
-        kind: ``"image" | "audio" | "video"``.
-        mime: MIME type sniffed from the content.
+        kind: ``"image" | "audio" | "video" | "text"``.
+        mime: MIME type sniffed from the content (for text: from the label, JSON checked).
         size: bytes.
         description: one line, e.g. ``"image chelsea.png, 451x300 pixels"``.
         width, height: pixels (images and videos).
         duration: seconds (audio and video).
+        characters: characters of a text file.
     """
 
     kind: Modality
@@ -92,6 +156,7 @@ class Inspected:
     width: int | None = None
     height: int | None = None
     duration: float | None = None
+    characters: int | None = None
 
 
 DEFAULT_MAX_PIXELS = 40_000_000
@@ -205,12 +270,20 @@ def _duration(info: dict, stream: dict) -> float | None:
 
 
 async def inspect_upload(
-    data: bytes, name: str | None, declared_mime: str | None, *, max_bytes: int, max_pixels: int = DEFAULT_MAX_PIXELS
+    data: bytes,
+    name: str | None,
+    declared_mime: str | None,
+    *,
+    max_bytes: int,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES,
 ) -> Inspected:
     """Check a user's file and describe it.
 
     Checks, in order: not empty; at most ``max_bytes``; the content is an image, audio or video
-    (sniffed from the bytes, HTML/text/PDF/ZIP refused); it decodes (Pillow ``verify`` and ``load``
+    (sniffed from the bytes), or a text file (``.txt``, ``.md``, ``.csv``, ``.tsv``, ``.json``, or
+    a ``text/*`` type, or unlabelled text: UTF-8 or UTF-16 with a byte-order mark, no binary
+    content, at most ``max_text_bytes``); HTML, XML, PDF and ZIP are refused; it decodes (Pillow ``verify`` and ``load``
     for images, an ``ffprobe`` stream with a duration for audio/video); the user's label (MIME type
     or file extension) does not claim another kind than the content (a ``.png`` that is really a
     JPEG is fine: the content wins).
@@ -222,6 +295,7 @@ async def inspect_upload(
         max_bytes: size limit in bytes (``[storage] max_file_bytes``).
         max_pixels: image limit in pixels, width × height, checked from the header before the
             image is decoded (``[inference] max_image_pixels``).
+        max_text_bytes: text-file limit in bytes (``[storage] max_text_file_bytes``).
 
     Returns:
         :class:`Inspected`.
@@ -237,11 +311,27 @@ async def inspect_upload(
             f"The {label} is {len(data) / MiB:.1f} MiB, more than the limit of {max_bytes / MiB:g} MiB.",
             f"size {len(data)} > max_bytes {max_bytes}",
         )
-    sniffed = sniff(data)
+    claimed_text = _text_label(name, declared_mime)
+    utf16 = data.startswith((b"\xff\xfe", b"\xfe\xff"))  # its byte-order mark looks like an MP3 frame
+    sniffed = None if claimed_text and utf16 else sniff(data)
     if sniffed is None:
-        what = _looks_like(data)
+        what = "plain text" if utf16 and claimed_text else _looks_like(data)
+        claimed = claimed_text
+        media_label, source = _declared_kind(name, declared_mime)
+        textual = what in ("plain text", "JSON text")
+        unlabelled = not (name and Path(name).suffix) and (declared_mime or "application/octet-stream").startswith(
+            "application/octet-stream")
+        if (textual and (claimed or unlabelled)) or (claimed and what == "a file of an unsupported type"):
+            # the label says text (or nothing): decode it all; a sentence says why if it is not text
+            mime, chars, lines = await asyncio.to_thread(_check_text, data, label, claimed or "text/plain", max_text_bytes)
+            title = f"text file {name}" if name else "text file"
+            return Inspected("text", mime, len(data), f"{title}, {chars:,} characters, {lines:,} line{'s' if lines != 1 else ''}",
+                             characters=chars)
+        if textual and media_label:
+            raise InputError(f"The {label} is labelled as {media_label} ({source}) but its content is {what}.",
+                             f"declared {declared_mime!r} name {name!r}")
         raise InputError(
-            f"The {label} is {what}, not an image, audio or video file.",
+            f"The {label} is {what}, not an image, audio, video or text file.",
             f"unsupported content; declared {declared_mime!r}",
         )
     kind: Modality = sniffed.kind

@@ -20,6 +20,7 @@ from typing import Any
 from .errors import ControllerError, ExpertError
 from .experts.base import ExpertRunner, RunnerKind
 from .llm import Usage
+from .media import decode_text
 from .planning import PLACEHOLDER, placeholder_id
 from .selection import Selector
 from .tasks import TASKS
@@ -82,6 +83,13 @@ def resolve_args(task: Task, results: dict[int, TaskResult], resources: dict[str
                     raise ResolveError(f"task {n} produced no text for task {task.id}")
                 return text
 
+            document = resources.get(value)
+            if document is not None and document.kind == "text":  # a text file: its content
+                try:
+                    out[key] = decode_text(document.path.read_bytes())
+                except (OSError, UnicodeDecodeError) as e:
+                    raise ResolveError(f"{document.id} cannot be read ({e.__class__.__name__})") from None
+                continue
             out[key] = PLACEHOLDER.sub(text_of, value)
         else:
             m = PLACEHOLDER.fullmatch(value)

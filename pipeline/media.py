@@ -33,6 +33,9 @@ EXTENSIONS: dict[str, str] = {
     "video/x-msvideo": ".avi",
     "video/x-matroska": ".mkv",
     "text/plain": ".txt",
+    "text/markdown": ".md",
+    "text/csv": ".csv",
+    "text/tab-separated-values": ".tsv",
     "application/json": ".json",
 }
 
@@ -41,6 +44,17 @@ def extension_for(mime: str) -> str:
     """File extension (with dot) for ``mime``; ``".bin"`` if unknown."""
     mime = mime.split(";")[0].strip().lower()
     return EXTENSIONS.get(mime) or mimetypes.guess_extension(mime) or ".bin"
+
+
+def decode_text(data: bytes) -> str:
+    """The text of a text file: UTF-8 (a byte-order mark dropped) or UTF-16 with a byte-order mark.
+
+    Raises:
+        UnicodeDecodeError: the bytes are neither.
+    """
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return data.decode("utf-16")
+    return data.decode("utf-8-sig")
 
 
 # ----------------------------------------------------------------------------------------------

@@ -252,6 +252,10 @@ def validate_plan(
                     raise PlanInvalid(f'Argument "{key}" of task {tid} names {res.id}, which is {res.kind}, not {kind}.')
                 final[key] = res.id
             else:
+                document = index.get(value.lower()) if not refs else None
+                if document is not None and document.kind == "text":  # a text file, passed by id
+                    final[key] = document.id
+                    continue
                 if len(value) > MAX_TEXT_ARG:
                     raise PlanInvalid(f'Argument "{key}" of task {tid} is longer than {MAX_TEXT_ARG} characters.')
                 final[key] = PLACEHOLDER.sub(lambda m: f"<resource>-{placeholder_id(m)}", value)

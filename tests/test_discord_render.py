@@ -212,7 +212,11 @@ def test_attachment_refusals() -> None:
                              max_files=3)
     assert big == "big.wav is 30.0 MB, over the 25.0 MB limit for files I read; please send a smaller file."
     pdf = attachment_refusal([AttachmentInfo("cv.pdf", 10, "application/pdf")], max_bytes=100, max_files=3)
-    assert pdf == "cv.pdf is application/pdf; I can only work with images, audio and video files."
+    assert pdf == ("cv.pdf is application/pdf; I can only work with images, audio, video and text files "
+                   "(.txt, .md, .csv, .json).")
+    for name, ctype in (("notes.txt", "text/plain; charset=utf-8"), ("data.json", "application/json"), ("t.csv", None)):
+        assert attachment_refusal([AttachmentInfo(name, 10, ctype)], max_bytes=100, max_files=3) is None
+    assert attachment_refusal([AttachmentInfo("page.html", 10, "text/html")], max_bytes=100, max_files=3)
     assert "at most 1 files" in attachment_refusal([ok, ok], max_bytes=2000, max_files=1)
 
 

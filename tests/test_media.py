@@ -56,7 +56,7 @@ async def test_html_named_png_is_refused():
     html = b"<!DOCTYPE html><html><body>Not an image</body></html>"
     with pytest.raises(InputError) as ei:
         await inspect_upload(html, "photo.png", "image/png", max_bytes=LIMIT)
-    assert ei.value.user_message == "The photo.png is an HTML page, not an image, audio or video file."
+    assert ei.value.user_message == "The photo.png is an HTML page, not an image, audio, video or text file."
 
 
 @pytest.mark.parametrize(

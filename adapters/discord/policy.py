@@ -9,8 +9,12 @@ from dataclasses import dataclass
 
 from .media import human_size
 
-SUPPORTED_KINDS = ("image", "audio", "video")
-"""Declared content types we accept before the service sniffs the bytes (``image/*`` ...)."""
+SUPPORTED_KINDS = ("image", "audio", "video", "text")
+"""Declared content types we accept before the service sniffs the bytes (``image/*``, ``text/*`` ...)."""
+TEXT_TYPES = ("application/json",)
+"""Declared types outside ``text/*`` that are text files too."""
+TEXT_EXTENSIONS = (".txt", ".md", ".markdown", ".csv", ".tsv", ".json")
+"""File names Discord may label with no or another content type that are text files."""
 
 
 @dataclass(frozen=True)
@@ -34,10 +38,13 @@ def attachment_refusal(files: list[AttachmentInfo], *, max_bytes: int, max_files
         if f.size > max_bytes:
             return (f"{f.filename} is {human_size(f.size)}, over the {human_size(max_bytes)} limit for files I read; "
                     f"please send a smaller file.")
-        kind = (f.content_type or "").split("/", 1)[0].lower()
-        if kind not in SUPPORTED_KINDS:
+        ctype = (f.content_type or "").split(";")[0].strip().lower()
+        kind = ctype.split("/", 1)[0]
+        text = ctype in TEXT_TYPES or f.filename.lower().endswith(TEXT_EXTENSIONS)
+        if (kind not in SUPPORTED_KINDS or ctype in ("text/html", "text/xml")) and not text:
             shown = f.content_type or "of an unknown type"
-            return (f"{f.filename} is {shown}; I can only work with images, audio and video files.")
+            return (f"{f.filename} is {shown}; I can only work with images, audio, video and text files "
+                    "(.txt, .md, .csv, .json).")
     return None
 
 

@@ -20,6 +20,12 @@ KIND_WORDS: dict[str, str] = {  # regex alternatives naming a file of each kind
 }
 
 
+DOCUMENT_WORDS = (
+    r"\b(?:document|doc|file|text\s+file|article|essay|report|notes|paper|letter|csv|table|spreadsheet|"
+    r"attach(?:ed|ment)|(?:this|the|that|my)\s+text)\b"
+)
+"""Words that refer to an attached text file."""
+
 _ORDINALS = {"first": 0, "1st": 0, "second": 1, "2nd": 1, "third": 2, "3rd": 2, "fourth": 3, "4th": 3}
 
 LANGUAGES = (  # target languages a translation request may name
@@ -138,17 +144,36 @@ class Planner:
             return None
         return self.add("automatic-speech-recognition", {"audio": src[0]}, src[1], "text")
 
+    def document(self, clause: str) -> dict[str, Any] | None:
+        """A text file of the conversation the clause (or the request) names by id or file name,
+        or refers to as "the document", "this file", "the csv"… (the newest user text file)."""
+        named = self.explicit(clause, "text") or self.explicit(self.text, "text")
+        if named:
+            return named
+        files = [r for r in self.of_kind("text") if not str(r.get("origin", "user")).startswith("task:")]
+        if files and (re.search(DOCUMENT_WORDS, clause + " " + self.text, re.I)
+                      or re.search(r"\b(?:this|it)\s*[.?!]*\s*$", self.text, re.I)):  # "summarize this"
+            return files[-1]
+        return None
+
     def text_source(self, clause: str, after: str | None = None) -> tuple[str, list[int]]:
-        """Text input of a clause: a quoted passage, else an earlier text output, else words."""
+        """Text input of a clause: a quoted passage, a text file named in it, an earlier text
+        output, a text file referred to, else the request's words."""
         q = quotes(clause)
         if q:
             return max(q, key=lambda t: len(t[2]))[2], []
+        named = self.explicit(clause, "text")
+        if named:
+            return named["id"], []
         if "text" in self.produced:
             pid = self.produced["text"]
             return f"<resource>-{pid}", [pid]
         spoken = self.transcribe_first(clause)
         if spoken is not None:
             return f"<resource>-{spoken}", [spoken]
+        doc = self.document(clause)
+        if doc:
+            return doc["id"], []
         q = quotes(self.text)
         if q:
             return max(q, key=lambda t: len(t[2]))[2], []

@@ -287,7 +287,7 @@ def _h_enhance(p, clause, ctx, s, e):
 def _text_task(task: str, after: str | None = None, wrap: Callable[[str, str], str] | None = None):
     def h(p, clause, ctx, s, e):
         val, deps = p.text_source(clause, after)
-        if wrap:
+        if wrap and not re.fullmatch(r"text-\d+", val):  # a text file goes whole, by id
             val = wrap(val, clause)
         p.add(task, {"text": val}, deps, "text")
 
@@ -324,8 +324,11 @@ def _h_qa(p, clause, ctx, s, e):
         if src:
             p.add("visual-question-answering", {"image": src[0], "text": question}, src[1], "text")
         return
+    doc = p.document(text)
     if passages:
         p.add("question-answering", {"text": question, "context": passages[0][2]}, [], "text")
+    elif doc is not None:
+        p.add("question-answering", {"text": question, "context": doc["id"]}, [], "text")
     elif "text" in p.produced and question_quotes:
         pid = p.produced["text"]
         p.add("question-answering", {"text": question, "context": f"<resource>-{pid}"}, [pid], "text")
