@@ -13,7 +13,6 @@ import io
 import json
 
 import aiohttp
-import numpy as np
 import pytest
 from PIL import Image
 
