@@ -95,4 +95,7 @@ def check_mentions(
         kind = _KIND_WORDS[m.group(1).lower()]
         if kind not in have_kinds:
             noun = {"image": "photo or image", "audio": "recording", "video": "video", "text": "document or text file"}[kind]
+            if kind == "audio" and "video" in have_kinds:
+                raise InputError("There is no recording in this conversation: the sound of a video cannot be used on "
+                                 f"its own yet, so send the audio as a file ({attach_hint(platform)}).")
             raise InputError(f"There is no {noun} in this conversation yet: {attach_hint(platform)}.")

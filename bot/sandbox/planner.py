@@ -129,6 +129,8 @@ class Planner:
         for t in self.tasks:
             if t["task"] == task and t["args"] == args:
                 return t["id"]  # the same task asked twice: one node serves both
+            if t["task"] == task and list(args.values()) == [f"<resource>-{t['id']}"]:
+                return t["id"]  # the same task on its own output: said twice, meant once
         tid = len(self.tasks)
         self.tasks.append({"task": task, "id": tid, "dep": sorted(set(deps)) or [-1], "args": args})
         if produces:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
+from .more_intents import _h_similar, about_an_image, deferred
 from .planner import KIND_WORDS, LANGUAGES, Planner
 from .wording import SMALL_TALK, clause_end, mask_quotes, quotes
 
@@ -39,7 +40,9 @@ _INTENTS: list[tuple[str, str]] = [
     ("detail", r"\b(?:describe|tell me about|caption|analy[sz]e)\b[^.?!;]{0,60}?\b(?:as much detail|in (?:great |full |more |as much )?detail|everything|all you can|thorough\w*|exhaustive\w*)"),
     ("detail", r"\b(?:tell me )?everything (?:about|in) (?:this|the|that|it)\b"),
     ("asr", r"\b(?:transcri\w+|what (?:does|did) (?:it|this|that|the \w+|s?he|they) say|what (?:is|was) (?:being )?said|speech[- ]to[- ]text|(?:convert|turn)\s+(?:the\s+|this\s+|my\s+)?(?:audio|voice|speech|recording)[\w\s]{0,20}?\s+(?:in)?to\s+text|recogni[sz]e (?:the )?speech)"),
-    ("tts", r"\b(?:read\s+(?:it|this|that|them|the\s+\w+|\S+)?\s*(?:back\s+)?(?:aloud|out\s+loud|out|back)|(?:in|with)\s+a\s+(?:different|another|new|female|male|nice)\s+voice|text[- ]to[- ]speech|speak\s+(?:it|this|that)|say\s+(?=[\"'“])|(?:turn|convert|make)\b[^.?!;]{0,40}?\b(?:into|to)\s+(?:an?\s+)?(?:speech|audio|voice)|audio\s+(?:response|version)|voice-?over|pronounce)"),
+    ("tts", r"\b(?:read\s+(?:it|this|that|them|the\s+\w+|\S+)?\s*(?:back\s+)?(?:aloud|out\s+loud|out|back)|(?:in|with)\s+a\s+(?:different|another|new|female|male|nice)\s+voice|text[- ]to[- ]speech|speak\s+(?:it|this|that)|say\s+(?=[\"'“])|(?:turn|convert|make)\b[^.?!;]{0,40}?\b(?:into|to)\s+(?:an?\s+)?(?:natural[- ]sounding\s+)?(?:speech|audio|voice)|audio\s+(?:response|version)|voice-?over|pronounce"
+            r"|(?:natural[- ]sounding\s+)?speech\s+(?:from|of)\s+(?:the\s+)?(?:following|this|that|my|given)|audio\s+file\s+(?:generated\s+|made\s+|created\s+)?(?:from|describing|that\s+describes|of)"
+            r"|(?:generate|create|produce|synthesi[sz]e)\s+(?:an?\s+)?(?:natural[- ]sounding\s+)?(?:speech|audio|voice)\b|spoken\s+(?:version|aloud)|narrat\w+)"),
     ("edit", r"\b(?:make|turn)\s+(?:it|this|that|them|the\s+(?:" + KIND_WORDS["image"] + r")|this\s+(?:" + KIND_WORDS["image"] + r")|[\w.-]+\.(?:png|jpe?g|webp))\s+(?!into an? (?:speech|audio))"),
     ("edit", r"\b(?:edit|modify|transform|colou?ri[sz]e|recolou?r|black and white|grayscale|greyscale|sepia|stylize|cartoonify)\w*\b"),
     ("edit", r"\b(?:change|replace|remove|add)\s+(?:the\s+|a\s+|an\s+)?(?:\w+\s+){0,2}(?:background|sky|colou?rs?|hair|style|weather|season|lighting)\b"),
@@ -53,13 +56,16 @@ _INTENTS: list[tuple[str, str]] = [
     ("detect", r"\b(?:detect\w*|locate|count|bounding\s+box(?:es)?|object\s+detection|how\s+many|what\s+objects|which\s+objects|(?:find|identify|label|list)\s+(?:all\s+)?(?:the\s+)?(?:objects|things|items|people|persons))\b"),
     ("classify", r"\b(?:what|which)\s+(?:breed|kind|type|species|sort|category|class|model|make)\b|\bbreed\b|\bclassif\w+(?!\s+(?:the\s+)?(?:tokens|entities|words))|\bcategori[sz]\w*|\bsentiment|\bemotions?\b"),
     ("caption", r"\b(?:describe|caption\w*|what(?:'s| is)\s+(?:in|on|shown\s+in)\b|what\s+do\s+you\s+see|what\s+does\s+(?:this|the|that|it)\s+(?:\w+\s+)?(?:show|depict)|tell\s+me\s+about\s+(?:this|the|that)\s+(?:" + KIND_WORDS["image"] + r")|extract\s+(?:the\s+)?text|read\s+the\s+text|ocr)\b"),
-    ("summarize", r"\b(?:summari[sz]\w*|summary|tl;?dr|shorten)\b"),
+    ("summarize", r"\b(?:summari[sz]\w*|summary|tl;?dr|shorten|(?:main|key)\s+points|gist)\b"),
+    ("similar", r"\b(?:how\s+similar|similarity|similar\s+(?:they|these|the\s+two)|same\s+meaning|semantically\s+(?:similar|close)|compare\s+(?:these|the|two)\s+(?:two\s+)?sentences)\b"),
+    ("chat", r"\b(?:conversational\s+(?:response|reply)|have\s+a\s+conversation|chat\s+(?:with|about)|respond\s+to|reply\s+to|discuss)\b"),
     ("translate", r"\btranslat\w+\b"),
     ("tokens", r"\b(?:named\s+entit\w+|entities|tokens?|parts?\s+of\s+speech|ner)\b"),
     ("rewrite", r"\b(?:paraphrase|rewrite|rephrase|grammar|proofread|correct)\w*\b"),
+    ("write", r"\b(?:generate|create|come\s+up\s+with|need|give\s+me|suggest)\s+(?:me\s+)?(?:an?\s+|some\s+)?(?:new\s+|\w+\s+){0,3}?(?:slogan|tagline|headline|story|poem|sentence|paragraph|essay|tweet|title)s?\b"),
     ("write", r"\b(?:write|compose|continue)\b\s+(?:me\s+)?(?:an?\s+|the\s+|some\s+)?(?:\w+\s+)?(?:story|poem|text|paragraph|essay|letter|haiku|article|song|continuation|it)\b"),
     ("enhance", r"\b(?:denois\w*|noise|enhance\s+(?:the\s+)?(?:audio|speech|sound|voice|recording)|separate)\b"),
-    ("qa", r"\banswer\b|\?"),
+    ("qa", r"\banswer\b|\?|\b(?:my|the|a)\s+question\b"),
 ]
 _COMPILED = [(name, re.compile(p, re.I)) for name, p in _INTENTS]
 
@@ -125,7 +131,9 @@ def plan_tasks(text: str, resources: list[dict[str, Any]], available_tasks: list
     explicit_question = any(q[2].rstrip().endswith("?") for q in quotes(text))
     handled_qa = bool(others) and not explicit_question
     last_clause_end: dict[str, int] = {}
-    for name, s, e in matches:
+    waiting: list = []
+    for i, (name, s, e) in enumerate(matches):
+        later = [m for m in matches[i + 1:] if m[0] in ("caption", "classify", "detail", "asr", "summarize", "translate", "qa", "write")]
         if s < last_clause_end.get(name, -1):
             continue  # the same intent said twice in one clause ("read it back in a new voice")
         last_clause_end[name] = clause_end(text, e)
@@ -138,8 +146,12 @@ def plan_tasks(text: str, resources: list[dict[str, Any]], available_tasks: list
             if handled_qa:
                 continue
             handled_qa = True
-        if handler:
+        if handler and deferred(name, p, clause) and later:
+            waiting.append((handler, clause, ctx, s, e))
+        elif handler:
             handler(p, clause, ctx, s, e)
+    for handler, clause, ctx, s, e in waiting:  # what they need is planned now
+        handler(p, clause, ctx, s, e)
     return p.tasks
 
 
@@ -207,7 +219,9 @@ _REFERS_TO_TEXT = re.compile(
 
 def _h_generate(p, clause, ctx, s, e):
     desc = _description(p, s, e) or _strip_lead(clause[e - s :]) or "a picture"
-    if _REFERS_TO_TEXT.fullmatch(desc.strip().rstrip(".")) and "text" in p.produced:
+    subject = re.sub(r"^(?:an?\s+|the\s+)?(?:picture|image|photo|drawing|painting|illustration)\s+(?:of\s+)?", "",
+                     desc.strip().rstrip("."), flags=re.I)
+    if _REFERS_TO_TEXT.fullmatch(subject) and "text" in p.produced:
         desc, deps = f"<resource>-{p.produced['text']}", [p.produced["text"]]
     else:
         deps = []
@@ -217,7 +231,10 @@ def _h_generate(p, clause, ctx, s, e):
 def _h_video(p, clause, ctx, s, e):
     desc = _description(p, s, e)
     deps: list[int] = []
-    if not desc or desc.lower() in ("it", "this", "that"):
+    about = about_an_image(p, clause)
+    if about:
+        desc, deps = about
+    elif not desc or desc.lower() in ("it", "this", "that"):
         desc, deps = p.text_source(clause)
     p.add("text-to-video", {"text": desc}, deps, "video")
 
@@ -310,6 +327,10 @@ def _h_qa(p, clause, ctx, s, e):
         question = question_quotes[0][2]
     else:
         sentences = re.findall(r"[^.!?]*\?", mask_quotes(text))
+        if not sentences:  # "I would like to know which colour is more dominant in the image."
+            asked = re.search(r"\b(?:know|tell\s+me|find\s+out|wonder)\s+((?:what|which|who|how|where|when|why|whether)\b[^.!?]*)",
+                              mask_quotes(text), re.I)
+            sentences = [text[asked.start(1):asked.end(1)] + "?"] if asked else []
         if not sentences:
             return
         m = re.search(re.escape(sentences[0].strip()), mask_quotes(text))
@@ -322,7 +343,8 @@ def _h_qa(p, clause, ctx, s, e):
     if has_image and (_VISUAL_WORDS.search(question) or question_quotes) and not passages:
         src = p.source("image", question) or p.source("image", text)
         if src:
-            p.add("visual-question-answering", {"image": src[0], "text": question}, src[1], "text")
+            task = "document-question-answering" if re.search(r"\bdocument|\binvoice|\bform\b|\breceipt", text, re.I) else "visual-question-answering"
+            p.add(task, {"image": src[0], "text": question}, src[1], "text")
         return
     doc = p.document(text)
     if passages:
@@ -389,4 +411,6 @@ _HANDLERS: dict[str, Callable[..., None]] = {
     "write": _text_task("text-generation", r"\b(?:write|compose|continue)\b"),
     "qa": _h_qa,
     "fill_mask": _h_fill_mask,
+    "similar": _h_similar,
+    "chat": _text_task("conversational"),
 }
