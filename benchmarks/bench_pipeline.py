@@ -181,7 +181,17 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.2, help="seconds per expert call at the stand-in")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--taskbench", type=int, default=20, help="TaskBench requests for the LLM-call count")
+    parser.add_argument("--e2e", action="store_true",
+                        help="end to end: stand-ins in their own process, the real CLI per plan shape (benchmarks/bench_e2e.py)")
+    parser.add_argument("--plan-seconds", type=float, default=1.0, help="--e2e: seconds the controller takes to write a plan")
+    parser.add_argument("--conversations", type=int, default=1000, help="--e2e: conversations at once for the event-loop lag")
     args = parser.parse_args()
+    if args.e2e:
+        from benchmarks import bench_e2e
+
+        args.repeat = args.repeats
+        bench_e2e.main(args)
+        return
     stand = StandIns(args.latency)
     try:
         with tempfile.TemporaryDirectory() as tmp:

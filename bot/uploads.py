@@ -73,7 +73,10 @@ DEFAULT_MAX_TEXT_BYTES = 1 * MiB
 
 
 def _text_label(name: str | None, declared_mime: str | None) -> str | None:
-    """The text MIME type the user's label claims (``None``: the label says no text type)."""
+    """The text MIME type the user's label claims (``None``: the label says no text type, or its
+    declared type says image, audio or video, which wins over the name)."""
+    if (declared_mime or "").split("/")[0].strip().lower() in ("image", "audio", "video"):
+        return None
     suffix = Path(name).suffix.lower() if name else ""
     if suffix in TEXT_TYPES:
         return TEXT_TYPES[suffix]

@@ -300,10 +300,12 @@ async def test_file_too_large_or_unsupported_is_refused_privately(tmp_path: Path
         await d.wait_for(lambda: env.ephemeral_reply(big))
         assert env.ephemeral_reply(big) == ("astronaut.png is 773 KB, over the 293 KB limit for files I read; "
                                             "please send a smaller file.")
-        text = await env.ask("Describe this", files=["LICENSES.md"])
-        await d.wait_for(lambda: env.ephemeral_reply(text))
-        assert env.ephemeral_reply(text) == ("LICENSES.md is text/markdown; I can only work with images, audio and "
-                                             "video files.")
+        slides = d.attachment("LICENSES.md", content_type="application/pdf")
+        slides["filename"] = "slides.pdf"  # refused by its declared name and type, before any download
+        pdf = await env.ask("Describe this", attachments=[slides])
+        await d.wait_for(lambda: env.ephemeral_reply(pdf))
+        assert env.ephemeral_reply(pdf) == ("slides.pdf is application/pdf; I can only work with images, audio, "
+                                            "video and text files (.txt, .md, .csv, .json).")
         # a file that claims to be an image: refused after the download, by the service's check
         liar = await env.ask("Describe this photo",
                              attachments=[d.attachment("LICENSES.md", content_type="image/png")])
