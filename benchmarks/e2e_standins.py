@@ -4,7 +4,9 @@
 - The controller (OpenAI chat completions wire format, JSON or server-sent events) answers task
   planning with the plan set by ``POST /_reset`` ``{"plan": [...], "plan_seconds": S,
   "answer_seconds": A}``, written evenly over ``S`` seconds when streamed (after ``S`` seconds
-  otherwise), and records when the first plan byte and the end of each task's record were sent.
+  otherwise), and records when the first plan byte and the end of each task's record were sent
+  (for a plan asked without streaming: when they would have been, so that the eager critical path
+  is the same yardstick for both).
   Response generation is recorded on arrival and answered after ``A`` seconds.
 - The experts are the sandbox's inference stand-in (real outputs) with a fixed latency per task;
   it records each call's start and end.
@@ -71,12 +73,12 @@ class ControllerStandIn:
     async def _write(self, request: web.Request, body: dict, text: str, seconds: float, ends: dict[int, int]) -> web.StreamResponse:
         planning = bool(ends) or text.startswith('{"tasks"')
         if not body.get("stream"):
+            start = time.monotonic()
             await asyncio.sleep(seconds)
-            now = time.monotonic()
-            if planning:
-                self.rec["first_byte"] = self.rec["first_byte"] or now
-                self.rec["record_end"] = {str(k): now for k in ends}
-                self.rec["plan_end"] = now
+            if planning:  # when each record would have been written, had it been asked as a stream
+                self.rec["first_byte"] = self.rec["first_byte"] or start + seconds / CHUNKS
+                self.rec["record_end"] = {str(k): start + seconds * end / len(text) for k, end in ends.items()}
+                self.rec["plan_end"] = time.monotonic()
             return web.json_response(_completion(text))
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
