@@ -176,7 +176,7 @@ async def download_file(
             f"file {file.get('id')} size {size} > {max_bytes}",
         )
     url = file.get("url_private_download") or file.get("url_private")
-    if not url or file.get("mode") in ("external", "snippet", "email") or file.get("is_external"):
+    if not url or file.get("mode") in ("external", "email") or file.get("is_external"):
         raise InputError(f"The file {name} is not stored in Slack, so I cannot use it; please upload the file itself.",
                          f"file {file.get('id')} mode={file.get('mode')} has no url_private")
     origin = origin_of(url)
