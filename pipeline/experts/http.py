@@ -29,6 +29,7 @@ import contextlib
 import functools
 import heapq
 import json
+import ssl
 from collections.abc import AsyncIterator, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -201,10 +202,19 @@ async def allow_gateway_offline(request: httpx2.Request) -> None:
     await async_hf_request_event_hook(request)
 
 
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """The TLS settings of every expert session, made once per process: building them loads the
+    CA bundle, about 80 ms of CPU that would otherwise be paid inside the first task's run
+    (:class:`~pipeline.experts.hub.HubRunner` asks for it at start-up)."""
+    return httpx2.create_ssl_context()
+
+
 def bounded_async_client() -> httpx2.AsyncClient:
     """``huggingface_hub``'s default async session plus :func:`bound_reply` and
     :func:`allow_gateway_offline`; asks only for gzip or deflate encoded replies."""
     return httpx2.AsyncClient(
+        verify=tls_context(),
         event_hooks={"request": [allow_gateway_offline], "response": [bound_reply, async_hf_response_event_hook]},
         follow_redirects=True,
         timeout=None,

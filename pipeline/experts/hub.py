@@ -147,6 +147,7 @@ class HubRunner:
     def __init__(self, settings: ExpertSettings) -> None:
         self.settings = settings
         http.install()
+        http.tls_context()  # at start-up, not in the first task
         self._client = AsyncInferenceClient(
             provider=settings.provider or None, token=settings.token or None, timeout=settings.task_timeout
         )
