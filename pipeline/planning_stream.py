@@ -2,7 +2,7 @@
 LLMCompiler, Kim et al. 2023, "An LLM Compiler for Parallel Function Calling", §3.2).
 
 The plan is asked for as a stream and parsed as it arrives (``jiter``'s partial mode). A task
-record is handed out as soon as it is complete (the next record has begun) and the plan up to it
+record is handed out as soon as it is complete (its closing brace has arrived) and the plan up to it
 is valid on its own (:func:`pipeline.planning.validate_plan` on that prefix: known task, argument
 kinds, dependencies and placeholders pointing at tasks already seen, resources that exist). A
 record that is not valid on its own (for example one depending on a later task) stops early
@@ -41,8 +41,8 @@ def complete_records(text: str) -> list[Any]:
             Markdown fence or a few words.
 
     Returns:
-        The records before the last one begun (the last may still grow); ``[]`` when no list of
-        records can be read yet.
+        The records whose closing brace has arrived (a record still being written is left out);
+        ``[]`` when no list of records can be read yet.
     """
     starts = [i for i in (text.find("{"), text.find("[")) if i >= 0]
     if not starts:
@@ -54,6 +54,19 @@ def complete_records(text: str) -> list[Any]:
     records = doc.get("tasks") if isinstance(doc, dict) else doc
     if not isinstance(records, list):
         return []
+    # The last record is complete too when closing the list (and the object) makes valid JSON:
+    # its closing brace has arrived, though the list's own "]" has not.
+    body = text[min(starts):].rstrip().rstrip("`").rstrip()
+    if body.endswith(","):  # a comma after the last record: it is complete
+        return records
+    closing = "]}" if isinstance(doc, dict) else "]"
+    for candidate in (body, body + closing):
+        try:
+            whole = jiter.from_json(candidate.encode())
+        except ValueError:
+            continue
+        if (whole.get("tasks") if isinstance(whole, dict) else whole) == records:
+            return records
     return records[:-1]
 
 

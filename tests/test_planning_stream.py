@@ -23,7 +23,12 @@ def test_only_records_followed_by_another_are_complete():
     assert complete_records('```json\n{"tasks": [{"task": "a", "id": 0, "args": {"text": "hel') == []
     two = '{"tasks": [{"task": "a", "id": 0, "args": {"text": "hello"}}, {"task": "b", "id'
     assert complete_records(two) == [{"task": "a", "id": 0, "args": {"text": "hello"}}]
-    assert complete_records('[{"task": "a"}, {"task": "b"}, ') == [{"task": "a"}]  # the last may still grow
+    assert complete_records('[{"task": "a"}, {"task": "b"}, ') == [{"task": "a"}, {"task": "b"}]
+    assert complete_records('[{"task": "a"}, {"task": "b", "args": {"text": "x"}') == [{"task": "a"}]  # still open
+    assert complete_records('{"tasks": [{"task": "a", "id": 0') == []  # its brace has not arrived
+    assert complete_records('{"tasks": [{"task": "a", "id": 0}') == [{"task": "a", "id": 0}]  # it has
+    assert complete_records('{"tasks": [{"task": "a", "id": 0}}') == []  # not JSON once closed
+    assert complete_records('```json\n{"tasks": [{"task": "a", "id": 0}]}\n```') == [{"task": "a", "id": 0}]
     assert complete_records('{"tasks": "none"}') == [] and complete_records("no JSON here") == []
 
 
