@@ -5,8 +5,8 @@ The plan is asked for as a stream and parsed as it arrives (``jiter``'s partial 
 record is handed out as soon as it is complete (its closing brace has arrived) and the plan up to it
 is valid on its own (:func:`pipeline.planning.validate_plan` on that prefix: known task, argument
 kinds, dependencies and placeholders pointing at tasks already seen, resources that exist). A
-record that is not valid on its own (for example one depending on a later task) stops early
-dispatch; the rest waits for the whole plan.
+record that is not valid with those before it (for example one depending on a later task) holds
+early dispatch back until the records it needs have arrived.
 
 When the stream ends, the whole plan is validated as :func:`pipeline.planning.plan` does. If it
 is invalid, the tasks handed out early are withdrawn (:class:`~pipeline.types.PlanDiscarded`) and the repair
@@ -56,9 +56,7 @@ def complete_records(text: str) -> list[Any]:
         return []
     # The last record is complete too when closing the list (and the object) makes valid JSON:
     # its closing brace has arrived, though the list's own "]" has not.
-    body = text[min(starts):].rstrip().rstrip("`").rstrip()
-    if body.endswith(","):  # a comma after the last record: it is complete
-        return records
+    body = text[min(starts):].rstrip().rstrip("`").rstrip().rstrip(",")
     closing = "]}" if isinstance(doc, dict) else "]"
     for candidate in (body, body + closing):
         try:
@@ -95,12 +93,11 @@ async def plan_stream(
         started: dict[int, Task] = {}
         raw = ""
         seen = 0
-        eager = True
         deltas = 0
         async for delta in controller.stream_json(messages, stage="task-planning", schema_name="task_plan", schema=schema, usage=usage):
             raw += delta
             deltas += 1
-            if not eager or deltas < 2:  # a whole answer in one piece (no streaming) is not "early"
+            if deltas < 2:  # a whole answer in one piece (no streaming) is not "early"
                 continue
             records = complete_records(raw)
             if len(records) <= seen:
@@ -108,9 +105,8 @@ async def plan_stream(
             seen = len(records)
             try:
                 prefix = validate_plan(records, available=available, resources=request.resources, request_text=request.text)
-            except PlanInvalid as e:
-                log.debug("plan: no more early tasks (%s)", e.problem)
-                eager = False
+            except PlanInvalid as e:  # e.g. a task depending on a later one: wait for more
+                log.debug("plan: no early start for the tasks so far (%s)", e.problem)
                 continue
             for task in prefix:
                 if task.id not in started:

@@ -26,6 +26,7 @@ def test_only_records_followed_by_another_are_complete():
     assert complete_records('[{"task": "a"}, {"task": "b"}, ') == [{"task": "a"}, {"task": "b"}]
     assert complete_records('[{"task": "a"}, {"task": "b", "args": {"text": "x"}') == [{"task": "a"}]  # still open
     assert complete_records('{"tasks": [{"task": "a", "id": 0') == []  # its brace has not arrived
+    assert complete_records('{"tasks": [{"task": "a", "id": 0,') == []  # a comma inside it is no end
     assert complete_records('{"tasks": [{"task": "a", "id": 0}') == [{"task": "a", "id": 0}]  # it has
     assert complete_records('{"tasks": [{"task": "a", "id": 0}}') == []  # not JSON once closed
     assert complete_records('```json\n{"tasks": [{"task": "a", "id": 0}]}\n```') == [{"task": "a", "id": 0}]
