@@ -121,6 +121,16 @@ class BoundedTransport(httpx2.AsyncBaseTransport):
         await self._inner.aclose()
 
 
+def _response_format(mode: str, schema_name: str, schema: dict[str, Any]) -> dict[str, Any]:
+    """The ``response_format`` argument of a structured-output ``mode`` (OpenAI chat completions
+    API: ``json_schema``, ``json_object``; ``off``: none)."""
+    if mode == "json_schema":
+        return {"response_format": {"type": "json_schema", "json_schema": {"name": schema_name, "schema": schema, "strict": False}}}
+    if mode == "json_object":
+        return {"response_format": {"type": "json_object"}}
+    return {}
+
+
 class Controller:
     """Chat completions client for the four stages.
 
@@ -216,14 +226,7 @@ class Controller:
         """
         last: Exception | None = None
         for mode in list(self._modes):
-            kwargs: dict[str, Any] = {}
-            if mode == "json_schema":
-                kwargs["response_format"] = {
-                    "type": "json_schema",
-                    "json_schema": {"name": schema_name, "schema": schema, "strict": False},
-                }
-            elif mode == "json_object":
-                kwargs["response_format"] = {"type": "json_object"}
+            kwargs = _response_format(mode, schema_name, schema)
             usage.calls += 1
             _CURRENT_USAGE.set(usage)
             try:
@@ -257,14 +260,7 @@ class Controller:
             ControllerError: as :meth:`complete_json`, also mid-stream.
         """
         for mode in list(self._modes):
-            kwargs: dict[str, Any] = {}
-            if mode == "json_schema":
-                kwargs["response_format"] = {
-                    "type": "json_schema",
-                    "json_schema": {"name": schema_name, "schema": schema, "strict": False},
-                }
-            elif mode == "json_object":
-                kwargs["response_format"] = {"type": "json_object"}
+            kwargs = _response_format(mode, schema_name, schema)
             usage.calls += 1
             _CURRENT_USAGE.set(usage)
             try:
