@@ -18,6 +18,7 @@ from pathlib import Path
 import aiofiles.tempfile
 from PIL import Image, UnidentifiedImageError
 
+from pipeline.planning import MAX_TEXT_ARG
 from pipeline.media import PixelLimitError, decode_text, extension_for, image_size_checked, sniff
 from pipeline.types import Modality
 
@@ -328,8 +329,9 @@ async def inspect_upload(
             # the label says text (or nothing): decode it all; a sentence says why if it is not text
             mime, chars, lines = await asyncio.to_thread(_check_text, data, label, claimed or "text/plain", max_text_bytes)
             title = f"text file {name}" if name else "text file"
-            return Inspected("text", mime, len(data), f"{title}, {chars:,} characters, {lines:,} line{'s' if lines != 1 else ''}",
-                             characters=chars)
+            cut = f"; tasks read its first {MAX_TEXT_ARG:,} characters" if chars > MAX_TEXT_ARG else ""
+            return Inspected("text", mime, len(data),
+                             f"{title}, {chars:,} characters, {lines:,} line{'s' if lines != 1 else ''}{cut}", characters=chars)
         if textual and media_label:
             raise InputError(f"The {label} is labelled as {media_label} ({source}) but its content is {what}.",
                              f"declared {declared_mime!r} name {name!r}")

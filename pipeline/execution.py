@@ -21,7 +21,7 @@ from .errors import ControllerError, ExpertError
 from .experts.base import ExpertRunner, RunnerKind
 from .llm import Usage
 from .media import decode_text
-from .planning import PLACEHOLDER, placeholder_id
+from .planning import MAX_TEXT_ARG, PLACEHOLDER, placeholder_id
 from .selection import Selector
 from .tasks import TASKS
 from .types import (
@@ -86,9 +86,11 @@ def resolve_args(task: Task, results: dict[int, TaskResult], resources: dict[str
             document = resources.get(value)
             if document is not None and document.kind == "text":  # a text file: its content
                 try:
-                    out[key] = decode_text(document.path.read_bytes())
+                    content = decode_text(document.path.read_bytes())
                 except (OSError, UnicodeDecodeError) as e:
                     raise ResolveError(f"{document.id} cannot be read ({e.__class__.__name__})") from None
+                # as long as a text a plan may write (the file's description says so when cut)
+                out[key] = content[:MAX_TEXT_ARG]
                 continue
             out[key] = PLACEHOLDER.sub(text_of, value)
         else:

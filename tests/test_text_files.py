@@ -101,6 +101,16 @@ def test_a_text_argument_naming_a_text_file_gets_its_content():
     assert args == {"text": "Who ran by?", "context": ALICE}
 
 
+async def test_a_long_text_file_is_read_up_to_the_text_limit_and_says_so(tmp_path):
+    long = tmp_path / "long.txt"
+    long.write_text("word " * 10_000)  # 50,000 characters
+    info = await inspect_upload(long.read_bytes(), "long.txt", None, max_bytes=10_000_000)
+    assert "50,000 characters" in info.description and "tasks read its first 20,000 characters" in info.description
+    doc = Resource("text-1", "text", long, "text/plain", long.stat().st_size, name="long.txt")
+    args = resolve_args(Task(0, "summarization", (), {"text": "text-1"}), {}, {"text-1": doc})
+    assert args["text"] == ("word " * 4000)[:20_000]
+
+
 def test_a_named_or_referred_text_file_that_is_not_there_is_said():
     with pytest.raises(InputError, match="You mention example.txt, but no such file is attached"):
         check_mentions("Summarize the text in example.txt", [], [], None)
