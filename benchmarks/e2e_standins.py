@@ -90,8 +90,7 @@ class ControllerStandIn:
         for k, piece in enumerate(pieces):
             target = start + seconds * (k + 1) / len(pieces)
             await asyncio.sleep(max(0.0, target - time.monotonic()))
-            chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "bench",
-                     "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
+            chunk = {**_chunk(), "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
             await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
             sent += len(piece)
             now = time.monotonic()
@@ -102,14 +101,25 @@ class ControllerStandIn:
                         self.rec["record_end"][str(tid)] = now
         if planning:
             self.rec["plan_end"] = time.monotonic()
+        tail = [{"index": 0, "delta": {}, "finish_reason": "stop"}]
+        await resp.write(f"data: {json.dumps({**_chunk(), 'choices': tail})}\n\n".encode())
+        if (body.get("stream_options") or {}).get("include_usage"):  # OpenAI: one last chunk, no choices
+            await resp.write(f"data: {json.dumps({**_chunk(), 'choices': [], 'usage': _USAGE})}\n\n".encode())
         await resp.write(b"data: [DONE]\n\n")
         return resp
+
+
+_USAGE = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
+
+
+def _chunk() -> dict[str, Any]:
+    return {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "bench"}
 
 
 def _completion(text: str) -> dict[str, Any]:
     return {"id": "c", "object": "chat.completion", "created": 0, "model": "bench",
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+            "usage": _USAGE}
 
 
 async def main(latency: dict[str, float]) -> None:
