@@ -17,12 +17,14 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 import httpx2
 import openai
 from openai import AsyncOpenAI
 from openai.types.chat import ChatCompletion
 
 from .bounded import bound_body
+from .chat_stream import NotChatStream, StreamError, content_deltas
 from .errors import ControllerError
 from .redact import host_of, mask_credentials
 
@@ -59,8 +61,8 @@ class Usage:
     Attributes:
         calls: LLM calls the stages made (a structured-output fallback is a call of its own).
         http_attempts: HTTP requests actually sent for them (the SDK's retries included).
-        prompt_tokens, completion_tokens: tokens the server reported for the non-streamed calls
-            (its ``usage`` field; servers that report none add nothing).
+        prompt_tokens, completion_tokens: tokens the server reported (the ``usage`` field of a
+            completion or of a streamed chunk; servers that report none add nothing).
         plan_repairs: repair rounds task planning needed (0 or 1 per run).
     """
 
@@ -75,6 +77,13 @@ class Usage:
         reported = getattr(resp, "usage", None)
         self.prompt_tokens += int(getattr(reported, "prompt_tokens", 0) or 0)
         self.completion_tokens += int(getattr(reported, "completion_tokens", 0) or 0)
+
+    def add_reported(self, reported: dict[str, Any]) -> None:
+        """Add a ``usage`` object as it arrives in a streamed reply (a JSON mapping)."""
+        for name in ("prompt_tokens", "completion_tokens"):
+            value = reported.get(name)
+            if isinstance(value, int) and value > 0:
+                setattr(self, name, getattr(self, name) + value)
 
 
 _CURRENT_USAGE: ContextVar[Usage | None] = ContextVar("hugginggpt_llm_usage", default=None)
@@ -193,9 +202,9 @@ class Controller:
         if too_large is not None:
             msg = (f"The controller LLM at {self._host} sent a reply larger than "
                    f"{too_large.limit / MiB:g} MB; it was not read.")
-        elif isinstance(e, openai.APITimeoutError):
+        elif isinstance(e, (openai.APITimeoutError, httpx2.TimeoutException)):
             msg = f"The controller LLM at {self._host} did not answer within {self.timeout:g} seconds."
-        elif isinstance(e, openai.APIConnectionError):
+        elif isinstance(e, (openai.APIConnectionError, httpx2.HTTPError, anyio.EndOfStream, OSError)):
             msg = f"The controller LLM at {self._host} cannot be reached."
         elif isinstance(e, openai.AuthenticationError):
             msg = f"The controller LLM at {self._host} refused the API key (HTTP 401): check [llm] api_key or OPENAI_API_KEY."
@@ -264,10 +273,7 @@ class Controller:
             usage.calls += 1
             _CURRENT_USAGE.set(usage)
             try:
-                stream = await self._client.chat.completions.create(
-                    model=self.model, messages=messages, temperature=self.temperature, stream=True,
-                    extra_headers=stage_headers(stage), **kwargs
-                )
+                response = await self._open_stream(messages, stage, **kwargs)
             except openai.BadRequestError as e:
                 if len(self._modes) > 1 and mode != "off":
                     log.info("controller rejected streamed response_format=%s (%s); falling back", mode, e.status_code)
@@ -277,7 +283,7 @@ class Controller:
                 break
             except openai.OpenAIError as e:
                 raise self._error(e) from None
-            async for delta in self._deltas(stream):
+            async for delta in self._deltas(response, usage):
                 yield delta
             return
         yield await self.complete_json(messages, stage=stage, schema_name=schema_name, schema=schema, usage=usage)
@@ -313,56 +319,51 @@ class Controller:
         _CURRENT_USAGE.set(usage)
         try:
             try:
-                stream = await self._client.chat.completions.create(
-                    model=self.model, messages=messages, temperature=self.temperature, stream=True,
-                    extra_headers=stage_headers(stage),
-                )
+                response = await self._open_stream(messages, stage)
             except openai.BadRequestError as e:  # a server without streaming: one whole answer
                 log.info("controller rejected a streamed answer (%s); asking without streaming", e.status_code)
                 yield await self.complete_text(messages, stage=stage, usage=usage)
                 return
         except openai.OpenAIError as e:
             raise self._error(e) from None
-        async for delta in self._deltas(stream):
+        async for delta in self._deltas(response, usage):
             yield delta
 
-    async def _deltas(self, stream: Any) -> AsyncIterator[str]:
-        """The content deltas of a streamed chat completion, the stream closed at the end.
-
-        A body that is not server-sent events is read whole (bounded by ``max_reply_bytes``): a
-        chat completion (a server that ignored ``stream``) is one delta; anything else (an HTML
-        page) is refused.
+    async def _open_stream(self, messages: list[dict[str, Any]], stage: str, **kwargs: Any) -> Any:
+        """Send a streamed chat completion request; returns the SDK's ``AsyncAPIResponse`` with the
+        body not read yet (status errors and retries are the SDK's, as for any call).
 
         Raises:
-            ControllerError: the reply is too large, not a chat completion, or breaks off.
+            openai.OpenAIError: as ``chat.completions.create``.
+        """
+        return await self._client.chat.completions.with_streaming_response.create(
+            model=self.model, messages=messages, temperature=self.temperature, stream=True,
+            extra_headers=stage_headers(stage), **kwargs
+        ).__aenter__()
+
+    async def _deltas(self, response: Any, usage: Usage) -> AsyncIterator[str]:
+        """The content deltas of a streamed chat completion (:func:`pipeline.chat_stream.content_deltas`),
+        the response closed at the end.
+
+        Raises:
+            ControllerError: the reply is too large, not a chat completion, reports an error, or
+                breaks off.
         """
         try:
-            response = getattr(stream, "response", None)
-            ctype = response.headers.get("content-type", "") if response is not None else "text/event-stream"
-            if "text/event-stream" not in ctype.lower():
-                try:
-                    body = await response.aread()
-                except Exception as e:  # the byte limit, a broken connection
-                    raise self._error(e) from None
-                try:
-                    whole = ChatCompletion.model_validate_json(body)
-                except ValueError:
-                    raise self._not_chat(ctype.split(";")[0] or "an empty body") from None
-                yield self._content(whole)
-                return
-            async for chunk in stream:
-                if isinstance(chunk, str) or not hasattr(chunk, "choices"):
-                    raise self._not_chat(type(chunk).__name__)
-                if chunk.choices and chunk.choices[0].delta and chunk.choices[0].delta.content:
-                    yield chunk.choices[0].delta.content
-        except openai.OpenAIError as e:
-            raise self._error(e) from None
+            async for delta in content_deltas(response, on_usage=usage.add_reported):
+                yield delta
+        except NotChatStream as e:
+            raise self._not_chat(str(e)) from None
         except UnicodeDecodeError:
             raise self._not_chat("bytes that are not text") from None
+        except StreamError as e:
+            log.warning("controller reported an error while streaming: %s", mask_credentials(str(e)))
+            raise ControllerError(f"The controller LLM at {self._host} reported an error while answering.",
+                                  mask_credentials(str(e))) from None
+        except (openai.OpenAIError, httpx2.HTTPError, anyio.EndOfStream, OSError) as e:
+            raise self._error(e) from None
         finally:
-            close = getattr(stream, "close", None)
-            if close is not None:
-                await close()
+            await response.close()
 
     def _not_chat(self, what: str) -> ControllerError:
         log.warning("controller answered with %s, not a chat completion", what)

@@ -99,3 +99,39 @@ def test_a_server_without_streaming_still_plans_and_answers(controller, tmp_path
     assert p.returncode == 0, p.stderr
     assert "Plan: 3 tasks" in p.stdout and "Plan (still being written" not in p.stdout
     assert "All three are done." in p.stdout
+
+
+@pytest.mark.slow
+def test_an_error_event_in_the_streamed_answer_is_one_sentence_and_exit_4(controller, tmp_path):
+    controller.plan = _plan(("image-classification", [-1], {"image": "image-1"}))
+    controller.answer, controller.chunks = "The photo shows a cat sitting on a rug.", 8
+    controller.stream_error = ("response-generation", 3)
+    p = _run(controller, tmp_path, "--json", "Classify this photo")
+    assert p.returncode == 4, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["results"]["0"]["status"] == "ok"  # what finished is kept
+    assert doc["status"] == "error" and "reported an error while answering" in doc["error"]
+    assert "Traceback" not in p.stderr and "overloaded" not in doc["error"]  # the server's words go to the log
+
+
+@pytest.mark.slow
+def test_an_error_event_while_planning_is_a_controller_error(controller, tmp_path):
+    controller.plan, controller.chunks = CHAIN, 10
+    controller.stream_error = ("task-planning", 2)
+    p = _run(controller, tmp_path, "What is in this photo? Say it aloud, and describe it too.")
+    assert p.returncode == 4, p.stderr
+    assert "reported an error while answering" in p.stderr and "Traceback" not in p.stderr
+
+
+async def test_tokens_reported_in_a_stream_are_counted(controller):
+    from pipeline.llm import Controller, Usage
+
+    controller.stream_usage, controller.chunks = True, 4
+    llm = Controller(model="m", base_url=controller.url, api_key="sk-test-0000", max_retries=0)
+    usage = Usage()
+    try:
+        text = "".join([d async for d in llm.stream_text([{"role": "user", "content": "hi"}], stage="response-generation", usage=usage)])
+    finally:
+        await llm.aclose()
+    assert text == controller.answer
+    assert (usage.prompt_tokens, usage.completion_tokens, usage.calls) == (120, 30, 1)

@@ -51,6 +51,8 @@ class FaultyController:
         self.expert_huge = 0
         self.expert_garbage = False
         self.no_stream = False
+        self.stream_error: tuple[str, int] | None = None  # (stage, chunks sent before an {"error": ...} event)
+        self.stream_usage = False  # end streams with a usage chunk, as servers do for include_usage
         self.requests: list[dict[str, Any]] = []
         self.url = ""
         self.port = 0
@@ -161,7 +163,7 @@ class FaultyController:
             text = self.answer
         if body.get("stream"):
             plan = stage == "task-planning" and self.plan_trickle is not None
-            return await self._stream(request, text, self.plan_trickle if plan else self.trickle)
+            return await self._stream(request, text, self.plan_trickle if plan else self.trickle, stage)
         await asyncio.sleep(self.trickle)
         return web.json_response(_completion(text))
 
@@ -172,18 +174,26 @@ class FaultyController:
                 return answers[min(n, len(answers)) - 1]
         return self.plan
 
-    async def _stream(self, request: web.Request, text: str, trickle: float) -> web.StreamResponse:
+    async def _stream(self, request: web.Request, text: str, trickle: float, stage: str = "") -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         size = max(1, -(-len(text) // max(1, self.chunks)))
         try:
-            for i in range(0, len(text), size):
+            for k, i in enumerate(range(0, len(text), size)):
                 await asyncio.sleep(trickle)
+                if self.stream_error == (stage, k):
+                    error = {"error": {"message": "The model is overloaded", "type": "server_error", "code": None}}
+                    await resp.write(f"data: {json.dumps(error)}\n\n".encode())
+                    return resp
                 chunk = {
                     "id": "c1", "object": "chat.completion.chunk", "created": 0, "model": "faulty",
                     "choices": [{"index": 0, "delta": {"content": text[i:i + size]}, "finish_reason": None}],
                 }
                 await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            if self.stream_usage:
+                usage = {"id": "c1", "object": "chat.completion.chunk", "created": 0, "model": "faulty", "choices": [],
+                         "usage": {"prompt_tokens": 120, "completion_tokens": 30, "total_tokens": 150}}
+                await resp.write(f"data: {json.dumps(usage)}\n\n".encode())
             await resp.write(b"data: [DONE]\n\n")
         except (ConnectionError, RuntimeError):
             pass
