@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 
+from . import prompts
 from .errors import ControllerError, DeadlineError, HuggingGPTError
 from .execution import ExecutionLimits, ExecutionRun, Executor
 from .experts.base import ExpertRunner, RunnerKind
@@ -69,6 +70,7 @@ class Pipeline:
         self._served: frozenset[str] | None = None
         self._served_at = float("-inf")
         self._asking: asyncio.Task[frozenset[str]] | None = None
+        prompts.warm()  # templates compiled at start-up, not inside the first run
 
     def refresh_served_tasks(self) -> asyncio.Task[frozenset[str]]:
         """Start asking which tasks are served (Hub look-ups), unless that is under way; the bot

@@ -57,8 +57,8 @@ def complete_records(text: str) -> list[Any]:
     # The last record is complete too when closing the list (and the object) makes valid JSON:
     # its closing brace has arrived, though the list's own "]" has not.
     body = text[min(starts):].rstrip().rstrip("`").rstrip().rstrip(",")
-    closing = "]}" if isinstance(doc, dict) else "]"
-    for candidate in (body, body + closing):
+    closings = ("", "}", "]}") if isinstance(doc, dict) else ("", "]")  # "}": the list's "]" came, the object's "}" not
+    for candidate in (body + closing for closing in closings):
         try:
             whole = jiter.from_json(candidate.encode())
         except ValueError:

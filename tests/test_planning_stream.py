@@ -29,6 +29,13 @@ def test_only_records_followed_by_another_are_complete():
     assert complete_records('{"tasks": [{"task": "a", "id": 0,') == []  # a comma inside it is no end
     assert complete_records('{"tasks": [{"task": "a", "id": 0}') == [{"task": "a", "id": 0}]  # it has
     assert complete_records('{"tasks": [{"task": "a", "id": 0}}') == []  # not JSON once closed
+    # every prefix of a whole plan from its last record's brace on holds that record: the list's
+    # "]" arriving before the object's "}" must not hide it until the very last byte
+    whole = '{"tasks": [{"task": "a", "id": 0, "args": {"image": "image-1"}}]}'
+    brace = whole.index("}}") + 2
+    assert all(complete_records(whole[:k]) == [{"task": "a", "id": 0, "args": {"image": "image-1"}}]
+               for k in range(brace, len(whole) + 1))
+    assert all(complete_records(whole[:k]) == [] for k in range(brace))
     assert complete_records('```json\n{"tasks": [{"task": "a", "id": 0}]}\n```') == [{"task": "a", "id": 0}]
     assert complete_records('{"tasks": "none"}') == [] and complete_records("no JSON here") == []
 
