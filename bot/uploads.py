@@ -1,6 +1,6 @@
 """Checks of the files users send, before anything else sees them.
 
-The type is sniffed from the content (magic bytes, Pillow, ``ffprobe``), never taken from the
+The type is sniffed from the content (magic bytes, Pillow, FFmpeg's demuxers through PyAV), never taken from the
 user's label; a file whose content is another kind than its label is refused.
 """
 
@@ -15,14 +15,14 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-import aiofiles.tempfile
+import av
 from PIL import Image, UnidentifiedImageError
 
 from pipeline.planning import MAX_TEXT_ARG
-from pipeline.media import PixelLimitError, decode_text, extension_for, image_size_checked, sniff
+from pipeline.media import PixelLimitError, decode_text, image_size_checked, sniff
 from pipeline.types import Modality
 
-from .errors import InputError, StorageError
+from .errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -197,69 +197,52 @@ def _check_image(data: bytes, label: str, max_pixels: int = DEFAULT_MAX_PIXELS) 
     return _PIL_MIME.get(fmt, f"image/{fmt.lower() or 'unknown'}"), w, h
 
 
-async def ffprobe(path: Path, timeout: float = 20.0) -> dict:
-    """Run ``ffprobe`` on a file and return its JSON description.
+PROBE_OPTIONS = {"probesize": str(5 * MiB), "analyzeduration": str(5_000_000)}
+"""FFmpeg demuxer options for probing: read at most 5 MiB and 5 s of media to find the streams
+(FFmpeg's ``probesize`` in bytes and ``analyzeduration`` in microseconds), so a crafted file
+cannot make the probe read forever."""
+
+
+def _probe(source: bytes | Path) -> dict:
+    with av.open(io.BytesIO(source) if isinstance(source, bytes) else str(source), options=PROBE_OPTIONS) as c:
+        streams = []
+        for st in c.streams:
+            entry: dict = {"codec_type": st.type,
+                           "duration": float(st.duration * st.time_base) if st.duration and st.time_base else None,
+                           "disposition": {"attached_pic": int(bool(st.disposition & av.stream.Disposition.attached_pic))}}
+            if st.type == "video":
+                entry.update(width=st.codec_context.width, height=st.codec_context.height)
+            streams.append(entry)
+        duration = c.duration / av.time_base if c.duration else None
+        return {"format": {"format_name": c.format.name, "duration": duration}, "streams": streams}
+
+
+async def probe(source: bytes | Path, timeout: float = 20.0) -> dict:
+    """Describe an audio or video file's streams in process, with the FFmpeg libraries (PyAV),
+    in a worker thread: no ``ffprobe`` process and no temporary file per upload.
 
     Args:
-        path: the audio or video file.
-        timeout: seconds before ffprobe is killed (a crafted file can make it hang).
+        source: the file's bytes, or its path.
+        timeout: seconds to wait for the probe (bounded anyway by :data:`PROBE_OPTIONS`).
 
     Returns:
-        ffprobe's ``-show_format -show_streams`` JSON: ``{"format": {...}, "streams": [...]}``
-        (``{}`` when it prints nothing).
+        The fields of ``ffprobe -show_format -show_streams`` this project reads:
+        ``{"format": {"format_name", "duration"}, "streams": [{"codec_type", "duration",
+        "disposition": {"attached_pic"}, "width", "height"}]}``; durations in seconds (``None``
+        when unknown), sizes in pixels.
 
     Raises:
-        InputError: ffprobe cannot read the file, prints invalid JSON, or exceeds ``timeout``.
-        StorageError: ffprobe is not installed.
+        InputError: the FFmpeg libraries cannot read it, or the probe exceeds ``timeout``.
     """
     try:
-        proc = await asyncio.create_subprocess_exec(
-            "ffprobe", "-v", "error", "-print_format", "json", "-show_format", "-show_streams", str(path),
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )
-    except FileNotFoundError as exc:  # pragma: no cover - environment problem
-        log.error("ffprobe is not installed: %s", exc)
-        raise StorageError("The media tools (ffprobe) are not installed on the bot's host.", str(exc)) from exc
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    except (asyncio.TimeoutError, asyncio.CancelledError) as exc:
-        if proc.returncode is None:
-            proc.kill()
-        await proc.wait()
-        if isinstance(exc, asyncio.CancelledError):
-            raise
+        return await asyncio.wait_for(asyncio.to_thread(_probe, source), timeout)
+    except TimeoutError:
         raise InputError(
             "The file could not be read as audio or video: inspecting it took too long.",
-            f"ffprobe timed out after {timeout:g} s on {path}",
+            f"probe timed out after {timeout:g} s",
         ) from None
-    if proc.returncode != 0:
-        raise InputError("The file could not be read as audio or video.", f"ffprobe: {err.decode(errors='replace')[:300]}")
-    try:
-        return json.loads(out or b"{}")
-    except json.JSONDecodeError as exc:
-        raise InputError("The file could not be read as audio or video.", f"ffprobe output: {exc}") from exc
-
-
-async def probe_bytes(data: bytes, suffix: str = "") -> dict:
-    """:func:`ffprobe` for in-memory data.
-
-    The bytes go to a named temporary file first (MP4 needs seeking, so a pipe will not do),
-    written with ``aiofiles`` and removed afterwards, also on error or cancellation.
-
-    Args:
-        data: the file's bytes.
-        suffix: extension for the temporary file (``".mp4"``), a hint for ffprobe.
-
-    Returns:
-        As :func:`ffprobe`.
-
-    Raises:
-        InputError, StorageError: as :func:`ffprobe`.
-    """
-    async with aiofiles.tempfile.NamedTemporaryFile("wb", prefix="hg-probe-", suffix=suffix) as f:
-        await f.write(data)
-        await f.flush()
-        return await ffprobe(Path(f.name))
+    except (av.FFmpegError, OSError, ValueError) as exc:
+        raise InputError("The file could not be read as audio or video.", f"FFmpeg: {exc}") from exc
 
 
 def _duration(info: dict, stream: dict) -> float | None:
@@ -288,7 +271,7 @@ async def inspect_upload(
     (sniffed from the bytes), or a text file (``.txt``, ``.md``, ``.csv``, ``.tsv``, ``.json``, or
     a ``text/*`` type, or unlabelled text: UTF-8 or UTF-16 with a byte-order mark, no binary
     content, at most ``max_text_bytes``); HTML, XML, PDF and ZIP are refused; it decodes (Pillow ``verify`` and ``load``
-    for images, an ``ffprobe`` stream with a duration for audio/video); the user's label (MIME type
+    for images, an audio or video stream with a duration found by :func:`probe`); the user's label (MIME type
     or file extension) does not claim another kind than the content (a ``.png`` that is really a
     JPEG is fine: the content wins).
 
@@ -347,7 +330,7 @@ async def inspect_upload(
         mime, width, height = await asyncio.to_thread(_check_image, data, label, max_pixels)
     else:
         try:
-            info = await probe_bytes(data, suffix=extension_for(mime))
+            info = await probe(data)
         except InputError as exc:
             raise InputError(f"The {label} could not be read as {kind}; it may be truncated or corrupt.", str(exc)) from exc
         streams = info.get("streams", [])
@@ -367,10 +350,10 @@ async def inspect_upload(
                 )
             stream = audio[0]
         else:
-            raise InputError(f"The {label} has no audio or video stream.", f"ffprobe streams: {streams}")
+            raise InputError(f"The {label} has no audio or video stream.", f"streams: {streams}")
         duration = _duration(info, stream)
         if duration is None:
-            raise InputError(f"The {label} could not be decoded: its length is unknown.", f"ffprobe: {info.get('format')}")
+            raise InputError(f"The {label} could not be decoded: its length is unknown.", f"format: {info.get('format')}")
 
     claimed, source = _declared_kind(name, declared_mime)
     if claimed and claimed != kind and not (sniffed.container and {claimed, kind} == {"audio", "video"}):

@@ -19,7 +19,7 @@ from PIL import Image
 from bot.incoming import IncomingFile
 from bot.service import Service
 from bot.settings import load_settings
-from bot.uploads import ffprobe
+from bot.uploads import probe
 from pipeline.catalog.availability import Availability
 from pipeline.catalog.models import ModelCard
 from pipeline.errors import ExpertError
@@ -129,7 +129,7 @@ async def test_recorded_text(hub_for, sink, name, task, field):
         args: dict = {"image": await stored_upload(sink, it.request_body, "photo.png", None)}
     elif task == "automatic-speech-recognition":
         audio = await stored_upload(sink, it.request_body, "speech.flac", None)
-        info = await ffprobe(audio.path)  # the recorded speech is real audio that decodes
+        info = await probe(audio.path)  # the recorded speech is real audio that decodes
         assert any(s["codec_type"] == "audio" for s in info["streams"]) and float(info["format"]["duration"]) > 1
         args = {"audio": audio}
     else:

@@ -19,7 +19,7 @@ from tests.conftest import stored_upload
 from pipeline.errors import ExpertError
 from pipeline.experts.hub import ExpertSettings, HubRunner
 from pipeline.experts.local import LOCAL_MODEL, LocalRunner
-from bot.uploads import ffprobe
+from bot.uploads import probe
 from pipeline.tasks import TASKS
 
 TOKEN = "hf_sandboxSECRETtoken123"
@@ -257,7 +257,7 @@ async def test_text_to_video_is_a_real_mp4(experts, sink):
     out = await experts.run("text-to-video", MODELS["text-to-video"], {"text": "a green rocket"}, sink, task_id=1)
     (video,) = out.files
     assert video.kind == "video" and video.mime == "video/mp4"
-    info = await ffprobe(video.path)
+    info = await probe(video.path)
     stream = next(s for s in info["streams"] if s["codec_type"] == "video")
     assert (stream["width"], stream["height"]) == (160, 128)
     assert float(info["format"]["duration"]) > 1.0
@@ -277,7 +277,7 @@ async def decodes(resource) -> bool:
         with Image.open(resource.path) as im:
             im.load()
             return im.width > 0 and im.height > 0
-    info = await ffprobe(resource.path)
+    info = await probe(resource.path)
     return any(s["codec_type"] == resource.kind for s in info["streams"])
 
 
