@@ -154,6 +154,8 @@ class Progress:
             for tid, res in record.results.items():
                 if tid in self.tasks and self.tasks[tid].state in ("waiting", "running"):
                     self._finish_task(tid, res.status, res.model, res.error, now)
+                    if record.stopped and res.status == "failed":  # cut short by the user's Stop
+                        self.tasks[tid].state = "stopped"
             for line in self.tasks.values():  # started early, then the run ended without them
                 if line.state in ("waiting", "running"):
                     line.state, line.finished = "stopped", now

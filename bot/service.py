@@ -115,8 +115,12 @@ class Service:
         *,
         key: ConversationKey | None = None,
         user: str | None = None,
+        stop: asyncio.Event | None = None,
     ) -> AsyncIterator[Event]:
         """Run one turn; see the module docstring and ``pipeline.core.Pipeline.run``.
+
+        ``stop``: set it to stop the run (a Stop button, Ctrl-C): the answer covers what finished
+        and the turn is stored with it (``record.stopped``).
 
         Raises:
             InputError: before the first event, if a file is unusable or the text names a resource
@@ -135,16 +139,17 @@ class Service:
                 await sink.add(f.data, kind=i.kind, mime=i.mime, origin="user", description=i.description, name=f.name)
                 for f, i in zip(files, infos)
             ]
-            async for event in self.pipeline.run(Request(text=text, files=stored), sink):
+            async for event in self.pipeline.run(Request(text=text, files=stored), sink, stop=stop):
                 yield event
             return
         async with self._locks.lock(key.as_string()):  # taken first: a thread's turns keep their order of arrival
             infos = await self._inspect(files)
-            async for event in self._conversation_turn(key, text, list(zip(files, infos)), user):
+            async for event in self._conversation_turn(key, text, list(zip(files, infos)), user, stop):
                 yield event
 
     async def _conversation_turn(
-        self, key: ConversationKey, text: str, files: list[tuple[IncomingFile, Inspected]], user: str | None
+        self, key: ConversationKey, text: str, files: list[tuple[IncomingFile, Inspected]], user: str | None,
+        stop: asyncio.Event | None = None,
     ) -> AsyncIterator[Event]:
         conv = await self.store.get_or_create(key)
         history, earlier = await self.store.context(conv, self.settings.storage.context_tokens)
@@ -166,7 +171,7 @@ class Service:
             if me is not None:
                 self._inflight.add(me)
             try:
-                async for event in self.pipeline.run(request, self.store.sink(conv, turn)):
+                async for event in self.pipeline.run(request, self.store.sink(conv, turn), stop=stop):
                     if isinstance(event, Done):
                         record = event.record
                         await self.store.finish_turn(conv, turn, record)

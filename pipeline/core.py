@@ -13,7 +13,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 
 from . import prompts
-from .errors import ControllerError, DeadlineError, HuggingGPTError
+from .errors import ControllerError, DeadlineError, HuggingGPTError, StoppedError
 from .execution import ExecutionLimits, ExecutionRun, Executor
 from .experts.base import ExpertRunner, RunnerKind
 from .llm import Controller, Usage
@@ -139,7 +139,7 @@ class Pipeline:
     def _hub_unreachable(self) -> bool:
         return bool(getattr(self.selector.availability, "hub_unreachable", False))
 
-    async def run(self, request: Request, sink: ResourceSink) -> AsyncIterator[Event]:
+    async def run(self, request: Request, sink: ResourceSink, *, stop: asyncio.Event | None = None) -> AsyncIterator[Event]:
         """Run one request through the four stages, within the run's deadline.
 
         The deadline (``limits.deadline`` seconds from the call) covers the whole run: task
@@ -152,13 +152,18 @@ class Pipeline:
         Args:
             request: the request (its files already checked and stored).
             sink: where generated files are stored.
+            stop: set by a front end when the user stops the run (a Stop button, Ctrl-C once). Like
+                a deadline passing now: tasks in flight are cancelled (``failed``, "Stopped before
+                it finished."), and the answer is written without the controller from what finished
+                (cut where it was if it was streaming); stopped during planning, the run ends with
+                a :class:`StoppedError` sentence. ``record.stopped`` is set.
 
         Yields:
             ``PlanReady``, then per task ``ModelSelected`` / ``TaskStarted`` / ``TaskFinished`` |
             ``TaskFailed`` | ``TaskSkipped`` as they happen, then ``ResponseDelta`` pieces, and
             always a final ``Done`` whose record has ``status`` ``"ok"`` (every task succeeded),
             ``"partial"`` (answered, but a task failed or was skipped or the deadline passed) or
-            ``"error"`` (with the user's sentence in ``error``), and ``deadline_passed``.
+            ``"error"`` (with the user's sentence in ``error``), and ``deadline_passed``/``stopped``.
 
         Cancellation (Ctrl-C, shutdown) propagates after in-flight tasks are cancelled.
         """
@@ -193,8 +198,10 @@ class Pipeline:
             planner = asyncio.create_task(self._plan(request, available, usage, run, queue.put_nowait, end, record))
             work: asyncio.Task | None = None
             try:
-                async for event in _events_until(queue, planner):
+                async for event in _events_until(queue, planner, stop):
                     yield event
+                if planner.cancelled():  # the user stopped it (_events_until cancelled it)
+                    raise StoppedError("You stopped this run before its plan was ready.")
                 tasks = planner.result()
                 record.tasks = tasks
                 record.timings_ms["planning"] = (time.monotonic() - t0) * 1000
@@ -203,7 +210,7 @@ class Pipeline:
                     stage = "task execution"
                     for t in tasks:
                         run.start(t)
-                    work = asyncio.create_task(run.finish())
+                    work = asyncio.create_task(run.finish(stop))
                     async for event in _events_until(queue, work):
                         yield event
                     record.selections, record.results = work.result()
@@ -227,9 +234,10 @@ class Pipeline:
             stage = "response generation"
             t2 = time.monotonic()
             parts: list[str] = []
+            stopped = stop is not None and stop.is_set()
             if loop.time() >= end:
                 record.deadline_passed = True
-            else:
+            elif not stopped:
                 stream = self.controller.stream_text(
                     response_messages(request, tasks, record.selections, record.results),
                     stage="response-generation", usage=usage,
@@ -237,8 +245,11 @@ class Pipeline:
                 try:
                     while True:
                         try:
-                            delta = await asyncio.wait_for(anext(stream), timeout=max(0.0, end - loop.time()))
+                            delta = await _next_or_stop(stream, end - loop.time(), stop)
                         except StopAsyncIteration:
+                            break
+                        if delta is None:
+                            stopped = True
                             break
                         parts.append(delta)
                         yield ResponseDelta(delta)
@@ -246,7 +257,13 @@ class Pipeline:
                     record.deadline_passed = True
                 finally:
                     await stream.aclose()
-            if record.deadline_passed:
+            if stopped:
+                tail = ("\n\n(You stopped this run while this answer was being written; it is cut here.)" if parts
+                        else fallback_answer(tasks, record.selections, record.results,
+                                             "You stopped this run; here is what finished."))
+                parts.append(tail)
+                yield ResponseDelta(tail)
+            elif record.deadline_passed:
                 note = f"The run's deadline of {deadline:g} seconds passed"
                 if parts:
                     tail = f"\n\n({note} while this answer was being written; it is cut here.)"
@@ -262,13 +279,14 @@ class Pipeline:
             if not record.response:
                 raise ControllerError("The controller LLM returned an empty answer.")
             unfinished = [t for t in tasks if record.results.get(t.id) is None or record.results[t.id].status != "ok"]
-            record.status = "partial" if unfinished or record.deadline_passed else "ok"
+            record.status = "partial" if unfinished or record.deadline_passed or stopped else "ok"
         except HuggingGPTError as e:
             record.status = "error"
             record.error = e.user_message
             record.failure = e
             record.deadline_passed = record.deadline_passed or isinstance(e, DeadlineError)
             log.warning("run failed during %s: %s", stage, e)
+        record.stopped = stop is not None and stop.is_set()
         record.llm_calls = usage.calls
         record.http_attempts = usage.http_attempts
         record.timings_ms["total"] = (time.monotonic() - t0) * 1000
@@ -282,12 +300,52 @@ def _discarded_note(item: PlanDiscarded) -> str:
             "early were stopped and the controller was asked to fix the plan.")
 
 
-async def _events_until(queue: asyncio.Queue[Event], job: asyncio.Task) -> AsyncIterator[Event]:
-    """Events put on ``queue`` until ``job`` is done and the queue is empty."""
-    while not job.done() or not queue.empty():
-        getter = asyncio.ensure_future(queue.get())
-        await asyncio.wait({getter, job}, return_when=asyncio.FIRST_COMPLETED)
-        if getter.done():
-            yield getter.result()
-        else:
-            getter.cancel()
+async def _events_until(
+    queue: asyncio.Queue[Event], job: asyncio.Task, stop: asyncio.Event | None = None
+) -> AsyncIterator[Event]:
+    """Events put on ``queue`` until ``job`` is done and the queue is empty; if ``stop`` is set
+    first, ``job`` is cancelled (awaited) and the events so far are still yielded."""
+    stopping = asyncio.ensure_future(stop.wait()) if stop is not None else None
+    try:
+        while not job.done() or not queue.empty():
+            getter = asyncio.ensure_future(queue.get())
+            await asyncio.wait([f for f in (getter, job, stopping) if f is not None], return_when=asyncio.FIRST_COMPLETED)
+            if getter.done():
+                yield getter.result()
+            else:
+                getter.cancel()
+            if stopping is not None and stopping.done() and not job.done():
+                job.cancel()
+                await asyncio.gather(job, return_exceptions=True)
+                while not queue.empty():
+                    yield queue.get_nowait()
+                return
+    finally:
+        if stopping is not None:
+            stopping.cancel()
+
+
+async def _next_or_stop(stream: AsyncIterator[str], timeout: float, stop: asyncio.Event | None) -> str | None:
+    """The stream's next delta; ``None`` when ``stop`` is set first.
+
+    Raises:
+        StopAsyncIteration: the stream ended.
+        TimeoutError: ``timeout`` seconds passed first.
+    """
+    if stop is None:
+        return await asyncio.wait_for(anext(stream), timeout=max(0.0, timeout))
+    if stop.is_set():
+        return None
+    getting = asyncio.ensure_future(anext(stream))
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        done, _ = await asyncio.wait({getting, stopping}, timeout=max(0.0, timeout), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if getting in done:
+        return getting.result()
+    getting.cancel()
+    await asyncio.gather(getting, return_exceptions=True)
+    if stopping in done:
+        return None
+    raise TimeoutError

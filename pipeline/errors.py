@@ -33,6 +33,10 @@ class DeadlineError(HuggingGPTError):
     """The run's deadline (``[inference] deadline``, the whole run) passed before an answer existed."""
 
 
+class StoppedError(HuggingGPTError):
+    """The user stopped the run (a Stop button, Ctrl-C) before there was anything to answer with."""
+
+
 class ExpertError(HuggingGPTError):
     """An expert model call failed.
 

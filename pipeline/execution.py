@@ -263,12 +263,16 @@ class ExecutionRun:
         self.selections.clear()
         self.results.clear()
 
-    async def finish(self) -> tuple[dict[int, Selection], dict[int, TaskResult]]:
-        """Wait for every task that joined, until the deadline (``end``).
+    async def finish(self, stop: asyncio.Event | None = None) -> tuple[dict[int, Selection], dict[int, TaskResult]]:
+        """Wait for every task that joined, until the deadline (``end``) or ``stop`` is set.
+
+        Args:
+            stop: set by the front end when the user stops the run (a Stop button, Ctrl-C).
 
         Returns:
-            Selections and results by task id. A task unfinished at the deadline is cancelled and
-            ``failed`` with a sentence saying so.
+            Selections and results by task id. A task unfinished at the deadline or at the stop is
+            cancelled and ``failed`` with a sentence saying so (no event is emitted for a stopped
+            one: the front ends mark what was still running as stopped when the run ends).
 
         Raises:
             HuggingGPTError: an error that is not the model's (e.g. storage full while saving an
@@ -276,26 +280,35 @@ class ExecutionRun:
         """
         runners = list(self._runners.values())
         deadline = self.executor.limits.deadline
+        gathering = asyncio.gather(*runners)
+        stopping = asyncio.ensure_future(stop.wait()) if stop is not None else None
+        cut: str | None = None
+        stopped = False
         try:
             async with asyncio.timeout_at(self.end):
-                await asyncio.gather(*runners)
+                await asyncio.wait([f for f in (gathering, stopping) if f is not None], return_when=asyncio.FIRST_COMPLETED)
+            if gathering.done():
+                gathering.result()  # an error that is not the model's ends the run
+            else:
+                cut, stopped = "Stopped before it finished.", True
         except TimeoutError:
-            for r in runners:
-                if not r.done():
-                    r.cancel()
-            await asyncio.gather(*runners, return_exceptions=True)
-            for tid in self.tasks:
-                res = self.results.get(tid)
-                if res is None or (res.status == "failed" and res.error is None):
-                    res = TaskResult(tid, "failed", error=f"The run's deadline of {deadline:g} seconds passed before task {tid} finished.")
-                    self.results[tid] = res
-                    self.emit(TaskFailed(res))
+            cut = f"The run's deadline of {deadline:g} seconds passed before task {{tid}} finished."
         finally:
+            if stopping is not None:
+                stopping.cancel()
             pending = [r for r in runners if not r.done()]
             for r in pending:
                 r.cancel()
-            if pending:
-                await asyncio.gather(*pending, return_exceptions=True)
+            if pending or not gathering.done():
+                await asyncio.gather(gathering, *pending, return_exceptions=True)
+        if cut is not None:
+            for tid in self.tasks:
+                res = self.results.get(tid)
+                if res is None or (res.status == "failed" and res.error is None):
+                    res = TaskResult(tid, "failed", error=cut.format(tid=tid))
+                    self.results[tid] = res
+                    if not stopped:
+                        self.emit(TaskFailed(res))
         return self.selections, self.results
 
     async def _run_one(self, task: Task) -> None:

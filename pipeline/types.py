@@ -316,6 +316,8 @@ class RunRecord:
             answer, but a task failed or was skipped, or the deadline cut the run short) or
             ``"error"`` (no answer; ``error`` says why).
         deadline_passed: the run's deadline passed (the answer, if any, covers what finished).
+        stopped: the user stopped the run (the answer, if any, covers what finished; the tasks
+            cut short have ``failed`` results saying so).
         error: one sentence for the user when ``status == "error"``.
         failure: the error that ended the run, when ``status == "error"`` (not in :meth:`to_json`;
             the command line maps its class to an exit status).
@@ -335,6 +337,7 @@ class RunRecord:
     failure: Exception | None = field(default=None, repr=False, compare=False)
     http_attempts: int = 0
     deadline_passed: bool = False
+    stopped: bool = False
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -359,6 +362,7 @@ class RunRecord:
             "status": self.status,
             "error": self.error,
             "deadline_passed": self.deadline_passed,
+            "stopped": self.stopped,
             "notes": list(self.notes),
             "tasks": [t.to_json() for t in self.tasks],
             "selections": {

@@ -52,7 +52,7 @@ def test_ctrl_c_at_the_prompt_clears_the_line_and_twice_leaves(tmp_path):
     assert "Traceback" not in (chat.before or "")
 
 
-def test_ctrl_c_during_a_run_stops_the_run_and_the_chat_goes_on(tmp_path):
+def test_ctrl_c_during_a_run_stops_it_with_what_finished_twice_abandons_it(tmp_path):
     c = FaultyController().start()
     try:
         c.plan = json.dumps({"tasks": [{"task": "image-to-text", "id": 0, "dep": [-1], "args": {"image": "image-1"}}]})
@@ -70,7 +70,17 @@ def test_ctrl_c_during_a_run_stops_the_run_and_the_chat_goes_on(tmp_path):
         chat.expect("image-to-text")
         chat.expect("running on")
         chat.sendintr()
-        chat.expect("Stopped this run", timeout=5)
+        chat.expect("Stopping this run", timeout=5)
+        # the answer covers what finished, and the task still running is stopped (how fast: the benchmark)
+        chat.expect("You stopped this run; here is what finished.", timeout=10)
+        chat.expect("you> ")
+        assert "task 0 (image-to-text): Stopped before it finished." in chat.before and "Traceback" not in chat.before
+        chat.sendline("describe this photo again")
+        chat.expect("running on")
+        chat.sendintr()
+        chat.expect("Stopping this run", timeout=5)
+        chat.sendintr()  # a second Ctrl-C does not wait for the run to wind down
+        chat.expect("Abandoned this run", timeout=5)
         chat.expect("you> ")
         chat.sendline("/quit")
         chat.expect(pexpect.EOF)

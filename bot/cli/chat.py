@@ -5,9 +5,10 @@ next message, ``/files`` lists the conversation's files, ``/new`` starts a new c
 ``/quit`` (or end of input) leaves. ``--conversation ID`` resumes a stored conversation after a
 restart, with its history and files.
 
-In a terminal, Ctrl-C at the prompt clears the line (a second Ctrl-C in a row leaves, status 130)
-and Ctrl-C during a run stops that run: finished tasks are kept, the turn is stored as stopped and
-the prompt comes back.
+In a terminal, Ctrl-C at the prompt clears the line (a second Ctrl-C in a row leaves, status 130).
+Ctrl-C during a run stops that run: tasks still running are cancelled, the answer covers what
+finished (written without the controller), the turn is stored with it and the prompt comes back; a
+second Ctrl-C abandons the run at once.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ class Interrupts:
     def __init__(self, out: TextIO) -> None:
         self.out = out
         self.run: asyncio.Task | None = None
+        self.stop: asyncio.Event | None = None
         self.prompt: asyncio.Future | None = None
         self.at_prompt_count = 0
         self.quit = False
@@ -71,8 +73,12 @@ class Interrupts:
 
     def _on_sigint(self) -> None:
         if self.run is not None and not self.run.done():
-            print("\nStopping this run…", file=self.out, flush=True)
-            self.run.cancel()
+            if self.stop is not None and not self.stop.is_set():
+                print("\nStopping this run… (Ctrl-C again to abandon it at once)", file=self.out, flush=True)
+                self.stop.set()
+            else:
+                print("\nAbandoning this run…", file=self.out, flush=True)
+                self.run.cancel()
             return
         self.at_prompt_count += 1
         if self.at_prompt_count >= 2:
@@ -128,8 +134,9 @@ def _resume_listing(turns: list[dict[str, Any]]) -> list[str]:
     return [line(turns[0]), f"  … {len(turns) - 4} more", *(line(t) for t in turns[-3:])]
 
 
-async def _events(service: Service, line: str, files: list[IncomingFile], key: ConversationKey) -> AsyncIterator[Any]:
-    async for event in service.handle(line, files, key=key, user="terminal"):
+async def _events(service: Service, line: str, files: list[IncomingFile], key: ConversationKey,
+                  stop: asyncio.Event | None = None) -> AsyncIterator[Any]:
+    async for event in service.handle(line, files, key=key, user="terminal", stop=stop):
         yield event
 
 
@@ -204,22 +211,24 @@ async def _loop(
             print(HELP, file=out)
             continue
 
+        stop = asyncio.Event()
+
         async def turn(text: str = line, files: list[IncomingFile] = list(pending)) -> None:
-            async for event in _events(service, text, files, key):
+            async for event in _events(service, text, files, key, stop):
                 renderer.render(event)
 
         run = asyncio.ensure_future(turn())
         if interrupts is not None:
-            interrupts.run = run
+            interrupts.run, interrupts.stop = run, stop
         try:
             await run
         except asyncio.CancelledError:
             if not run.cancelled():  # the chat itself is being cancelled
                 raise
-            print("Stopped this run; files it made so far stay in the conversation.", file=out)
+            print("Abandoned this run; files it made so far stay in the conversation.", file=out)
         except HuggingGPTError as e:
             print(f"Error: {e.user_message}", file=out)
         finally:
             if interrupts is not None:
-                interrupts.run = None
+                interrupts.run = interrupts.stop = None
         pending = []

@@ -66,8 +66,10 @@ DEADLINE = 7
 
 
 def record_exit_status(record: RunRecord) -> int:
-    """The exit status of a finished run: 7 when its deadline passed, else 0 for ``"ok"``, 6 for
+    """The exit status of a finished run: 130 when the user stopped it, 7 when its deadline passed, else 0 for ``"ok"``, 6 for
     ``"partial"``, and that of its error for ``"error"``."""
+    if record.stopped:
+        return INTERRUPTED
     if record.deadline_passed:
         return DEADLINE
     if record.status == "ok":

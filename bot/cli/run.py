@@ -1,9 +1,16 @@
-"""``hugginggpt run TEXT [--file PATH]... [--json] [--sandbox]``: one request end to end."""
+"""``hugginggpt run TEXT [--file PATH]... [--json] [--sandbox]``: one request end to end.
+
+Ctrl-C once stops the run: tasks still running are cancelled, the answer covers what finished
+(written without the controller) and the exit status is 130; a second Ctrl-C quits at once.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import json
+import signal
 import sys
 from typing import Any
 
@@ -36,15 +43,12 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
     files = [read_user_file(p) for p in args.file]
     service = await Service.create(settings)
     record: RunRecord | None = None
+    stop = asyncio.Event()
     try:
         renderer = TerminalRenderer(sys.stderr if args.json else sys.stdout)
-        async for event in service.handle(args.text, files):
-            if not args.json or args.verbose:
-                renderer.render(event)
-            elif isinstance(event, Done) and not event.record.answered:
-                renderer.finish(event.record)
-            if isinstance(event, Done):
-                record = event.record
+        with _ctrl_c_stops(stop):
+            events = [e async for e in _handle(service, args.text, files, stop, renderer, args)]
+        record = next((e.record for e in events if isinstance(e, Done)), None)
     finally:
         await service.close()
     if record is None:  # the pipeline always ends with Done; a bug otherwise
@@ -54,3 +58,35 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
         doc["exit_status"] = record_exit_status(record)
         print(json.dumps(doc, indent=2, ensure_ascii=False))
     return record_exit_status(record)
+
+
+@contextlib.contextmanager
+def _ctrl_c_stops(stop: asyncio.Event) -> Any:
+    """While active, the first SIGINT sets ``stop`` and gives Ctrl-C back its usual meaning (a
+    second one raises ``KeyboardInterrupt``: exit status 130 at once)."""
+    loop = asyncio.get_running_loop()
+
+    def first() -> None:
+        print("\nStopping this run… (Ctrl-C again to quit at once)", file=sys.stderr, flush=True)
+        stop.set()
+        loop.remove_signal_handler(signal.SIGINT)
+
+    try:
+        loop.add_signal_handler(signal.SIGINT, first)
+    except (NotImplementedError, RuntimeError, ValueError):  # no signals here (not the main thread)
+        yield
+        return
+    try:
+        yield
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+
+
+async def _handle(service: Service, text: str, files: list, stop: asyncio.Event, renderer: TerminalRenderer,
+                  args: argparse.Namespace) -> Any:
+    async for event in service.handle(text, files, stop=stop):
+        if not args.json or args.verbose:
+            renderer.render(event)
+        elif isinstance(event, Done) and not event.record.answered:
+            renderer.finish(event.record)
+        yield event
