@@ -21,6 +21,7 @@ from .incoming import ConversationKey, IncomingFile
 from .locks import ThreadLocks
 from .mentions import check_mentions
 from .settings import Settings
+from .store import feedback
 from .store import ConversationStore, LocalResourceSink, MediaStore, open_store
 from .uploads import Inspected, inspect_upload
 
@@ -107,6 +108,27 @@ class Service:
     async def conversation_id(self, key: ConversationKey) -> str:
         """The stored conversation id of ``key`` (created on first use)."""
         return await self.store.get_or_create(key)
+
+    async def start_over(self, key: ConversationKey) -> bool:
+        """The next turn of ``key`` starts a new conversation (a DM's "new"); the earlier one stays
+        stored under its id. Returns whether there was one.
+
+        Raises:
+            StorageError: the conversation store fails.
+        """
+        async with self._locks.lock(key.as_string()):  # after a turn in flight, never in its middle
+            return await self.store.retire(key) is not None
+
+    async def record_feedback(self, conversation_id: str, turn: int, verdict: str, user: str) -> bool:
+        """Store ``user``'s ``verdict`` (``"good"`` or ``"bad"``) on a stored turn; ``False`` when
+        the turn no longer exists or the verdict is not one of those.
+
+        Raises:
+            StorageError: the conversation store fails.
+        """
+        if verdict not in ("good", "bad"):
+            return False
+        return await feedback.record(self.store.database, conversation_id, turn, user, verdict)  # type: ignore[attr-defined]
 
     async def handle(
         self,

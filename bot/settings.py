@@ -158,6 +158,9 @@ class SlackSettings(Section):
     )
     rate_limit_per_minute: int = Field(6, ge=0, le=10_000, description="0: no limit")
     followups_without_mention: bool = True
+    admins: list[str] = Field(default_factory=list, description="user ids who may stop anyone's run")
+    streaming: bool = Field(True, description="the plan as task cards and the answer in a chat stream; "
+                            "false: a status message edited with chat.update")
 
 
 class Settings(BaseSettings):

@@ -168,7 +168,7 @@ class Pipeline:
         Cancellation (Ctrl-C, shutdown) propagates after in-flight tasks are cancelled.
         """
         usage = Usage()
-        record = RunRecord(request=request.text)
+        record = RunRecord(request=request.text, conversation_id=request.conversation_id, turn=request.turn)
         loop = asyncio.get_running_loop()
         t0, cpu0 = time.monotonic(), time.process_time()
         deadline = self.limits.deadline

@@ -322,6 +322,7 @@ class RunRecord:
         failure: the error that ended the run, when ``status == "error"`` (not in :meth:`to_json`;
             the command line maps its class to an exit status).
         notes: the :class:`Notice` sentences of the run, in order.
+        conversation_id, turn: the stored turn this run answers (``None`` outside a conversation).
     """
 
     request: str
@@ -339,6 +340,8 @@ class RunRecord:
     deadline_passed: bool = False
     stopped: bool = False
     notes: list[str] = field(default_factory=list)
+    conversation_id: str | None = None
+    turn: int | None = None
 
     @property
     def answered(self) -> bool:

@@ -42,6 +42,26 @@ class Harness:
             await resp.read()
             return resp.status, time.perf_counter() - t0
 
+    async def click(self, message, action_id: str, value: str, *, user: str = "U1") -> int:
+        """A user presses a button of ``message`` (a ``block_actions`` interaction payload, form
+        encoded and signed as Slack sends it); returns the HTTP status of the acknowledgement."""
+        from urllib.parse import urlencode
+
+        payload = {
+            "type": "block_actions", "team": {"id": self.slack.team_id}, "user": {"id": user, "team_id": self.slack.team_id},
+            "api_app_id": "A0APP", "token": "legacy-verification-token", "trigger_id": "1.2.3",
+            "container": {"type": "message", "message_ts": message.ts, "channel_id": message.channel, "is_ephemeral": False},
+            "channel": {"id": message.channel}, "message": {"ts": message.ts, "text": message.text},
+            "actions": [{"type": "button", "action_id": action_id, "block_id": "b", "value": value,
+                         "action_ts": str(time.time())}],
+        }
+        raw = urlencode({"payload": json.dumps(payload)})
+        headers = signed_headers(SECRET, raw)
+        headers["Content-Type"] = "application/x-www-form-urlencoded"
+        async with self.session.post(self.url, data=raw, headers=headers) as resp:
+            await resp.read()
+            return resp.status
+
     def mention(self, text: str, *, channel: str = CHANNEL, user: str = "U1", thread_ts: str | None = None,
                 files: list[dict] | None = None, channel_type: str = "channel") -> tuple[dict, dict, str]:
         """A user's mention as Slack stores it, and its two events (app_mention, message)."""

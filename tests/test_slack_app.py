@@ -71,11 +71,11 @@ async def test_mention_answered_once_in_thread_under_replays(h: Harness):
     await h.settle()
     replies = h.replies(ts)
     assert all(m.thread_ts == ts for m in replies)
-    status_msgs = [m for m in replies if m.edits]
-    assert len(status_msgs) == 1, [m.text for m in replies]
-    assert status_msgs[0].text.startswith(":white_check_mark: Done")
-    answers = [m for m in replies if not m.edits]
-    assert len(answers) == 1 and answers[0].text.strip()
+    # one reply: a chat stream with the plan as task cards, then the answer
+    (reply,) = replies
+    assert reply.display_mode == "plan" and not reply.streaming
+    assert reply.tasks["task-0"]["status"] == "complete" and reply.tasks["task-0"]["title"].startswith("text-to-image · ")
+    assert reply.text.strip() and "text-to-image" in reply.text
     # the generated image was uploaded into the thread and decodes
     files = h.slack.thread_files(CHANNEL, ts)
     assert len(files) == 1
@@ -85,9 +85,10 @@ async def test_mention_answered_once_in_thread_under_replays(h: Harness):
 
 
 async def test_progress_updates_show_plan_models_and_states(slack, tmp_path):
-    # the captioning model takes 0.4 s, long enough for the "running" state to be shown
+    # [slack] streaming = false (and the fallback when Slack refuses streams): a status message.
+    # The captioning model takes 0.4 s, long enough for the "running" state to be shown
     async with make_service(tmp_path, latency={"image-to-text": 0.4}) as svc:
-        h = await start_harness(slack, svc, tmp_path)
+        h = await start_harness(slack, svc, tmp_path, streaming=False)
         try:
             await _check_progress(h)
         finally:
@@ -157,13 +158,21 @@ async def test_mention_inside_existing_thread_answers_in_that_thread(h: Harness)
     await h.deliver(body)
     await h.settle()
     replies = h.replies(parent.ts)
-    assert len(replies) == 2 and all(m.thread_ts == parent.ts for m in replies)
+    assert len(replies) == 1 and all(m.thread_ts == parent.ts for m in replies)
     assert h.replies(ts) == []  # not a new thread under the mention itself
     assert len(h.slack.thread_files(CHANNEL, parent.ts)) == 1
 
 
-async def test_slack_rate_limit_on_posting_is_waited_out(h: Harness):
+async def test_slack_rate_limit_on_posting_is_waited_out(slack, service, tmp_path):
     """Slack answers 429 ratelimited to chat.postMessage once: the answer still arrives, once."""
+    h = await start_harness(slack, service, tmp_path, streaming=False)
+    try:
+        await _rate_limited(h)
+    finally:
+        await h.close()
+
+
+async def _rate_limited(h: Harness) -> None:
     h.slack.ratelimit_once.add("chat.postMessage")
     body, _, ts = h.mention("draw a picture of a red fox")
     await h.deliver(body)
@@ -276,7 +285,7 @@ async def test_direct_message(h: Harness):
     await h.deliver(body)
     await h.settle()
     replies = h.replies(ts, channel="D0DM")
-    assert len(replies) == 2
+    assert len(replies) == 1 and replies[0].tasks  # a DM stream needs no recipient
     assert h.slack.thread_files("D0DM", ts)
 
 
@@ -290,7 +299,7 @@ async def test_long_answer_split_into_thread_messages(h: Harness):
     code = "```python\n" + "\n".join(f"print({i!r})  # step {i}" for i in range(150)) + "\n```"
     md = "# Requests\n\n" + "\n".join(f"- **{i}**: {r}" for i, r in enumerate(reqs)) + "\n\n" + code
     _, _, ts = h.mention("list the requests")
-    await h.bot._deliver(CHANNEL, ts, RunRecord("list the requests", response=md))
+    await h.bot._deliver(CHANNEL, ts, RunRecord("list the requests", response=md), md)
     answers = h.replies(ts)
     assert len(answers) >= 3
     for m in answers:
@@ -309,9 +318,9 @@ async def test_backend_down_sentence(slack, tmp_path):
             body, _, ts = h.mention("draw a cat")
             await h.deliver(body)
             await h.settle()
-            (status,) = h.replies(ts)
-            assert status.text.startswith(":warning: Stopped:")
-            assert "controller" in status.text.lower()  # the service names the backend that is down
+            (reply,) = h.replies(ts)
+            assert "⚠️" in reply.text and not reply.streaming
+            assert "controller" in reply.text.lower()  # the service names the backend that is down
         finally:
             await h.close()
 

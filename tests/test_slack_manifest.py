@@ -19,4 +19,5 @@ def test_manifest_scopes_and_events():
     events = set(m["settings"]["event_subscriptions"]["bot_events"])
     assert {"app_mention", "message.channels", "message.groups", "message.im"} <= events
     assert m["settings"]["socket_mode_enabled"] is True
+    assert m["settings"]["interactivity"]["is_enabled"] is True  # Stop and feedback buttons (block_actions)
     assert "request_url" not in m["settings"]["event_subscriptions"]  # Socket Mode manifest

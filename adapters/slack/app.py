@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import aiohttp
@@ -34,7 +33,6 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.editor import MessageEditor
 from bot.admission import Admission, Requester
 from bot.limits import SeenKeys
 from bot.progress import Progress
@@ -45,20 +43,18 @@ from pipeline.errors import HuggingGPTError
 from pipeline.types import Done, RunRecord
 
 from . import io as slack_io
-from .logic import (
-    render_status,
-    classify_message,
-    escape_slack,
-    split_text,
-    strip_mentions,
-    to_mrkdwn,
-    unescape_slack,
-)
+from .live import LiveReply, answer_messages
+from .live import FEEDBACK_ACTION, STOP_ACTION
+from .logic import classify_message, escape_slack, key_for, strip_mentions, unescape_slack, wants_new_conversation
 
 log = logging.getLogger(__name__)
 
 BACKEND_DOWN = "Something went wrong on my side and the request stopped; please try again in a few minutes."
 RESTARTING = ":warning: I was restarted before finishing this request; please ask again."
+STARTED_OVER = ("Starting a new conversation: the files and answers of our earlier messages are no longer used. "
+                "Send a request (with files if it needs them).")
+NOT_YOURS = "Only the person who asked (or a workspace admin of this bot) can stop this run."
+ALREADY_ENDED = "This run has already ended."
 EMPTY_REQUEST = "Mention me with a request, for example: `@HuggingGPT describe this photo` with an image attached."
 
 
@@ -101,6 +97,7 @@ class SlackBot:
         self.threads: TTLCache[tuple[str, str], bool] = TTLCache(maxsize=20_000, ttl=7 * 24 * 3600)
         self.stats = Stats()
         self.tasks: set[asyncio.Task] = set()
+        self.runs: dict[str, tuple[asyncio.Event, str]] = {}  # run id -> (its stop event, the requester)
         self.closing = False
         api = slack_io.origin_of(client.base_url)
         extra = {o for o in map(slack_io.origin_of, file_hosts) if o is not None}
@@ -172,61 +169,80 @@ class SlackBot:
             await self._say(channel, thread_ts, EMPTY_REQUEST)
             return
 
+        if wants_new_conversation(event, text):
+            try:
+                await self.service.start_over(key_for(team, channel, thread_ts, event))
+            except HuggingGPTError as e:
+                log.error("starting over in %s failed: %s", channel, e)
+                await self._say(channel, thread_ts, ":warning: " + escape_slack(e.user_message))
+                return
+            await self._say(channel, thread_ts, STARTED_OVER)
+            return
         self.stats.runs += 1
         self.threads[(channel, thread_ts)] = True
-        progress = Progress()
+        run_id = f"{channel}-{ts}"
+        stop = asyncio.Event()
+        self.runs[run_id] = (stop, user)
+        reply = LiveReply(self.client, channel, thread_ts, user=user, team=team, run_id=run_id,
+                          interval=self.update_interval, limiter=self.update_limiter, streaming=self.slack.streaming)
         try:
-            status_ts = await self.poster.post(channel, thread_ts, render_status(progress))
-        except HuggingGPTError as e:
-            log.error("cannot post in channel=%s: %s", channel, e)
+            await reply.start()
+        except SlackApiError as e:
+            self.runs.pop(run_id, None)
+            log.error("cannot post in channel=%s: %s", channel, slack_io.map_slack_error(e, "post a message"))
             return
-        status = MessageEditor(partial(self.poster.update, channel, status_ts), render_status(progress),
-                               interval=self.update_interval, limiter=self.update_limiter,
-                               name=f"{channel}/{status_ts}")
+        try:
+            await self._run(reply, text, event, key_for(team, channel, thread_ts, event), user, stop)
+        finally:
+            self.runs.pop(run_id, None)
+
+    async def _run(self, reply: LiveReply, text: str, event: dict[str, Any], key: ConversationKey, user: str,
+                   stop: asyncio.Event) -> None:
+        channel, thread_ts = reply.channel, reply.thread_ts
+        progress = Progress()
         record: RunRecord | None = None
         try:
             files = await self._download_files(event.get("files") or [])
             files = await self.service.check_files(files)
-            key = ConversationKey("slack", team, channel, thread_ts)
-            async for ev in self.service.handle(text, files, key=key, user=user):
+            async for ev in self.service.handle(text, files, key=key, user=user, stop=stop):
                 if isinstance(ev, Done):
                     record = ev.record
                 if progress.apply(ev) and not isinstance(ev, Done):
-                    status.set(render_status(progress))
+                    reply.show(progress)
         except HuggingGPTError as e:
             self.stats.errors += 1
             log.warning("request in %s/%s failed: %s", channel, thread_ts, e)
-            await status.close(":warning: " + escape_slack(e.user_message))
+            await reply.close_failed(":warning: " + escape_slack(e.user_message))
             return
         except asyncio.CancelledError:
-            await asyncio.shield(status.close(RESTARTING))
+            await asyncio.shield(reply.close_failed(RESTARTING))
             raise
         except Exception:
             self.stats.errors += 1
             log.exception("service failed on request in %s/%s", channel, thread_ts)
-            await status.close(":warning: " + BACKEND_DOWN)
+            await reply.close_failed(":warning: " + BACKEND_DOWN)
             return
         if record is None:
             self.stats.errors += 1
             log.error("service ended without Done for %s/%s", channel, thread_ts)
-            await status.close(":warning: " + BACKEND_DOWN)
+            await reply.close_failed(":warning: " + BACKEND_DOWN)
             return
+        reply.show(progress)
         if not record.answered:
             self.stats.errors += 1
             log.warning("run failed in %s/%s: %s", channel, thread_ts, record.error)
-            await status.close(render_status(progress))
+            await reply.finish(False, {})
             return
-        # The answer goes out at once; the final status edit may wait for chat.update's budget.
-        status.set(render_status(progress))
-        try:
-            await self._deliver(channel, thread_ts, record)
-        finally:
-            await asyncio.shield(status.close(render_status(progress)))
+        outputs = {tid: (r.output.text or "") for tid, r in record.results.items() if r.output is not None}
+        ref = f"{record.conversation_id}:{record.turn}" if record.conversation_id is not None else None
+        rest = await reply.finish(True, outputs, ref)
+        await self._deliver(channel, thread_ts, record, rest)
 
-    async def _deliver(self, channel: str, thread_ts: str, record: RunRecord) -> None:
-        """Post the answer (mrkdwn, split) and upload the generated files into the thread."""
+    async def _deliver(self, channel: str, thread_ts: str, record: RunRecord, text: str) -> None:
+        """Post what the stream did not carry of the answer (mrkdwn, split), then upload the
+        generated files into the thread."""
         try:
-            for chunk in split_text(to_mrkdwn(record.response)):
+            for chunk in answer_messages(text):
                 await self.poster.post(channel, thread_ts, chunk)
             self.stats.answers += 1
         except HuggingGPTError as e:
@@ -238,6 +254,45 @@ class SlackBot:
             except HuggingGPTError as e:
                 log.error("uploading %d files in %s/%s failed: %s", len(record.files), channel, thread_ts, e)
                 await self._say(channel, thread_ts, ":warning: " + escape_slack(e.user_message))
+
+    async def on_stop(self, body: dict[str, Any]) -> None:
+        """The Stop button (``block_actions``): the requester or a ``[slack] admins`` member stops
+        the run (it ends with what finished); anyone else, or a run that ended, gets an ephemeral
+        sentence."""
+        user = (body.get("user") or {}).get("id") or ""
+        action = next((a for a in body.get("actions") or [] if a.get("action_id") == STOP_ACTION), {})
+        run = self.runs.get(str(action.get("value") or ""))
+        channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get("channel_id") or ""
+        if run is None:
+            await self._whisper(channel, user, ALREADY_ENDED)
+            return
+        stop, requester = run
+        if user != requester and user not in self.slack.admins:
+            log.info("stop of run %s by %s refused (requester %s)", action.get("value"), user, requester)
+            await self._whisper(channel, user, NOT_YOURS)
+            return
+        log.info("run %s stopped by %s", action.get("value"), user)
+        stop.set()
+
+    async def on_feedback(self, body: dict[str, Any]) -> None:
+        """A feedback button on an answer: stored with the run's turn (``good`` / ``bad``)."""
+        user = (body.get("user") or {}).get("id") or ""
+        action = next((a for a in body.get("actions") or [] if a.get("action_id") == FEEDBACK_ACTION), {})
+        verdict, _, ref = str(action.get("value") or "").partition(" ")
+        conv, _, turn = ref.partition(":")
+        channel = (body.get("channel") or {}).get("id") or ""
+        try:
+            saved = turn.isdigit() and await self.service.record_feedback(conv, int(turn), verdict, user)
+        except HuggingGPTError as e:
+            log.warning("feedback on %s not stored: %s", ref, e)
+            saved = False
+        await self._whisper(channel, user, "Thanks for the feedback." if saved else ALREADY_ENDED)
+
+    async def _whisper(self, channel: str, user: str, text: str) -> None:
+        try:
+            await self.client.chat_postEphemeral(channel=channel, user=user, text=text)
+        except SlackApiError as e:
+            log.warning("cannot answer %s privately in %s: %s", user, channel, e.response.get("error"))
 
     async def _say(self, channel: str, thread_ts: str, text: str) -> None:
         try:
@@ -308,6 +363,16 @@ def register_listeners(app: AsyncApp, bot: SlackBot) -> None:
     @app.event("message")
     async def on_message(body: dict, event: dict, context: dict) -> None:
         bot.on_event(body, event, context.get("bot_user_id"), context.get("bot_id"))
+
+    @app.action(STOP_ACTION)
+    async def on_stop(ack: Any, body: dict) -> None:
+        await ack()
+        await bot.on_stop(body)
+
+    @app.action(FEEDBACK_ACTION)
+    async def on_feedback(ack: Any, body: dict) -> None:
+        await ack()
+        await bot.on_feedback(body)
 
     @app.error
     async def on_error(error: Exception, body: dict) -> None:

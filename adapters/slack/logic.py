@@ -20,6 +20,7 @@ from slackify_markdown import slackify_markdown
 
 from adapters.text import split_text as _split
 from adapters.text import utf8_len
+from bot.incoming import ConversationKey
 from bot.progress import Progress
 
 Clock = Callable[[], float]
@@ -244,3 +245,26 @@ def render_status(progress: Progress) -> str:
         hidden += 1
         out = "\n".join(lines) + f"\n…and {hidden} more task{'s' if hidden != 1 else ''}."
     return out if utf8_len(out) <= MESSAGE_LIMIT_BYTES else split_text(out, MESSAGE_LIMIT_BYTES)[0]
+
+
+DM_THREAD = "dm"
+"""The conversation key's thread part for a user's direct messages with the bot: every DM continues
+one conversation (its files and answers stay reachable) until the user starts over."""
+NEW_WORDS = frozenset({"new", "/new", "start over", "reset"})
+"""A direct message that is only one of these starts a new DM conversation."""
+
+
+def is_dm(event: dict[str, Any]) -> bool:
+    """Whether ``event`` is a direct message with the bot (``channel_type == "im"``)."""
+    return event.get("channel_type") == "im"
+
+
+def key_for(team: str, channel: str, thread_ts: str, event: dict[str, Any]) -> ConversationKey:
+    """The conversation a message belongs to: its thread in channels; the user's one DM
+    conversation (:data:`DM_THREAD`) in direct messages, threaded or not."""
+    return ConversationKey("slack", team, channel, DM_THREAD if is_dm(event) else thread_ts)
+
+
+def wants_new_conversation(event: dict[str, Any], text: str) -> bool:
+    """Whether a direct message asks to start over (:data:`NEW_WORDS`, files not attached)."""
+    return is_dm(event) and not event.get("files") and text.strip().lower().rstrip(".!") in NEW_WORDS

@@ -80,6 +80,11 @@ class ConversationStore(Protocol):
         """Return the key of a conversation id, or ``None`` if unknown."""
         ...
 
+    async def retire(self, key: ConversationKey) -> str | None:
+        """Detach ``key`` from its conversation so its next use starts a new one (the old one is
+        kept); the retired id, or ``None``."""
+        ...
+
     async def begin_turn(self, conversation_id: str, user_text: str, user: str | None) -> int:
         """Record a new turn with status ``"running"``; return its 0-based index."""
         ...

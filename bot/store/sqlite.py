@@ -101,8 +101,6 @@ class SQLiteStore:
         self.limits = (max_media_bytes, max_age_days)
         self.owner: Owner | None = None
 
-    # -- lifecycle -----------------------------------------------------------------------------
-
     async def open(self) -> None:
         """Create the data directory if needed, then open the database: refuse foreign or newer
         files, switch to WAL mode, apply pending migrations (:mod:`bot.store.migrations`); then
@@ -187,6 +185,13 @@ class SQLiteStore:
             (conversation_id,),
         )
         return ConversationKey(*rows[0]) if rows else None
+
+    async def retire(self, key: ConversationKey) -> str | None:
+        """See :meth:`ConversationStore.retire` (the old conversation keeps its id and turns)."""
+        async with self.database.lock, self.database.tx("starting a new conversation") as db:
+            sql = "UPDATE conversations SET key=key || '#retired-' || id WHERE key=? RETURNING id"
+            row = await (await db.execute(sql, (key.as_string(),))).fetchone()
+        return row[0] if row else None
 
     # -- turns ---------------------------------------------------------------------------------
 

@@ -46,7 +46,17 @@ METHOD_SCOPES = {
     "conversations.replies": "channels:history",
     "files.getUploadURLExternal": "files:write",
     "files.completeUploadExternal": "files:write",
+    "chat.startStream": "chat:write",
+    "chat.appendStream": "chat:write",
+    "chat.stopStream": "chat:write",
+    "chat.postEphemeral": "chat:write",
+    "assistant.threads.setStatus": "chat:write",
 }
+
+MARKDOWN_TEXT_LIMIT = 12_000
+"""Characters of ``markdown_text`` per streaming call (docs.slack.dev, chat.appendStream)."""
+TASK_STATUSES = ("pending", "in_progress", "complete", "error")
+"""``task_update`` chunk statuses (docs.slack.dev, text streaming)."""
 
 LOGIN_PAGE = b"<!DOCTYPE html><html><head><title>Slack</title></head><body>Sign in to your workspace</body></html>"
 
@@ -78,6 +88,13 @@ class Message:
     files: list[dict[str, Any]] = field(default_factory=list)
     edits: list[tuple[float, str]] = field(default_factory=list)  # (time.monotonic(), text)
     posted_at: float = 0.0
+    blocks: list[dict[str, Any]] = field(default_factory=list)
+    streaming: bool = False  # a chat stream still open (chat.startStream, before chat.stopStream)
+    display_mode: str | None = None
+    plan_title: str | None = None
+    tasks: dict[str, dict[str, Any]] = field(default_factory=dict)  # task card id -> its latest fields
+    task_updates: list[tuple[float, str, str]] = field(default_factory=list)  # (time.monotonic(), id, status)
+    appends: int = 0
 
 
 @dataclass
@@ -127,6 +144,9 @@ class SlackStandIn:
         self.acks: dict[str, float] = {}
         self.fail_methods: dict[str, str] = {}  # method -> error code to answer on every call
         self.ratelimit_once: set[str] = set()  # methods answered once with 429 + Retry-After: 0
+        self.close_streams_after: int | None = None  # appends a stream takes before the server closes it
+        self.statuses: list[tuple[float, str, str, str]] = []  # assistant.threads.setStatus: (time, channel, thread, status)
+        self.ephemeral: list[dict[str, Any]] = []  # chat.postEphemeral arguments, in order
         self._ts = itertools.count(1)
         self._changed = asyncio.Event()
         self._ws: list[web.WebSocketResponse] = []
@@ -319,8 +339,10 @@ class SlackStandIn:
                 return err("msg_too_long")
             channel = args["channel"]
             ts = self.new_ts()
+            blocks = args.get("blocks") or []
             msg = Message(channel, ts, text, self.bot_user_id, thread_ts=args.get("thread_ts") or None,
-                          bot_id=self.bot_id, posted_at=time.monotonic())
+                          bot_id=self.bot_id, posted_at=time.monotonic(),
+                          blocks=json.loads(blocks) if isinstance(blocks, str) else list(blocks))
             self.messages[(channel, ts)] = msg
             return ok(channel=channel, ts=ts, message={"type": "message", "text": text, "user": self.bot_user_id,
                                                         "bot_id": self.bot_id, "ts": ts, "thread_ts": msg.thread_ts})
@@ -338,7 +360,18 @@ class SlackStandIn:
                 return web.json_response({"ok": False, "error": "ratelimited"}, status=429, headers={"Retry-After": "1"})
             msg.edits.append((now, text))
             msg.text = text
+            if "blocks" in args:
+                blocks = args["blocks"]
+                msg.blocks = json.loads(blocks) if isinstance(blocks, str) else list(blocks or [])
             return ok(channel=msg.channel, ts=msg.ts, text=text)
+        if method in ("chat.startStream", "chat.appendStream", "chat.stopStream"):
+            return self._stream(method, args, ok, err)
+        if method == "assistant.threads.setStatus":
+            self.statuses.append((time.monotonic(), args["channel_id"], args["thread_ts"], args.get("status") or ""))
+            return ok()
+        if method == "chat.postEphemeral":
+            self.ephemeral.append(dict(args))
+            return ok(message_ts=self.new_ts())
         if method == "conversations.replies":
             thread = self.thread(args["channel"], args["ts"])
             if not thread:
@@ -364,6 +397,70 @@ class SlackStandIn:
                 out.append({"id": stored.id, "name": stored.name, "title": stored.title})
             return ok(files=out)
         return err("unknown_method", status=404)
+
+    def _stream(self, method: str, args: dict[str, Any], ok: Callable[..., web.Response],
+                err: Callable[..., web.Response]) -> web.Response:
+        """chat.startStream / appendStream / stopStream with Slack's rules: a stream replies in a
+        thread; in a channel (not a DM) it needs recipient_user_id and recipient_team_id;
+        markdown_text at most 12,000 characters per call; chunks of the documented types; a
+        stream the server closed (``close_streams_after``) answers message_not_in_streaming_state."""
+        chunks = args.get("chunks") or []
+        chunks = json.loads(chunks) if isinstance(chunks, str) else chunks
+        text = args.get("markdown_text") or ""
+        pieces = [text] if text else []
+        for c in chunks:
+            kind = c.get("type")
+            if kind == "markdown_text":
+                pieces.append(c.get("text") or "")
+            elif kind == "task_update":
+                if not c.get("id") or not c.get("title") or c.get("status") not in TASK_STATUSES:
+                    return err("invalid_chunks")
+            elif kind == "plan_update":
+                if not c.get("title"):
+                    return err("invalid_chunks")
+            elif kind != "blocks":
+                return err("invalid_chunks")
+        if any(len(p) > MARKDOWN_TEXT_LIMIT for p in pieces):
+            return err("msg_too_long")
+        if method == "chat.startStream":
+            channel = args["channel"]
+            if not args.get("thread_ts"):
+                return err("invalid_arguments")
+            if not channel.startswith("D") and not (args.get("recipient_user_id") and args.get("recipient_team_id")):
+                return err("missing_recipient_team_id" if args.get("recipient_user_id") else "missing_recipient_user_id")
+            mode = args.get("task_display_mode")
+            if mode not in (None, "plan", "timeline"):
+                return err("invalid_arguments")
+            ts = self.new_ts()
+            msg = Message(channel, ts, "", self.bot_user_id, thread_ts=args["thread_ts"], bot_id=self.bot_id,
+                          posted_at=time.monotonic(), streaming=True, display_mode=mode)
+            self.messages[(channel, ts)] = msg
+        else:
+            msg = self.messages.get((args["channel"], args["ts"]))
+            if msg is None:
+                return err("message_not_found")
+            if not msg.streaming:
+                return err("message_not_in_streaming_state")
+            msg.appends += 1
+            if method == "chat.appendStream" and self.close_streams_after is not None and msg.appends > self.close_streams_after:
+                msg.streaming = False
+                return err("message_not_in_streaming_state")
+        now = time.monotonic()
+        msg.text += "".join(pieces)
+        for c in chunks:
+            if c.get("type") == "task_update":
+                msg.tasks[c["id"]] = {k: c.get(k) for k in ("title", "status", "details", "output")}
+                msg.task_updates.append((now, c["id"], c["status"]))
+            elif c.get("type") == "plan_update":
+                msg.plan_title = c["title"]
+            elif c.get("type") == "blocks":
+                msg.blocks.extend(c.get("blocks") or [])
+        if method == "chat.stopStream":
+            msg.streaming = False
+            blocks = args.get("blocks") or []
+            msg.blocks.extend(json.loads(blocks) if isinstance(blocks, str) else blocks)
+        msg.edits.append((now, msg.text))
+        return ok(channel=msg.channel, ts=msg.ts)
 
     async def _upload(self, request: web.Request) -> web.Response:
         fid = request.match_info["file_id"]
