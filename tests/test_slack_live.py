@@ -146,3 +146,11 @@ async def test_dms_remember_until_the_user_starts_over(slack, tmp_path):
             assert slack.thread_files("D0DM", ts4) == []
         finally:
             await h.close()
+
+
+async def test_the_live_benchmark_runs_and_prints_its_table(capsys):
+    from benchmarks import bench_live
+
+    await bench_live.run(2)
+    out = capsys.readouterr().out
+    assert "| plan ready → first task card | 2 |" in out and "| Stop pressed → run stopped" in out
