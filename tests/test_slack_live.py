@@ -154,3 +154,16 @@ async def test_the_live_benchmark_runs_and_prints_its_table(capsys):
     await bench_live.run(2)
     out = capsys.readouterr().out
     assert "| plan ready → first task card | 2 |" in out and "| Stop pressed → run stopped" in out
+
+
+async def test_opening_the_dm_suggests_what_the_bot_can_do_with_files(slack, tmp_path):
+    async with make_service(tmp_path) as svc:
+        h = await start_harness(slack, svc, tmp_path)
+        try:
+            opened = slack.event_body({"type": "app_home_opened", "user": "U1", "channel": "D0DM", "tab": "messages",
+                                       "event_ts": slack.new_ts()})
+            assert (await h.deliver(opened))[0] == 200
+            prompts = await slack.wait_for(lambda: slack.suggested.get("D0DM"))
+            assert [p["title"] for p in prompts][-1] == "Start over" and any("photo" in p["message"] for p in prompts)
+        finally:
+            await h.close()

@@ -55,6 +55,13 @@ STARTED_OVER = ("Starting a new conversation: the files and answers of our earli
                 "Send a request (with files if it needs them).")
 NOT_YOURS = "Only the person who asked (or a workspace admin of this bot) can stop this run."
 ALREADY_ENDED = "This run has already ended."
+SUGGESTED_PROMPTS = [
+    {"title": "Describe a photo", "message": "Describe this photo in as much detail as you can."},
+    {"title": "Transcribe and speak", "message": "Transcribe this recording, then read the text aloud in a clear voice."},
+    {"title": "Draw a picture", "message": "Draw a picture of a lighthouse at dawn, then describe what you drew."},
+    {"title": "Start over", "message": "new"},
+]
+"""Shown when a user opens the bot's DM: its file tasks, and how to start a new conversation."""
 EMPTY_REQUEST = "Mention me with a request, for example: `@HuggingGPT describe this photo` with an image attached."
 
 
@@ -288,6 +295,17 @@ class SlackBot:
             saved = False
         await self._whisper(channel, user, "Thanks for the feedback." if saved else ALREADY_ENDED)
 
+    async def on_home_opened(self, event: dict[str, Any]) -> None:
+        """The bot's DM opened (``app_home_opened``, ``tab == "messages"``): suggested prompts that
+        show what it can do with files (``assistant.threads.setSuggestedPrompts``)."""
+        if event.get("tab") != "messages" or not event.get("channel"):
+            return
+        try:
+            await self.client.assistant_threads_setSuggestedPrompts(
+                channel_id=event["channel"], title="Attach a file, or just ask:", prompts=SUGGESTED_PROMPTS)
+        except SlackApiError as e:
+            log.info("suggested prompts refused in %s: %s", event["channel"], e.response.get("error"))
+
     async def _whisper(self, channel: str, user: str, text: str) -> None:
         try:
             await self.client.chat_postEphemeral(channel=channel, user=user, text=text)
@@ -363,6 +381,10 @@ def register_listeners(app: AsyncApp, bot: SlackBot) -> None:
     @app.event("message")
     async def on_message(body: dict, event: dict, context: dict) -> None:
         bot.on_event(body, event, context.get("bot_user_id"), context.get("bot_id"))
+
+    @app.event("app_home_opened")
+    async def on_home_opened(event: dict) -> None:
+        await bot.on_home_opened(event)
 
     @app.action(STOP_ACTION)
     async def on_stop(ack: Any, body: dict) -> None:

@@ -51,6 +51,7 @@ METHOD_SCOPES = {
     "chat.stopStream": "chat:write",
     "chat.postEphemeral": "chat:write",
     "assistant.threads.setStatus": "chat:write",
+    "assistant.threads.setSuggestedPrompts": "chat:write",
 }
 
 MARKDOWN_TEXT_LIMIT = 12_000
@@ -147,6 +148,7 @@ class SlackStandIn:
         self.close_streams_after: int | None = None  # appends a stream takes before the server closes it
         self.statuses: list[tuple[float, str, str, str]] = []  # assistant.threads.setStatus: (time, channel, thread, status)
         self.ephemeral: list[dict[str, Any]] = []  # chat.postEphemeral arguments, in order
+        self.suggested: dict[str, list[dict[str, str]]] = {}  # channel -> suggested prompts
         self._ts = itertools.count(1)
         self._changed = asyncio.Event()
         self._ws: list[web.WebSocketResponse] = []
@@ -368,6 +370,13 @@ class SlackStandIn:
             return self._stream(method, args, ok, err)
         if method == "assistant.threads.setStatus":
             self.statuses.append((time.monotonic(), args["channel_id"], args["thread_ts"], args.get("status") or ""))
+            return ok()
+        if method == "assistant.threads.setSuggestedPrompts":
+            prompts = args.get("prompts")
+            prompts = json.loads(prompts) if isinstance(prompts, str) else prompts
+            if not prompts or len(prompts) > 4 or any(not p.get("title") or not p.get("message") for p in prompts):
+                return err("invalid_arguments")  # 1 to 4 prompts, each with a title and a message
+            self.suggested[args["channel_id"]] = prompts
             return ok()
         if method == "chat.postEphemeral":
             self.ephemeral.append(dict(args))
