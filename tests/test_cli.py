@@ -138,7 +138,8 @@ def test_ctrl_c_leaves_no_half_written_files(tmp_path):
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
-    assert "Traceback" not in err and "Interrupted" in err
+    assert "Traceback" not in err and "Stopping this run" in err
+    assert "You stopped this run; here is what finished." in out
     leftovers = [p for p in (tmp_path / "data").rglob("*") if p.is_file() and (".tmp" in p.name or p.name.startswith("."))]
     assert leftovers == []
     for f in (tmp_path / "data" / "media").rglob("*.png"):

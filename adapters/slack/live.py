@@ -145,10 +145,7 @@ class LiveReply:
             The part of the answer that is not in the thread yet (``""`` when the stream carried
             it all); the caller posts it as messages.
         """
-        await self._stop_writer()
-        if self._loading is not None:
-            self._loading.cancel()
-        await self._set_status("")
+        await self._quiet()
         if self.mode == "stream":
             try:
                 await self._flush(outputs, final=True)
@@ -165,10 +162,7 @@ class LiveReply:
 
     async def close_failed(self, sentence: str) -> None:
         """End the reply with ``sentence`` (mrkdwn) instead of an answer (a failure before the run)."""
-        await self._stop_writer()
-        if self._loading is not None:
-            self._loading.cancel()
-        await self._set_status("")
+        await self._quiet()
         if self.mode == "stream":
             try:
                 await self._stream.stop(markdown_text=sentence)
@@ -194,10 +188,13 @@ class LiveReply:
                 return
             await asyncio.sleep(self.interval)
 
-    async def _stop_writer(self) -> None:
-        if self._writer is not None and not self._writer.done():
-            self._writer.cancel()
-            await asyncio.gather(self._writer, return_exceptions=True)
+    async def _quiet(self) -> None:
+        """Stop the background updates and the loading status (the reply is about to be closed)."""
+        for job in (self._writer, self._loading):
+            if job is not None and not job.done():
+                job.cancel()
+                await asyncio.gather(job, return_exceptions=True)
+        await self._set_status("")
 
     async def _flush(self, outputs: dict[int, str], *, final: bool = False) -> None:
         p = self.progress
