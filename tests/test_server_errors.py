@@ -198,3 +198,12 @@ async def test_loopback_without_keys_answers_without_a_key(sandbox, tmp_path):
         assert "?sig=" not in completion.choices[0].message.content  # nothing secret exists to sign with
     finally:
         await s.close()
+
+
+async def test_a_stream_the_service_refuses_ends_with_an_error_object(served):
+    stream = await served.client(**{"X-HuggingGPT-Conversation": "empty"}).chat.completions.create(
+        model="hugginggpt", stream=True, messages=[{"role": "user", "content": "Detect the objects in image-3"}])
+    with pytest.raises(openai.APIError) as e:
+        async for _ in stream:
+            pass
+    assert "no image-3 in this conversation" in e.value.message

@@ -55,8 +55,9 @@ def run_error(record: RunRecord) -> ApiError:
 
 
 async def start_run(request: Request, caller: Caller, messages: list[Any], conversation: tuple[str, Any] | None,
-                    user: str | None) -> Run:
-    """Parse the messages, check the files, reserve a run slot and start the turn.
+                    user: str | None, *, wait: bool = True) -> Run:
+    """Parse the messages, check the files, reserve a run slot and start the turn (``wait``: until
+    the service accepted it, see :meth:`Run.started`).
 
     Raises:
         ApiError: 400 for a malformed part, a refused URL, an unusable file or a request the
@@ -78,6 +79,8 @@ async def start_run(request: Request, caller: Caller, messages: list[Any], conve
     slot.__enter__()
     run = Run(st.service, turn.text, files, key=conversation[1] if conversation else None, user=user,
               chat_log=turn.chat_log, on_end=lambda: slot.__exit__(None, None, None))
+    if not wait:
+        return run
     try:
         await run.started()
     except BaseException:
@@ -115,7 +118,10 @@ async def chat_completions(request: Request) -> Response:
     if body.model != MODEL_ID:
         raise ApiError(404, f"The model '{body.model}' does not exist; use '{MODEL_ID}'.", "model_not_found", "model")
     name, key = conversation_of(request, caller, body.user)
-    run = await start_run(request, caller, body.messages, (name, key), body.user)
+    # A stream starts as soon as the request and its files passed their checks (its first byte
+    # must not wait for the conversation store); a refusal after that ends the stream with an
+    # error object. A whole answer waits until the service accepted the request (a 400 then).
+    run = await start_run(request, caller, body.messages, (name, key), body.user, wait=not body.stream)
     headers = {CONVERSATION_HEADER: name}
     completion = Completion(uuid.uuid4().hex[:24])
     prompt = "\n".join(text_of(m.content) for m in body.messages)
@@ -156,6 +162,12 @@ async def _sse(request: Request, caller: Caller, run: Run, completion: Completio
     sent = ""
     try:
         yield _data(completion.chunk({"role": "assistant", "content": ""}))
+        try:
+            await run.started()
+        except ApiError as refused:
+            yield _data(refused.body())
+            yield "data: [DONE]\n\n"
+            return
         record: RunRecord | None = None
         async for event in run.events():
             if isinstance(event, ResponseDelta):
