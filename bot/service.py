@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import replace
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 
 from pipeline.core import Pipeline
-from pipeline.types import Done, Event, Request, Resource, RunRecord
+from pipeline.types import Done, Event, Request, Resource, RunRecord, Turn
 
 from .backends import build_pipeline
 from .errors import InputError
@@ -138,11 +138,21 @@ class Service:
         key: ConversationKey | None = None,
         user: str | None = None,
         stop: asyncio.Event | None = None,
+        chat_log: Sequence[Turn] = (),
+        on_start: Callable[[str | None, int], None] | None = None,
     ) -> AsyncIterator[Event]:
         """Run one turn; see the module docstring and ``pipeline.core.Pipeline.run``.
 
         ``stop``: set it to stop the run (a Stop button, Ctrl-C): the answer covers what finished
         and the turn is stored with it (``record.stopped``).
+
+        ``on_start(conversation_id, turn)`` (``None``, 0 outside a conversation) is called once the
+        request passed its checks and the pipeline starts: a front end that must answer before the
+        first event (an HTTP response) knows then that no :class:`InputError` can follow.
+
+        ``chat_log`` (newest first, already within the budget) is the history a client keeps itself
+        (the OpenAI API sends earlier messages with each request); it is used only when the
+        conversation has no stored turn yet.
 
         Raises:
             InputError: before the first event, if a file is unusable or the text names a resource
@@ -161,20 +171,25 @@ class Service:
                 await sink.add(f.data, kind=i.kind, mime=i.mime, origin="user", description=i.description, name=f.name)
                 for f, i in zip(files, infos)
             ]
-            async for event in self.pipeline.run(Request(text=text, files=stored), sink, stop=stop):
+            if on_start is not None:
+                on_start(None, 0)
+            async for event in self.pipeline.run(Request(text=text, files=stored, history=list(chat_log)), sink, stop=stop):
                 yield event
             return
         async with self._locks.lock(key.as_string()):  # taken first: a thread's turns keep their order of arrival
             infos = await self._inspect(files)
-            async for event in self._conversation_turn(key, text, list(zip(files, infos)), user, stop):
+            async for event in self._conversation_turn(key, text, list(zip(files, infos)), user, chat_log, on_start,
+                                                       stop):
                 yield event
 
     async def _conversation_turn(
         self, key: ConversationKey, text: str, files: list[tuple[IncomingFile, Inspected]], user: str | None,
+        chat_log: Sequence[Turn] = (), on_start: Callable[[str | None, int], None] | None = None,
         stop: asyncio.Event | None = None,
     ) -> AsyncIterator[Event]:
         conv = await self.store.get_or_create(key)
         history, earlier = await self.store.context(conv, self.settings.storage.context_tokens)
+        history = history or list(chat_log)
         check_mentions(text, earlier, [info.kind for _, info in files], key.platform)
         turn = await self.store.begin_turn(conv, text, user)
         record: RunRecord | None = None
@@ -192,6 +207,8 @@ class Service:
             me = asyncio.current_task()
             if me is not None:
                 self._inflight.add(me)
+            if on_start is not None:
+                on_start(conv, turn)
             try:
                 async for event in self.pipeline.run(request, self.store.sink(conv, turn), stop=stop):
                     if isinstance(event, Done):

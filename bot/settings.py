@@ -16,15 +16,16 @@ process environment is never modified.
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import tomllib
 from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
-from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 from pydantic_settings.sources.utils import parse_env_vars
 
 from .errors import ConfigError
@@ -163,6 +164,57 @@ class SlackSettings(Section):
                             "false: a status message edited with chat.update")
 
 
+class ServerSettings(Section):
+    """``[server]``: the HTTP API (``hugginggpt serve``; docs/http-api.md).
+
+    ``api_keys`` are the bearer tokens clients send (``Authorization: Bearer KEY``, as the OpenAI
+    API); several may be set (one per client, rotation). From the environment,
+    ``HUGGINGGPT_SERVER__API_KEYS`` takes a JSON list or comma-separated keys. With no key the
+    server only starts bound to a loopback address and only answers loopback peers.
+    """
+
+    api_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list, description="bearer tokens of the clients")
+    host: str = Field("127.0.0.1", description="address to bind (--host)")
+    port: int = Field(8000, ge=0, le=65535, description="port to listen on (--port; 0: any free port)")
+    max_body_bytes: int = Field(
+        40 * MiB, ge=1024, le=4 * GiB, description="bytes, largest request body (413 beyond); base64 adds a third to files"
+    )
+    rate_limit_per_minute: int = Field(30, ge=0, le=100_000, description="requests per API key per minute; 0: no limit")
+    max_concurrent_runs: int = Field(4, ge=1, le=10_000, description="runs in flight per API key (429 beyond)")
+    allowed_url_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="hosts whose http(s) image/audio URLs may be fetched ('*.example.org' for subdomains); empty: none",
+    )
+    url_timeout: float = Field(20.0, gt=0, le=600, description="seconds to download one remote image/audio URL")
+    progress: Literal["reasoning", "preamble", "none"] = Field(
+        "reasoning", description="how a streamed reply shows the plan's progress: reasoning_content deltas, a short "
+                                 "preamble in the content, or nothing",
+    )
+    public_url: str | None = Field(
+        None, pattern=r"^https?://", description="base URL clients reach the server at, for file links (default: the "
+                                                 "request's own host)",
+    )
+
+    @field_validator("api_keys", "allowed_url_hosts", mode="before")
+    @classmethod
+    def _split_list(cls, v: Any) -> Any:
+        """A list from the environment: JSON (``["a", "b"]``) or comma-separated (``a,b``)."""
+        if isinstance(v, str):
+            text = v.strip()
+            if text.startswith("["):
+                try:
+                    return json.loads(text)
+                except ValueError:
+                    raise ValueError("not a valid JSON list") from None
+            return [k.strip() for k in text.split(",") if k.strip()]
+        return v
+
+    @field_validator("allowed_url_hosts", mode="after")
+    @classmethod
+    def _lower_hosts(cls, v: list[str]) -> list[str]:
+        return [h.strip().lower().rstrip(".") for h in v if h.strip()]
+
+
 class Settings(BaseSettings):
     """All settings. Build with :func:`load_settings`."""
 
@@ -176,8 +228,9 @@ class Settings(BaseSettings):
     storage: StorageSettings = Field(default_factory=StorageSettings)
     discord: DiscordSettings = Field(default_factory=DiscordSettings)
     slack: SlackSettings = Field(default_factory=SlackSettings)
+    server: ServerSettings = Field(default_factory=ServerSettings)
 
-    @field_validator("llm", "inference", "catalog", "storage", "discord", "slack", mode="before")
+    @field_validator("llm", "inference", "catalog", "storage", "discord", "slack", "server", mode="before")
     @classmethod
     def _none_is_default(cls, v: Any) -> Any:
         return {} if v is None else v
@@ -202,6 +255,7 @@ class Settings(BaseSettings):
                 value = getattr(section, name)
                 if isinstance(value, SecretStr) and value.get_secret_value():
                     values.append(value.get_secret_value())
+        values.extend(k.get_secret_value() for k in self.server.api_keys if k.get_secret_value())
         return values
 
 

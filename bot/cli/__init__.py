@@ -6,6 +6,7 @@
     hugginggpt catalog refresh|show ...
     hugginggpt discord [--sandbox] [--grace S]
     hugginggpt slack [--mode socket|http] [--sandbox] [--grace S]
+    hugginggpt serve [--host H] [--port N] [--sandbox] [--grace S]
     hugginggpt eval taskbench --data FILE [--limit N] [--concurrency N] [--out FILE] [--resume] [--sandbox]
 
 One module per command, each with ``add_parser(subparsers)`` and ``async main(args, settings) ->
@@ -28,13 +29,13 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 from pipeline.errors import HuggingGPTError
 
-from . import catalog, chat, discord, run, slack, store
+from . import catalog, chat, discord, run, serve, slack, store
 from . import eval as evaluation
 from .common import BROKEN_PIPE, INTERRUPTED, exit_status, open_settings
 
 log = logging.getLogger("hugginggpt")
 
-COMMANDS = (run, chat, store, catalog, discord, slack, evaluation)
+COMMANDS = (run, chat, store, catalog, discord, slack, serve, evaluation)
 
 
 def build_parser() -> argparse.ArgumentParser:

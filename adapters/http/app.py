@@ -1,0 +1,71 @@
+"""The HTTP API's application: the OpenAI-compatible routes, the reference implementation's
+routes, health and readiness, OpenAPI at ``/openapi.json`` (FastAPI).
+
+Build it with :func:`create_app` (tests run the same app production runs, served by uvicorn on
+loopback); ``bot/cli/serve.py`` runs it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import JSONResponse
+
+from bot.errors import StorageError
+from bot.service import Service
+from bot.settings import Settings
+
+from . import jarvis, openai_api
+from .auth import Keys
+from .common import CONVERSATION_HEADER, State, state_of
+from .errors import install_error_handlers
+
+
+def create_app(settings: Settings, service: Service, *, version: str = "unknown") -> FastAPI:
+    """The ASGI application of ``hugginggpt serve``.
+
+    Args:
+        settings: all settings (``[server]`` for keys and limits, ``[storage]`` for file limits).
+        service: the running service (its lifecycle is the caller's).
+        version: shown in the OpenAPI description.
+
+    Returns:
+        A FastAPI application; ``app.state.hugginggpt`` is its :class:`adapters.http.common.State`.
+    """
+    app = FastAPI(
+        title="HuggingGPT", version=version,
+        description="HuggingGPT (Shen et al., NeurIPS 2023) behind an OpenAI-compatible Chat Completions API "
+                    "(model `hugginggpt`) and the reference implementation's `/hugginggpt`, `/tasks`, `/results`. "
+                    "Send `Authorization: Bearer KEY`; name a conversation with the `X-HuggingGPT-Conversation` header.",
+        docs_url="/docs", redoc_url=None,
+    )
+    app.state.hugginggpt = State(settings=settings, service=service, keys=Keys(settings.server))
+    # Browser clients (the reference web demo, chat UIs) call from another origin; access is by
+    # bearer key, never by cookie, so any origin may call.
+    app.add_middleware(CORSMiddleware, allow_origins=["*"], allow_methods=["GET", "POST", "OPTIONS"],
+                       allow_headers=["*"], expose_headers=[CONVERSATION_HEADER])
+    install_error_handlers(app)
+    app.include_router(openai_api.router, tags=["OpenAI-compatible"])
+    app.include_router(jarvis.router)
+
+    @app.get("/healthz", summary="Liveness", tags=["operations"])
+    async def healthz() -> dict[str, str]:
+        """200 while the process serves requests."""
+        return {"status": "ok"}
+
+    @app.get("/readyz", summary="Readiness", tags=["operations"])
+    async def readyz(request: Request) -> Any:
+        """200 when the service is up and its conversation store answers; 503 otherwise (and while
+        shutting down)."""
+        st = state_of(request)
+        if not st.ready:
+            return JSONResponse({"status": "stopping"}, status_code=503)
+        try:
+            await st.service.store.find("0")
+        except StorageError as e:
+            return JSONResponse({"status": "storage unavailable", "detail": e.user_message}, status_code=503)
+        return {"status": "ready", "model": openai_api.MODEL_ID, "controller": st.settings.llm.model}
+
+    return app

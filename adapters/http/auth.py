@@ -1,0 +1,148 @@
+"""Who may call the HTTP API, and how often.
+
+* Keys: ``Authorization: Bearer KEY`` (as the OpenAI API) against ``[server] api_keys``; each key
+  has a public *key id* (the first 12 hex digits of its SHA-256) that names its conversations and
+  budgets, so the secret itself is never stored or logged.
+* No key configured: the server only binds to loopback (checked at start, ``bot/cli/serve.py``)
+  and only answers loopback peers; the key id is then ``"local"``. Nothing secret is generated.
+* File links: ``/v1/files/{id}?sig=...`` carries an HMAC-SHA256 of the file id under the owning
+  key, so a chat UI's ``<img>`` (which sends no ``Authorization`` header) can show the file while
+  nobody without the key can forge a link to another file.
+* Budgets per key: ``rate_limit_per_minute`` (aiolimiter leaky bucket, :class:`bot.limits.RateLimiter`)
+  and ``max_concurrent_runs``; both answer 429 with ``Retry-After``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from bot.limits import RateLimiter
+from bot.settings import ServerSettings
+
+from .errors import ApiError
+
+LOCAL_KEY_ID = "local"
+"""Key id of every request when no API key is configured (loopback only)."""
+
+
+def key_id(key: str) -> str:
+    """The public id of an API key: the first 12 hex digits of its SHA-256."""
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()[:12]
+
+
+def is_loopback(host: str | None) -> bool:
+    """Whether ``host`` (an address or ``localhost``) is a loopback address."""
+    if not host:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class Caller:
+    """An authenticated caller: its key id and the key (``None`` without configured keys)."""
+
+    key_id: str
+    key: str | None
+
+
+class Keys:
+    """The configured API keys and the per-key budgets.
+
+    Args:
+        settings: ``[server]`` settings.
+    """
+
+    def __init__(self, settings: ServerSettings) -> None:
+        self._by_id = {key_id(k.get_secret_value()): k.get_secret_value() for k in settings.api_keys
+                       if k.get_secret_value()}
+        self.per_minute = settings.rate_limit_per_minute
+        self.max_concurrent = settings.max_concurrent_runs
+        self._rate = RateLimiter(settings.rate_limit_per_minute, 60.0)
+        self._active: dict[str, int] = {}
+
+    @property
+    def required(self) -> bool:
+        """Whether clients must send a key (at least one is configured)."""
+        return bool(self._by_id)
+
+    def authenticate(self, authorization: str | None, peer: str | None) -> Caller:
+        """The caller of a request.
+
+        Args:
+            authorization: the ``Authorization`` header, if any.
+            peer: the client's address.
+
+        Raises:
+            ApiError: 401 when the key is missing or wrong (or, with no key configured, the peer
+                is not on loopback).
+        """
+        if not self.required:
+            if not is_loopback(peer):
+                raise ApiError(401, "This server has no API keys configured and only answers its own host.",
+                               "invalid_api_key")
+            return Caller(LOCAL_KEY_ID, None)
+        scheme, _, given = (authorization or "").partition(" ")
+        given = given.strip()
+        if scheme.lower() != "bearer" or not given:
+            raise ApiError(401, "You didn't provide an API key: send it as 'Authorization: Bearer KEY'.",
+                           "invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+        kid = key_id(given)
+        known = self._by_id.get(kid)
+        if known is None or not hmac.compare_digest(known.encode(), given.encode()):
+            raise ApiError(401, "Incorrect API key provided.", "invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+        return Caller(kid, known)
+
+    def sign(self, caller_key_id: str, file_id: str) -> str | None:
+        """The link signature of ``file_id`` for the key ``caller_key_id`` (``None`` without keys)."""
+        key = self._by_id.get(caller_key_id)
+        if key is None:
+            return None
+        return hmac.new(key.encode(), file_id.encode(), hashlib.sha256).hexdigest()[:32]
+
+    def signature_ok(self, owner_key_id: str, file_id: str, sig: str | None) -> bool:
+        """Whether ``sig`` is the link signature of ``file_id`` under its owner's key."""
+        expected = self.sign(owner_key_id, file_id)
+        return bool(sig) and expected is not None and hmac.compare_digest(expected, sig or "")
+
+    @contextmanager
+    def run_slot(self, caller: Caller) -> Iterator[None]:
+        """Reserve one of the caller's concurrent runs for the ``with`` block.
+
+        Raises:
+            ApiError: 429 when the caller already has ``max_concurrent_runs`` runs in flight.
+        """
+        n = self._active.get(caller.key_id, 0)
+        if n >= self.max_concurrent:
+            raise ApiError(429, f"This API key already has {n} request{'s' if n != 1 else ''} running; wait for one "
+                                "to finish.", "concurrency_limit_exceeded", headers={"Retry-After": "1"})
+        self._active[caller.key_id] = n + 1
+        try:
+            yield
+        finally:
+            left = self._active.get(caller.key_id, 1) - 1
+            if left > 0:
+                self._active[caller.key_id] = left
+            else:
+                self._active.pop(caller.key_id, None)
+
+    async def count_request(self, caller: Caller) -> None:
+        """Count one request against the caller's rate budget.
+
+        Raises:
+            ApiError: 429 with ``Retry-After`` when the budget is spent.
+        """
+        wait = await self._rate.try_acquire(caller.key_id)
+        if wait:
+            raise ApiError(429, f"Rate limit reached: this API key may send {self.per_minute} requests per minute; "
+                                f"retry in {wait:.0f} s.", "rate_limit_exceeded",
+                           headers={"Retry-After": str(max(1, round(wait)))})
