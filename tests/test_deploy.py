@@ -1,0 +1,83 @@
+"""The deployment files in deploy/ fit the package they deploy: every command they run is a real
+``hugginggpt`` command line, the image holds every package of the distribution and runs as a
+non-root user with ffmpeg, and shutdown leaves runs in flight their grace period."""
+
+from __future__ import annotations
+
+import configparser
+import re
+import shlex
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bot.cli import build_parser
+
+ROOT = Path(__file__).resolve().parents[1]
+DEPLOY = ROOT / "deploy"
+GRACE_DEFAULT = 30.0  # bot.cli.common.add_grace_option
+
+
+def _parses(argv: list[str]) -> None:
+    build_parser().parse_args(argv)  # SystemExit(2) on an unknown command or option
+
+
+def test_compose_services_run_real_commands_on_one_image_and_volume():
+    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    services = compose["services"]
+    assert {"slack", "api"} <= set(services)
+    for name, svc in services.items():
+        _parses(svc["command"])
+        assert "data:/data" in svc["volumes"], name  # one data dir: the SQLite store is one file
+        assert svc.get("image") == "hugginggpt-bot" and svc.get("restart") == "unless-stopped"
+        grace = float(re.fullmatch(r"(\d+)s", svc["stop_grace_period"]).group(1))
+        assert grace > GRACE_DEFAULT, name  # SIGTERM: runs in flight get their grace period
+    assert services["slack"]["build"]["dockerfile"] == "deploy/Dockerfile"
+    assert "data" in compose["volumes"]
+
+
+def test_dockerfile_installs_every_package_runs_unprivileged_with_ffmpeg():
+    text = (DEPLOY / "Dockerfile").read_text()
+    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    for pattern in packages:  # "bot*" -> the bot/ directory must be copied into the image
+        assert re.search(rf"^COPY {pattern.rstrip('*')} \./{pattern.rstrip('*')}$", text, re.M), pattern
+    assert "ffmpeg" in text and re.search(r"^USER (?!root)\w+", text, re.M)
+    entry = re.search(r'^ENTRYPOINT \["hugginggpt"\]$', text, re.M)
+    cmd = re.search(r"^CMD (\[.*\])$", text, re.M)
+    assert entry and cmd
+    _parses(yaml.safe_load(cmd.group(1)))
+
+
+def test_systemd_unit_runs_a_real_command_and_waits_for_the_grace_period():
+    unit = configparser.ConfigParser(strict=False, interpolation=None)
+    unit.read_string((DEPLOY / "hugginggpt-slack.service").read_text())
+    argv = shlex.split(unit["Service"]["ExecStart"])
+    assert argv[0].endswith("/hugginggpt")
+    _parses(argv[1:])
+    assert unit["Service"]["KillSignal"] == "SIGTERM" and float(unit["Service"]["TimeoutStopSec"]) > GRACE_DEFAULT
+    assert unit["Service"]["User"] != "root"
+
+
+def _has_compose() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    return subprocess.run(["docker", "compose", "version"], capture_output=True, timeout=30).returncode == 0
+
+
+@pytest.mark.skipif(not _has_compose(), reason="no docker compose on this machine")
+def test_docker_compose_accepts_the_file(tmp_path):
+    env = DEPLOY / ".env"
+    created = not env.exists()
+    if created:
+        env.write_text((DEPLOY / "env.example").read_text())
+    try:
+        p = subprocess.run(["docker", "compose", "-f", str(DEPLOY / "compose.yaml"), "config", "--quiet"],
+                           capture_output=True, text=True, timeout=60)
+    finally:
+        if created:
+            env.unlink()
+    assert p.returncode == 0, p.stderr
