@@ -59,6 +59,7 @@ async def test_the_plan_streams_as_task_cards_then_the_answer_with_feedback_butt
     card = reply.tasks["task-0"]
     assert card["title"].startswith("image-to-text · ") and card["output"]  # the caption, in the card
     assert "image-to-text" in reply.text  # the answer, streamed as Markdown after the cards
+    assert reply.text.count("Sandbox stand-in controller") == 1  # every piece of it sent once
     feedback = [b for b in reply.blocks if b["type"] == "context_actions"]
     assert feedback and feedback[0]["elements"][0]["type"] == "feedback_buttons"
     # a loading status while working, cleared at the end

@@ -103,6 +103,7 @@ class LiveReply:
         self._plan_title: str | None = None
         self._answer_sent = 0
         self._wake = asyncio.Event()
+        self._sending = asyncio.Lock()  # held while a stream update is in flight: never cancelled mid-call
         self._writer: asyncio.Task | None = None
         self._loading: asyncio.Task | None = None
 
@@ -180,20 +181,23 @@ class LiveReply:
             self._wake.clear()
             if self.mode != "stream":
                 return
-            try:
-                await self._flush({})
-            except SlackApiError as e:  # the server closed the stream (after some minutes): keep going with updates
-                log.info("chat stream in %s closed (%s); switching to status updates", self.channel, e.response.get("error"))
-                await self._fall_back()
-                return
+            async with self._sending:
+                try:
+                    await self._flush({})
+                except SlackApiError as e:  # the server closed the stream (after some minutes): keep going with updates
+                    log.info("chat stream in %s closed (%s); switching to status updates", self.channel, e.response.get("error"))
+                    await self._fall_back()
+                    return
             await asyncio.sleep(self.interval)
 
     async def _quiet(self) -> None:
-        """Stop the background updates and the loading status (the reply is about to be closed)."""
-        for job in (self._writer, self._loading):
-            if job is not None and not job.done():
-                job.cancel()
-                await asyncio.gather(job, return_exceptions=True)
+        """Stop the background updates and the loading status (the reply is about to be closed).
+        An update in flight finishes first, so what it sent is counted and never sent twice."""
+        async with self._sending:
+            for job in (self._writer, self._loading):
+                if job is not None and not job.done():
+                    job.cancel()
+                    await asyncio.gather(job, return_exceptions=True)
         await self._set_status("")
 
     async def _flush(self, outputs: dict[int, str], *, final: bool = False) -> None:
