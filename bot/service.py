@@ -21,7 +21,7 @@ from .incoming import ConversationKey, IncomingFile
 from .locks import ThreadLocks
 from .mentions import check_mentions
 from .settings import Settings
-from .store import feedback
+from .store import deliveries, feedback
 from .store import ConversationStore, LocalResourceSink, MediaStore, open_store
 from .uploads import Inspected, inspect_upload
 
@@ -118,6 +118,16 @@ class Service:
         """
         async with self._locks.lock(key.as_string()):  # after a turn in flight, never in its middle
             return await self.store.retire(key) is not None
+
+    async def claim_delivery(self, *keys: str | None) -> bool:
+        """Whether this process is the first of those sharing the data dir to take a platform
+        delivery known by any of ``keys`` (``None`` ones ignored); see :mod:`bot.store.deliveries`.
+
+        Raises:
+            StorageError: the conversation store fails.
+        """
+        present = [k for k in keys if k]
+        return not present or await deliveries.claim(self.store.database, present)  # type: ignore[attr-defined]
 
     async def record_feedback(self, conversation_id: str, turn: int, verdict: str, user: str) -> bool:
         """Store ``user``'s ``verdict`` (``"good"`` or ``"bad"``) on a stored turn; ``False`` when

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from adapters.slack.app import ALREADY_ENDED, NOT_YOURS, STARTED_OVER
+from adapters.slack.app import STARTED_OVER
+from adapters.slack.controls import ALREADY_ENDED, NOT_YOURS
 from adapters.slack.live import FEEDBACK_ACTION, STOP_ACTION
 from slack_harness import CHANNEL, Harness, start_harness
 from slack_service import make_service
@@ -168,3 +169,24 @@ async def test_opening_the_dm_suggests_what_the_bot_can_do_with_files(slack, tmp
             assert [p["title"] for p in prompts][-1] == "Start over" and any("photo" in p["message"] for p in prompts)
         finally:
             await h.close()
+
+
+async def test_two_processes_on_one_data_dir_answer_a_redelivered_mention_once(slack, tmp_path):
+    """Two bot replicas (each its own service, as two processes would have) on one data dir: Slack
+    delivers the mention as app_mention to one and as message to the other, at the same instant."""
+    import asyncio
+
+    async with make_service(tmp_path) as one, make_service(tmp_path) as two:
+        a = await start_harness(slack, one, tmp_path)
+        b = await start_harness(slack, two, tmp_path)
+        try:
+            app_mention, message, ts = a.mention("draw a picture of a red fox in the snow")
+            retry = dict(app_mention)
+            await asyncio.gather(a.deliver(app_mention), b.deliver(message), b.deliver(retry, retry_num=1))
+            await a.settle()
+            await b.settle()
+            assert len(a.replies(ts)) == 1 and len(slack.thread_files(CHANNEL, ts)) == 1
+            assert a.bot.stats.runs + b.bot.stats.runs == 1
+        finally:
+            await a.close()
+            await b.close()

@@ -231,7 +231,7 @@ async def test_migrates_v1_database_and_keeps_data(tmp_path):
     await s.open()
     try:
         (version,) = await (await s.database.writer.execute("PRAGMA user_version")).fetchone()
-        assert version == SCHEMA_VERSION == 4
+        assert version == SCHEMA_VERSION == 5
         assert await s.get_or_create(KEY_A) == "c0ffee"
         assert await s.find("c0ffee") == KEY_A
         assert await s.mark_interrupted() == 1
@@ -749,7 +749,7 @@ def test_shipped_migrations_are_the_numbered_sql_files_of_the_package():
     shipped = sorted(p.name for p in (ROOT / "bot" / "store" / "migrations").glob("*.sql"))
     assert [m.name for m in migrations.MIGRATIONS] == shipped
     assert [m.version for m in migrations.MIGRATIONS] == list(range(1, len(shipped) + 1))
-    assert migrations.SCHEMA_VERSION == len(shipped) == 4
+    assert migrations.SCHEMA_VERSION == len(shipped) == 5
     assert migrations.MIGRATIONS[1].post is not None  # the v2 backfill runs after its SQL
     for m in migrations.MIGRATIONS:
         assert m.statements() and all(sqlite3.complete_statement(st) for st in m.statements())

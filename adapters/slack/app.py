@@ -44,6 +44,7 @@ from pipeline.types import Done, RunRecord
 
 from . import io as slack_io
 from .live import LiveReply, answer_messages
+from .controls import Controls
 from .live import FEEDBACK_ACTION, STOP_ACTION
 from .logic import classify_message, escape_slack, key_for, strip_mentions, unescape_slack, wants_new_conversation
 
@@ -53,15 +54,6 @@ BACKEND_DOWN = "Something went wrong on my side and the request stopped; please 
 RESTARTING = ":warning: I was restarted before finishing this request; please ask again."
 STARTED_OVER = ("Starting a new conversation: the files and answers of our earlier messages are no longer used. "
                 "Send a request (with files if it needs them).")
-NOT_YOURS = "Only the person who asked (or a workspace admin of this bot) can stop this run."
-ALREADY_ENDED = "This run has already ended."
-SUGGESTED_PROMPTS = [
-    {"title": "Describe a photo", "message": "Describe this photo in as much detail as you can."},
-    {"title": "Transcribe and speak", "message": "Transcribe this recording, then read the text aloud in a clear voice."},
-    {"title": "Draw a picture", "message": "Draw a picture of a lighthouse at dawn, then describe what you drew."},
-    {"title": "Start over", "message": "new"},
-]
-"""Shown when a user opens the bot's DM: its file tasks, and how to start a new conversation."""
 EMPTY_REQUEST = "Mention me with a request, for example: `@HuggingGPT describe this photo` with an image attached."
 
 
@@ -77,7 +69,7 @@ class Stats:
     errors: int = 0
 
 
-class SlackBot:
+class SlackBot(Controls):
     """State and behaviour behind the listeners (one per process).
 
     Args:
@@ -157,6 +149,8 @@ class SlackBot:
         thread_ts = event.get("thread_ts") or ts
         user = event.get("user") or ""
         team = body.get("team_id") or event.get("team") or ""
+        if not await self._claim(body, team, channel, ts):
+            return
         if needs_thread_check and not await self._bot_in_thread(channel, thread_ts, bot_user_id, bot_id):
             log.debug("thread reply in %s/%s without mention, bot not in thread: ignored", channel, thread_ts)
             return
@@ -262,55 +256,20 @@ class SlackBot:
                 log.error("uploading %d files in %s/%s failed: %s", len(record.files), channel, thread_ts, e)
                 await self._say(channel, thread_ts, ":warning: " + escape_slack(e.user_message))
 
-    async def on_stop(self, body: dict[str, Any]) -> None:
-        """The Stop button (``block_actions``): the requester or a ``[slack] admins`` member stops
-        the run (it ends with what finished); anyone else, or a run that ended, gets an ephemeral
-        sentence."""
-        user = (body.get("user") or {}).get("id") or ""
-        action = next((a for a in body.get("actions") or [] if a.get("action_id") == STOP_ACTION), {})
-        run = self.runs.get(str(action.get("value") or ""))
-        channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get("channel_id") or ""
-        if run is None:
-            await self._whisper(channel, user, ALREADY_ENDED)
-            return
-        stop, requester = run
-        if user != requester and user not in self.slack.admins:
-            log.info("stop of run %s by %s refused (requester %s)", action.get("value"), user, requester)
-            await self._whisper(channel, user, NOT_YOURS)
-            return
-        log.info("run %s stopped by %s", action.get("value"), user)
-        stop.set()
-
-    async def on_feedback(self, body: dict[str, Any]) -> None:
-        """A feedback button on an answer: stored with the run's turn (``good`` / ``bad``)."""
-        user = (body.get("user") or {}).get("id") or ""
-        action = next((a for a in body.get("actions") or [] if a.get("action_id") == FEEDBACK_ACTION), {})
-        verdict, _, ref = str(action.get("value") or "").partition(" ")
-        conv, _, turn = ref.partition(":")
-        channel = (body.get("channel") or {}).get("id") or ""
+    async def _claim(self, body: dict[str, Any], team: str, channel: str, ts: str) -> bool:
+        """Take the delivery for this process, against the others on the data dir (the in-memory
+        check in :meth:`on_event` only covers this one)."""
+        event_id = body.get("event_id")
         try:
-            saved = turn.isdigit() and await self.service.record_feedback(conv, int(turn), verdict, user)
-        except HuggingGPTError as e:
-            log.warning("feedback on %s not stored: %s", ref, e)
-            saved = False
-        await self._whisper(channel, user, "Thanks for the feedback." if saved else ALREADY_ENDED)
-
-    async def on_home_opened(self, event: dict[str, Any]) -> None:
-        """The bot's DM opened (``app_home_opened``, ``tab == "messages"``): suggested prompts that
-        show what it can do with files (``assistant.threads.setSuggestedPrompts``)."""
-        if event.get("tab") != "messages" or not event.get("channel"):
-            return
-        try:
-            await self.client.assistant_threads_setSuggestedPrompts(
-                channel_id=event["channel"], title="Attach a file, or just ask:", prompts=SUGGESTED_PROMPTS)
-        except SlackApiError as e:
-            log.info("suggested prompts refused in %s: %s", event["channel"], e.response.get("error"))
-
-    async def _whisper(self, channel: str, user: str, text: str) -> None:
-        try:
-            await self.client.chat_postEphemeral(channel=channel, user=user, text=text)
-        except SlackApiError as e:
-            log.warning("cannot answer %s privately in %s: %s", user, channel, e.response.get("error"))
+            first = await self.service.claim_delivery(f"slack:event:{event_id}" if event_id else None,
+                                                      f"slack:message:{team}:{channel}:{ts}")
+        except HuggingGPTError as e:  # the run itself will say what is wrong with the store
+            log.warning("could not record delivery %s: %s", event_id, e)
+            return True
+        if not first:
+            self.stats.duplicates += 1
+            log.info("delivery of %s ts=%s (event %s) already taken by another process", channel, ts, event_id)
+        return first
 
     async def _say(self, channel: str, thread_ts: str, text: str) -> None:
         try:
