@@ -190,3 +190,16 @@ async def test_two_processes_on_one_data_dir_answer_a_redelivered_mention_once(s
         finally:
             await a.close()
             await b.close()
+
+
+async def test_model_and_controller_text_in_the_stream_cannot_ping_anyone(slow: Harness):
+    h = slow
+    # the user typed the characters "<!channel>" (Slack sends them escaped); the answer quotes the request
+    body, _, ts = h.mention("describe this image &lt;!channel&gt; &lt;@U0BOSS&gt;", files=[photo(h.slack)])
+    await h.deliver(body)
+    await h.settle()
+    (reply,) = h.replies(ts)
+    assert "!channel" in reply.text and "U0BOSS" in reply.text  # the words are shown…
+    assert "<!channel>" not in reply.text and "<@U0BOSS>" not in reply.text  # …as text, not as mentions
+    for card in reply.tasks.values():
+        assert "<" not in (card["output"] or "") + (card["details"] or "") + card["title"]

@@ -31,7 +31,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from adapters.editor import MessageEditor
 from bot.progress import Progress, TaskProgress
 
-from .logic import render_status, split_text, to_mrkdwn
+from .logic import escape_slack, render_status, split_text, to_mrkdwn
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +53,9 @@ def task_card(tid: int, line: TaskProgress, output: str | None = None) -> TaskUp
     """The task card of one planned task (a ``task_update`` chunk)."""
     title = line.task.task + (f" · {line.model}" if line.model else "")
     details = {"stopped": "Stopped before it finished."}.get(line.state, line.error if line.state in ("failed", "skipped") else None)
-    return TaskUpdateChunk(id=f"task-{tid}", title=title[:200], status=_CARD_STATUS[line.state],
-                           details=details[:500] if details else None, output=output[:500] if output else None)
+    return TaskUpdateChunk(id=f"task-{tid}", title=escape_slack(title[:200]), status=_CARD_STATUS[line.state],
+                           details=escape_slack(details[:500]) if details else None,
+                           output=escape_slack(output[:500]) if output else None)
 
 
 def stop_blocks(run_id: str) -> list[dict[str, Any]]:
@@ -150,7 +151,7 @@ class LiveReply:
         if self.mode == "stream":
             try:
                 await self._flush(outputs, final=True)
-                failed = "" if answer_ok else f"\n\n⚠️ {self.progress.error or 'The run failed.'}"
+                failed = "" if answer_ok else f"\n\n⚠️ {escape_slack(self.progress.error or 'The run failed.')}"
                 await self._stream.stop(markdown_text=failed or None,
                                         blocks=feedback_blocks(turn_ref) if answer_ok and turn_ref else None)
                 return ""
@@ -215,8 +216,9 @@ class LiveReply:
                 self._cards[card.id] = sent
         text = p.answer[self._answer_sent:]
         while chunks or text:
-            piece = text[:MARKDOWN_LIMIT]
-            await self._stream.append(chunks=[*chunks, *([MarkdownTextChunk(text=piece)] if piece else [])])
+            piece = text[:MARKDOWN_LIMIT // 5]  # escaped, it stays within the limit (at most 5 characters each)
+            # model and controller output is untrusted: "<!channel>" or "<@U…>" must not ping anyone
+            await self._stream.append(chunks=[*chunks, *([MarkdownTextChunk(text=escape_slack(piece))] if piece else [])])
             self._answer_sent += len(piece)
             text, chunks = text[len(piece):], []
 
