@@ -75,7 +75,7 @@ def progress_texts(progress: Progress, *, title: str | None = None, stopped_by: 
     Args:
         progress: the run's progress.
         title: the request, shown quoted on top (clipped to 300 characters).
-        stopped_by: display name of whoever pressed Stop, once the run ended after it.
+        stopped_by: display name of whoever pressed Stop ("Stopping…" until the run has ended).
         now: ``time.monotonic()`` seconds (running times).
         limit: characters across the three texts (Discord: 4,000 per message).
 
@@ -98,6 +98,8 @@ def progress_texts(progress: Progress, *, title: str | None = None, stopped_by: 
     secs = f" in {progress.elapsed:.1f} s" if progress.elapsed is not None else ""
     if stopped_by and progress.finished:
         tail = f"⏹️ Stopped by {stopped_by}{secs}; the answer covers what finished."
+    elif stopped_by:
+        tail = f"⏹️ Stopping (asked by {stopped_by})…"
     elif progress.stage == "stopped":
         tail = f"⚠️ {progress.error}"
     elif progress.stage == "done":
@@ -132,6 +134,7 @@ def _layout(*items: ui.Item) -> ui.LayoutView:
     view = ui.LayoutView(timeout=None)
     for item in items:
         view.add_item(item)
+    view.stop()  # not kept by the view store (see progress_view)
     return view
 
 
@@ -146,9 +149,10 @@ def progress_view(progress: Progress, *, run_id: str | None = None, title: str |
         title, stopped_by, now: see :func:`progress_texts`.
 
     Returns:
-        A ``ui.LayoutView`` of at most 9 components and 4,000 characters of text. It is not
-        meant to be stored by discord.py's view store: presses reach the bot through
-        :class:`adapters.discord.stop.StopButton` (a dynamic item), so the caller stops it.
+        A ``ui.LayoutView`` of at most 9 components and 4,000 characters of text, already
+        stopped so that discord.py's view store does not keep it (one per message, for ever):
+        presses reach the bot through :class:`adapters.discord.stop.StopButton`, a dynamic item
+        that also works for messages posted before a restart.
     """
     head, tasks, tail = progress_texts(progress, title=title, stopped_by=stopped_by, now=now)
     container = ui.Container(accent_colour=_COLOURS.get(progress.stage))
