@@ -63,6 +63,7 @@ log = logging.getLogger("hugginggpt.discord")
 INTERACTION_TOKEN_LIFETIME = timedelta(minutes=14)
 """Interaction tokens are valid for 15 minutes (Discord API docs, "Interactions"); the bot stops
 using one a minute before, and posts only into the thread after that."""
+DM_REFUSAL = "I only answer in the servers I'm enabled in here, not in direct messages."
 REFUSAL_QUIET_SECONDS = 600.0
 """After refusing a follow-up, the same refusal to the same member in the same thread stays
 silent this long (seconds): told once, not once per message."""
@@ -206,9 +207,19 @@ class HuggingGPTBot(discord.Client):
         allow-lists, :class:`bot.admission.Admission`), shutdown, the bot's permissions (``/ask``
         only), the attachments' declared size and type, then the user's rate and concurrency
         budget (consumed only when all else passed; the run slot is given back by :meth:`_spawn`'s
-        task or :meth:`_release`). Returns the user's sentence, or ``None`` when it may run."""
+        task or :meth:`_release`). Returns the user's sentence, or ``None`` when it may run.
+
+        DMs and group DMs (``guild_id`` ``None``, issue 10) are allowed when no ``[discord]``
+        allow-list (guilds, channels, roles) is set, since none of them can be checked there;
+        otherwise refused with :data:`DM_REFUSAL`."""
+        cfg = self.cfg
+        if guild_id is None and (cfg.allowed_guilds or cfg.allowed_channels or cfg.allowed_roles):
+            return DM_REFUSAL
+        # ``Admission`` refuses a Requester without workspace (its rule from before DMs were
+        # supported), so a DM is described with the workspace "dm"; its rate and concurrency
+        # budget is the user's, as in servers.
         who = Requester("discord", str(user.id), tuple(str(c) for c in channel_ids if c),
-                        None if guild_id is None else str(guild_id), tuple(str(r.id) for r in getattr(user, "roles", [])))
+                        "dm" if guild_id is None else str(guild_id), tuple(str(r.id) for r in getattr(user, "roles", [])))
         refused = self.admission.access(who)
         refusal = refused.sentence if refused else None
         if refusal is None and self._closing:

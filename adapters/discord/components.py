@@ -96,7 +96,9 @@ def progress_texts(progress: Progress, *, title: str | None = None, stopped_by: 
     else:
         head.append(f"🧭 **Plan:** {n} task{'s' if n != 1 else ''}" + ("" if progress.planned else " so far…"))
     secs = f" in {progress.elapsed:.1f} s" if progress.elapsed is not None else ""
-    if stopped_by and progress.finished:
+    if stopped_by and progress.stage == "failed":
+        tail = f"⏹️ Stopped by {stopped_by}{secs}: {_clip(progress.error or 'nothing had finished.', 400)}"
+    elif stopped_by and progress.finished:
         tail = f"⏹️ Stopped by {stopped_by}{secs}; the answer covers what finished."
     elif stopped_by:
         tail = f"⏹️ Stopping (asked by {stopped_by})…"

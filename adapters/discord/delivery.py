@@ -84,8 +84,13 @@ async def run_in_channel(
     except discord.HTTPException as e:
         log.warning("could not post in channel %s: %s", getattr(channel, "id", "?"), e)
         return None
-    editor = MessageEditor(lambda _: status.edit(view=view()), key_text(), interval=1.0 / edit_rate,
-                           name=str(status.id))
+    shown_by_press: list[str] = []  # the final state, when the Stop press's interaction showed it
+
+    async def edit(key: str) -> None:
+        if key not in shown_by_press:
+            await status.edit(view=view())
+
+    editor = MessageEditor(edit, key_text(), interval=1.0 / edit_rate, name=str(status.id))
     live.editor = editor
     record: RunRecord | None = None
     try:
@@ -104,6 +109,8 @@ async def run_in_channel(
             progress.apply(Done(record))
         if not record.stopped:
             live.stopped_by = None  # pressed too late: the run had finished anyway
+        elif live.press is not None:
+            await _show_through_press(live, view(), key_text(), shown_by_press)
         await editor.close(key_text())
         if live.pressed_at is not None:
             log.info("run %s stopped %.0f ms after the press", live.run_id, (time.monotonic() - live.pressed_at) * 1000)
@@ -129,6 +136,16 @@ async def run_in_channel(
         progress.stop(CRASH_SENTENCE)
         await mark_stopped(editor, key_text())
         return record
+
+
+async def _show_through_press(live: LiveRun, view: Any, key: str, shown: list[str]) -> None:
+    """Show the stopped run's final state through the Stop press's interaction (``PATCH
+    .../messages/@original``, the message the button is on), at once."""
+    try:
+        await live.press.edit_original_response(view=view)
+        shown.append(key)
+    except discord.HTTPException as e:  # the channel edit follows within a second anyway
+        log.info("could not show the stopped run %s through the press: %s", live.run_id, e)
 
 
 async def mark_stopped(editor: MessageEditor, key: str) -> None:

@@ -30,6 +30,9 @@ class LiveRun:
         stop: set to stop the run (``Service.handle(stop=...)``).
         stopped_by: display name of whoever pressed Stop, once pressed.
         pressed_at: ``time.monotonic()`` of the Stop press (seconds), for the log and benchmarks.
+        press: the Stop press's interaction once answered: the final state is shown through it
+            (its own rate-limit bucket, not throttled like the channel edits), so a stopped run
+            shows as stopped within a second of the press.
         editor: the status message's editor, once posted.
         task: the asyncio task running it (``None`` until spawned).
         started: ``time.monotonic()`` at creation, seconds.
@@ -41,6 +44,7 @@ class LiveRun:
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     stopped_by: str | None = None
     pressed_at: float | None = None
+    press: Any = None
     editor: MessageEditor | None = None
     task: asyncio.Task[Any] | None = None
     started: float = field(default_factory=time.monotonic)

@@ -71,5 +71,6 @@ async def press_stop(interaction: discord.Interaction, live: LiveRun | None) -> 
         log.info("run %s stopped by user %s", live.run_id, interaction.user.id)
         # UPDATE_MESSAGE (callback type 7): the button goes away in the same round trip
         await interaction.response.edit_message(view=progress_view(live.progress, stopped_by=live.stopped_by))
+        live.press = interaction
     except discord.HTTPException as e:
         log.warning("could not answer the stop press %s: %s", interaction.id, e)

@@ -618,6 +618,8 @@ class StandinDiscord:
         interaction id."""
         user = user or self.user
         msg = self.messages[message_id]
+        if custom_id not in [b.get("custom_id") for b in msg.buttons()]:
+            raise AssertionError(f"message {message_id} shows no button {custom_id!r}: a user cannot press it")
         iid = self.snowflake()
         token = f"itoken-{iid}"
         channel = self.channels[msg.channel_id]
@@ -639,6 +641,15 @@ class StandinDiscord:
         self.injected[iid] = time.monotonic()
         await self.dispatch("INTERACTION_CREATE", payload)
         return iid
+
+    def bot_message(self, channel_id: int, components: list[dict[str, Any]]) -> int:
+        """A components message the bot posted earlier (e.g. before a restart); returns its id."""
+        msg = self.message_payload(channel_id, self.bot_user, "", flags=IS_COMPONENTS_V2)
+        msg["components"] = components
+        stored = StoredMessage(msg)
+        stored.history.append(stored.text)
+        self.messages[stored.id] = stored
+        return stored.id
 
     async def send_message(
         self,
