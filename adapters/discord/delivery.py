@@ -50,7 +50,8 @@ async def run_in_channel(
 ) -> RunRecord | None:
     """Run one turn of ``service`` and render it into ``channel`` (a thread, a DM, or anything
     with ``send(view=..., files=...)``): a Components V2 progress message with a Stop button,
-    edited at most ``edit_rate`` times per second (Discord's edit limits); then the generated
+    posted at once and edited at most ``edit_rate`` times per second (Discord's edit limits),
+    except its first change (the plan, in most runs), which is sent at once; then the generated
     files (images in a media gallery, fitted to ``upload_limit`` bytes each) and the answer in
     messages of at most 2,000 characters.
 
@@ -87,10 +88,11 @@ async def run_in_channel(
     shown_by_press: list[str] = []  # the final state, when the Stop press's interaction showed it
 
     async def edit(key: str) -> None:
+        editor.interval = 1.0 / edit_rate  # the first change (the plan, usually) goes out at once
         if key not in shown_by_press:
             await status.edit(view=view())
 
-    editor = MessageEditor(edit, key_text(), interval=1.0 / edit_rate, name=str(status.id))
+    editor = MessageEditor(edit, key_text(), interval=0.0, name=str(status.id))
     live.editor = editor
     record: RunRecord | None = None
     try:
