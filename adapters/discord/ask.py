@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any  # ``bot`` arguments: the HuggingGPTBot (not imported: no import cycle)
 
 import discord
 
@@ -33,9 +33,6 @@ from pipeline.types import RunRecord
 from .delivery import SHUTDOWN_SENTENCE, tell_privately
 from .render import missing_permission_sentence, thread_name
 from .runs import LiveRun
-
-if TYPE_CHECKING:
-    from .bot_client import HuggingGPTBot
 
 log = logging.getLogger("hugginggpt.discord")
 
@@ -76,7 +73,7 @@ async def download(attachments: list[discord.Attachment]) -> list[IncomingFile]:
     return [IncomingFile(data=await a.read(), name=a.filename, declared_mime=a.content_type) for a in attachments]
 
 
-async def on_ask(bot: "HuggingGPTBot", interaction: discord.Interaction, prompt: str,
+async def on_ask(bot: Any, interaction: discord.Interaction, prompt: str,
                  attachments: list[discord.Attachment]) -> None:
     """Handle ``/ask``: refuse privately, or defer and start the run in the background."""
     if not bot._seen.first_time(("interaction", interaction.id)):
@@ -108,7 +105,7 @@ async def on_ask(bot: "HuggingGPTBot", interaction: discord.Interaction, prompt:
     bot._spawn(_ask_run(bot, interaction, prompt, attachments, live), live)
 
 
-async def _ask_run(bot: "HuggingGPTBot", interaction: discord.Interaction, prompt: str,
+async def _ask_run(bot: Any, interaction: discord.Interaction, prompt: str,
                    attachments: list[discord.Attachment], live: LiveRun) -> None:
     try:
         files = await _checked_files(bot, interaction, attachments)
@@ -136,7 +133,7 @@ async def _ask_run(bot: "HuggingGPTBot", interaction: discord.Interaction, promp
     await _say_outcome(bot, interaction, original, f"{headline}\n{outcome_line(record, where)}")
 
 
-async def _checked_files(bot: "HuggingGPTBot", interaction: discord.Interaction,
+async def _checked_files(bot: Any, interaction: discord.Interaction,
                          attachments: list[discord.Attachment]) -> list[IncomingFile] | None:
     try:
         files = await download(attachments)
@@ -152,7 +149,7 @@ async def _checked_files(bot: "HuggingGPTBot", interaction: discord.Interaction,
         return None
 
 
-async def _open_thread(bot: "HuggingGPTBot", interaction: discord.Interaction, prompt: str, headline: str
+async def _open_thread(bot: Any, interaction: discord.Interaction, prompt: str, headline: str
                        ) -> tuple[discord.Thread, discord.Message | None] | None:
     """Turn the deferred response into the pointer message and open the thread (or use the
     current one). Returns the thread and the pointer message, or ``None`` after telling the user
@@ -177,7 +174,7 @@ async def _open_thread(bot: "HuggingGPTBot", interaction: discord.Interaction, p
     return thread, original
 
 
-async def _ask_in_private(bot: "HuggingGPTBot", interaction: discord.Interaction, prompt: str,
+async def _ask_in_private(bot: Any, interaction: discord.Interaction, prompt: str,
                           files: list[IncomingFile], headline: str, live: LiveRun) -> None:
     """``/ask`` in a DM or group DM: no thread; the run goes right there."""
     channel = interaction.channel
@@ -196,7 +193,7 @@ async def _ask_in_private(bot: "HuggingGPTBot", interaction: discord.Interaction
     await _say_outcome(bot, interaction, original, f"{headline}\n{outcome_line(record, 'below')}")
 
 
-async def _say_outcome(bot: "HuggingGPTBot", interaction: discord.Interaction, original: discord.Message | None,
+async def _say_outcome(bot: Any, interaction: discord.Interaction, original: discord.Message | None,
                        text: str) -> None:
     """Edit the pointer message: through the interaction while its token lives, else with the
     bot token (the bot's own message in the channel)."""

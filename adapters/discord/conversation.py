@@ -10,7 +10,7 @@ forgets the DM conversation (its turns, and its files not shared with another co
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import Any  # ``bot``: the HuggingGPTBot (not imported: no import cycle)
 
 import discord
 
@@ -22,9 +22,6 @@ from .ask import dm_key, download
 from .delivery import reply_quietly
 from .runs import LiveRun
 
-if TYPE_CHECKING:
-    from .bot_client import HuggingGPTBot
-
 log = logging.getLogger("hugginggpt.discord")
 
 NEW_WORDS = frozenset({"new", "/new", "start over", "reset"})
@@ -34,7 +31,7 @@ NOTHING_TO_FORGET = "We're starting fresh: there was nothing to forget. What wou
 BUSY_SENTENCE = "I'm still working on your last request; press Stop on it or wait, then start over."
 
 
-async def start_over(bot: "HuggingGPTBot", user_id: int) -> str:
+async def start_over(bot: Any, user_id: int) -> str:
     """Forget ``user_id``'s DM conversation; return the sentence for them.
 
     Uses the conversation store's ``forget`` (turns and files not shared elsewhere); a turn
@@ -51,7 +48,7 @@ async def start_over(bot: "HuggingGPTBot", user_id: int) -> str:
     return STARTED_OVER if forgotten else NOTHING_TO_FORGET
 
 
-async def on_message(bot: "HuggingGPTBot", message: discord.Message) -> None:
+async def on_message(bot: Any, message: discord.Message) -> None:
     """A message in one of the bot's conversation threads, or in its DM, continues that
     conversation."""
     if message.author.bot or message.webhook_id is not None or bot.user is None:
@@ -86,7 +83,7 @@ async def on_message(bot: "HuggingGPTBot", message: discord.Message) -> None:
     bot._spawn(_followup_run(bot, message, text, live), live)
 
 
-async def _followup_run(bot: "HuggingGPTBot", message: discord.Message, text: str, live: LiveRun) -> None:
+async def _followup_run(bot: Any, message: discord.Message, text: str, live: LiveRun) -> None:
     channel = message.channel
     try:
         files = await bot.service.check_files(await download(message.attachments))
