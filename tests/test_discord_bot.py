@@ -27,7 +27,8 @@ from adapters.discord.render import thread_name
 from bot.settings import Settings, load_settings
 from bot.sandbox import Sandbox
 from bot.service import Service
-from tests.standins.discord_server import ATTACH_FILES, BOT_PERMISSIONS, StandinDiscord, StoredMessage
+from tests.standins.discord_server import (ATTACH_FILES, BOT_PERMISSIONS, IS_COMPONENTS_V2, StandinDiscord,
+                                           StoredMessage)
 
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
@@ -62,8 +63,8 @@ class Env:
         """Wait until ``runs`` status messages in the channel show a final state; return the bot's messages."""
         def done() -> list[StoredMessage] | None:
             msgs = self.d.bot_messages(channel_id)
-            finals = [m for m in msgs if m.content.startswith("🧭")]
-            ended = [m for m in finals if "🏁 Finished" in m.content or "⚠️" in m.content]
+            finals = [m for m in msgs if m.text.startswith("🧭")]
+            ended = [m for m in finals if "🏁 Finished" in m.text or "⚠️" in m.text or "⏹️ Stopped" in m.text]
             return msgs if len(ended) >= runs and self.bot.runs_in_flight == 0 else None
         return await self.d.wait_for(done, timeout)
 
@@ -141,6 +142,7 @@ async def test_ask_defers_opens_thread_shows_progress_uploads_image_and_answers(
     msgs = await env.finished(thread_id)
 
     status = msgs[0]
+    assert status.flags & IS_COMPONENTS_V2 and not status.content  # a Components V2 message
     history = status.history
     assert history[0].startswith("🧭 Planning the tasks")
     assert any("**#" in h and "object-detection" in h for h in history)
@@ -151,9 +153,13 @@ async def test_ask_defers_opens_thread_shows_progress_uploads_image_and_answers(
     gaps = [b - a for a, b in zip(status.edit_times, status.edit_times[1:])]
     assert all(g >= 0.9 for g in gaps), gaps
 
+    assert status.buttons() == []  # the Stop button went away with the run
     files = [m for m in msgs if m.files]
     assert len(files) == 1
+    [(shown, alt)] = files[0].gallery()  # the image is in a media gallery, with alt text from its task
+    assert alt.startswith("object-detection output of task ")
     im = _image(files[0])
+    assert shown.data == files[0].files[0].data
     with Image.open(MEDIA / "chelsea.png") as orig:
         assert im.size == orig.size  # the annotated photo, not a thumbnail
     answer = msgs[-1]
@@ -163,7 +169,7 @@ async def test_ask_defers_opens_thread_shows_progress_uploads_image_and_answers(
     # the channel shows who asked, and where the answer is
     original = d.interaction_messages(iid)[0]
     assert original.content.startswith(f"**alice** asked: {prompt} (chelsea.png)")
-    assert f"✅ Answered in <#{thread_id}>" in original.content
+    assert original.content.endswith(f"✅ Done — see <#{thread_id}>.")
     # nothing else was posted in the channel itself
     assert [m.id for m in d.bot_messages(d.channel_id)] == [original.id]
 
@@ -341,8 +347,9 @@ async def test_backend_down_ends_with_the_service_sentence_in_the_thread(env: En
     last = msgs[-1].content
     assert last.startswith("⚠️ ") and "controller" in last.lower()
     assert "Traceback" not in last
-    assert msgs[0].content.startswith("🧭 No plan was made.\n⚠️ Stopped in ")
-    assert "⚠️ Stopped" in env.d.interaction_messages(iid)[0].content
+    assert msgs[0].text.startswith("🧭 No plan was made.\n⚠️ Stopped in ")
+    pointer = env.d.interaction_messages(iid)[0].content
+    assert pointer.split("\n")[-1].startswith("⚠️ Failed: ") and "controller" in pointer.lower()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -352,7 +359,9 @@ async def test_backend_down_ends_with_the_service_sentence_in_the_thread(env: En
 async def test_commands_synced_once_not_on_reconnect(env: Env) -> None:
     d = env.d
     assert d.command_syncs == 1
-    assert [c["name"] for c in d.commands] == ["ask"]
+    assert [c["name"] for c in d.commands] == ["ask", "new"]
+    for c in d.commands:  # user-installable, usable in guilds, the bot's DM and group DMs
+        assert sorted(c["integration_types"]) == [0, 1] and sorted(c["contexts"]) == [0, 1, 2]
     options = {o["name"]: o["type"] for o in d.commands[0]["options"]}
     assert options == {"prompt": 3, "file1": 11, "file2": 11, "file3": 11}
     await d.reconnect_gateway()
@@ -364,7 +373,7 @@ async def test_commands_synced_once_not_on_reconnect(env: Env) -> None:
 
 async def test_command_name_is_configurable(tmp_path: Path) -> None:
     async with running_bot(tmp_path, discord={"command_name": "hgpt"}) as env:
-        assert [c["name"] for c in env.d.commands] == ["hgpt"]
+        assert [c["name"] for c in env.d.commands] == ["hgpt", "new"]
         iid = await env.ask("Generate an image of a cat", command="hgpt")
         await env.finished(await env.thread_of(iid))
 
@@ -394,7 +403,7 @@ async def test_generated_image_is_shrunk_to_the_upload_limit_and_the_user_is_tol
         assert len(upload.files[0].data) <= 20_000
         im = _image(upload)
         assert im.format == "JPEG" and _is_grayscale(im)
-        assert "over the 20 KB upload limit here, so I re-encoded it as JPEG" in upload.content
+        assert "over the 20 KB upload limit here, so I re-encoded it as JPEG" in upload.text
 
 
 async def test_shutdown_marks_runs_in_flight(tmp_path: Path) -> None:
@@ -402,7 +411,7 @@ async def test_shutdown_marks_runs_in_flight(tmp_path: Path) -> None:
         d = env.d
         iid = await env.ask("Generate an image of a cat")
         thread_id = await env.thread_of(iid)
-        await d.wait_for(lambda: any("running" in m.content for m in d.bot_messages(thread_id)), 10)
+        await d.wait_for(lambda: any("running" in m.text for m in d.bot_messages(thread_id)), 10)
         draining = asyncio.create_task(env.bot.drain())
         await asyncio.sleep(0.05)
         late = await env.ask("Generate an image of a dog")  # arrives while shutting down
@@ -411,8 +420,8 @@ async def test_shutdown_marks_runs_in_flight(tmp_path: Path) -> None:
         await draining
         await env.bot.close()
         status = d.bot_messages(thread_id)[0]
-        assert SHUTDOWN_SENTENCE in status.content and "text-to-image" in status.content
-        assert "· stopped" in status.content and "running" not in status.content
+        assert SHUTDOWN_SENTENCE in status.text and "text-to-image" in status.text
+        assert "· stopped" in status.text and "running" not in status.text
         assert env.bot.runs_in_flight == 0
         assert len(d.threads()) == 1
 
@@ -431,7 +440,12 @@ async def test_run_longer_than_the_interaction_token_keeps_posting_in_the_thread
         # the bot never used the dead token: every webhook call was made while it was valid
         hooks = [c for c in d.calls if "/webhooks/" in c.path]
         assert hooks and all(c.t - d.injected[iid] < 0.6 for c in hooks)
-        assert "Working on it in the thread" in d.interaction_messages(iid)[0].content
+        # the channel message still says how it ended: edited with the bot token, not the dead one
+        pointer = d.interaction_messages(iid)[0]
+        await d.wait_for(lambda: "✅ Done" in pointer.content, 5)
+        assert pointer.content.endswith(f"✅ Done — see <#{thread_id}>.")
+        assert any(c.method == "PATCH" and c.path.endswith(f"/channels/{d.channel_id}/messages/{pointer.id}")
+                   for c in d.calls)
 
 
 async def test_discord_command_reports_setup_errors_in_one_sentence(tmp_path: Path) -> None:
@@ -470,7 +484,7 @@ async def test_followups_with_audio_and_video_and_the_rate_limit_reply(tmp_path:
         await d.send_message("Transcribe this recording", channel_id=thread_id, files=["speech_weather.mp3"])
         msgs = await env.finished(thread_id, runs=2)
         assert "automatic-speech-recognition" in msgs[-1].content and "transcript" in msgs[-1].content
-        assert "automatic-speech-recognition" in [m for m in msgs if m.content.startswith("🧭")][-1].content
+        assert "automatic-speech-recognition" in [m for m in msgs if m.text.startswith("🧭")][-1].text
         await d.send_message("What is happening in this video?", channel_id=thread_id, files=["rocket_zoom.mp4"])
         msgs = await env.finished(thread_id, runs=3)
         assert msgs[-1].content and not msgs[-1].content.startswith("⚠️")

@@ -1,4 +1,5 @@
-"""One run rendered into a Discord thread: the status message, the generated files, the answer.
+"""One run rendered into a Discord thread or DM: the progress message (Components V2, with a Stop
+button), the generated files (a media gallery), the answer.
 
 Limits from the Discord API docs: ``content`` up to 2,000 characters and up to 10 attachments per
 message ("Create Message"); the upload size limit comes from the guild or the interaction.
@@ -7,22 +8,22 @@ message ("Create Message"); the upload size limit comes from the guild or the in
 from __future__ import annotations
 
 import asyncio
-import io
 import logging
 import mimetypes
-from collections.abc import Callable
+import time
 from typing import Any
 
 import discord
 
 from adapters.editor import MessageEditor
 from bot.incoming import ConversationKey, IncomingFile
-from bot.progress import Progress
 from pipeline.errors import HuggingGPTError
 from pipeline.types import Done, Resource, RunRecord
 
+from .components import MediaItem, media_view, progress_texts, progress_view
 from .media import fit_media
-from .render import render_progress, split_message
+from .render import split_message
+from .runs import LiveRun
 
 log = logging.getLogger("hugginggpt.discord")
 
@@ -33,93 +34,147 @@ SHUTDOWN_SENTENCE = "I'm restarting and could not finish this; please send your 
 CRASH_SENTENCE = "Something went wrong on my side while answering; the details are in my log. Please try again."
 
 
-async def run_in_thread(
+async def run_in_channel(
     service: Any,
-    thread: discord.Thread,
+    channel: Any,
     text: str,
     files: list[IncomingFile],
     *,
     key: ConversationKey,
     user: str,
-    progress: Progress,
+    live: LiveRun,
     upload_limit: int,
+    title: str | None = None,
     edit_rate: float = 1.0,
-    on_editor: Callable[[MessageEditor], None] = lambda editor: None,
     reply_to: discord.Message | None = None,
 ) -> RunRecord | None:
-    """Run one turn of ``service`` and render it into ``thread``: a status message edited at most
-    ``edit_rate`` times per second (Discord's edit limits), the generated files (fitted to
-    ``upload_limit`` bytes each), the answer in chunks of at most 2,000 characters.
+    """Run one turn of ``service`` and render it into ``channel`` (a thread, a DM, or anything
+    with ``send(view=..., files=...)``): a Components V2 progress message with a Stop button,
+    posted at once and edited at most ``edit_rate`` times per second (Discord's edit limits),
+    except its first change (the plan, in most runs), which is sent at once; then the generated
+    files (images in a media gallery, fitted to ``upload_limit`` bytes each) and the answer in
+    messages of at most 2,000 characters.
+
+    Args:
+        live: the run's shared state; ``live.stop`` is passed to ``Service.handle`` (the Stop
+            button sets it) and ``live.progress`` is what the message shows.
+        title: the request, quoted on top of the progress message.
+        reply_to: the user's message the progress message answers (follow-ups).
 
     Returns:
-        The run's record, or ``None`` when the status message could not be posted.
+        The run's record, or ``None`` when the progress message could not be posted.
 
     Raises:
-        asyncio.CancelledError: after marking the status message as stopped (shutdown).
+        asyncio.CancelledError: after marking the progress message as stopped (shutdown).
     """
+    progress = live.progress
+
+    def view() -> Any:
+        run_id = None if live.stop.is_set() else live.run_id  # no Stop button once pressed
+        return progress_view(progress, run_id=run_id, title=title, stopped_by=live.stopped_by)
+
+    def key_text() -> str:  # what the editor compares: the texts and whether Stop shows
+        texts = progress_texts(progress, title=title, stopped_by=live.stopped_by)
+        return "\n".join(texts) + f"|{progress.finished or live.stop.is_set()}"
+
     try:
         if reply_to is not None:
-            status = await reply_to.reply(render_progress(progress), mention_author=False)
+            status = await reply_to.reply(view=view(), mention_author=False)
         else:
-            status = await thread.send(render_progress(progress))
+            status = await channel.send(view=view())
     except discord.HTTPException as e:
-        log.warning("could not post in thread %s: %s", thread.id, e)
+        log.warning("could not post in channel %s: %s", getattr(channel, "id", "?"), e)
         return None
-    editor = MessageEditor(lambda text: status.edit(content=text), status.content, interval=1.0 / edit_rate,
-                           name=str(status.id))
-    on_editor(editor)
+    shown_by_press: list[str] = []  # the final state, when the Stop press's interaction showed it
+
+    async def edit(key: str) -> None:
+        editor.interval = 1.0 / edit_rate  # the first change (the plan, usually) goes out at once
+        if key not in shown_by_press:
+            await status.edit(view=view())
+
+    editor = MessageEditor(edit, key_text(), interval=0.0, name=str(status.id))
+    live.editor = editor
     record: RunRecord | None = None
     try:
         try:
-            async for event in service.handle(text, files, key=key, user=user):
+            async for event in service.handle(text, files, key=key, user=user, stop=live.stop):
                 progress.apply(event)
-                editor.set(render_progress(progress))
+                editor.set(key_text())  # the editor skips texts already shown
                 if isinstance(event, Done):
                     record = event.record
         except HuggingGPTError as e:
-            log.info("run in thread %s refused: %s", thread.id, e)
+            log.info("run in channel %s refused: %s", getattr(channel, "id", "?"), e)
             record = RunRecord(request=text, status="error", error=e.user_message)
             progress.apply(Done(record))
         if record is None:
             record = RunRecord(request=text, status="error", error=CRASH_SENTENCE)
             progress.apply(Done(record))
-        await editor.close(render_progress(progress))
-        await post_files(thread, record.files, upload_limit)
+        if not record.stopped:
+            live.stopped_by = None  # pressed too late: the run had finished anyway
+        elif live.press is not None:
+            await _show_through_press(live, view(), key_text(), shown_by_press)
+        await editor.close(key_text())
+        if live.pressed_at is not None:
+            log.info("run %s stopped %.0f ms after the press", live.run_id, (time.monotonic() - live.pressed_at) * 1000)
+        await post_files(channel, record, upload_limit)
         if record.answered:
             chunks = split_message(record.response or progress.answer)
             if not chunks and not record.files:
                 chunks = ["The run finished without an answer text; please rephrase your request."]
             for chunk in chunks:
-                await thread.send(chunk)
+                await channel.send(chunk)
         else:
-            await thread.send(f"⚠️ {record.error or CRASH_SENTENCE}")
+            await channel.send(f"⚠️ {record.error or CRASH_SENTENCE}")
         return record
     except asyncio.CancelledError:
         progress.stop(SHUTDOWN_SENTENCE)
-        await asyncio.shield(mark_stopped(editor, progress))
+        await asyncio.shield(mark_stopped(editor, key_text()))
         raise
     except discord.HTTPException as e:
-        log.warning("could not post the result in thread %s: %s", thread.id, e)
+        log.warning("could not post the result in channel %s: %s", getattr(channel, "id", "?"), e)
         return record
     except Exception:
-        log.exception("run in thread %s crashed", thread.id)
+        log.exception("run in channel %s crashed", getattr(channel, "id", "?"))
         progress.stop(CRASH_SENTENCE)
-        await mark_stopped(editor, progress)
+        await mark_stopped(editor, key_text())
         return record
 
-async def mark_stopped(editor: MessageEditor, progress: Progress) -> None:
-    """Show the stopped run in its status message (waiting at most 5 s)."""
+
+async def _show_through_press(live: LiveRun, view: Any, key: str, shown: list[str]) -> None:
+    """Show the stopped run's final state through the Stop press's interaction (``PATCH
+    .../messages/@original``, the message the button is on), at once."""
     try:
-        await asyncio.wait_for(editor.close(render_progress(progress)), 5)
+        await live.press.edit_original_response(view=view)
+        shown.append(key)
+    except discord.HTTPException as e:  # the channel edit follows within a second anyway
+        log.info("could not show the stopped run %s through the press: %s", live.run_id, e)
+
+
+async def mark_stopped(editor: MessageEditor, key: str) -> None:
+    """Show the stopped run in its progress message (waiting at most 5 s)."""
+    try:
+        await asyncio.wait_for(editor.close(key), 5)
     except (asyncio.TimeoutError, TimeoutError, discord.HTTPException):
         log.warning("could not mark the status message %s as interrupted", editor.name)
 
-async def post_files(thread: discord.Thread, resources: list[Resource], limit: int) -> None:
-    """Upload generated files (shrunk to ``limit`` bytes each) in messages of at most 10 files,
-    with a note for every file changed or left out."""
-    prepared: list[tuple[bytes, str, str]] = []
+
+def _alt_text(res: Resource, record: RunRecord) -> str:
+    """Alt text for a generated file: "<task> output of task <n>" (from ``res.origin``)."""
+    tid = res.origin.removeprefix("task:")
+    task = next((t for t in record.tasks if str(t.id) == tid), None)
+    if task is not None:
+        return f"{task.task} output of task {task.id}"
+    return res.description or res.kind
+
+
+async def post_files(channel: Any, record: RunRecord, limit: int) -> None:
+    """Upload the run's generated files (shrunk to ``limit`` bytes each) in components messages
+    of at most 10 files and ``limit`` bytes: images in a media gallery with alt text, audio and
+    video as file components, with a note for every file changed or left out."""
+    prepared: list[MediaItem] = []
     notes: list[str] = []
-    for res in resources:
+    names: set[str] = set()
+    for res in record.files:
         try:
             data = await asyncio.to_thread(res.path.read_bytes)
         except OSError as e:
@@ -132,20 +187,24 @@ async def post_files(thread: discord.Thread, resources: list[Resource], limit: i
         if fitted.note:
             notes.append(fitted.note)
         if fitted.data is not None:
-            prepared.append((fitted.data, fitted.filename, res.description[:1000]))
-    batches: list[list[tuple[bytes, str, str]]] = []
+            filename = fitted.filename
+            while filename in names:  # attachment://name must point at one file
+                filename = f"{res.id}-{filename}"
+            names.add(filename)
+            mime = mimetypes.guess_type(filename)[0] or res.mime
+            prepared.append(MediaItem(fitted.data, filename, mime, _alt_text(res, record)))
+    batches: list[list[MediaItem]] = []
     for item in prepared:
-        if not batches or len(batches[-1]) >= MAX_FILES_PER_MESSAGE or sum(len(i[0]) for i in batches[-1]) + len(item[0]) > limit:
+        if not batches or len(batches[-1]) >= MAX_FILES_PER_MESSAGE or sum(len(i.data) for i in batches[-1]) + len(item.data) > limit:
             batches.append([])
         batches[-1].append(item)
     note_text = "\n".join(notes)
     for n, batch in enumerate(batches):
-        content = note_text[:2000] if n == 0 and note_text else None
-        await thread.send(content=content, files=[discord.File(io.BytesIO(d), filename=f, description=desc or None)
-                                                  for d, f, desc in batch])
+        view, uploads = media_view(batch, note_text if n == 0 and note_text else None)
+        await channel.send(view=view, files=uploads)
     if not batches and note_text:
         for chunk in split_message(note_text):
-            await thread.send(chunk)
+            await channel.send(chunk)
 
 
 async def tell_privately(interaction: discord.Interaction, sentence: str) -> None:

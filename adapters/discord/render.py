@@ -27,7 +27,8 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
-def _task_line(line: TaskProgress, now: float) -> str:
+def task_line(line: TaskProgress, now: float) -> str:
+    """One task as a Markdown line: icon, ``#id task`` (dependencies), model, state, time, reason."""
     t = line.task
     deps = f" (after {', '.join(f'#{d}' for d in t.dep)})" if t.dep else ""
     model = f" · `{_clip(line.model, 80)}`" if line.model else ""
@@ -78,7 +79,7 @@ def render_progress(progress: Progress, *, title: str | None = None, now: float 
         tail.append(f"⚠️ Stopped{secs}: {_clip(progress.error or 'the run failed.', 400)}")
     elif progress.stage == "responding":
         tail.append("✍️ Writing the answer…")
-    lines = [_task_line(line, now) for line in progress.tasks.values()]
+    lines = [task_line(line, now) for line in progress.tasks.values()]
     head_text = "\n".join(h for h in head if h)
     tail_text = "\n".join(tail)
     budget = limit - len(head_text) - len(tail_text) - 2

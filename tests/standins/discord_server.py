@@ -17,6 +17,19 @@ What it speaks (Discord API docs, "Gateway" and "Interactions > Receiving and Re
 Everything the bot sends is recorded in :attr:`StandinDiscord.calls` with a ``time.monotonic()``
 timestamp; messages keep their edit history, and uploaded files keep their bytes.
 
+Components V2 (Discord API docs, "Component Reference"): a message sent or edited with
+``components`` is checked like Discord does, and a violation is answered 400 / code 50035 "Invalid
+Form Body" (see :func:`component_problem`): more than 40 components, more than 4,000 characters of
+text display, a gallery of 0 or more than 10 items, top-level layout components without the flag
+``1 << 15``, ``content`` or embeds with that flag, a reference ``attachment://name`` to no uploaded
+file. :attr:`StoredMessage.text` is what a user reads (content, or the text displays), and every
+version is kept in :attr:`StoredMessage.history`.
+
+Component interactions (a button press, :meth:`StandinDiscord.press`) are answered with callback
+type 6 (deferred update), 7 (update the message) or 4 (a new, e.g. ephemeral, message). Direct
+messages: :meth:`StandinDiscord.dm_channel` opens the DM channel with a user (also ``POST
+/users/@me/channels``); interactions and messages there carry no guild.
+
 Knobs: :attr:`forbid_threads` (thread creation answers 403 "Missing Permissions", code 50013),
 :attr:`attachment_size_limit` (bytes, reported in each interaction and enforced on uploads with
 413 / code 40005), :attr:`app_permissions` (the bot's permissions sent in each interaction).
@@ -37,6 +50,72 @@ from aiohttp import WSMsgType, web
 
 DISCORD_EPOCH_MS = 1420070400000
 JSON = "application/json"
+IS_COMPONENTS_V2 = 1 << 15
+LAYOUT_TYPES = {9, 10, 11, 12, 13, 14, 17}  # section, text display, thumbnail, gallery, file, separator, container
+MAX_COMPONENTS = 40
+MAX_TEXT = 4000
+
+
+def walk_components(components: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every component, nested ones included (container children, action row buttons, section
+    accessories), depth first."""
+    out: list[dict[str, Any]] = []
+    for c in components or []:
+        out.append(c)
+        out += walk_components(c.get("components") or [])
+        if isinstance(c.get("accessory"), dict):
+            out += walk_components([c["accessory"]])
+    return out
+
+
+def components_text(components: list[dict[str, Any]]) -> str:
+    """The text a user reads in a components message: its text displays, in order."""
+    return "\n".join(c.get("content") or "" for c in walk_components(components) if c.get("type") == 10)
+
+
+def component_problem(body: dict[str, Any], flags: int, filenames: set[str]) -> str | None:
+    """Why Discord would refuse this message body (400, "Invalid Form Body"), or ``None``.
+
+    Rules (Discord API docs, "Component Reference" and "Create Message"): at most 40 components in
+    all; text displays at most 4,000 characters in all; media gallery 1-10 items, alt text up to
+    256; action rows 1-5 components; ``custom_id`` up to 100; layout components only with the flag
+    ``IS_COMPONENTS_V2``; with the flag, no ``content`` and no embeds; ``attachment://name``
+    references an attachment of the message.
+    """
+    comps = body.get("components")
+    v2 = bool(flags & IS_COMPONENTS_V2)
+    if v2 and (body.get("content") or body.get("embeds")):
+        return "content and embeds cannot be used with the IS_COMPONENTS_V2 flag"
+    if comps is None:
+        return None
+    every = walk_components(comps)
+    if len(every) > MAX_COMPONENTS:
+        return f"too many components ({len(every)} > {MAX_COMPONENTS})"
+    if not v2 and any(c.get("type") != 1 for c in comps):
+        return "layout components need the IS_COMPONENTS_V2 flag"
+    text = sum(len(c.get("content") or "") for c in every if c.get("type") == 10)
+    if text > MAX_TEXT:
+        return f"text displays have {text} characters (> {MAX_TEXT})"
+    for c in every:
+        kind = c.get("type")
+        if kind == 10 and not (c.get("content") or "").strip():
+            return "a text display needs content"
+        if kind == 1 and not 1 <= len(c.get("components") or []) <= 5:
+            return "an action row holds 1 to 5 components"
+        if kind == 2 and len(c.get("custom_id") or "") > 100:
+            return "custom_id is longer than 100 characters"
+        if kind == 12:
+            items = c.get("items") or []
+            if not 1 <= len(items) <= 10:
+                return f"a media gallery holds 1 to 10 items, not {len(items)}"
+            if any(len(i.get("description") or "") > 256 for i in items):
+                return "a media gallery item's description is longer than 256 characters"
+        urls = [i["media"]["url"] for i in c.get("items") or []] if kind == 12 else (
+            [c["file"]["url"]] if kind == 13 else [])
+        for url in urls:
+            if url.startswith("attachment://") and url[len("attachment://"):] not in filenames:
+                return f"{url} refers to no attachment of this message"
+    return None
 
 # Permission bits (Discord API docs, "Permissions > Bitwise Permission Flags").
 VIEW_CHANNEL = 1 << 10
@@ -101,6 +180,35 @@ class StoredMessage:
     @property
     def flags(self) -> int:
         return int(self.payload.get("flags") or 0)
+
+    @property
+    def components(self) -> list[dict[str, Any]]:
+        return self.payload.get("components") or []
+
+    @property
+    def text(self) -> str:
+        """What a user reads: the content, or the text displays of a components message."""
+        return components_text(self.components) if self.flags & IS_COMPONENTS_V2 else self.content
+
+    def buttons(self) -> list[dict[str, Any]]:
+        """The buttons a user can press now."""
+        return [c for c in walk_components(self.components) if c.get("type") == 2]
+
+    def gallery(self) -> list[tuple["UploadedFile", str | None]]:
+        """The media gallery items as (uploaded file, alt text), in order."""
+        by_name = {f.filename: f for f in self.files}
+        out = []
+        for c in walk_components(self.components):
+            for item in c.get("items") or [] if c.get("type") == 12 else []:
+                name = item["media"]["url"].removeprefix("attachment://")
+                out.append((by_name[name], item.get("description")))
+        return out
+
+    def file_components(self) -> list["UploadedFile"]:
+        """The files shown by file components, in order."""
+        by_name = {f.filename: f for f in self.files}
+        return [by_name[c["file"]["url"].removeprefix("attachment://")]
+                for c in walk_components(self.components) if c.get("type") == 13]
 
 
 class StandinDiscord:
@@ -329,7 +437,9 @@ class StandinDiscord:
             payload["webhook_id"] = str(webhook_id)
         if interaction is not None:
             payload["interaction_metadata"] = interaction
-        if not author.get("bot"):
+        if self.channels.get(channel_id, {}).get("type") == 1:  # a DM: no guild, no member
+            del payload["guild_id"]
+        elif not author.get("bot"):
             payload["member"] = {k: v for k, v in self._member(author, [self.role_id] if author is self.user else []).items() if k != "user"}
         return payload
 
@@ -451,6 +561,14 @@ class StandinDiscord:
         if resolved:
             data["resolved"] = resolved
         member_roles = [self.role_id] if roles is None and user is self.user else (roles or [])
+        if channel["type"] == 1:  # in the bot's DM (context 1), from a user install
+            return {
+                "id": str(iid), "application_id": str(self.app_id), "type": 2, "data": data,
+                "channel_id": str(cid), "channel": channel, "user": user, "token": token, "version": 1,
+                "locale": "en-US", "app_permissions": str(self.app_permissions),
+                "attachment_size_limit": self.attachment_size_limit, "entitlements": [],
+                "authorizing_integration_owners": {"1": user["id"]}, "context": 1,
+            }
         return {
             "id": str(iid),
             "application_id": str(self.app_id),
@@ -482,6 +600,56 @@ class StandinDiscord:
     async def interact(self, prompt: str, **kw: Any) -> dict[str, Any]:
         """Build and deliver an ``/ask`` interaction; returns its payload."""
         return await self.send_interaction(self.interaction_payload(prompt, **kw))
+
+    def dm_channel(self, user: dict[str, Any] | None = None) -> int:
+        """The id of the DM channel between the bot and ``user`` (default: alice), opened on first use."""
+        user = user or self.user
+        for cid, ch in self.channels.items():
+            if ch["type"] == 1 and ch["recipients"][0]["id"] == user["id"]:
+                return cid
+        cid = self.snowflake()
+        self.channels[cid] = {"id": str(cid), "type": 1, "recipients": [user], "last_message_id": None, "flags": 0}
+        return cid
+
+    async def press(self, message_id: int, custom_id: str, *, user: dict[str, Any] | None = None,
+                    permissions: int = BOT_PERMISSIONS) -> int:
+        """A user presses the button ``custom_id`` of a message (INTERACTION_CREATE, type 3
+        MESSAGE_COMPONENT); ``permissions`` are the member's in that channel. Returns the
+        interaction id."""
+        user = user or self.user
+        msg = self.messages[message_id]
+        if custom_id not in [b.get("custom_id") for b in msg.buttons()]:
+            raise AssertionError(f"message {message_id} shows no button {custom_id!r}: a user cannot press it")
+        iid = self.snowflake()
+        token = f"itoken-{iid}"
+        channel = self.channels[msg.channel_id]
+        payload: dict[str, Any] = {
+            "id": str(iid), "application_id": str(self.app_id), "type": 3, "token": token, "version": 1,
+            "data": {"custom_id": custom_id, "component_type": 2}, "message": msg.payload,
+            "channel_id": str(msg.channel_id), "channel": channel, "locale": "en-US",
+            "app_permissions": str(self.app_permissions), "entitlements": [],
+            "attachment_size_limit": self.attachment_size_limit,
+        }
+        if channel["type"] == 1:
+            payload.update(user=user, context=1, authorizing_integration_owners={"1": user["id"]})
+        else:
+            roles = [self.role_id] if user is self.user else []
+            payload.update(guild_id=str(self.guild_id), context=0,
+                           member={**self._member(user, roles), "permissions": str(permissions)},
+                           authorizing_integration_owners={"0": str(self.guild_id)})
+        self._interactions[token] = {"id": iid, "channel_id": msg.channel_id, "original": None, "message": message_id}
+        self.injected[iid] = time.monotonic()
+        await self.dispatch("INTERACTION_CREATE", payload)
+        return iid
+
+    def bot_message(self, channel_id: int, components: list[dict[str, Any]]) -> int:
+        """A components message the bot posted earlier (e.g. before a restart); returns its id."""
+        msg = self.message_payload(channel_id, self.bot_user, "", flags=IS_COMPONENTS_V2)
+        msg["components"] = components
+        stored = StoredMessage(msg)
+        stored.history.append(stored.text)
+        self.messages[stored.id] = stored
+        return stored.id
 
     async def send_message(
         self,
@@ -582,6 +750,7 @@ class StandinDiscord:
             web.post(f"{a}/channels/{{cid}}/typing", self._typing),
             web.put(f"{a}/channels/{{cid}}/thread-members/@me", self._no_content),
             web.get(f"{a}/guilds/{{gid}}", self._get_guild),
+            web.post(f"{a}/users/@me/channels", self._open_dm),
         ]
 
     @staticmethod
@@ -661,17 +830,37 @@ class StandinDiscord:
         if iid in self.callbacks:
             return self._error(400, 40060, "Interaction has already been acknowledged.")
         body = call.json or {}
-        self.callbacks[iid] = body
         kind = body.get("type")
         data = body.get("data") or {}
         flags = int(data.get("flags") or 0)
+        if kind in (6, 7):  # a component interaction: (deferred) update of the message it came from
+            if info.get("message") is None:
+                return self._error(400, 50035, "Invalid Form Body: not a component interaction")
+            self.callbacks[iid] = body
+            msg = self.messages[info["message"]]
+            info["original"] = msg.id
+            if kind == 7:
+                problem = component_problem(data, msg.flags | flags, {f.filename for f in msg.files})
+                if problem:
+                    return self._error(400, 50035, f"Invalid Form Body: {problem}")
+                self._apply_body(msg, data)
+                msg.history.append(msg.text)
+                msg.edit_times.append(call.t)
+            await self._notify()
+            return self._json({"interaction": {"id": str(iid), "type": 3}, "resource": {"type": kind}})
+        problem = component_problem(data, flags, {f.filename for f in call.files})
+        if problem:
+            return self._error(400, 50035, f"Invalid Form Body: {problem}")
+        self.callbacks[iid] = body
         if kind == 5:
             self.deferrals[iid] = call.t
             flags |= 128  # LOADING
         content = data.get("content") or ""
         msg = self.message_payload(info["channel_id"], self.bot_user, content, flags=flags, message_type=20,
                                    webhook_id=self.app_id, interaction=self._metadata(iid))
-        stored = StoredMessage(msg, files=call.files, history=[content])
+        stored = StoredMessage(msg, files=call.files)
+        self._apply_body(stored, data)
+        stored.history.append(stored.text)
         self.messages[int(msg["id"])] = stored
         info["original"] = int(msg["id"])
         await self._notify()
@@ -730,10 +919,17 @@ class StandinDiscord:
         too_big = self._check_sizes(call.files)
         if too_big is not None:
             return too_big
+        flags = int(body.get("flags") or 0)
+        problem = component_problem(body, flags, {f.filename for f in call.files})
+        if problem:
+            return self._error(400, 50035, f"Invalid Form Body: {problem}")
         msg = self.message_payload(info["channel_id"], self.bot_user, body.get("content") or "",
-                                   flags=int(body.get("flags") or 0), webhook_id=self.app_id,
+                                   flags=flags, webhook_id=self.app_id,
                                    interaction=self._metadata(info["id"]))
-        self.messages[int(msg["id"])] = StoredMessage(msg, files=call.files, history=[msg["content"]])
+        stored = StoredMessage(msg, files=call.files)
+        self._apply_body(stored, body)
+        stored.history.append(stored.text)
+        self.messages[int(msg["id"])] = stored
         await self._notify()
         return self._json(msg)
 
@@ -743,10 +939,27 @@ class StandinDiscord:
                 return self._error(413, 40005, "Request entity too large")
         return None
 
-    async def _apply_edit(self, msg: StoredMessage, call: Call) -> web.Response:
-        body = call.json or {}
+    @staticmethod
+    def _apply_body(msg: StoredMessage, body: dict[str, Any]) -> None:
+        """Apply the fields a create/edit body sets (content, components, flags)."""
         if "content" in body:
             msg.payload["content"] = body["content"] or ""
+        if "components" in body:
+            msg.payload["components"] = body["components"] or []
+        if "flags" in body and body["flags"] is not None:
+            # the components flag cannot be removed once set (Discord API docs, "Edit Message")
+            msg.payload["flags"] = int(body["flags"]) | (msg.flags & IS_COMPONENTS_V2)
+
+    async def _apply_edit(self, msg: StoredMessage, call: Call) -> web.Response:
+        body = call.json or {}
+        flags = int(body.get("flags") or 0) | msg.flags
+        names = {f.filename for f in (call.files or msg.files)}
+        if flags & IS_COMPONENTS_V2 and "content" not in body and msg.content:
+            body = {**body, "content": msg.content}  # Discord keeps the content: refused below
+        problem = component_problem(body, flags, names)
+        if problem:
+            return self._error(400, 50035, f"Invalid Form Body: {problem}")
+        self._apply_body(msg, body)
         msg.payload["flags"] = msg.flags & ~128  # no longer loading
         msg.payload["edited_timestamp"] = _now_iso()
         if call.files:
@@ -754,7 +967,7 @@ class StandinDiscord:
             if too_big is not None:
                 return too_big
             msg.files = list(call.files)
-        msg.history.append(msg.content)
+        msg.history.append(msg.text)
         msg.edit_times.append(call.t)
         await self._notify()
         return self._json(msg.payload)
@@ -782,8 +995,13 @@ class StandinDiscord:
         if too_big is not None:
             return too_big
         body = call.json or {}
-        msg = self.message_payload(cid, self.bot_user, body.get("content") or "",
+        flags = int(body.get("flags") or 0)
+        problem = component_problem(body, flags, {f.filename for f in call.files})
+        if problem:
+            return self._error(400, 50035, f"Invalid Form Body: {problem}")
+        msg = self.message_payload(cid, self.bot_user, body.get("content") or "", flags=flags,
                                    message_type=19 if body.get("message_reference") else 0)
+        msg["components"] = body.get("components") or []
         if body.get("message_reference"):
             msg["message_reference"] = body["message_reference"]
         msg["attachments"] = [
@@ -791,7 +1009,9 @@ class StandinDiscord:
              "proxy_url": f"{self.base}/x/{f.filename}", "content_type": f.content_type}
             for f in call.files
         ]
-        self.messages[int(msg["id"])] = StoredMessage(msg, files=call.files, history=[msg["content"]])
+        stored = StoredMessage(msg, files=call.files)
+        stored.history.append(stored.text)
+        self.messages[int(msg["id"])] = stored
         ch = self.channels[cid]
         if ch["type"] == 11:
             ch["message_count"] += 1
@@ -815,6 +1035,12 @@ class StandinDiscord:
         msg.deleted = True
         await self._notify()
         return web.Response(status=204)
+
+    async def _open_dm(self, request: web.Request) -> web.Response:
+        call = await self._record(request)
+        rid = str((call.json or {}).get("recipient_id"))
+        user = next((u for u in (self.user, self.user2) if u["id"] == rid), None) or self._user(int(rid), "someone")
+        return self._json(self.channels[self.dm_channel(user)])
 
     async def _typing(self, request: web.Request) -> web.Response:
         return web.Response(status=204)
