@@ -111,13 +111,12 @@ class Service:
 
     async def start_over(self, key: ConversationKey) -> bool:
         """The next turn of ``key`` starts a new conversation (a DM's "new"); the earlier one stays
-        stored under its id. Returns whether there was one.
+        stored under its id (a turn still running in it finishes there). Returns whether there was one.
 
         Raises:
             StorageError: the conversation store fails.
         """
-        async with self._locks.lock(key.as_string()):  # after a turn in flight, never in its middle
-            return await self.store.retire(key) is not None
+        return await self.store.retire(key) is not None
 
     async def claim_delivery(self, *keys: str | None) -> bool:
         """Whether this process is the first of those sharing the data dir to take a platform

@@ -161,7 +161,7 @@ class HuggingGPTBot(discord.Client):
         async def new(interaction: discord.Interaction) -> None:
             await bot.on_new(interaction)
 
-        restart = app_commands.Command(name="new", description="Start a new conversation in my DMs (forget the earlier ones).",
+        restart = app_commands.Command(name="new", description="Start a new conversation in my DMs.",
                                        callback=new)
         for cmd in (command, restart):
             # user-installable, and usable in the bot's DM and group DMs (Discord "integration_types", "contexts")

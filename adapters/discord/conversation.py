@@ -4,7 +4,7 @@ that over.
 
 DM conversations remember like threads (issue 10): files and results of earlier DMs stay
 reachable, so "now make it black and white" works on the previous DM's picture. Starting over
-forgets the DM conversation (its turns, and its files not shared with another conversation).
+begins a new DM conversation; the earlier one is kept under its id (as on Slack).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from typing import Any  # ``bot``: the HuggingGPTBot (not imported: no import cy
 
 import discord
 
-from bot.errors import StorageError
 from bot.incoming import ConversationKey
 from pipeline.errors import HuggingGPTError
 
@@ -26,26 +25,22 @@ log = logging.getLogger("hugginggpt.discord")
 
 NEW_WORDS = frozenset({"new", "/new", "start over", "reset"})
 """DM texts (case and surrounding spaces ignored) that start a new DM conversation."""
-STARTED_OVER = "Starting over: I have forgotten our earlier messages and files. What would you like to do?"
-NOTHING_TO_FORGET = "We're starting fresh: there was nothing to forget. What would you like to do?"
-BUSY_SENTENCE = "I'm still working on your last request; press Stop on it or wait, then start over."
+STARTED_OVER = ("Starting a new conversation: the files and answers of our earlier messages are no longer used. "
+                "What would you like to do?")
+NOTHING_TO_FORGET = "We're starting fresh. What would you like to do?"
 
 
 async def start_over(bot: Any, user_id: int) -> str:
-    """Forget ``user_id``'s DM conversation; return the sentence for them.
-
-    Uses the conversation store's ``forget`` (turns and files not shared elsewhere); a turn
-    still running keeps it (``StorageError``), which the user is told.
-    """
-    key = dm_key(user_id)
+    """Start ``user_id``'s DM conversation over; return the sentence for them. The earlier
+    conversation is kept under its id (``Service.start_over``), as on Slack; a run still going in
+    it finishes there."""
     try:
-        conv = await bot.service.conversation_id(key)
-        forgotten = await bot.service.store.forget(conv)
-    except StorageError as e:
-        log.info("could not forget the DM conversation of user %s: %s", user_id, e)
-        return BUSY_SENTENCE
+        had = await bot.service.start_over(dm_key(user_id))
+    except HuggingGPTError as e:
+        log.warning("could not start the DM conversation of user %s over: %s", user_id, e)
+        return e.user_message
     log.info("user %s started their DM conversation over", user_id)
-    return STARTED_OVER if forgotten else NOTHING_TO_FORGET
+    return STARTED_OVER if had else NOTHING_TO_FORGET
 
 
 async def on_message(bot: Any, message: discord.Message) -> None:
