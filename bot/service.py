@@ -21,7 +21,6 @@ from .incoming import ConversationKey, IncomingFile
 from .locks import ThreadLocks
 from .mentions import check_mentions
 from .settings import Settings
-from .store import deliveries, feedback
 from .store import ConversationStore, LocalResourceSink, MediaStore, open_store
 from .uploads import Inspected, inspect_upload
 
@@ -120,13 +119,13 @@ class Service:
 
     async def claim_delivery(self, *keys: str | None) -> bool:
         """Whether this process is the first of those sharing the data dir to take a platform
-        delivery known by any of ``keys`` (``None`` ones ignored); see :mod:`bot.store.deliveries`.
+        delivery known by any of ``keys`` (``None`` ones ignored); see ``ConversationStore.claim_delivery``.
 
         Raises:
             StorageError: the conversation store fails.
         """
         present = [k for k in keys if k]
-        return not present or await deliveries.claim(self.store.database, present)  # type: ignore[attr-defined]
+        return not present or await self.store.claim_delivery(present)
 
     async def record_feedback(self, conversation_id: str, turn: int, verdict: str, user: str) -> bool:
         """Store ``user``'s ``verdict`` (``"good"`` or ``"bad"``) on a stored turn; ``False`` when
@@ -137,7 +136,7 @@ class Service:
         """
         if verdict not in ("good", "bad"):
             return False
-        return await feedback.record(self.store.database, conversation_id, turn, user, verdict)  # type: ignore[attr-defined]
+        return await self.store.record_feedback(conversation_id, turn, user, verdict)
 
     async def handle(
         self,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from pipeline.types import Modality, Resource, ResourceSink, RunRecord, Turn
@@ -83,6 +84,16 @@ class ConversationStore(Protocol):
     async def retire(self, key: ConversationKey) -> str | None:
         """Detach ``key`` from its conversation so its next use starts a new one (the old one is
         kept); the retired id, or ``None``."""
+        ...
+
+    async def record_feedback(self, conversation_id: str, turn: int, user: str, verdict: str) -> bool:
+        """Store ``user``'s ``verdict`` (``"good"``/``"bad"``) on a turn, replacing an earlier one;
+        ``False`` when the turn does not exist."""
+        ...
+
+    async def claim_delivery(self, keys: Sequence[str]) -> bool:
+        """Take a platform delivery known by any of ``keys`` for this process: ``True`` when no
+        process sharing the store took one of them before (then all are recorded, atomically)."""
         ...
 
     async def begin_turn(self, conversation_id: str, user_text: str, user: str | None) -> int:

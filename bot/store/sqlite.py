@@ -49,6 +49,7 @@ from .database import Database
 from .lease import INTERRUPTED, RECENT_SECONDS, Owner  # noqa: F401 - INTERRUPTED re-exported
 from .migrations import SCHEMA_VERSION
 from .quota import Ledger
+from .sqlite_extras import SQLiteExtras
 from .protocol import MediaWriter, PruneReport, TurnSink
 from .text import SUMMARY_CHARS, clip_summary, valid_utf8
 
@@ -64,7 +65,7 @@ def _gone(where: str, what: str, path: Path) -> StorageError:
     return StorageError("This conversation no longer exists; start a new thread.", f"{where}: unknown {what} in {path}")
 
 
-class SQLiteStore:
+class SQLiteStore(SQLiteExtras):
     """:class:`ConversationStore` on one SQLite file (WAL mode) plus a media store.
 
     The database is ``data_dir / "conversations.sqlite3"``; media files are written through
@@ -185,13 +186,6 @@ class SQLiteStore:
             (conversation_id,),
         )
         return ConversationKey(*rows[0]) if rows else None
-
-    async def retire(self, key: ConversationKey) -> str | None:
-        """See :meth:`ConversationStore.retire` (the old conversation keeps its id and turns)."""
-        async with self.database.lock, self.database.tx("starting a new conversation") as db:
-            sql = "UPDATE conversations SET key=key || '#retired-' || id WHERE key=? RETURNING id"
-            row = await (await db.execute(sql, (key.as_string(),))).fetchone()
-        return row[0] if row else None
 
     # -- turns ---------------------------------------------------------------------------------
 
