@@ -84,3 +84,12 @@ def start_caption_in_chat(proc, photo, timeout: float = 60.0) -> tuple[str, str 
         if line.startswith("Conversation "):
             conv = line.split()[1]
     return seen, conv
+
+
+@pytest.fixture
+async def slack():
+    """The stand-in Slack (tests/standins/slack_api.py), started on 127.0.0.1."""
+    from standins.slack_api import SlackStandIn
+
+    async with SlackStandIn() as s:
+        yield s

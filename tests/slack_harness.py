@@ -18,6 +18,7 @@ from bot.settings import Settings, SlackSettings
 from standins.slack_api import SlackStandIn, signed_headers
 
 SECRET = "test-signing-secret"
+MEDIA = Path(__file__).parent / "fixtures" / "media"
 CHANNEL = "C0GENERAL"
 
 
@@ -121,3 +122,8 @@ async def start_harness(slack: SlackStandIn, service, tmp_path: Path, **slack_se
     await site.start()
     port = site._server.sockets[0].getsockname()[1]
     return Harness(slack, app, runner, port, service)
+
+
+def png_file(slack: SlackStandIn, name: str = "chelsea.png", **kw) -> dict:
+    """A real photo from tests/fixtures/media, uploaded by a user to the stand-in Slack (its file object)."""
+    return slack.add_file((MEDIA / name).read_bytes(), name, "image/png", **kw)

@@ -12,7 +12,7 @@ import aiohttp
 import openai
 import pytest
 
-from tests.fixtures.server.harness import KEY, CountingSite, Served, data_url, image_message
+from tests.fixtures.server.harness import KEY, CountingSite, Served, image_message
 
 TEXT = [{"role": "user", "content": "Generate an image of a cat"}]
 
@@ -161,15 +161,21 @@ async def test_client_that_disconnects_mid_stream_cancels_the_run(served, sandbo
                     break
             r.close()  # the user closed the tab
     assert json.loads(seen.split("\n")[0][len("data: "):])["object"] == "chat.completion.chunk"
-    conv = await served.service.conversation_id(served.conversation_key("gone-away"))
+    turn = await _settled_turn(served, "gone-away")
+    assert turn["status"] == "error" and "interrupted" in turn["error"]
+    calls = [r for r in sandbox.inference.records if r.task == "object-detection"]
+    assert len(calls) <= 1  # not retried or continued after the cancel
+
+
+async def _settled_turn(served, conversation: str) -> dict:
+    """The only stored turn of ``conversation``, once it is no longer running (up to 5 s)."""
+    conv = await served.service.conversation_id(served.conversation_key(conversation))
     for _ in range(100):
         [turn] = await served.service.store.turns(conv)
         if turn["status"] != "running":
             break
         await asyncio.sleep(0.05)
-    assert turn["status"] == "error" and "interrupted" in turn["error"]
-    calls = [r for r in sandbox.inference.records if r.task == "object-detection"]
-    assert len(calls) <= 1  # not retried or continued after the cancel
+    return turn
 
 
 async def test_client_that_disconnects_while_waiting_cancels_the_run(served, sandbox):
@@ -180,12 +186,7 @@ async def test_client_that_disconnects_while_waiting_cancels_the_run(served, san
         with pytest.raises(asyncio.TimeoutError):
             async with http.post(served.url + "/v1/chat/completions", json=body, headers=headers) as r:
                 await r.read()
-    conv = await served.service.conversation_id(served.conversation_key("gave-up"))
-    for _ in range(100):
-        [turn] = await served.service.store.turns(conv)
-        if turn["status"] != "running":
-            break
-        await asyncio.sleep(0.05)
+    turn = await _settled_turn(served, "gave-up")
     assert turn["status"] == "error" and "interrupted" in turn["error"]
 
 

@@ -20,17 +20,10 @@ from PIL import Image
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.app import create_bolt_app, get_bot
-from slack_harness import CHANNEL, Harness, bot_settings, start_harness
+from slack_harness import CHANNEL, Harness, bot_settings, png_file, start_harness
 from slack_service import make_service
-from standins.slack_api import SlackStandIn
 
 MEDIA = Path(__file__).parent / "fixtures" / "media"
-
-
-@pytest.fixture
-async def slack():
-    async with SlackStandIn() as s:
-        yield s
 
 
 @pytest.fixture
@@ -44,11 +37,6 @@ async def h(slack, service, tmp_path):
     harness = await start_harness(slack, service, tmp_path)
     yield harness
     await harness.close()
-
-
-def png_file(slack: SlackStandIn, name: str = "chelsea.png", **kw) -> dict:
-    data = (MEDIA / name).read_bytes()
-    return slack.add_file(data, name, "image/png", **kw)
 
 
 def decode_image(data: bytes) -> Image.Image:

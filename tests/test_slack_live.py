@@ -15,17 +15,10 @@ from PIL import Image
 from adapters.slack.app import STARTED_OVER
 from adapters.slack.controls import ALREADY_ENDED, NOT_YOURS
 from adapters.slack.live import FEEDBACK_ACTION, STOP_ACTION
-from slack_harness import CHANNEL, Harness, start_harness
+from slack_harness import CHANNEL, Harness, png_file, start_harness
 from slack_service import make_service
-from standins.slack_api import SlackStandIn
 
 MEDIA = Path(__file__).parent / "fixtures" / "media"
-
-
-@pytest.fixture
-async def slack():
-    async with SlackStandIn() as s:
-        yield s
 
 
 @pytest.fixture
@@ -35,10 +28,6 @@ async def slow(slack, tmp_path):
         h = await start_harness(slack, svc, tmp_path)
         yield h
         await h.close()
-
-
-def photo(slack: SlackStandIn, name: str = "chelsea.png") -> dict:
-    return slack.add_file((MEDIA / name).read_bytes(), name, "image/png")
 
 
 def _states(reply, card: str) -> list[str]:
@@ -51,7 +40,7 @@ def _states(reply, card: str) -> list[str]:
 
 async def test_the_plan_streams_as_task_cards_then_the_answer_with_feedback_buttons(slow: Harness):
     h = slow
-    body, _, ts = h.mention("describe this image", files=[photo(h.slack)])
+    body, _, ts = h.mention("describe this image", files=[png_file(h.slack)])
     await h.deliver(body)
     await h.settle()
     (reply,) = h.replies(ts)
@@ -77,7 +66,7 @@ async def test_the_plan_streams_as_task_cards_then_the_answer_with_feedback_butt
 
 async def test_stop_button_ends_the_run_with_what_finished(slow: Harness):
     h = slow
-    body, _, ts = h.mention("describe this image and draw a picture of a red fox", files=[photo(h.slack)])
+    body, _, ts = h.mention("describe this image and draw a picture of a red fox", files=[png_file(h.slack)])
     await h.deliver(body)
     reply = await h.slack.wait_for(lambda: next((m for m in h.replies(ts) if m.tasks.get("task-1")), None))
     stop = next(b for b in reply.blocks if b["type"] == "actions")["elements"][0]
@@ -101,7 +90,7 @@ async def test_stop_button_ends_the_run_with_what_finished(slow: Harness):
 async def test_a_stream_the_server_closes_continues_as_status_updates(slow: Harness):
     h = slow
     h.slack.close_streams_after = 1  # Slack closed the stream (after some minutes, in real life)
-    body, _, ts = h.mention("describe this image", files=[photo(h.slack)])
+    body, _, ts = h.mention("describe this image", files=[png_file(h.slack)])
     await h.deliver(body)
     await h.settle()
     stream, status, *answer = h.replies(ts)
@@ -114,7 +103,7 @@ async def test_a_stream_the_server_closes_continues_as_status_updates(slow: Harn
 async def test_streaming_refused_falls_back_to_a_status_message(slow: Harness):
     h = slow
     h.slack.fail_methods["chat.startStream"] = "not_allowed_token_type"
-    body, _, ts = h.mention("describe this image", files=[photo(h.slack)])
+    body, _, ts = h.mention("describe this image", files=[png_file(h.slack)])
     await h.deliver(body)
     await h.settle()
     status, answer = h.replies(ts)
@@ -126,7 +115,7 @@ async def test_dms_remember_until_the_user_starts_over(slack, tmp_path):
         h = await start_harness(slack, svc, tmp_path)
         try:
             first, ts1 = h.user_message("describe this image", channel="D0DM", channel_type="im",
-                                        files=[photo(slack, "astronaut.png")])
+                                        files=[png_file(slack, "astronaut.png")])
             await h.deliver(first)
             await h.settle()
             # a new top-level DM, not a thread reply: it continues the DM conversation
@@ -195,7 +184,7 @@ async def test_two_processes_on_one_data_dir_answer_a_redelivered_mention_once(s
 async def test_model_and_controller_text_in_the_stream_cannot_ping_anyone(slow: Harness):
     h = slow
     # the user typed the characters "<!channel>" (Slack sends them escaped); the answer quotes the request
-    body, _, ts = h.mention("describe this image &lt;!channel&gt; &lt;@U0BOSS&gt;", files=[photo(h.slack)])
+    body, _, ts = h.mention("describe this image &lt;!channel&gt; &lt;@U0BOSS&gt;", files=[png_file(h.slack)])
     await h.deliver(body)
     await h.settle()
     (reply,) = h.replies(ts)
