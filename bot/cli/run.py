@@ -47,8 +47,13 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
     try:
         renderer = TerminalRenderer(sys.stderr if args.json else sys.stdout)
         with _ctrl_c_stops(stop):
-            events = [e async for e in _handle(service, args.text, files, stop, renderer, args)]
-        record = next((e.record for e in events if isinstance(e, Done)), None)
+            async for event in service.handle(args.text, files, stop=stop):
+                if not args.json or args.verbose:
+                    renderer.render(event)
+                elif isinstance(event, Done) and not event.record.answered:
+                    renderer.finish(event.record)
+                if isinstance(event, Done):
+                    record = event.record
     finally:
         await service.close()
     if record is None:  # the pipeline always ends with Done; a bug otherwise
@@ -80,13 +85,3 @@ def _ctrl_c_stops(stop: asyncio.Event) -> Any:
         yield
     finally:
         loop.remove_signal_handler(signal.SIGINT)
-
-
-async def _handle(service: Service, text: str, files: list, stop: asyncio.Event, renderer: TerminalRenderer,
-                  args: argparse.Namespace) -> Any:
-    async for event in service.handle(text, files, stop=stop):
-        if not args.json or args.verbose:
-            renderer.render(event)
-        elif isinstance(event, Done) and not event.record.answered:
-            renderer.finish(event.record)
-        yield event
