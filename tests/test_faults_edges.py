@@ -23,7 +23,8 @@ from bot.logs import setup_logging
 from bot.settings import load_settings
 from tests.standins.discord_server import StandinDiscord
 from tests.standins.faulty_controller import FaultyController
-from tests.test_slack_app import h, png_file, service, slack  # noqa: F401 - fixtures
+from slack_harness import png_file
+from tests.test_slack_app import h, service  # noqa: F401 - fixtures (the stand-in Slack one is in conftest)
 
 MEDIA = Path(__file__).parent / "fixtures" / "media"
 
