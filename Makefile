@@ -1,18 +1,27 @@
 # Two entry points for newcomers (see README): `make demo` and `make test`.
-# Both install what the project needs first: ffmpeg (Debian/Ubuntu, via apt-get when missing)
+# Both install what the project needs first: ffmpeg (Debian/Ubuntu, via apt-get when missing;
+# `make test` also PostgreSQL and nginx, whose throwaway servers the tests start)
 # and the Python package with its dependencies into .venv.
 
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: install system-deps demo test bench
+.PHONY: install system-deps test-system-deps demo test bench
 
 system-deps:
-	@command -v ffmpeg >/dev/null 2>&1 && command -v ffprobe >/dev/null 2>&1 || { \
-	  echo "Installing ffmpeg (needed for audio/video checks and transcoding)..."; \
+	@$(call apt,ffmpeg,command -v ffmpeg && command -v ffprobe)
+
+test-system-deps:
+	@$(call apt,postgresql nginx,ls /usr/lib/postgresql/*/bin/postgres && { command -v nginx || [ -x /usr/sbin/nginx ]; })
+
+# $(call apt,PACKAGES,CHECK): apt-get install PACKAGES unless the shell CHECK succeeds
+define apt
+	{ $(2); } >/dev/null 2>&1 || { \
+	  echo "Installing $(1) (Debian packages)..."; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq ffmpeg >/dev/null; }
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $(1) >/dev/null; }
+endef
 
 $(BIN)/hugginggpt: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,7 +34,7 @@ install: system-deps $(BIN)/hugginggpt
 demo: install
 	$(BIN)/hugginggpt run --sandbox "Describe this picture in as much detail as you can" --file tests/fixtures/media/chelsea.png
 
-test: install
+test: install test-system-deps
 	$(BIN)/python -m pytest -q
 
 bench: install

@@ -93,3 +93,32 @@ async def slack():
 
     async with SlackStandIn() as s:
         yield s
+
+
+def _real_part(make):
+    """Start a real server from tests.realparts; skip when it is not installed, unless
+    HUGGINGGPT_REQUIRE_REAL_PARTS=1 (set by .ci/run), where a missing server fails."""
+    from tests.realparts import Missing
+
+    try:
+        return make()
+    except Missing as e:
+        if os.environ.get("HUGGINGGPT_REQUIRE_REAL_PARTS") == "1":
+            raise
+        pytest.skip(str(e))
+
+
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory):
+    """A throwaway PostgreSQL server for the whole session (tests.realparts.PostgresServer)."""
+    from tests.realparts import PostgresServer
+
+    server = _real_part(lambda: PostgresServer(tmp_path_factory.mktemp("postgres")).start())
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres_server) -> str:
+    """The URL of a fresh, empty database on the session's PostgreSQL server."""
+    return postgres_server.create_database()
