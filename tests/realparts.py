@@ -190,7 +190,7 @@ http {{
             proxy_http_version 1.1;
             proxy_set_header Connection "";
             proxy_set_header Host $host;
-            proxy_next_upstream error timeout http_502 http_503;
+            proxy_next_upstream error timeout http_502 http_503 non_idempotent;
             proxy_connect_timeout 1s;
             proxy_read_timeout 30s;
         }}
