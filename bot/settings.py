@@ -4,7 +4,8 @@ Sources, strongest first (ARCHITECTURE.md, "Configuration and command line"):
 
 1. ``HUGGINGGPT_<SECTION>__<KEY>`` environment variables (e.g. ``HUGGINGGPT_LLM__BASE_URL``);
 2. the usual variables ``OPENAI_API_KEY``, ``OPENAI_BASE_URL``, ``HF_TOKEN``, ``DISCORD_BOT_TOKEN``,
-   ``SLACK_BOT_TOKEN``, ``SLACK_APP_TOKEN``, ``SLACK_SIGNING_SECRET`` (only fill keys left unset);
+   ``SLACK_BOT_TOKEN``, ``SLACK_APP_TOKEN``, ``SLACK_SIGNING_SECRET``, ``DATABASE_URL`` (only fill
+   keys left unset);
 3. one TOML file: ``--config FILE``, else ``HUGGINGGPT_CONFIG``, else ``./hugginggpt.toml``;
 4. the defaults below.
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+from urllib.parse import unquote, urlsplit
 import tomllib
 from collections.abc import Mapping
 from contextvars import ContextVar
@@ -120,6 +122,18 @@ class StorageSettings(Section):
     max_age_days: float | None = Field(None, gt=0, le=36500, description="days a conversation is kept after its last use")
     max_media_bytes: int | None = Field(
         None, ge=MiB, description="bytes, quota of the media directory (oldest unreferenced files go first)"
+    )
+    database_url: SecretStr | None = Field(
+        None, description="postgresql://USER:PASSWORD@HOST:5432/DATABASE for several processes on one PostgreSQL "
+        "database (media stay under data_dir, which they must share); default: the SQLite file in data_dir",
+    )
+    auto_migrate: bool = Field(
+        True, description="apply pending database migrations at start; false: refuse to start until "
+        "`hugginggpt db upgrade` ran",
+    )
+    lease_seconds: float = Field(
+        30.0, ge=2.0, le=3600.0, description="seconds after which a silent process counts as gone and its running "
+        "turns are marked interrupted (the same in every process sharing the store)",
     )
 
 
@@ -250,12 +264,16 @@ class Settings(BaseSettings):
     def secret_values(self) -> list[str]:
         """Every secret that is set (API keys, tokens, signing secret), for log masking."""
         values = []
-        for section in (self.llm, self.inference, self.discord, self.slack):
+        for section in (self.llm, self.inference, self.discord, self.slack, self.storage):
             for name in type(section).model_fields:
                 value = getattr(section, name)
                 if isinstance(value, SecretStr) and value.get_secret_value():
                     values.append(value.get_secret_value())
         values.extend(k.get_secret_value() for k in self.server.api_keys if k.get_secret_value())
+        if self.storage.database_url is not None:  # the password alone too, wherever it is printed
+            password = urlsplit(self.storage.database_url.get_secret_value()).password
+            if password:
+                values.append(unquote(password))
         return values
 
 
@@ -288,6 +306,7 @@ _USUAL_VARIABLES: dict[str, tuple[str, str]] = {
     "SLACK_BOT_TOKEN": ("slack", "bot_token"),
     "SLACK_APP_TOKEN": ("slack", "app_token"),
     "SLACK_SIGNING_SECRET": ("slack", "signing_secret"),
+    "DATABASE_URL": ("storage", "database_url"),
 }
 
 

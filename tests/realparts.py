@@ -152,12 +152,14 @@ class PostgresServer:
         proc, self.proc = self.proc, None
         if proc is None or proc.poll() is not None:
             return
-        proc.send_signal(signal.SIGINT)
-        try:
+        try:  # the whole group: runuser does not pass the signal on to postgres
+            os.killpg(proc.pid, signal.SIGINT)
             proc.wait(10)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+        except ProcessLookupError:
+            pass
 
     def __enter__(self) -> PostgresServer:
         return self.start()

@@ -1,4 +1,6 @@
-"""Conversation store (issue 3, storage half): SQLite + media directory behind one protocol.
+"""Conversation store (issue 3, storage half): SQLite or PostgreSQL + media directory behind one
+protocol. Tests taking the ``store``/``new_store`` fixtures are the shared contract: they run on
+both backends (PostgreSQL: a real throwaway server, tests/realparts.py).
 
 Real media from tests/fixtures/media; real subprocess for the crash test.
 """
@@ -67,9 +69,37 @@ def record(text: str, answer: str, files: list[Resource] = (), status: str = "ok
                      {"plan": 812.0, "select": 3.2, "execute": 1500.4, "respond": 640.0}, status, error)
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def new_store(request, tmp_path):
+    """Makes a store of each backend: SQLite in ``tmp_path/data``, or PostgreSQL (a fresh database
+    per test on the session's throwaway server) with its media in ``tmp_path/data``; the shared
+    contract tests run on both."""
+    url = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
+
+    def make(data: Path | None = None, **kw):
+        data = data or tmp_path / "data"
+        if url is None:
+            return SQLiteStore(data, MediaStore(data), **kw)
+        from bot.store.sql.postgres import PostgresStore
+
+        return PostgresStore(url, data, MediaStore(data), **kw)
+
+    make.backend = request.param
+    return make
+
+
 @pytest.fixture
-async def store(tmp_path):
+async def sqlite_store(tmp_path):
+    """A SQLite store, for tests of SQLite's own failures."""
     s = make_store(tmp_path)
+    await s.open()
+    yield s
+    await s.close()
+
+
+@pytest.fixture
+async def store(new_store):
+    s = new_store()
     await s.open()
     yield s
     await s.close()
@@ -387,7 +417,8 @@ async def test_disk_full_while_saving_media_fails_cleanly(tmp_path):
         await s.close()
 
 
-async def test_database_full_fails_the_write_cleanly(store):
+async def test_database_full_fails_the_write_cleanly(sqlite_store):
+    store = sqlite_store
     cid = await store.get_or_create(KEY_A)
     await run_turn(store, cid, "a first request that fits", "coffee.png", answer="It fits.")
     (pages,) = await (await store.database.writer.execute("PRAGMA page_count")).fetchone()
@@ -628,9 +659,9 @@ async def test_thread_locks_order_same_key_and_overlap_different_keys():
     assert len(locks) == 0
 
 
-async def test_prune_by_age(tmp_path):
+async def test_prune_by_age(new_store):
     clock = Clock()
-    s = make_store(tmp_path, clock=clock)
+    s = new_store(clock=clock)
     await s.open()
     try:
         old = await s.get_or_create(KEY_A)
@@ -653,9 +684,9 @@ async def test_prune_by_age(tmp_path):
         await s.close()
 
 
-async def test_prune_by_media_size_oldest_first_and_keeps_running(tmp_path):
+async def test_prune_by_media_size_oldest_first_and_keeps_running(new_store):
     clock = Clock()
-    s = make_store(tmp_path, clock=clock)
+    s = new_store(clock=clock)
     await s.open()
     try:
         ids = []
@@ -707,7 +738,7 @@ async def test_forget_deletes_conversation_and_unshared_media(store):
     assert again != a and await store.begin_turn(again, "hi", None) == 0
 
 
-async def test_unknown_conversation_and_closed_store(tmp_path, store):
+async def test_unknown_conversation_and_closed_store(tmp_path, store, new_store):
     with pytest.raises(StorageError) as e:
         await store.begin_turn("missing", "hi", None)
     assert "no longer exists" in e.value.user_message
@@ -719,7 +750,7 @@ async def test_unknown_conversation_and_closed_store(tmp_path, store):
         await store.add_resource("missing", 0, media("coffee.png"), kind="image", mime="image/png", origin="user",
                                  description="coffee")
     assert "no longer exists" in e.value.user_message
-    closed = make_store(tmp_path / "other")
+    closed = new_store(tmp_path / "other")
     with pytest.raises(StorageError, match="not open"):
         await closed.resources("x")
 

@@ -18,8 +18,11 @@ from typing import Any
 
 import aiosqlite
 
+from sqlalchemy import exc as sa_exc
+
 from ..errors import StorageError
 from . import migrations
+from .sql import migrate as sql_migrate
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +148,17 @@ class Database:
             await db.execute("PRAGMA synchronous=FULL")
             await db.execute("PRAGMA foreign_keys=ON")
             await migrations.upgrade(db, self.path, version)
+            try:  # revisions after schema version 5 are Alembic's, shared with PostgreSQL
+                applied = await sql_migrate.upgrade_sqlite(self.path, self.busy_timeout)
+            except sql_migrate.NewerSchema as e:
+                raise StorageError(
+                    f"The conversation database {self.path} was written by a newer version of the bot"
+                    f" (revision {e.args[0]}, this one knows {sql_migrate.HEAD})."
+                ) from None
+            except sa_exc.DBAPIError as e:
+                raise self.error(e.orig if isinstance(e.orig, Exception) else e, "migrating") from None
+            for rev in applied:
+                log.info("%s: migrated to revision %s", self.path, rev)
             rdb = await aiosqlite.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
             await rdb.execute("PRAGMA query_only=ON")
             await rdb.execute_fetchall("SELECT count(*) FROM conversations")

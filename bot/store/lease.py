@@ -40,7 +40,7 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 import aiosqlite
 
@@ -53,6 +53,13 @@ LEASE_SECONDS = 30.0
 """An owner whose last heartbeat is older than this is gone (its running turns are orphans)."""
 HEARTBEAT_SECONDS = 10.0
 """How often an open store renews its lease (a third of :data:`LEASE_SECONDS`)."""
+
+
+def configure(lease_seconds: float) -> None:
+    """Set this process's lease (``[storage] lease_seconds``; every process sharing a store must
+    use the same): an owner silent for longer is gone, and the heartbeat runs every third of it."""
+    global LEASE_SECONDS, HEARTBEAT_SECONDS
+    LEASE_SECONDS, HEARTBEAT_SECONDS = float(lease_seconds), float(lease_seconds) / 3
 RECENT_SECONDS = 600.0
 """Conversations and files used within this many seconds are never deleted automatically."""
 INTERRUPTED = "interrupted"
@@ -127,20 +134,21 @@ async def sweep(conn: aiosqlite.Connection, *, now: float, me: str | None) -> se
     return live
 
 
-async def mark_orphans(conn: aiosqlite.Connection, *, now: float, me: str | None) -> int:
+async def mark_orphans(conn: aiosqlite.Connection, *, now: float, me: str | None) -> list[tuple[str, int]]:
     """Mark running turns whose owner is gone (or unknown: turns from before schema version 3)
     as ``"failed"`` with error :data:`INTERRUPTED`; inside the caller's write transaction.
 
     Returns:
-        The number of turns marked.
+        ``(conversation id, turn index)`` of each turn marked.
     """
     await sweep(conn, now=now, me=me)
-    cur = await conn.execute(
+    rows = await conn.execute_fetchall(
         "UPDATE turns SET status='failed', error=?, finished=? WHERE status='running'"
-        " AND (owner IS NULL OR owner NOT IN (SELECT id FROM owners))",
+        " AND (owner IS NULL OR owner NOT IN (SELECT id FROM owners)) RETURNING conversation_id, idx",
         (INTERRUPTED, now),
     )
-    return cur.rowcount
+    await conn.execute("DELETE FROM run_slots WHERE owner NOT IN (SELECT id FROM owners)")
+    return [(r[0], int(r[1])) for r in rows]
 
 
 class Owner:
@@ -160,6 +168,7 @@ class Owner:
         self.host = HOST
         self.id = new_owner_id()
         self._task: asyncio.Task[None] | None = None
+        self.on_marked: Callable[[list[tuple[str, int]]], Awaitable[None]] | None = None
 
     async def register(self) -> None:
         """Insert the owner row and start the heartbeat task.
@@ -170,12 +179,13 @@ class Owner:
         await self.beat(orphans=False)
         self._task = asyncio.create_task(self._run(), name=f"store heartbeat {self.id}")
 
-    async def beat(self, *, orphans: bool = True) -> int:
+    async def beat(self, *, orphans: bool = True) -> list[tuple[str, int]]:
         """Renew the lease (re-registering if another process judged this one gone) and, with
-        ``orphans``, mark the running turns of gone owners (:func:`mark_orphans`).
+        ``orphans``, mark the running turns of gone owners (:func:`mark_orphans`) and tell
+        :attr:`on_marked` about them.
 
         Returns:
-            The number of orphaned turns marked.
+            The orphaned turns marked, ``(conversation id, turn index)``.
 
         Raises:
             StorageError: the database is unusable.
@@ -188,10 +198,12 @@ class Owner:
                     " ON CONFLICT(id) DO UPDATE SET heartbeat=excluded.heartbeat",
                     (self.id, self.host, os.getpid(), now, now),
                 )
-                n = await mark_orphans(conn, now=now, me=self.id) if orphans else 0
-        if n:
-            log.warning("%s: marked %d turn(s) of gone processes as interrupted", self.database.path, n)
-        return n
+                marked = await mark_orphans(conn, now=now, me=self.id) if orphans else []
+        if marked:
+            log.warning("%s: marked %d turn(s) of gone processes as interrupted", self.database.path, len(marked))
+            if self.on_marked is not None:
+                await self.on_marked(marked)
+        return marked
 
     async def _run(self) -> None:
         while True:
@@ -219,6 +231,7 @@ class Owner:
                         (INTERRUPTED, self.clock(), self.id),
                     )
                     await conn.execute("UPDATE media SET owner=NULL WHERE owner=?", (self.id,))
+                    await conn.execute("DELETE FROM run_slots WHERE owner=?", (self.id,))
                     await conn.execute("DELETE FROM owners WHERE id=?", (self.id,))
         except StorageError as e:
             log.warning("could not release owner %s: %s", self.id, e)

@@ -1,14 +1,14 @@
 """The one interface to conversation storage, and what it needs from the media store.
 
 Front ends and the service use only :class:`ConversationStore`; :class:`bot.store.sqlite.SQLiteStore`
-implements it (a server database can implement it too).
+and :class:`bot.store.sql.postgres.PostgresStore` implement it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 from pipeline.types import Modality, Resource, ResourceSink, RunRecord, Turn
@@ -59,11 +59,19 @@ class TurnSink:
 
 
 class ConversationStore(Protocol):
-    """The one interface to conversation storage (SQLite by default, a server database later).
+    """The one interface to conversation storage: :class:`bot.store.sqlite.SQLiteStore` (default)
+    or :class:`bot.store.sql.postgres.PostgresStore` (``[storage] database_url``).
 
     Every method raises :class:`StorageError` (one sentence naming the store) when the storage is
     unusable; none raises a driver exception.
+
+    Attributes:
+        on_interrupted: called with ``[(conversation key, turn index)]`` when this process marks
+            turns of a gone process interrupted (at start and at each heartbeat), so the front end
+            can tell those threads; ``None``: nobody is told.
     """
+
+    on_interrupted: Callable[[list[tuple[ConversationKey, int]]], Awaitable[None]] | None
 
     async def open(self) -> None:
         """Open (create or migrate) the store."""
@@ -94,6 +102,26 @@ class ConversationStore(Protocol):
     async def claim_delivery(self, keys: Sequence[str]) -> bool:
         """Take a platform delivery known by any of ``keys`` for this process: ``True`` when no
         process sharing the store took one of them before (then all are recorded, atomically)."""
+        ...
+
+    async def wait_turn(self, conversation_id: str, turn: int, *, poll: float = 0.2) -> bool:
+        """Wait until no earlier turn of the conversation is running, in any process sharing the
+        store (a thread's turns run in the order they began; interrupted turns stop counting when
+        their process's lease expires); ``True`` when it had to wait. ``poll``: seconds."""
+        ...
+
+    async def take_rate(self, key: str, limit: int, period: float) -> float:
+        """Count one request of ``key`` (a user) against ``limit`` per ``period`` seconds, shared by
+        every process: ``0.0`` when allowed (and counted), else seconds until one more fits."""
+        ...
+
+    async def take_slot(self, key: str, limit: int) -> str | None:
+        """Reserve one of ``key``'s ``limit`` run slots shared by every process; the slot id, or
+        ``None`` when all are held (slots of gone processes do not count)."""
+        ...
+
+    async def release_slot(self, slot: str) -> None:
+        """Give back a slot :meth:`take_slot` returned."""
         ...
 
     async def begin_turn(self, conversation_id: str, user_text: str, user: str | None) -> int:

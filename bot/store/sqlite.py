@@ -124,6 +124,7 @@ class SQLiteStore(SQLiteExtras):
             await self.database.close()
             raise
         self.owner = owner
+        owner.on_marked = self._tell
         if hasattr(self.media, "ledger"):
             self.media.ledger = Ledger(  # type: ignore[attr-defined]
                 self.database, owner.id, self._clock, self._rel, self._abs, max_media_bytes=self.limits[0],
@@ -266,10 +267,11 @@ class SQLiteStore(SQLiteExtras):
         """
         async with self.database.lock:
             async with self.database.tx("marking interrupted turns") as db:
-                n = await lease.mark_orphans(db, now=self._clock(), me=self._me())
-        if n:
-            log.warning("%s: marked %d interrupted turn(s) as failed", self.path, n)
-        return n
+                marked = await lease.mark_orphans(db, now=self._clock(), me=self._me())
+        if marked:
+            log.warning("%s: marked %d interrupted turn(s) as failed", self.path, len(marked))
+            await self._tell(marked)
+        return len(marked)
 
     async def turns(self, conversation_id: str) -> list[dict[str, Any]]:
         """Every turn, oldest first, for display or resuming.

@@ -1,14 +1,22 @@
 """The SQLite store's operations for the front ends' extras: starting a key's conversation over (a
-DM's "new"), feedback on answers, and claiming platform deliveries across processes. A mixin of
+DM's "new"), feedback on answers, claiming platform deliveries across processes, the order of a
+thread's turns across processes, shared rate and concurrency limits, and telling threads about
+interrupted turns. A mixin of
 :class:`bot.store.sqlite.SQLiteStore` (which provides ``database`` and ``_clock``); the protocol
 is :class:`bot.store.protocol.ConversationStore`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import asyncio
+import logging
+import secrets
+from collections.abc import Awaitable, Callable, Sequence
 
 from ..incoming import ConversationKey
+from . import lease
 from .database import Database
+
+log = logging.getLogger(__name__)
 
 DELIVERY_KEEP_SECONDS = 24 * 3600.0
 """How long a claimed delivery key is remembered (Slack retries within minutes; Socket Mode
@@ -52,3 +60,65 @@ class SQLiteExtras:
             await db.executemany("INSERT INTO deliveries(key, at) VALUES (?, ?)", [(k, now) for k in keys])
             await db.execute("DELETE FROM deliveries WHERE at < ?", (now - DELIVERY_KEEP_SECONDS,))
         return True
+
+    # -- several processes: thread order, shared limits, telling threads about interrupted turns
+
+    on_interrupted: Callable[[list[tuple[ConversationKey, int]]], Awaitable[None]] | None = None
+
+    async def _tell(self, marked: list[tuple[str, int]]) -> None:
+        """Pass turns marked interrupted to :attr:`on_interrupted` with their conversation keys."""
+        if self.on_interrupted is None or not marked:
+            return
+        told = []
+        for cid, idx in marked:
+            key = await self.find(cid)  # type: ignore[attr-defined]
+            if key is not None:
+                told.append((key, idx))
+        try:
+            await self.on_interrupted(told)
+        except Exception:  # noqa: BLE001 - telling the threads is best effort
+            log.exception("could not tell threads about interrupted turns")
+
+    async def wait_turn(self, conversation_id: str, turn: int, *, poll: float = 0.2) -> bool:
+        """See :meth:`ConversationStore.wait_turn` (polls the file every ``poll`` seconds)."""
+        sql = "SELECT 1 FROM turns WHERE conversation_id=? AND idx<? AND status='running' LIMIT 1"
+        waited = False
+        while await self.database.read("waiting for the thread's earlier turn", sql, (conversation_id, turn)):
+            waited = True
+            await asyncio.sleep(poll)
+        return waited
+
+    async def take_rate(self, key: str, limit: int, period: float) -> float:
+        """See :meth:`ConversationStore.take_rate` (GCRA, ITU-T I.371; table ``rate_limits``)."""
+        if limit <= 0:
+            return 0.0
+        interval = period / limit
+        async with self.database.lock, self.database.tx("counting a request") as db:
+            now = self._clock()
+            row = await (await db.execute("SELECT tat FROM rate_limits WHERE key=?", (key,))).fetchone()
+            tat = max(row[0] if row else now, now)
+            wait = tat - now - (period - interval)
+            if wait > 0:
+                return wait
+            await db.execute("INSERT INTO rate_limits(key, tat) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET tat=excluded.tat",
+                             (key, tat + interval))
+        return 0.0
+
+    async def take_slot(self, key: str, limit: int) -> str | None:
+        """See :meth:`ConversationStore.take_slot` (table ``run_slots``; slots of gone owners are
+        removed with them)."""
+        slot = secrets.token_hex(8)
+        async with self.database.lock, self.database.tx("reserving a run slot") as db:
+            await lease.sweep(db, now=self._clock(), me=self._me())  # type: ignore[attr-defined]
+            await db.execute("DELETE FROM run_slots WHERE owner NOT IN (SELECT id FROM owners)")
+            (held,) = await (await db.execute("SELECT count(*) FROM run_slots WHERE key=?", (key,))).fetchone()
+            if held >= limit:
+                return None
+            await db.execute("INSERT INTO run_slots(id, key, owner, at) VALUES (?,?,?,?)",
+                             (slot, key, self._me(), self._clock()))  # type: ignore[attr-defined]
+        return slot
+
+    async def release_slot(self, slot: str) -> None:
+        """See :meth:`ConversationStore.release_slot`."""
+        async with self.database.lock, self.database.tx("releasing a run slot") as db:
+            await db.execute("DELETE FROM run_slots WHERE id=?", (slot,))

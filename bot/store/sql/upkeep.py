@@ -1,0 +1,192 @@
+"""The PostgreSQL store's shared bookkeeping, as SQLAlchemy Core statements: process owners and
+their heartbeat leases, interrupted turns, retention and the media quota, delivery claims and the
+per-user limits shared by every process.
+
+The rules are the SQLite store's, written once as pure functions: owners and leases
+(:mod:`bot.store.lease`: :func:`~bot.store.lease.live_owners`), what retention deletes
+(:func:`bot.store.retention.plan`). Every function here runs inside the caller's transaction
+(``conn``, an ``AsyncConnection``) unless it says otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import aiofiles.os
+from sqlalchemy import and_, delete, exists, func, literal, select, update, union_all
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from .. import lease
+from ..lease import INTERRUPTED, RECENT_SECONDS
+from ..retention import Activity, MediaFile, Plan
+from .database import SQLDatabase
+from .schema import conversations as C, deliveries as D, media as M, owners as O, rate_limits as RL
+from .schema import resources as R, run_slots as S, turns as T
+
+log = logging.getLogger(__name__)
+
+DELIVERY_KEEP_SECONDS = 24 * 3600.0
+"""How long a claimed delivery key is remembered (Slack retries within minutes)."""
+
+
+async def sweep(conn: AsyncConnection, *, now: float, me: str | None) -> set[str]:
+    """Delete the rows of owners that are gone (:func:`bot.store.lease.live_owners`); the live ids."""
+    rows = (await conn.execute(select(O.c.id, O.c.host, O.c.pid, O.c.heartbeat))).all()
+    live = lease.live_owners([tuple(r) for r in rows], now=now, me=me)
+    gone = [r[0] for r in rows if r[0] not in live]
+    if gone:
+        await conn.execute(delete(O).where(O.c.id.in_(gone)))
+        await conn.execute(delete(S).where(S.c.owner.in_(gone)))
+    return live
+
+
+async def mark_orphans(conn: AsyncConnection, *, now: float, me: str | None) -> list[tuple[str, int]]:
+    """Mark running turns whose owner is gone as ``"failed"`` / :data:`INTERRUPTED`.
+
+    Returns:
+        ``(conversation id, turn index)`` of each turn marked.
+    """
+    await sweep(conn, now=now, me=me)
+    stmt = (
+        update(T)
+        .where(T.c.status == "running", (T.c.owner.is_(None)) | ~T.c.owner.in_(select(O.c.id)))
+        .values(status="failed", error=INTERRUPTED, finished=now)
+        .returning(T.c.conversation_id, T.c.idx)
+    )
+    return [(r[0], int(r[1])) for r in (await conn.execute(stmt)).all()]
+
+
+async def beat(db: SQLDatabase, owner_id: str, *, now: float, orphans: bool) -> list[tuple[str, int]]:
+    """Renew ``owner_id``'s lease (re-registering it if another process judged it gone) and, with
+    ``orphans``, mark the turns of gone owners (its own transaction).
+
+    Returns:
+        The turns marked, as :func:`mark_orphans`.
+    """
+    async with db.tx("renewing the process lease") as conn:
+        await conn.execute(
+            insert(O).values(id=owner_id, host=lease.HOST, pid=os.getpid(), started=now, heartbeat=now)
+            .on_conflict_do_update(index_elements=[O.c.id], set_={"heartbeat": now})
+        )
+        return await mark_orphans(conn, now=now, me=owner_id) if orphans else []
+
+
+async def unregister(db: SQLDatabase, owner_id: str, *, now: float) -> None:
+    """Mark ``owner_id``'s running turns interrupted, release its pins and slots, remove its row."""
+    async with db.tx("closing the store") as conn:
+        await conn.execute(update(T).where(T.c.status == "running", T.c.owner == owner_id)
+                           .values(status="failed", error=INTERRUPTED, finished=now))
+        await conn.execute(update(M).where(M.c.owner == owner_id).values(owner=None))
+        await conn.execute(delete(S).where(S.c.owner == owner_id))
+        await conn.execute(delete(O).where(O.c.id == owner_id))
+
+
+# -- retention (rules: bot.store.retention) ----------------------------------------------------
+
+async def snapshot(conn: AsyncConnection, *, now: float, me: str | None
+                   ) -> tuple[list[Activity], list[tuple[str, str]], dict[str, MediaFile]]:
+    """The inputs of :func:`bot.store.retention.plan` (after removing gone owners)."""
+    await sweep(conn, now=now, me=me)
+    recent = now - RECENT_SECONDS
+    running = exists().where(T.c.conversation_id == C.c.id, T.c.status == "running")
+    rows = (await conn.execute(select(C.c.id, C.c.updated, running).order_by(C.c.updated, C.c.created))).all()
+    conversations = [(cid, updated, bool(run) or updated >= recent) for cid, updated, run in rows]
+    pinned = and_(M.c.owner.is_not(None), M.c.owner.in_(select(O.c.id)))
+    files = {
+        path: MediaFile(size, used, bool(pin) or used >= recent)
+        for path, size, used, pin in (await conn.execute(select(M.c.path, M.c.size, M.c.used, pinned))).all()
+    }
+    refs = []
+    for cid, path, size in (await conn.execute(select(R.c.conversation_id, R.c.path, R.c.size))).all():
+        refs.append((cid, path))
+        files.setdefault(path, MediaFile(size, 0.0, False))
+    return conversations, refs, files
+
+
+async def delete_rows(conn: AsyncConnection, p: Plan) -> None:
+    """Delete the plan's conversations (their rows cascade) and file rows."""
+    if p.conversations:
+        await conn.execute(delete(C).where(C.c.id.in_(p.conversations)))
+    if p.files:
+        await conn.execute(delete(M).where(M.c.path.in_(p.files)))
+
+
+async def unlink_unrecorded(db: SQLDatabase, paths: Sequence[str], resolve: Callable[[str], Path]) -> tuple[int, int]:
+    """Delete the files of ``paths`` no row records or references any more (its own transaction,
+    holding a row lock on each path's media row check); ``(files deleted, bytes freed)``."""
+    files = freed = 0
+    if not paths:
+        return 0, 0
+    async with db.tx("deleting media files") as conn:
+        for path in paths:
+            used = union_all(select(literal(1)).where(M.c.path == path), select(literal(1)).where(R.c.path == path))
+            if (await conn.execute(select(exists(used.subquery().select())))).scalar():
+                continue  # stored again meanwhile
+            target = resolve(path)
+            try:
+                size = (await aiofiles.os.stat(target)).st_size
+                await aiofiles.os.unlink(target)
+                files, freed = files + 1, freed + size
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                log.warning("could not delete media file %s: %s", target, e)
+    return files, freed
+
+
+async def media_bytes(db: SQLDatabase) -> int:
+    """Bytes of the recorded media files (each counted once)."""
+    rows = await db.read("measuring media", select(func.coalesce(func.sum(M.c.size), 0)))
+    return int(rows[0][0])
+
+
+# -- shared deliveries and limits --------------------------------------------------------------
+
+async def claim(conn: AsyncConnection, keys: Sequence[str], *, now: float) -> bool:
+    """Record ``keys`` unless one of them is recorded already (see
+    :meth:`ConversationStore.claim_delivery`); a concurrent claim of the same key waits for the
+    first transaction, then fails."""
+    rows = (await conn.execute(
+        insert(D).values([{"key": k, "at": now} for k in keys]).on_conflict_do_nothing().returning(D.c.key)
+    )).all()
+    if len(rows) != len(set(keys)):
+        raise _Taken()
+    await conn.execute(delete(D).where(D.c.at < now - DELIVERY_KEEP_SECONDS))
+    return True
+
+
+class _Taken(Exception):
+    """A key was claimed before: roll the claim back."""
+
+
+async def take_rate(conn: AsyncConnection, key: str, *, limit: int, period: float, now: float) -> float:
+    """Count one request of ``key`` under ``limit`` per ``period`` seconds (GCRA, ITU-T I.371: a
+    burst of ``limit``, then one every ``period / limit`` seconds).
+
+    Returns:
+        ``0.0`` when allowed (and counted); otherwise seconds until one more request fits.
+    """
+    interval = period / limit
+    row = (await conn.execute(select(RL.c.tat).where(RL.c.key == key).with_for_update())).first()
+    tat = max(row[0] if row else now, now)
+    wait = tat - now - (period - interval)
+    if wait > 0:
+        return wait
+    await conn.execute(insert(RL).values(key=key, tat=tat + interval)
+                       .on_conflict_do_update(index_elements=[RL.c.key], set_={"tat": tat + interval}))
+    return 0.0
+
+
+async def take_slot(conn: AsyncConnection, key: str, slot: str, *, limit: int, owner: str, now: float) -> bool:
+    """Reserve run slot ``slot`` of ``key`` if fewer than ``limit`` are held by live owners."""
+    await conn.execute(select(func.pg_advisory_xact_lock(func.hashtext(key))))
+    live = select(O.c.id).where(O.c.heartbeat >= now - lease.LEASE_SECONDS)
+    held = (await conn.execute(select(func.count()).select_from(S).where(S.c.key == key, S.c.owner.in_(live)))).scalar()
+    if int(held or 0) >= limit:
+        return False
+    await conn.execute(insert(S).values(id=slot, key=key, owner=owner, at=now))
+    return True
