@@ -39,7 +39,7 @@ from ..protocol import MediaWriter, TurnSink
 from ..text import clip_summary, valid_utf8
 from . import upkeep
 from .database import SQLDatabase
-from .retention import SQLRetention
+from .retention import SQLLedger, SQLRetention
 from .schema import conversations as C, feedback as F, resources as R, turn_records as TR, turns as T
 
 log = logging.getLogger(__name__)
@@ -101,8 +101,6 @@ class PostgresStore(SQLRetention):
         self.owner_id = owner
         self._heartbeat = asyncio.create_task(self._beat_forever(), name=f"store heartbeat {owner}")
         if hasattr(self.media, "ledger"):
-            from .retention import SQLLedger
-
             self.media.ledger = SQLLedger(self)  # type: ignore[attr-defined]
 
     async def close(self) -> None:

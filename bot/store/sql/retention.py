@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from sqlalchemy import and_, case, delete, exists, func, select, update
 from sqlalchemy.dialects.postgresql import insert
@@ -21,9 +21,6 @@ from ..retention import Plan, plan
 from . import upkeep
 from .database import SQLDatabase
 from .schema import conversations as C, media as M, owners as O, resources as R, turns as T
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .postgres import PostgresStore
 
 log = logging.getLogger(__name__)
 
@@ -101,10 +98,11 @@ class SQLLedger:
     ``max_media_bytes`` first (rules: :mod:`bot.store.retention`).
 
     Args:
-        store: the open store (its owner id, clock, limits and data directory).
+        store: the open :class:`bot.store.sql.postgres.PostgresStore` (its owner id, clock,
+            limits and data directory).
     """
 
-    def __init__(self, store: PostgresStore) -> None:
+    def __init__(self, store: Any) -> None:
         self.store = store
 
     async def reserve(self, path: Path, size: int) -> bool:
