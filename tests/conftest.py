@@ -122,3 +122,24 @@ def postgres_server(tmp_path_factory):
 def postgres_url(postgres_server) -> str:
     """The URL of a fresh, empty database on the session's PostgreSQL server."""
     return postgres_server.create_database()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def new_store(request, tmp_path):
+    """Makes a store of each backend: SQLite in ``tmp_path/data``, or PostgreSQL (a fresh database
+    per test on the session's throwaway server) with its media in ``tmp_path/data``; the shared
+    contract tests run on both."""
+    url = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
+
+    def make(data: Path | None = None, **kw):
+        data = data or tmp_path / "data"
+        if url is None:
+            from bot.store import SQLiteStore
+
+            return SQLiteStore(data, MediaStore(data), **kw)
+        from bot.store.sql.postgres import PostgresStore
+
+        return PostgresStore(url, data, MediaStore(data), **kw)
+
+    make.backend = request.param
+    return make

@@ -30,9 +30,13 @@ def key(thread: str) -> ConversationKey:
     return ConversationKey("test", "workspace", "channel", thread)
 
 
-@pytest.fixture
-async def service(sandbox, tmp_path):
-    s = await Service.create(load_settings(env={}, overrides=sandbox.overrides(tmp_path / "data")))
+@pytest.fixture(params=["sqlite", "postgres"])
+async def service(sandbox, tmp_path, request):
+    """The service on each store: the conversation behaviour is the same on SQLite and PostgreSQL."""
+    overrides = sandbox.overrides(tmp_path / "data")
+    if request.param == "postgres":
+        overrides["storage"]["database_url"] = request.getfixturevalue("postgres_url")
+    s = await Service.create(load_settings(env={}, overrides=overrides))
     yield s
     await s.close()
 

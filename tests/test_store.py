@@ -69,25 +69,6 @@ def record(text: str, answer: str, files: list[Resource] = (), status: str = "ok
                      {"plan": 812.0, "select": 3.2, "execute": 1500.4, "respond": 640.0}, status, error)
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def new_store(request, tmp_path):
-    """Makes a store of each backend: SQLite in ``tmp_path/data``, or PostgreSQL (a fresh database
-    per test on the session's throwaway server) with its media in ``tmp_path/data``; the shared
-    contract tests run on both."""
-    url = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
-
-    def make(data: Path | None = None, **kw):
-        data = data or tmp_path / "data"
-        if url is None:
-            return SQLiteStore(data, MediaStore(data), **kw)
-        from bot.store.sql.postgres import PostgresStore
-
-        return PostgresStore(url, data, MediaStore(data), **kw)
-
-    make.backend = request.param
-    return make
-
-
 @pytest.fixture
 async def sqlite_store(tmp_path):
     """A SQLite store, for tests of SQLite's own failures."""

@@ -3,6 +3,7 @@
     hugginggpt run TEXT [--file PATH]... [--json] [--sandbox]
     hugginggpt chat [--conversation ID] [--sandbox]
     hugginggpt store prune|forget ID
+    hugginggpt db upgrade
     hugginggpt catalog refresh|show ...
     hugginggpt discord [--sandbox] [--grace S]
     hugginggpt slack [--mode socket|http] [--sandbox] [--grace S]
@@ -29,13 +30,13 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 from pipeline.errors import HuggingGPTError
 
-from . import catalog, chat, discord, run, serve, slack, store
+from . import catalog, chat, db, discord, run, serve, slack, store
 from . import eval as evaluation
 from .common import BROKEN_PIPE, INTERRUPTED, exit_status, open_settings
 
 log = logging.getLogger("hugginggpt")
 
-COMMANDS = (run, chat, store, catalog, discord, slack, serve, evaluation)
+COMMANDS = (run, chat, store, db, catalog, discord, slack, serve, evaluation)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,6 +1,7 @@
-"""``hugginggpt store prune|forget ID``: conversation storage maintenance.
+"""``hugginggpt store prune|forget ID``: conversation storage maintenance, on the store the settings
+choose (``[storage] database_url`` or the SQLite file in ``data_dir``).
 
-Safe while bots or other commands use the same data directory: ``prune`` first marks the running
+Safe while bots or other commands use the same store: ``prune`` first marks the running
 turns of gone processes interrupted, then deletes only what no live process is using and nothing
 used in the last 10 minutes (rules: :mod:`bot.store.retention`, :mod:`bot.store.lease`).
 """
@@ -14,7 +15,7 @@ from typing import Any, TextIO
 
 from ..errors import InputError
 from ..settings import Settings
-from ..store import MediaStore, SQLiteStore
+from ..store import MediaStore, open_store
 
 
 MAX_DAYS = 36500.0
@@ -68,7 +69,9 @@ async def main(args: argparse.Namespace, settings: Settings, out: TextIO = sys.s
         StorageError: the database is unusable.
         InputError: unknown conversation id (forget).
     """
-    async with SQLiteStore(settings.storage.data_dir, MediaStore(settings.storage.data_dir)) as store:
+    storage = settings.storage.model_copy(update={"max_age_days": None, "max_media_bytes": None})  # prune below
+    store = await open_store(storage, MediaStore(settings.storage.data_dir))
+    try:
         if args.store_command == "forget":
             if not await store.forget(args.id):
                 raise InputError(f"There is no conversation {args.id}.")
@@ -78,7 +81,6 @@ async def main(args: argparse.Namespace, settings: Settings, out: TextIO = sys.s
         size = int(args.max_media_mb * 1024 * 1024) if args.max_media_mb is not None else settings.storage.max_media_bytes
         if age is None and size is None:
             raise InputError("Nothing to prune: set [storage] max_age_days or max_media_bytes, or pass --max-age-days / --max-media-mb.")
-        await store.mark_interrupted()  # turns of gone processes no longer hold their conversations
         report = await store.prune(max_age_days=age, max_media_bytes=size)
         print(
             f"Removed {report.conversations} conversations and {report.files} files "
@@ -86,3 +88,5 @@ async def main(args: argparse.Namespace, settings: Settings, out: TextIO = sys.s
             file=out,
         )
         return 0
+    finally:
+        await store.close()

@@ -48,6 +48,8 @@ class Database:
         self.lock = asyncio.Lock()
         self._db: aiosqlite.Connection | None = None
         self._rdb: aiosqlite.Connection | None = None
+        self.applied: list[str] = []
+        """Alembic revisions the last :meth:`open` applied, oldest first."""
 
     @property
     def writer(self) -> aiosqlite.Connection:
@@ -159,6 +161,7 @@ class Database:
                 raise self.error(e.orig if isinstance(e.orig, Exception) else e, "migrating") from None
             for rev in applied:
                 log.info("%s: migrated to revision %s", self.path, rev)
+            self.applied = applied
             rdb = await aiosqlite.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
             await rdb.execute("PRAGMA query_only=ON")
             await rdb.execute_fetchall("SELECT count(*) FROM conversations")
