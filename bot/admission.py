@@ -8,15 +8,21 @@ or a typed :class:`Refusal` whose sentence the front end only formats.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Literal
 
+from .errors import StorageError
 from .limits import RateLimiter
 from .settings import Settings
+from .store.protocol import ConversationStore
+
+log = logging.getLogger(__name__)
 
 Platform = Literal["discord", "slack", "terminal"]
-RefusalReason = Literal["dm", "guild", "channel", "user", "role", "rate", "concurrency"]
+RefusalReason = Literal["dm", "guild", "channel", "user", "role", "rate", "concurrency", "unavailable"]
 
 
 @dataclass(frozen=True)
@@ -60,9 +66,12 @@ class Admission:
         settings: all settings; ``settings.discord`` / ``settings.slack`` hold the allow-lists and
             limits (an empty allow-list allows everyone).
         platform: whose settings apply.
+        store: the conversation store (``service.store``): with it, the rate limit and the run
+            slots are kept in the database and shared by every process using it (issue 11);
+            without it, in this process's memory.
     """
 
-    def __init__(self, settings: Settings, platform: Platform) -> None:
+    def __init__(self, settings: Settings, platform: Platform, store: ConversationStore | None = None) -> None:
         self.platform = platform
         self.settings = settings
         cfg = settings.discord if platform == "discord" else settings.slack if platform == "slack" else None
@@ -71,6 +80,9 @@ class Admission:
         self.max_concurrent = settings.discord.max_concurrent_runs if platform == "discord" else 0
         self._rate = RateLimiter(per_minute, 60.0)
         self._active: dict[Hashable, int] = {}
+        self.store = store
+        self._slots: dict[Hashable, list[str]] = {}
+        self._releasing: set[asyncio.Task] = set()
 
     def access(self, who: Requester) -> Refusal | None:
         """Check the allow-lists; ``None`` when allowed."""
@@ -105,23 +117,62 @@ class Admission:
 
         On success one run slot is reserved at once (before any suspension), so two requests
         arriving together cannot both pass; give it back with :meth:`release` when the run ends.
+        With a store, slots and the rate budget are shared by every process (a database row per
+        slot, GCRA per user); when the store fails, the request is refused with one sentence.
         """
         refusal = self.access(who)
         if refusal is not None:
             return refusal
+        if self.store is not None:
+            return await self._admit_shared(who)
         if self.max_concurrent > 0 and self._active.get(who.key, 0) >= self.max_concurrent:
-            n = self.max_concurrent
-            return Refusal("concurrency", f"You already have {n} request{'s' if n != 1 else ''} running; "
-                                          "please wait for one to finish.")
+            return self._busy()
         if await self._rate.try_acquire(who.key):
-            return Refusal("rate", f"You're sending requests faster than {self.per_minute} per minute; "
-                                   "please wait a little and try again.")
+            return self._too_fast()
         if self.max_concurrent > 0:
             self._active[who.key] = self._active.get(who.key, 0) + 1
         return None
 
+    async def _admit_shared(self, who: Requester) -> Refusal | None:
+        store, key = self.store, f"{who.platform}:{who.user}"
+        assert store is not None
+        try:
+            slot = await store.take_slot(key, self.max_concurrent) if self.max_concurrent > 0 else None
+            if self.max_concurrent > 0 and slot is None:
+                return self._busy()
+            if await store.take_rate(key, self.per_minute, 60.0):
+                if slot is not None:
+                    await store.release_slot(slot)
+                return self._too_fast()
+        except StorageError as e:
+            log.error("admission of %s refused: the store failed: %s", key, e)
+            return Refusal("unavailable", "Sorry, I can't take requests right now (my storage is unavailable); "
+                                          "please try again in a minute.")
+        if slot is not None:
+            self._slots.setdefault(who.key, []).append(slot)
+        return None
+
+    def _busy(self) -> Refusal:
+        n = self.max_concurrent
+        return Refusal("concurrency", f"You already have {n} request{'s' if n != 1 else ''} running; "
+                                      "please wait for one to finish.")
+
+    def _too_fast(self) -> Refusal:
+        return Refusal("rate", f"You're sending requests faster than {self.per_minute} per minute; "
+                               "please wait a little and try again.")
+
     def release(self, who: Requester) -> None:
-        """Give back the run slot :meth:`admit` reserved (nothing to do without a concurrency limit)."""
+        """Give back the run slot :meth:`admit` reserved (nothing to do without a concurrency limit;
+        a shared slot is deleted in the background)."""
+        slots = self._slots.get(who.key)
+        if slots:
+            slot = slots.pop()
+            if not slots:
+                self._slots.pop(who.key, None)
+            task = asyncio.get_running_loop().create_task(self._release_slot(slot))
+            self._releasing.add(task)
+            task.add_done_callback(self._releasing.discard)
+            return
         if who.key not in self._active:
             return
         left = self._active.get(who.key, 1) - 1
@@ -129,3 +180,9 @@ class Admission:
             self._active[who.key] = left
         else:
             self._active.pop(who.key, None)
+
+    async def _release_slot(self, slot: str) -> None:
+        try:
+            await self.store.release_slot(slot)  # type: ignore[union-attr]
+        except StorageError as e:  # the slot goes with this process's lease at worst
+            log.warning("could not release run slot %s: %s", slot, e)

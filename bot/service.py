@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import replace
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from pipeline.core import Pipeline
 from pipeline.types import Done, Event, Request, Resource, RunRecord, Turn
@@ -48,6 +48,9 @@ class Service:
         self._closers = list(closers)
         self._locks = ThreadLocks()
         self._inflight: set[asyncio.Task] = set()
+        self._interrupted: list[tuple[ConversationKey, int]] = []  # marked before any front end listened
+        self._listeners: list[Callable[[list[tuple[ConversationKey, int]]], Awaitable[None]]] = []
+        store.on_interrupted = self._tell_interrupted
 
     @classmethod
     async def create(cls, settings: Settings) -> "Service":
@@ -59,14 +62,21 @@ class Service:
         """
         pipeline, closers = build_pipeline(settings)
         media = MediaStore(settings.storage.data_dir)
+        early: list[tuple[ConversationKey, int]] = []  # turns of gone processes found while opening
+
+        async def keep(marked: list[tuple[ConversationKey, int]]) -> None:
+            early.extend(marked)
+
         try:
-            store = await open_store(settings.storage, media)
+            store = await open_store(settings.storage, media, on_interrupted=keep)
         except BaseException:
             for close in closers:
                 await close()
             raise
         pipeline.refresh_served_tasks()  # Hub look-ups start now, not when the first request arrives
-        return cls(settings, pipeline, media, store, [*closers, store.close])
+        service = cls(settings, pipeline, media, store, [*closers, store.close])
+        service._interrupted.extend(early)
+        return service
 
     async def close(self) -> None:
         """Cancel runs in flight (their turns are stored as failed: "interrupted") and close clients."""
@@ -103,6 +113,35 @@ class Service:
                                               max_text_bytes=self.settings.storage.max_text_file_bytes)
             for f in files
         ]
+
+    def on_interrupted(self, listener: Callable[[list[tuple[ConversationKey, int]]], Awaitable[None]]) -> None:
+        """Register a front end's ``listener``: it is called with ``[(conversation key, turn
+        index)]`` whenever this process marks turns of a gone process interrupted (a process
+        killed mid-run; found at start and at each heartbeat, within ``[storage] lease_seconds``),
+        so it can tell those threads. Turns marked before the first listener came are passed to it
+        at once. Each listener picks the keys of its own platform.
+        """
+        self._listeners.append(listener)
+        pending, self._interrupted = self._interrupted, []
+        if pending:
+            task = asyncio.get_running_loop().create_task(self._call(listener, pending))
+            self._inflight.add(task)
+            task.add_done_callback(self._inflight.discard)
+
+    async def _tell_interrupted(self, marked: list[tuple[ConversationKey, int]]) -> None:
+        if not self._listeners:
+            self._interrupted.extend(marked)
+            return
+        for listener in list(self._listeners):
+            await self._call(listener, marked)
+
+    @staticmethod
+    async def _call(listener: Callable[[list[tuple[ConversationKey, int]]], Awaitable[None]],
+                    marked: list[tuple[ConversationKey, int]]) -> None:
+        try:
+            await listener(marked)
+        except Exception:  # noqa: BLE001 - telling a thread is best effort; the turn is already marked
+            log.exception("could not tell %d thread(s) about interrupted turns", len(marked))
 
     async def conversation_id(self, key: ConversationKey) -> str:
         """The stored conversation id of ``key`` (created on first use)."""
@@ -202,6 +241,9 @@ class Service:
         turn = await self.store.begin_turn(conv, text, user)
         record: RunRecord | None = None
         try:
+            if await self.store.wait_turn(conv, turn):  # an earlier turn ran in another process: plan after it
+                history, earlier = await self.store.context(conv, self.settings.storage.context_tokens)
+                history = history or list(chat_log)
             stored: list[Resource] = []
             for f, info in files:
                 stored.append(

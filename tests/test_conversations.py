@@ -4,6 +4,7 @@ earlier files, chat-log context in the prompts, ordering, restart safety, retent
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -191,3 +192,48 @@ def test_store_commands(tmp_path):
     cmd, env = _cli(["store", "prune", "--max-age-days", "30"], tmp_path)
     p = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and p.stdout.startswith("Removed 0 conversations")
+
+
+@pytest.fixture
+async def two_services(sandbox, tmp_path, service):
+    """A second service on the same store as ``service`` (what a second process sees)."""
+    other = await Service.create(service.settings)
+    yield service, other
+    await other.close()
+
+
+async def test_a_threads_turns_keep_their_order_across_processes(two_services, sandbox):
+    a, b = two_services
+    sandbox.inference.latency["image-to-text"] = 0.5
+    first = asyncio.create_task(turn(a, "Caption this picture", [media_file("coffee.png")], thread="shared"))
+    await asyncio.sleep(0.2)  # the first turn is running in process A when the follow-up reaches process B
+    second = await turn(b, "Caption the first photo again", thread="shared")
+    await first
+    reqs = sandbox.controller.requests
+    first_done = [r.end for r in reqs if r.stage == "response-generation"][0]
+    second_plan = [r.start for r in reqs if r.stage == "task-planning"][1]
+    assert second_plan >= first_done  # B waited for A's turn, then planned with it
+    assert second.status == "ok" and "image-1" in json.dumps(second.to_json())
+
+
+async def test_admission_budget_is_shared_by_processes(two_services):
+    from bot.admission import Admission, Requester
+
+    a, b = two_services
+    settings = a.settings.model_copy(update={"discord": a.settings.discord.model_copy(
+        update={"rate_limit_per_minute": 3, "max_concurrent_runs": 1})})
+    adm_a, adm_b = Admission(settings, "discord", a.store), Admission(settings, "discord", b.store)
+    who = Requester("discord", "U1", channels=("1",), workspace="9")
+    assert await adm_a.admit(who) is None
+    refusal = await adm_b.admit(who)  # the user's one run slot is taken in the other process
+    assert refusal is not None and refusal.reason == "concurrency"
+    adm_a.release(who)
+    await asyncio.sleep(0.1)
+    assert await adm_b.admit(who) is None
+    adm_b.release(who)
+    await asyncio.sleep(0.1)
+    assert await adm_a.admit(who) is None  # third request this minute
+    adm_a.release(who)
+    await asyncio.sleep(0.1)
+    refusal = await adm_b.admit(who)
+    assert refusal is not None and refusal.reason == "rate" and "3 per minute" in refusal.sentence

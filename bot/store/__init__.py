@@ -13,6 +13,9 @@ errors, tokens); never the service, the command line or :mod:`adapters`.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
+from ..incoming import ConversationKey
 from ..settings import StorageSettings
 from . import lease
 from .media import LocalResourceSink, MediaStore
@@ -31,7 +34,8 @@ __all__ = [
 
 
 async def open_store(
-    storage: StorageSettings, media: MediaWriter, *, busy_timeout: float = 5.0, upgrade: bool | None = None
+    storage: StorageSettings, media: MediaWriter, *, busy_timeout: float = 5.0, upgrade: bool | None = None,
+    on_interrupted: Callable[[list[tuple[ConversationKey, int]]], Awaitable[None]] | None = None,
 ) -> ConversationStore:
     """Open the store for ``[storage]`` settings, ready to serve.
 
@@ -51,6 +55,8 @@ async def open_store(
         media: the media store rooted at the data directory (``MediaStore(data_dir)``).
         busy_timeout: SQLite: seconds to wait for a lock held by another process.
         upgrade: apply pending migrations (default: ``storage.auto_migrate``).
+        on_interrupted: the store's :attr:`ConversationStore.on_interrupted`, set before the
+            turns of gone processes are marked at start.
 
     Returns:
         The open store (close it with ``close()``).
@@ -76,6 +82,7 @@ async def open_store(
             storage.data_dir, media, busy_timeout=busy_timeout, max_media_bytes=storage.max_media_bytes,
             max_age_days=storage.max_age_days,
         )
+    store.on_interrupted = on_interrupted
     await store.open()
     try:
         await store.mark_interrupted()
