@@ -5,6 +5,10 @@ requests, answers of several hundred characters, full run records, one file per 
 then times ``SQLiteStore.context()`` for random conversations through the real async API.
 
 Run: ``python -m benchmarks.bench_store [--conversations N] [--turns T] [--samples S] [--dir D]``
+
+With ``--postgres`` (a throwaway PostgreSQL server from the Debian packages, tests/realparts.py) or
+``--database-url URL`` (an empty database), the same rows are copied there and
+``PostgresStore.context()`` is timed too, over TCP on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ if str(ROOT) not in sys.path:
 from bot.store.sqlite import SQLiteStore  # noqa: E402
 from bot.store.text import clip_summary  # noqa: E402
 from bot.tokens import count_json_tokens, count_tokens  # noqa: E402
+from pipeline.tasks.outputs import DetectedObject, Objects  # noqa: E402
 from pipeline.types import Output, Resource, RunRecord, Selection, Task, TaskResult  # noqa: E402
 
 
@@ -64,8 +69,7 @@ def run_record(text: str, answer: str, rid: str, gen: Resource) -> str:
         1: Selection(1, "Salesforce/blip-image-captioning-large", "the only captioner served", (), "single"),
     }
     res = {
-        0: TaskResult(0, "ok", Output(None, [gen], {"labels": [{"label": "cat", "score": 0.998,
-                                                                "box": [13, 52, 314, 470]}] * 4}),
+        0: TaskResult(0, "ok", Output(None, [gen], Objects((DetectedObject("cat", 0.998, (13, 52, 314, 470)),) * 4)),
                       "facebook/detr-resnet-50"),
         1: TaskResult(1, "ok", Output("two cats sleeping on a couch"), "Salesforce/blip-image-captioning-large"),
     }
@@ -182,6 +186,56 @@ async def measure_writes(data_dir: Path, conversations: int, samples: int) -> tu
         await store.close()
 
 
+TABLES = ("conversations", "turns", "turn_records", "resources")
+
+
+async def copy_to_postgres(sqlite_path: Path, url: str) -> float:
+    """Migrate the empty database at ``url`` and copy the built rows into it (COPY); seconds taken."""
+    import asyncpg
+
+    from bot.store.sql.postgres import PostgresStore
+
+    store = PostgresStore(url, sqlite_path.parent, NoMedia())
+    await store.open()
+    await store.close()
+    t = time.perf_counter()
+    src = sqlite3.connect(sqlite_path)
+    conn = await asyncpg.connect(url)
+    try:
+        for table in TABLES:
+            cols = [r[1] for r in src.execute(f"PRAGMA table_info({table})")]
+            cur = src.execute(f"SELECT {', '.join(cols)} FROM {table}")
+            while rows := cur.fetchmany(20_000):
+                await conn.copy_records_to_table(table, records=rows, columns=cols)
+        await conn.execute("ANALYZE")
+    finally:
+        await conn.close()
+        src.close()
+    return time.perf_counter() - t
+
+
+async def measure_postgres(url: str, data_dir: Path, conversations: int, samples: int, budget: int) -> list[float]:
+    from bot.store.sql.postgres import PostgresStore
+
+    store = PostgresStore(url, data_dir, NoMedia())
+    await store.open()
+    try:
+        ids = [f"{c:010x}" for c in range(conversations)]
+        rng = random.Random(1)
+        for cid in rng.sample(ids, min(200, len(ids))):
+            await store.context(cid, budget)
+        times = []
+        for _ in range(samples):
+            cid = rng.choice(ids)
+            t = time.perf_counter()
+            history, resources = await store.context(cid, budget)
+            times.append((time.perf_counter() - t) * 1000)
+            assert history and resources
+        return times
+    finally:
+        await store.close()
+
+
 def pct(values: list[float], p: float) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
@@ -194,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--samples", type=int, default=2000)
     ap.add_argument("--budget", type=int, default=1500, help="context tokens ([storage] context_tokens)")
     ap.add_argument("--dir", type=Path, default=None, help="data directory (default: a temporary one)")
+    ap.add_argument("--postgres", action="store_true", help="also time PostgreSQL (a throwaway server)")
+    ap.add_argument("--database-url", default=None, help="also time PostgreSQL on this empty database")
     args = ap.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="bench-store-") as tmp:
@@ -234,7 +290,30 @@ def main(argv: list[str] | None = None) -> int:
         print(f"begin_turn + finish_turn, {len(writes)} turns: p50 {statistics.median(writes):.3f} ms,"
               f" p99 {pct(writes, 99):.3f} ms (synchronous=FULL: includes fsync)")
         print(f"prune by media size with nothing to delete: {prune_s * 1000:.0f} ms")
+        if args.postgres or args.database_url:
+            bench_postgres(args, data_dir, store.path, Path(tmp))
     return 0
+
+
+def bench_postgres(args: argparse.Namespace, data_dir: Path, sqlite_path: Path, tmp: Path) -> None:
+    """Copy the built rows to PostgreSQL and time ``context()`` there."""
+    server = None
+    url = args.database_url
+    if url is None:
+        from tests.realparts import PostgresServer
+
+        server = PostgresServer(tmp / "postgres").start()
+        url = server.create_database("bench")
+    try:
+        copy_s = asyncio.run(copy_to_postgres(sqlite_path, url))
+        print(f"PostgreSQL: copied the rows in {copy_s:.1f} s")
+        for budget in (args.budget, 100_000):
+            times = asyncio.run(measure_postgres(url, data_dir, args.conversations, args.samples, budget))
+            print(f"PostgreSQL context(budget={budget} tokens), {len(times)} random conversations:"
+                  f" p50 {statistics.median(times):.3f} ms, p99 {pct(times, 99):.3f} ms, max {max(times):.3f} ms")
+    finally:
+        if server is not None:
+            server.stop()
 
 
 if __name__ == "__main__":

@@ -339,13 +339,12 @@ class PostgresStore(SQLRetention):
         return [self._resource(r) for r in rows]
 
     async def context(self, conversation_id: str, budget_tokens: int) -> tuple[list[Turn], list[Resource]]:
-        """See :meth:`ConversationStore.context` (paper §3.1; one round trip for both queries)."""
-        async with self.database.tx("loading the chat log") as conn:
-            turn_rows = (await conn.execute(
-                select(T.c.idx, T.c.user_text, T.c.summary, T.c.status, T.c.tokens)
-                .where(T.c.conversation_id == conversation_id, T.c.status != "running").order_by(T.c.idx.desc()))).all()
-            res_rows = (await conn.execute(select(*_RES, R.c.tokens).where(R.c.conversation_id == conversation_id)
-                                           .order_by(R.c.n))).all()
+        """See :meth:`ConversationStore.context` (paper §3.1; both queries on one connection)."""
+        turn_rows, res_rows = await self.database.read(
+            "loading the chat log",
+            select(T.c.idx, T.c.user_text, T.c.summary, T.c.status, T.c.tokens)
+            .where(T.c.conversation_id == conversation_id, T.c.status != "running").order_by(T.c.idx.desc()),
+            select(*_RES, R.c.tokens).where(R.c.conversation_id == conversation_id).order_by(R.c.n))
         with_tokens = [(self._resource(row[:-1]), row[-1]) for row in res_rows]
         return select_history([tuple(r) for r in turn_rows], with_tokens, budget_tokens), [r for r, _ in with_tokens]
 
