@@ -9,6 +9,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -26,18 +27,36 @@ def _parses(argv: list[str]) -> None:
     build_parser().parse_args(argv)  # SystemExit(2) on an unknown command or option
 
 
-def test_compose_services_run_real_commands_on_one_image_and_volume():
+def test_compose_file_is_valid_compose_and_its_bots_share_postgres_and_one_volume():
+    # the Compose Specification's JSON schema, as vendored by check-jsonschema (docker compose
+    # itself is not on every machine; when it is, test_docker_compose_accepts_the_file runs too)
+    p = subprocess.run([sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.compose-spec",
+                        str(DEPLOY / "compose.yaml")], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
     compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
     services = compose["services"]
-    assert {"slack", "api"} <= set(services)
-    for name, svc in services.items():
+    bots = {name: svc for name, svc in services.items() if svc.get("image") == "hugginggpt-bot"}
+    assert {"migrate", "slack", "slack-http", "discord", "api"} <= set(bots)
+    for name, svc in bots.items():
         _parses(svc["command"])
-        assert "data:/data" in svc["volumes"], name  # one data dir: the SQLite store is one file
-        assert svc.get("image") == "hugginggpt-bot" and svc.get("restart") == "unless-stopped"
-        grace = float(re.fullmatch(r"(\d+)s", svc["stop_grace_period"]).group(1))
-        assert grace > GRACE_DEFAULT, name  # SIGTERM: runs in flight get their grace period
-    assert services["slack"]["build"]["dockerfile"] == "deploy/Dockerfile"
-    assert "data" in compose["volumes"]
+        assert "data:/data" in svc["volumes"], name  # media files: one volume every process shares
+        assert svc["environment"]["DATABASE_URL"].startswith("postgresql://hugginggpt:${POSTGRES_PASSWORD")
+        assert svc["depends_on"]["db"] == {"condition": "service_healthy"}, name
+        if name != "migrate":
+            assert svc["depends_on"]["migrate"] == {"condition": "service_completed_successfully"}, name
+            assert svc["environment"]["HUGGINGGPT_STORAGE__AUTO_MIGRATE"] == "false" and svc["restart"] == "unless-stopped"
+            grace = float(re.fullmatch(r"(\d+)s", svc["stop_grace_period"]).group(1))
+            assert grace > GRACE_DEFAULT, name  # SIGTERM: runs in flight get their grace period
+    assert bots["migrate"]["command"] == ["db", "upgrade"] and bots["migrate"]["build"]["dockerfile"] == "deploy/Dockerfile"
+    assert "pg_isready" in " ".join(services["db"]["healthcheck"]["test"])
+    # Slack HTTP mode: replicas behind nginx, whose upstream is their port, health checked on /readyz
+    http = bots["slack-http"]
+    port = http["command"][http["command"].index("--port") + 1]
+    assert http["deploy"]["replicas"] >= 2 and http["environment"]["HUGGINGGPT_HEALTH_URL"].endswith(f":{port}/readyz")
+    conf = (DEPLOY / "nginx.conf").read_text()
+    assert f"server slack-http:{port}" in conf and "non_idempotent" in conf
+    assert services["lb"]["profiles"] == http["profiles"] == ["http"] and bots["slack"]["profiles"] == ["socket"]
+    assert {"data", "pgdata"} <= set(compose["volumes"])
 
 
 def test_dockerfile_installs_every_package_runs_unprivileged_with_ffmpeg():
