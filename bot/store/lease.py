@@ -7,7 +7,7 @@ Rules (the README's "Sharing a data directory" paragraph is written from these):
   name, plus the PID namespace on Linux; the process id; 8 random hex digits), registered in the
   ``owners`` table when the store opens and removed when it closes.
 * While the store is open, a background task renews the owner's lease every
-  :data:`HEARTBEAT_SECONDS` (10 s). An owner is *live* while its last heartbeat is younger than
+  :data:`HEARTBEAT_SECONDS` (5 s, a sixth of the lease). An owner is *live* while its last heartbeat is younger than
   :data:`LEASE_SECONDS` (30 s). On the same host (same host name and PID namespace) an owner whose
   process no longer exists is gone at once, without waiting for its lease (after ``kill -9`` the
   next start recovers immediately); an owner on another host, or whose process id was reused, is
@@ -51,15 +51,17 @@ log = logging.getLogger(__name__)
 
 LEASE_SECONDS = 30.0
 """An owner whose last heartbeat is older than this is gone (its running turns are orphans)."""
-HEARTBEAT_SECONDS = 10.0
-"""How often an open store renews its lease (a third of :data:`LEASE_SECONDS`)."""
+HEARTBEAT_SECONDS = 5.0
+"""How often an open store renews its lease and looks for gone owners (a sixth of
+:data:`LEASE_SECONDS`: a dead process's turns are marked at most a sixth of the lease after its
+lease expires)."""
 
 
 def configure(lease_seconds: float) -> None:
     """Set this process's lease (``[storage] lease_seconds``; every process sharing a store must
-    use the same): an owner silent for longer is gone, and the heartbeat runs every third of it."""
+    use the same): an owner silent for longer is gone, and the heartbeat runs every sixth of it."""
     global LEASE_SECONDS, HEARTBEAT_SECONDS
-    LEASE_SECONDS, HEARTBEAT_SECONDS = float(lease_seconds), float(lease_seconds) / 3
+    LEASE_SECONDS, HEARTBEAT_SECONDS = float(lease_seconds), float(lease_seconds) / 6
 RECENT_SECONDS = 600.0
 """Conversations and files used within this many seconds are never deleted automatically."""
 INTERRUPTED = "interrupted"
