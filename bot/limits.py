@@ -1,8 +1,10 @@
-"""Per-process limits shared by every front end: which deliveries were already handled, and how
-many requests each user may make.
+"""Per-process limits: which deliveries this process already handled (a cheap first filter before
+the store's ``claim_delivery``, which decides across processes), and a per-key rate limit for
+front ends that run without a store.
 
-Both keep bounded memory (cachetools). Issue "Scale out" moves them into the database so that
-several processes behave as one bot; the interfaces stay.
+Both keep bounded memory (cachetools). Budgets shared by several processes live in the store
+(``ConversationStore.take_rate`` / ``take_slot``, used by :class:`bot.admission.Admission` and the
+HTTP API's keys).
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ def create_app(settings: Settings, service: Service, *, version: str = "unknown"
                     "Send `Authorization: Bearer KEY`; name a conversation with the `X-HuggingGPT-Conversation` header.",
         docs_url="/docs", redoc_url=None,
     )
-    app.state.hugginggpt = State(settings=settings, service=service, keys=Keys(settings.server))
+    app.state.hugginggpt = State(settings=settings, service=service, keys=Keys(settings.server, service.store))
     # Browser clients (the reference web demo, chat UIs) call from another origin; access is by
     # bearer key, never by cookie, so any origin may call.
     app.add_middleware(CORSMiddleware, allow_origins=["*"], allow_methods=["GET", "POST", "OPTIONS"],

@@ -8,8 +8,10 @@
 * File links: ``/v1/files/{id}?sig=...`` carries an HMAC-SHA256 of the file id under the owning
   key, so a chat UI's ``<img>`` (which sends no ``Authorization`` header) can show the file while
   nobody without the key can forge a link to another file.
-* Budgets per key: ``rate_limit_per_minute`` (aiolimiter leaky bucket, :class:`bot.limits.RateLimiter`)
-  and ``max_concurrent_runs``; both answer 429 with ``Retry-After``.
+* Budgets per key: ``rate_limit_per_minute`` and ``max_concurrent_runs``; both answer 429 with
+  ``Retry-After``. Kept in the conversation store, so several server processes share them
+  (``ConversationStore.take_rate``/``take_slot``); without a store, in this process
+  (aiolimiter leaky bucket, :class:`bot.limits.RateLimiter`).
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
-from collections.abc import Iterator
-from contextlib import contextmanager
+import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from bot.limits import RateLimiter
 from bot.settings import ServerSettings
@@ -60,15 +63,19 @@ class Keys:
 
     Args:
         settings: ``[server]`` settings.
+        store: the conversation store (``service.store``) whose shared budgets to use, or
+            ``None`` for budgets in this process.
     """
 
-    def __init__(self, settings: ServerSettings) -> None:
+    def __init__(self, settings: ServerSettings, store: Any = None) -> None:
         self._by_id = {key_id(k.get_secret_value()): k.get_secret_value() for k in settings.api_keys
                        if k.get_secret_value()}
         self.per_minute = settings.rate_limit_per_minute
         self.max_concurrent = settings.max_concurrent_runs
         self._rate = RateLimiter(settings.rate_limit_per_minute, 60.0)
         self._active: dict[str, int] = {}
+        self.store = store
+        self._releasing: set[asyncio.Task] = set()
 
     @property
     def required(self) -> bool:
@@ -114,26 +121,40 @@ class Keys:
         expected = self.sign(owner_key_id, file_id)
         return bool(sig) and expected is not None and hmac.compare_digest(expected, sig or "")
 
-    @contextmanager
-    def run_slot(self, caller: Caller) -> Iterator[None]:
-        """Reserve one of the caller's concurrent runs for the ``with`` block.
+    async def reserve(self, caller: Caller) -> Callable[[], None]:
+        """Reserve one of the caller's concurrent runs; returns the function that gives it back
+        (call it once, when the run ends). With a store, the slots are shared by every server
+        process on it (``ConversationStore.take_slot``); otherwise counted in this process.
 
         Raises:
             ApiError: 429 when the caller already has ``max_concurrent_runs`` runs in flight.
+            StorageError: the shared store fails.
         """
+        busy = ApiError(429, f"This API key already has {self.max_concurrent} request{'s' if self.max_concurrent != 1 else ''}"
+                             " running; wait for one to finish.", "concurrency_limit_exceeded", headers={"Retry-After": "1"})
+        if self.store is not None:
+            slot = await self.store.take_slot(f"api:{caller.key_id}", self.max_concurrent)
+            if slot is None:
+                raise busy
+            store = self.store
+
+            def give_back() -> None:
+                task = asyncio.get_running_loop().create_task(store.release_slot(slot))
+                self._releasing.add(task)
+                task.add_done_callback(self._releasing.discard)
+            return give_back
         n = self._active.get(caller.key_id, 0)
         if n >= self.max_concurrent:
-            raise ApiError(429, f"This API key already has {n} request{'s' if n != 1 else ''} running; wait for one "
-                                "to finish.", "concurrency_limit_exceeded", headers={"Retry-After": "1"})
+            raise busy
         self._active[caller.key_id] = n + 1
-        try:
-            yield
-        finally:
+
+        def release() -> None:
             left = self._active.get(caller.key_id, 1) - 1
             if left > 0:
                 self._active[caller.key_id] = left
             else:
                 self._active.pop(caller.key_id, None)
+        return release
 
     async def count_request(self, caller: Caller) -> None:
         """Count one request against the caller's rate budget.
@@ -141,7 +162,10 @@ class Keys:
         Raises:
             ApiError: 429 with ``Retry-After`` when the budget is spent.
         """
-        wait = await self._rate.try_acquire(caller.key_id)
+        if self.store is not None:  # shared by every server process on the store
+            wait = await self.store.take_rate(f"api:{caller.key_id}", self.per_minute, 60.0)
+        else:
+            wait = await self._rate.try_acquire(caller.key_id)
         if wait:
             raise ApiError(429, f"Rate limit reached: this API key may send {self.per_minute} requests per minute; "
                                 f"retry in {wait:.0f} s.", "rate_limit_exceeded",

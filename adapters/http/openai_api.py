@@ -75,10 +75,9 @@ async def start_run(request: Request, caller: Caller, messages: list[Any], conve
         files = await st.service.check_files(turn.files)
     except InputError as e:
         raise ApiError(400, e.user_message, "invalid_file", "messages") from None
-    slot = st.keys.run_slot(caller)
-    slot.__enter__()
+    release = await st.keys.reserve(caller)
     run = Run(st.service, turn.text, files, key=conversation[1] if conversation else None, user=user,
-              chat_log=turn.chat_log, on_end=lambda: slot.__exit__(None, None, None))
+              chat_log=turn.chat_log, on_end=release)
     if not wait:
         return run
     try:
