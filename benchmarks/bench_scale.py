@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import random
 import signal
@@ -193,15 +194,14 @@ async def run_phase(root: Path, storage: dict[str, str], *, replicas: int, conve
                     stored = await probe.turns_by_thread(slack.team_id)
                     answered = [ts for ts in threads if fleet.answers(ts)]
                     interrupted = [ts for ts in threads if not fleet.answers(ts)
-                                   and any(s != "running" for s, _ in stored.get(ts, []))
-                                   and not any(s == "running" for s, _ in stored.get(ts, []))]
+                                   and any(e == "interrupted" for _, e in stored.get(ts, []))]
                     settled = len(answered) + len(interrupted) == len(threads)
                     marked = killed_at is None or phase.marked_after is not None or not victim_owner
                     state = (len(answered), len(interrupted))
                     if state != last_state:
                         last_state, last_change = state, time.monotonic()
                     running = any(s == "running" for turns in stored.values() for s, _ in turns)
-                    quiet = not running and time.monotonic() - last_change > 3  # the rest are lost: nothing runs
+                    quiet = not running and time.monotonic() - last_change > 10  # the rest are lost: nothing runs
                     if (marked and (settled or quiet)) or time.monotonic() > deadline:
                         break
                     await asyncio.sleep(0.1)
@@ -263,6 +263,7 @@ async def main(argv: list[str] | None = None) -> int:
     where.add_argument("--database-url", help="PostgreSQL URL shared by both phases (default: SQLite data dirs)")
     where.add_argument("--postgres", action="store_true", help="start a throwaway PostgreSQL server")
     ap.add_argument("--quick", action="store_true", help="30 conversations, lease 6 s (under a minute)")
+    ap.add_argument("--keep", metavar="DIR", help="work in DIR and keep the replicas' logs and stores there")
     args = ap.parse_args(argv)
     if args.quick:
         args.conversations, args.lease_seconds = min(args.conversations, 30), min(args.lease_seconds, 6.0)
@@ -271,7 +272,7 @@ async def main(argv: list[str] | None = None) -> int:
     if args.lease_seconds < 2:
         ap.error("--lease-seconds must be at least 2 (the store's minimum).")
 
-    with tempfile.TemporaryDirectory() as tmp:
+    with (contextlib.nullcontext(args.keep) if args.keep else tempfile.TemporaryDirectory()) as tmp:
         root = Path(tmp)
         server = None
         try:

@@ -98,16 +98,16 @@ class Fleet:
         slack: the running stand-in Slack.
         settings: settings shared by every replica (section -> key -> value), e.g. the sandbox's
             ``overrides()`` plus ``{"storage": {"data_dir": ..., "database_url": ...}}``.
-        n: how many replicas; grace: their ``--grace`` seconds.
+        n: how many replicas; grace: their ``--grace`` seconds (a list: one per replica).
     """
 
     def __init__(self, root: Path, slack: SlackStandIn, settings: dict[str, dict[str, Any]], *, n: int = 3,
-                 grace: float = 30.0) -> None:
+                 grace: float | list[float] = 30.0) -> None:
         self.root = Path(root)
         self.slack = slack
         self.env = replica_env(settings, slack)
-        self.grace = grace
         self.replicas = [Replica(i, self.root) for i in range(n)]
+        self.graces = list(grace) if isinstance(grace, list) else [grace] * n
         self.session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> Fleet:
@@ -136,7 +136,7 @@ class Fleet:
             RuntimeError: it exited or was not ready in ``timeout`` seconds (with its log).
         """
         argv = [sys.executable, "-m", "bot.cli", "-v", "slack", "--mode", "http", "--host", "127.0.0.1",
-                "--port", str(r.port), "--api-url", self.slack.api_url, "--grace", str(self.grace)]
+                "--port", str(r.port), "--api-url", self.slack.api_url, "--grace", str(self.graces[r.index])]
         with open(r.log, "ab") as out:
             r.proc = await asyncio.create_subprocess_exec(*argv, cwd=self.root, env=self.env, stdin=asyncio.subprocess.DEVNULL,
                                                           stdout=out, stderr=out, start_new_session=True)

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import sqlite3
 import time
+from pathlib import Path
 
 import pytest
 
@@ -171,3 +173,35 @@ async def test_drain_on_sigterm_finishes_the_run_in_flight_and_nginx_skips_the_r
                      "drain: waiting up to 20 s for 1 runs in flight", "drain: all 1 runs in flight finished"):
             assert line in log, log[-3000:]
         assert "Traceback" not in log
+
+
+async def test_grace_over_or_second_signal_cancels_the_run_and_tells_its_thread(tmp_path, world, store):
+    slack, sandbox, settings = world
+    sandbox.inference.latency["text-to-image"] = 60.0  # longer than any grace here
+    async with Fleet(tmp_path / "fleet", slack, settings, n=2, grace=[1.0, 60.0]) as fleet:
+        short, long = fleet.replicas
+        threads = []
+        for r in (short, long):
+            body, ts = fleet.mention(DRAW)
+            assert (await fleet.deliver(r.url, body))[0] == 200
+            threads.append(ts)
+        for ts in threads:
+            await slack.wait_for(lambda ts=ts: fleet.status_messages(ts), timeout=15)
+        short.signal(signal.SIGTERM)  # its grace (1 s) runs out: the run is cancelled, exit 0
+        long.signal(signal.SIGTERM)
+        await logged(fleet, "drain: waiting up to 60 s for 1 runs in flight")
+        long.signal(signal.SIGTERM)  # a second signal: stop now, exit 130
+        started = time.monotonic()
+        assert await long.wait(20) == 130
+        assert time.monotonic() - started < 15
+        assert await short.wait(20) == 0
+        for ts in threads:
+            [status] = fleet.status_messages(ts)
+            assert "restarted before finishing" in status.text, status.text
+        assert "drain: grace of 1 s over: 1 of 1 runs cancelled" in short.log_text()
+        assert "drain: second signal, stopping at once" in long.log_text()
+        assert "Traceback" not in short.log_text() + long.log_text()
+    if "database_url" not in store:  # what the store keeps: both turns ended, none left running
+        with sqlite3.connect(Path(store["data_dir"]) / "conversations.sqlite3") as db:
+            rows = db.execute("SELECT status, error FROM turns").fetchall()
+        assert len(rows) == 2 and all(status != "running" for status, _ in rows), rows
