@@ -16,7 +16,7 @@ from pipeline.core import Pipeline
 from pipeline.types import Done, Event, Request, Resource, RunRecord, Turn
 
 from .backends import build_pipeline
-from .errors import InputError
+from .errors import InputError, StorageError
 from .incoming import ConversationKey, IncomingFile
 from .locks import ThreadLocks
 from .mentions import check_mentions
@@ -156,15 +156,33 @@ class Service:
         """
         return await self.store.retire(key) is not None
 
-    async def claim_delivery(self, *keys: str | None) -> bool:
+    def on_redelivery(self, prefix: str, listener: Callable[[list[tuple[str, str]]], Awaitable[None]]) -> None:
+        """Run the deliveries a gone process took but never started: ``listener`` gets
+        ``[(key, payload)]`` of those whose key starts with ``prefix`` (``"slack:"``), now owned
+        by this process (found at each heartbeat, once their process's lease expired; see
+        ``ConversationStore.claim_delivery``). One listener per process."""
+        self.store.adopt_prefix = prefix
+        self.store.on_orphaned_deliveries = listener
+
+    async def settle_delivery(self, key: str | None) -> None:
+        """Forget the payload of a delivery handled without a turn (refused, ignored, failed
+        before the run); see ``ConversationStore.settle_delivery``. Failures are logged only."""
+        if key:
+            try:
+                await self.store.settle_delivery(key)
+            except StorageError as e:
+                log.warning("could not settle delivery %s: %s", key, e)
+
+    async def claim_delivery(self, *keys: str | None, payload: str | None = None) -> bool:
         """Whether this process is the first of those sharing the data dir to take a platform
-        delivery known by any of ``keys`` (``None`` ones ignored); see ``ConversationStore.claim_delivery``.
+        delivery known by any of ``keys`` (``None`` ones ignored); see ``ConversationStore.claim_delivery``
+        (``payload``: the event, kept with the first key until its turn begins or it is settled).
 
         Raises:
             StorageError: the conversation store fails.
         """
-        present = [k for k in keys if k]
-        return not present or await self.store.claim_delivery(present)
+        present = list(dict.fromkeys(k for k in keys if k))
+        return not present or await self.store.claim_delivery(present, payload)
 
     async def record_feedback(self, conversation_id: str, turn: int, verdict: str, user: str) -> bool:
         """Store ``user``'s ``verdict`` (``"good"`` or ``"bad"``) on a stored turn; ``False`` when
@@ -187,6 +205,7 @@ class Service:
         stop: asyncio.Event | None = None,
         chat_log: Sequence[Turn] = (),
         on_start: Callable[[str | None, int], None] | None = None,
+        delivery: str | None = None,
     ) -> AsyncIterator[Event]:
         """Run one turn; see the module docstring and ``pipeline.core.Pipeline.run``.
 
@@ -196,6 +215,9 @@ class Service:
         ``on_start(conversation_id, turn)`` (``None``, 0 outside a conversation) is called once the
         request passed its checks and the pipeline starts: a front end that must answer before the
         first event (an HTTP response) knows then that no :class:`InputError` can follow.
+
+        ``delivery``: the key of the platform delivery this turn answers (``claim_delivery``): it is
+        settled when the turn is recorded, in the same transaction.
 
         ``chat_log`` (newest first, already within the budget) is the history a client keeps itself
         (the OpenAI API sends earlier messages with each request); it is used only when the
@@ -226,19 +248,19 @@ class Service:
         async with self._locks.lock(key.as_string()):  # taken first: a thread's turns keep their order of arrival
             infos = await self._inspect(files)
             async for event in self._conversation_turn(key, text, list(zip(files, infos)), user, chat_log, on_start,
-                                                       stop):
+                                                       stop, delivery):
                 yield event
 
     async def _conversation_turn(
         self, key: ConversationKey, text: str, files: list[tuple[IncomingFile, Inspected]], user: str | None,
         chat_log: Sequence[Turn] = (), on_start: Callable[[str | None, int], None] | None = None,
-        stop: asyncio.Event | None = None,
+        stop: asyncio.Event | None = None, delivery: str | None = None,
     ) -> AsyncIterator[Event]:
         conv = await self.store.get_or_create(key)
         history, earlier = await self.store.context(conv, self.settings.storage.context_tokens)
         history = history or list(chat_log)
         check_mentions(text, earlier, [info.kind for _, info in files], key.platform)
-        turn = await self.store.begin_turn(conv, text, user)
+        turn = await self.store.begin_turn(conv, text, user, delivery)
         record: RunRecord | None = None
         try:
             if await self.store.wait_turn(conv, turn):  # an earlier turn ran in another process: plan after it

@@ -30,17 +30,22 @@ pytestmark = pytest.mark.slow
 DRAW = "draw a picture of a red fox"
 
 
-@pytest.fixture(params=["sqlite"])
+@pytest.fixture(params=["sqlite", "postgres"])
 def store(request, tmp_path) -> dict[str, str]:
-    """``[storage]`` settings every replica of a test shares: one SQLite data dir."""
-    return {"data_dir": str(tmp_path / "data")}
+    """``[storage]`` settings every replica of a test shares: one data dir (media files), and
+    either its SQLite file or a PostgreSQL database (a throwaway server, tests/realparts.py)."""
+    out = {"data_dir": str(tmp_path / "data"), "lease_seconds": "6"}
+    if request.param == "postgres":
+        out["database_url"] = request.getfixturevalue("postgres_url")
+    return out
 
 
 @pytest.fixture
 async def world(tmp_path, store):
     """The stand-in Slack and the sandbox backends, and the settings replicas need to use them."""
     async with SlackStandIn() as slack, Sandbox() as sandbox:
-        yield slack, sandbox, {**sandbox.overrides(), "storage": store}
+        # one user sends every event here: no per-user rate limit (it is shared by the replicas)
+        yield slack, sandbox, {**sandbox.overrides(), "storage": store, "slack": {"rate_limit_per_minute": 0}}
 
 
 def nginx_for(root, fleet: Fleet) -> NginxServer:
@@ -205,3 +210,39 @@ async def test_grace_over_or_second_signal_cancels_the_run_and_tells_its_thread(
         with sqlite3.connect(Path(store["data_dir"]) / "conversations.sqlite3") as db:
             rows = db.execute("SELECT status, error FROM turns").fetchall()
         assert len(rows) == 2 and all(status != "running" for status, _ in rows), rows
+
+
+async def test_kill_9_tells_the_thread_and_another_replica_runs_the_waiting_event(tmp_path, world, store):
+    """A replica killed mid-run: within the lease (6 s here) another replica tells the thread that
+    its run stopped, and runs the follow-up the dead replica had acknowledged but not started (it
+    waited for the first run of its thread), so no acknowledged event is lost; other threads are
+    untouched."""
+    slack, sandbox, settings = world
+    sandbox.inference.latency["text-to-image"] = 60.0
+    async with Fleet(tmp_path / "fleet", slack, settings, n=2) as fleet:
+        doomed, survivor = fleet.replicas
+        body, thread = fleet.mention(DRAW)
+        assert (await fleet.deliver(doomed.url, body))[0] == 200
+        await slack.wait_for(lambda: fleet.status_messages(thread), timeout=15)  # the run is in flight
+        follow = slack.add_user_message(CHANNEL, f"<@{slack.bot_user_id}> {DRAW} again, smaller", thread_ts=thread)
+        follow_body = slack.event_body({"type": "app_mention", "user": "U1", "text": follow.text, "ts": follow.ts,
+                                        "thread_ts": thread, "channel": CHANNEL, "team": slack.team_id,
+                                        "event_ts": follow.ts})
+        assert (await fleet.deliver(doomed.url, follow_body))[0] == 200  # acknowledged: Slack will not resend it
+        await asyncio.sleep(0.5)  # claimed by the doomed replica; it waits for its thread's first run
+        other, other_ts = fleet.mention("Describe this picture")  # another thread, on the survivor
+        sandbox.inference.latency["text-to-image"] = 0.0
+        doomed.signal(signal.SIGKILL)
+        killed = time.monotonic()
+        assert (await fleet.deliver(survivor.url, other))[0] == 200
+        told = await slack.wait_for(lambda: [m for m in slack.thread(CHANNEL, thread)
+                                             if m.user == slack.bot_user_id and "stopped unexpectedly" in m.text],
+                                    timeout=30)
+        assert len(told) == 1
+        assert time.monotonic() - killed < 30
+        # the acknowledged follow-up runs on the survivor, once, in the same thread
+        await slack.wait_for(lambda: fleet.answers(thread) >= 1 and slack.thread_files(CHANNEL, thread), timeout=30)
+        assert fleet.answers(thread) == 1
+        assert "running delivery" in survivor.log_text() and "taken over from a gone process" in survivor.log_text()
+        await slack.wait_for(lambda: fleet.answers(other_ts) == 1, timeout=30)
+        assert "Traceback" not in survivor.log_text()

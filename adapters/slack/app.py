@@ -21,6 +21,7 @@ deliveries (retries, ``app_mention`` plus ``message``, Socket Mode redelivery) a
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -46,7 +47,8 @@ from . import io as slack_io
 from .live import LiveReply, answer_messages
 from .controls import Controls
 from .live import FEEDBACK_ACTION, STOP_ACTION
-from .logic import classify_message, escape_slack, key_for, strip_mentions, unescape_slack, wants_new_conversation
+from .logic import (classify_message, delivery_key, escape_slack, key_for, strip_mentions, unescape_slack,
+                    wants_new_conversation)
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +93,7 @@ class SlackBot(Controls):
         self.poster = slack_io.Poster(client)
         self.update_limiter = AsyncLimiter(50, 60)  # chat.update: Tier 3, about 50 per minute
         self.dedup = SeenKeys()
-        self.admission = Admission(settings, "slack")
+        self.admission = Admission(settings, "slack", getattr(service, "store", None))
         # (channel, thread_ts) -> whether the bot takes part in that thread
         self.threads: TTLCache[tuple[str, str], bool] = TTLCache(maxsize=20_000, ttl=7 * 24 * 3600)
         self.stats = Stats()
@@ -102,6 +104,9 @@ class SlackBot(Controls):
         extra = {o for o in map(slack_io.origin_of, file_hosts) if o is not None}
         self.file_origins = set(slack_io.DEFAULT_FILE_ORIGINS) | extra | ({api} if api and api[1] != "slack.com" else set())
         self._session: aiohttp.ClientSession | None = None
+        if hasattr(service, "on_redelivery"):  # several processes on one store (issue 11)
+            service.on_redelivery("slack:", self._redeliver)
+            service.on_interrupted(self._tell_interrupted)
 
     # ------------------------------------------------------------------ entry from the listeners
 
@@ -143,14 +148,32 @@ class SlackBot(Controls):
     # ------------------------------------------------------------------ one request
 
     async def _process(self, body: dict[str, Any], event: dict[str, Any], bot_user_id: str | None, bot_id: str | None,
-                       needs_thread_check: bool) -> None:
+                       needs_thread_check: bool, adopted: str | None = None) -> None:
+        channel = event["channel"]
+        ts = event["ts"]
+        team = body.get("team_id") or event.get("team") or ""
+        delivery = adopted or delivery_key(body, team, channel, ts)
+        if adopted is None:
+            payload = json.dumps({"body": body, "event": event, "bot_user_id": bot_user_id, "bot_id": bot_id,
+                                  "needs_thread_check": needs_thread_check})
+            if not await self._claim(body, team, channel, ts, payload):
+                return
+        try:
+            await self._respond(body, event, bot_user_id, bot_id, needs_thread_check, delivery)
+        except asyncio.CancelledError:  # shutdown: an unstarted delivery is left for another process
+            raise
+        except BaseException:
+            await self.service.settle_delivery(delivery)
+            raise
+        await self.service.settle_delivery(delivery)  # answered (already settled by its turn), refused or ignored
+
+    async def _respond(self, body: dict[str, Any], event: dict[str, Any], bot_user_id: str | None, bot_id: str | None,
+                       needs_thread_check: bool, delivery: str) -> None:
         channel = event["channel"]
         ts = event["ts"]
         thread_ts = event.get("thread_ts") or ts
         user = event.get("user") or ""
         team = body.get("team_id") or event.get("team") or ""
-        if not await self._claim(body, team, channel, ts):
-            return
         if needs_thread_check and not await self._bot_in_thread(channel, thread_ts, bot_user_id, bot_id):
             log.debug("thread reply in %s/%s without mention, bot not in thread: ignored", channel, thread_ts)
             return
@@ -193,19 +216,19 @@ class SlackBot(Controls):
             log.error("cannot post in channel=%s: %s", channel, slack_io.map_slack_error(e, "post a message"))
             return
         try:
-            await self._run(reply, text, event, key_for(team, channel, thread_ts, event), user, stop)
+            await self._run(reply, text, event, key_for(team, channel, thread_ts, event), user, stop, delivery)
         finally:
             self.runs.pop(run_id, None)
 
     async def _run(self, reply: LiveReply, text: str, event: dict[str, Any], key: ConversationKey, user: str,
-                   stop: asyncio.Event) -> None:
+                   stop: asyncio.Event, delivery: str | None = None) -> None:
         channel, thread_ts = reply.channel, reply.thread_ts
         progress = Progress()
         record: RunRecord | None = None
         try:
             files = await self._download_files(event.get("files") or [])
             files = await self.service.check_files(files)
-            async for ev in self.service.handle(text, files, key=key, user=user, stop=stop):
+            async for ev in self.service.handle(text, files, key=key, user=user, stop=stop, delivery=delivery):
                 if isinstance(ev, Done):
                     record = ev.record
                 if progress.apply(ev) and not isinstance(ev, Done):
@@ -256,13 +279,14 @@ class SlackBot(Controls):
                 log.error("uploading %d files in %s/%s failed: %s", len(record.files), channel, thread_ts, e)
                 await self._say(channel, thread_ts, ":warning: " + escape_slack(e.user_message))
 
-    async def _claim(self, body: dict[str, Any], team: str, channel: str, ts: str) -> bool:
-        """Take the delivery for this process, against the others on the data dir (the in-memory
-        check in :meth:`on_event` only covers this one)."""
+    async def _claim(self, body: dict[str, Any], team: str, channel: str, ts: str, payload: str | None = None) -> bool:
+        """Take the delivery for this process, against the others on the store (the in-memory
+        check in :meth:`on_event` only covers this one); ``payload`` is kept until the turn
+        begins, so another process runs the event if this one dies first."""
         event_id = body.get("event_id")
         try:
-            first = await self.service.claim_delivery(f"slack:event:{event_id}" if event_id else None,
-                                                      f"slack:message:{team}:{channel}:{ts}")
+            first = await self.service.claim_delivery(delivery_key(body, team, channel, ts),
+                                                      f"slack:message:{team}:{channel}:{ts}", payload=payload)
         except HuggingGPTError as e:  # the run itself will say what is wrong with the store
             log.warning("could not record delivery %s: %s", event_id, e)
             return True
@@ -271,7 +295,7 @@ class SlackBot(Controls):
             log.info("delivery of %s ts=%s (event %s) already taken by another process", channel, ts, event_id)
         return first
 
-    async def _say(self, channel: str, thread_ts: str, text: str) -> None:
+    async def _say(self, channel: str, thread_ts: str | None, text: str) -> None:
         try:
             await self.poster.post(channel, thread_ts, text)
         except HuggingGPTError as e:

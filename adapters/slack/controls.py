@@ -1,18 +1,23 @@
-"""The Slack bot's controls besides requests: the Stop and feedback buttons (``block_actions``)
-and the suggested prompts shown when a user opens the bot's DM (``app_home_opened``). A mixin of
-:class:`adapters.slack.app.SlackBot`, which provides ``client``, ``runs``, ``slack`` (settings)
-and ``service``."""
+"""The Slack bot's controls besides requests: the Stop and feedback buttons (``block_actions``),
+the suggested prompts shown when a user opens the bot's DM (``app_home_opened``), and what
+happens when another process sharing the store died (its threads are told, its unstarted events
+are run here). A mixin of :class:`adapters.slack.app.SlackBot`, which provides ``client``,
+``runs``, ``slack`` (settings), ``service``, ``tasks``, ``closing``, ``_guarded`` and ``_say``."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
 
+from bot.incoming import ConversationKey
 from pipeline.errors import HuggingGPTError
 
 from .live import FEEDBACK_ACTION, STOP_ACTION
+from .logic import DM_THREAD
 
 log = logging.getLogger("adapters.slack.app")
 
@@ -25,6 +30,9 @@ SUGGESTED_PROMPTS = [
     {"title": "Start over", "message": "new"},
 ]
 """Shown when a user opens the bot's DM: its file tasks, and how to start a new conversation."""
+INTERRUPTED_ELSEWHERE = (":warning: The process working on your last request here stopped unexpectedly before it"
+                         " finished; please ask again.")
+"""Posted in a thread whose turn a dead process left running (found within the lease time)."""
 
 
 class Controls:
@@ -34,6 +42,33 @@ class Controls:
     runs: dict
     slack: Any
     service: Any
+    tasks: set
+    closing: bool
+
+    async def _redeliver(self, items: list[tuple[str, str]]) -> None:
+        """Run events a gone process took but never started (``Service.on_redelivery``)."""
+        for key, payload in items:
+            try:
+                d = json.loads(payload)
+                args = (d["body"], d["event"], d.get("bot_user_id"), d.get("bot_id"), bool(d.get("needs_thread_check")))
+            except (ValueError, KeyError, TypeError) as e:
+                log.error("delivery %s taken over from a gone process is unreadable (%s); dropped", key, e)
+                await self.service.settle_delivery(key)
+                continue
+            log.warning("running delivery %s taken over from a gone process", key)
+            if self.closing:
+                continue
+            task = asyncio.create_task(self._guarded(*args, key), name=f"slack-adopted-{key}")
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+
+    async def _tell_interrupted(self, marked: list[tuple[ConversationKey, int]]) -> None:
+        """Tell the Slack threads whose turn a gone process left running (``Service.on_interrupted``)."""
+        for key, _turn in marked:
+            if key.platform != "slack":
+                continue
+            thread = None if key.thread == DM_THREAD else key.thread
+            await self._say(key.channel, thread, INTERRUPTED_ELSEWHERE)
 
     async def on_stop(self, body: dict[str, Any]) -> None:
         """The Stop button (``block_actions``): the requester or a ``[slack] admins`` member stops

@@ -259,6 +259,13 @@ def is_dm(event: dict[str, Any]) -> bool:
     return event.get("channel_type") == "im"
 
 
+def delivery_key(body: dict[str, Any], team: str, channel: str, ts: str) -> str:
+    """The key a delivery's event is kept under until its turn begins (the first key the adapter
+    claims): the Events API's ``event_id``, or the message's ``(team, channel, ts)``."""
+    event_id = body.get("event_id")
+    return f"slack:event:{event_id}" if event_id else f"slack:message:{team}:{channel}:{ts}"
+
+
 def key_for(team: str, channel: str, thread_ts: str, event: dict[str, Any]) -> ConversationKey:
     """The conversation a message belongs to: its thread in channels; the user's one DM
     conversation (:data:`DM_THREAD`) in direct messages, threaded or not."""

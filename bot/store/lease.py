@@ -171,6 +171,7 @@ class Owner:
         self.id = new_owner_id()
         self._task: asyncio.Task[None] | None = None
         self.on_marked: Callable[[list[tuple[str, int]]], Awaitable[None]] | None = None
+        self.on_beat: Callable[[], Awaitable[object]] | None = None  # after each heartbeat's sweep
 
     async def register(self) -> None:
         """Insert the owner row and start the heartbeat task.
@@ -205,6 +206,8 @@ class Owner:
             log.warning("%s: marked %d turn(s) of gone processes as interrupted", self.database.path, len(marked))
             if self.on_marked is not None:
                 await self.on_marked(marked)
+        if orphans and self.on_beat is not None:
+            await self.on_beat()
         return marked
 
     async def _run(self) -> None:

@@ -69,9 +69,16 @@ class ConversationStore(Protocol):
         on_interrupted: called with ``[(conversation key, turn index)]`` when this process marks
             turns of a gone process interrupted (at start and at each heartbeat), so the front end
             can tell those threads; ``None``: nobody is told.
+        on_orphaned_deliveries: called with ``[(key, payload)]`` of deliveries a gone process took
+            but never started, now taken by this process (at each heartbeat), to run them;
+            ``None``: none are taken.
+        adopt_prefix: only deliveries whose key starts with it are taken (``"slack:"``: the
+            front end this process runs).
     """
 
     on_interrupted: Callable[[list[tuple[ConversationKey, int]]], Awaitable[None]] | None
+    on_orphaned_deliveries: Callable[[list[tuple[str, str]]], Awaitable[None]] | None
+    adopt_prefix: str
 
     async def open(self) -> None:
         """Open (create or migrate) the store."""
@@ -99,9 +106,17 @@ class ConversationStore(Protocol):
         ``False`` when the turn does not exist."""
         ...
 
-    async def claim_delivery(self, keys: Sequence[str]) -> bool:
+    async def claim_delivery(self, keys: Sequence[str], payload: str | None = None) -> bool:
         """Take a platform delivery known by any of ``keys`` for this process: ``True`` when no
-        process sharing the store took one of them before (then all are recorded, atomically)."""
+        process sharing the store took one of them before (then all are recorded, atomically).
+
+        ``payload`` (the event, as text) is kept with ``keys[0]`` until the delivery is settled
+        (:meth:`settle_delivery`, or :meth:`begin_turn` with ``delivery``): if this process dies
+        before that, another one receives it through :attr:`on_orphaned_deliveries`."""
+        ...
+
+    async def settle_delivery(self, key: str) -> None:
+        """Drop the payload of a delivery this process handled (answered, refused or ignored)."""
         ...
 
     async def wait_turn(self, conversation_id: str, turn: int, *, poll: float = 0.2) -> bool:
@@ -124,8 +139,10 @@ class ConversationStore(Protocol):
         """Give back a slot :meth:`take_slot` returned."""
         ...
 
-    async def begin_turn(self, conversation_id: str, user_text: str, user: str | None) -> int:
-        """Record a new turn with status ``"running"``; return its 0-based index."""
+    async def begin_turn(self, conversation_id: str, user_text: str, user: str | None, delivery: str | None = None) -> int:
+        """Record a new turn with status ``"running"``; return its 0-based index. ``delivery``:
+        the key of the platform delivery this turn answers, settled in the same transaction (so
+        a crash leaves either an interrupted turn or a delivery to run again, never both)."""
         ...
 
     async def add_resource(

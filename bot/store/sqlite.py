@@ -125,6 +125,7 @@ class SQLiteStore(SQLiteExtras):
             raise
         self.owner = owner
         owner.on_marked = self._tell
+        owner.on_beat = self.adopt_deliveries
         if hasattr(self.media, "ledger"):
             self.media.ledger = Ledger(  # type: ignore[attr-defined]
                 self.database, owner.id, self._clock, self._rel, self._abs, max_media_bytes=self.limits[0],
@@ -190,7 +191,7 @@ class SQLiteStore(SQLiteExtras):
 
     # -- turns ---------------------------------------------------------------------------------
 
-    async def begin_turn(self, conversation_id: str, user_text: str, user: str | None) -> int:
+    async def begin_turn(self, conversation_id: str, user_text: str, user: str | None, delivery: str | None = None) -> int:
         """Record a new turn (status ``"running"``) and return its 0-based index.
 
         Raises:
@@ -215,6 +216,8 @@ class SQLiteStore(SQLiteExtras):
                     " VALUES (?,?,?,?,?,?,?,?)",
                     (conversation_id, idx, user_text, "running", now, user, tokens, self._me()),
                 )
+                if delivery is not None:  # the delivery is answered by this turn (bot.store.protocol)
+                    await db.execute("UPDATE deliveries SET payload=NULL WHERE key=?", (delivery,))
         return int(idx)
 
     async def finish_turn(self, conversation_id: str, turn: int, record: RunRecord) -> None:

@@ -48,18 +48,48 @@ class SQLiteExtras:
                              (conversation_id, turn, user, verdict, self._clock()))
         return True
 
-    async def claim_delivery(self, keys: Sequence[str]) -> bool:
-        """See :meth:`ConversationStore.claim_delivery` (schema v5 ``deliveries`` table; keys older
-        than :data:`DELIVERY_KEEP_SECONDS` are deleted as new ones arrive)."""
+    async def claim_delivery(self, keys: Sequence[str], payload: str | None = None) -> bool:
+        """See :meth:`ConversationStore.claim_delivery` (``deliveries`` table; keys older than
+        :data:`DELIVERY_KEEP_SECONDS` are deleted as new ones arrive)."""
         now = self._clock()
         async with self.database.lock, self.database.tx("recording a delivery") as db:
             marks = ",".join("?" * len(keys))
             seen = await (await db.execute(f"SELECT 1 FROM deliveries WHERE key IN ({marks}) LIMIT 1", list(keys))).fetchone()
             if seen:
                 return False
-            await db.executemany("INSERT INTO deliveries(key, at) VALUES (?, ?)", [(k, now) for k in keys])
+            me = self._me()  # type: ignore[attr-defined]
+            await db.executemany("INSERT INTO deliveries(key, at, owner, payload) VALUES (?, ?, ?, ?)",
+                                 [(k, now, me, payload if i == 0 else None) for i, k in enumerate(keys)])
             await db.execute("DELETE FROM deliveries WHERE at < ?", (now - DELIVERY_KEEP_SECONDS,))
         return True
+
+    async def settle_delivery(self, key: str) -> None:
+        """See :meth:`ConversationStore.settle_delivery`."""
+        async with self.database.lock, self.database.tx("settling a delivery") as db:
+            await db.execute("UPDATE deliveries SET payload=NULL WHERE key=? AND payload IS NOT NULL", (key,))
+
+    on_orphaned_deliveries: Callable[[list[tuple[str, str]]], Awaitable[None]] | None = None
+    adopt_prefix = ""
+    """Only deliveries whose key starts with it are taken over (the front end this process runs)."""
+
+    async def adopt_deliveries(self) -> list[tuple[str, str]]:
+        """Take the unsettled deliveries of gone owners (their rows were swept) and pass them to
+        :attr:`on_orphaned_deliveries`; ``[(key, payload)]``."""
+        if self.on_orphaned_deliveries is None:
+            return []
+        async with self.database.lock, self.database.tx("taking over deliveries") as db:
+            rows = await db.execute_fetchall(
+                "UPDATE deliveries SET owner=? WHERE payload IS NOT NULL AND substr(key, 1, ?) = ? AND (owner IS NULL"
+                " OR owner NOT IN (SELECT id FROM owners)) RETURNING key, payload",
+                (self._me(), len(self.adopt_prefix), self.adopt_prefix))  # type: ignore[attr-defined]
+        adopted = [(r[0], r[1]) for r in rows]
+        if adopted:
+            log.warning("%s: took over %d delivery(ies) of gone processes", self.database.path, len(adopted))
+            try:
+                await self.on_orphaned_deliveries(adopted)
+            except Exception:  # noqa: BLE001 - logged; the rows stay owned by this process
+                log.exception("could not run the deliveries of gone processes")
+        return adopted
 
     # -- several processes: thread order, shared limits, telling threads about interrupted turns
 
@@ -67,7 +97,7 @@ class SQLiteExtras:
 
     async def _tell(self, marked: list[tuple[str, int]]) -> None:
         """Pass turns marked interrupted to :attr:`on_interrupted` with their conversation keys."""
-        if self.on_interrupted is None or not marked:
+        if not marked or self.on_interrupted is None:
             return
         told = []
         for cid, idx in marked:

@@ -40,7 +40,7 @@ from ..text import clip_summary, valid_utf8
 from . import upkeep
 from .database import SQLDatabase
 from .retention import SQLLedger, SQLRetention
-from .schema import conversations as C, feedback as F, resources as R, turn_records as TR, turns as T
+from .schema import conversations as C, deliveries as D, feedback as F, resources as R, turn_records as TR, turns as T
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +79,8 @@ class PostgresStore(SQLRetention):
         self.upgrade = upgrade
         self.owner_id: str | None = None
         self.on_interrupted: Callable[[list[tuple[ConversationKey, int]]], Any] | None = None
+        self.on_orphaned_deliveries: Callable[[list[tuple[str, str]]], Any] | None = None
+        self.adopt_prefix = ""  # only deliveries whose key starts with it are taken over
         self._heartbeat: asyncio.Task[None] | None = None
 
     # -- life cycle ------------------------------------------------------------------------------
@@ -128,6 +130,7 @@ class PostgresStore(SQLRetention):
             try:
                 marked = await upkeep.beat(self.database, self._me(), now=self._clock(), orphans=True)
                 await self._tell(marked)
+                await self.adopt_deliveries()
             except StorageError as e:
                 log.warning("heartbeat of %s failed: %s", self.owner_id, e)
 
@@ -209,17 +212,37 @@ class PostgresStore(SQLRetention):
                                                       set_={"verdict": verdict, "at": now}))
         return True
 
-    async def claim_delivery(self, keys: Sequence[str]) -> bool:
+    async def claim_delivery(self, keys: Sequence[str], payload: str | None = None) -> bool:
         """See :meth:`ConversationStore.claim_delivery` (a unique key per delivery)."""
         try:
             async with self.database.tx("recording a delivery") as conn:
-                return await upkeep.claim(conn, list(keys), now=self._clock())
+                return await upkeep.claim(conn, list(keys), now=self._clock(), owner=self._me(), payload=payload)
         except upkeep._Taken:
             return False
 
+    async def settle_delivery(self, key: str) -> None:
+        """See :meth:`ConversationStore.settle_delivery`."""
+        async with self.database.tx("settling a delivery") as conn:
+            await conn.execute(update(D).where(D.c.key == key, D.c.payload.is_not(None)).values(payload=None))
+
+    async def adopt_deliveries(self) -> list[tuple[str, str]]:
+        """Take the unsettled deliveries of gone processes and pass them to
+        :attr:`on_orphaned_deliveries`; ``[(key, payload)]``."""
+        if self.on_orphaned_deliveries is None:
+            return []
+        async with self.database.tx("taking over deliveries") as conn:
+            adopted = await upkeep.adopt(conn, me=self._me(), prefix=self.adopt_prefix)
+        if adopted:
+            log.warning("%s: took over %d delivery(ies) of gone processes", self.path, len(adopted))
+            try:
+                await self.on_orphaned_deliveries(adopted)
+            except Exception:  # noqa: BLE001 - logged; the rows stay owned by this process
+                log.exception("could not run the deliveries of gone processes")
+        return adopted
+
     # -- turns -------------------------------------------------------------------------------------
 
-    async def begin_turn(self, conversation_id: str, user_text: str, user: str | None) -> int:
+    async def begin_turn(self, conversation_id: str, user_text: str, user: str | None, delivery: str | None = None) -> int:
         """See :meth:`ConversationStore.begin_turn` (the index is taken under the conversation's row lock)."""
         now, me = self._clock(), self._me()
         user_text = valid_utf8(user_text)
@@ -233,6 +256,8 @@ class PostgresStore(SQLRetention):
             await conn.execute(T.insert().values(conversation_id=conversation_id, idx=idx, user_text=user_text,
                                                  status="running", created=now, user=user,
                                                  tokens=count_tokens(user_text), owner=me))
+            if delivery is not None:
+                await conn.execute(update(D).where(D.c.key == delivery).values(payload=None))
         return int(idx)
 
     async def finish_turn(self, conversation_id: str, turn: int, record: RunRecord) -> None:

@@ -110,7 +110,11 @@ deliveries = Table(
     "deliveries", metadata,
     Column("key", Text, primary_key=True),
     Column("at", Float, nullable=False),
+    Column("owner", Text),
+    Column("payload", Text),
 )
+"""Platform deliveries taken (revision 0007: by which owner, and the event while its turn has not
+begun)."""
 
 rate_limits = Table(
     "rate_limits", metadata,

@@ -146,17 +146,31 @@ async def media_bytes(db: SQLDatabase) -> int:
 
 # -- shared deliveries and limits --------------------------------------------------------------
 
-async def claim(conn: AsyncConnection, keys: Sequence[str], *, now: float) -> bool:
+async def claim(conn: AsyncConnection, keys: Sequence[str], *, now: float, owner: str, payload: str | None) -> bool:
     """Record ``keys`` unless one of them is recorded already (see
-    :meth:`ConversationStore.claim_delivery`); a concurrent claim of the same key waits for the
-    first transaction, then fails."""
+    :meth:`ConversationStore.claim_delivery`; ``payload`` goes with the first key); a concurrent
+    claim of the same key waits for the first transaction, then fails."""
     rows = (await conn.execute(
-        insert(D).values([{"key": k, "at": now} for k in keys]).on_conflict_do_nothing().returning(D.c.key)
+        insert(D).values([{"key": k, "at": now, "owner": owner, "payload": payload if i == 0 else None}
+                          for i, k in enumerate(keys)]).on_conflict_do_nothing().returning(D.c.key)
     )).all()
     if len(rows) != len(set(keys)):
         raise _Taken()
     await conn.execute(delete(D).where(D.c.at < now - DELIVERY_KEEP_SECONDS))
     return True
+
+
+async def adopt(conn: AsyncConnection, *, me: str, prefix: str) -> list[tuple[str, str]]:
+    """Take the unsettled deliveries of gone owners whose key starts with ``prefix`` (after
+    :func:`sweep`), each by one process
+    (``FOR UPDATE SKIP LOCKED``: processes sweeping at once split them); ``[(key, payload)]``."""
+    live = select(O.c.id)
+    pending = (select(D.c.key).where(D.c.payload.is_not(None), D.c.key.startswith(prefix, autoescape=True),
+                                     D.c.owner.is_(None) | ~D.c.owner.in_(live))
+               .with_for_update(skip_locked=True))
+    rows = (await conn.execute(update(D).where(D.c.key.in_(pending.scalar_subquery())).values(owner=me)
+                               .returning(D.c.key, D.c.payload))).all()
+    return [(r[0], r[1]) for r in rows]
 
 
 class _Taken(Exception):
