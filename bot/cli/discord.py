@@ -103,6 +103,8 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
         waiter = asyncio.create_task(stop.wait())
         await asyncio.wait({runner, started, waiter}, return_when=asyncio.FIRST_COMPLETED)
         failure = started.result() if started.done() else None
+        if started.done() and failure is None:
+            log.info("ready (process %d): %s", os.getpid(), bot.shard_summary())
         if failure is not None and not runner.done():
             await asyncio.wait({runner}, timeout=0.5)  # a refused intent ends the connect loop at once
         if runner.done():  # the first failure is the cause (discord.py may then fail on its own state)
@@ -117,8 +119,6 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
             if not isinstance(failure, (discord.DiscordException, aiohttp.ClientError, OSError, asyncio.TimeoutError)):
                 raise failure  # not a network or Discord failure: a bug, with its traceback
             raise start_failure(failure, str(discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY)) from None
-        if started.done():
-            log.info("ready (process %d): %s", os.getpid(), bot.shard_summary())
         log.info("shutting down: %d runs in flight", bot.runs_in_flight)
         waiter.cancel()
         await bot.close()
