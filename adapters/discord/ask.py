@@ -79,6 +79,9 @@ async def on_ask(bot: Any, interaction: discord.Interaction, prompt: str,
     if not bot._seen.first_time(("interaction", interaction.id)):
         log.info("ignored replayed interaction %s", interaction.id)
         return
+    if not await bot.claim("interaction", interaction.id):  # another process (shard handover) took it
+        return
+    log.info("took interaction %s in guild %s on %s", interaction.id, interaction.guild_id, bot.shard_summary())
     channel = interaction.channel
     in_guild = interaction.guild_id is not None
     in_thread = isinstance(channel, discord.Thread)

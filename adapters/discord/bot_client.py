@@ -32,6 +32,15 @@ Rules followed (PLATFORMS.md and the Discord API docs): acknowledge within 3 s; 
 token lasts 15 minutes, so everything after the first edit is posted with the bot token into the
 thread; slash commands are synced once in :meth:`HuggingGPTBot.setup_hook`, not on reconnects;
 events may be replayed, so interaction and message ids are de-duplicated.
+
+Sharding (issue 11; Discord API docs, "Gateway > Sharding",
+https://discord.com/developers/docs/events/gateway#sharding): the bot is a
+``discord.AutoShardedClient``; each process runs the shards ``shard_ids`` of ``shard_count``
+(default: all the shards ``GET /gateway/bot`` recommends), and Discord sends a guild's events to
+shard ``(guild_id >> 22) % shard_count``, DMs to shard 0. Processes share the conversation store,
+so a thread keeps its conversation when its process restarts, and every message or interaction is
+claimed in the store (:meth:`HuggingGPTBot.claim`) before it is acted on: a replay that reaches
+another process (a shard handover, a redelivery) is answered once.
 """
 
 from __future__ import annotations
@@ -43,12 +52,16 @@ from datetime import timedelta
 from typing import Any, Optional
 
 import discord
+import yarl
 from discord import app_commands
+from discord.gateway import DiscordWebSocket
+from discord.shard import Shard
 
 from bot.admission import Admission, Requester
 from bot.incoming import IncomingFile
 from bot.limits import SeenKeys
 from bot.settings import Settings
+from pipeline.errors import HuggingGPTError
 from pipeline.types import RunRecord
 
 from . import ask, conversation
@@ -81,8 +94,8 @@ def bot_intents() -> discord.Intents:
     return intents
 
 
-class HuggingGPTBot(discord.Client):
-    """The Discord front end on one :class:`bot.service.Service`.
+class HuggingGPTBot(discord.AutoShardedClient):
+    """The Discord front end on one :class:`bot.service.Service`, running some or all shards.
 
     Args:
         service: the service (``Service.create(settings)``); the caller closes it after the bot.
@@ -92,6 +105,10 @@ class HuggingGPTBot(discord.Client):
             limit, ``Guild.filesize_limit``).
         edit_rate: progress message edits per second (default 1).
         shutdown_grace: seconds :meth:`close` lets runs in flight finish before marking them.
+        shard_ids: the shards this process runs (each in ``0..shard_count-1``), or ``None`` for all.
+        shard_count: the total number of shards of the bot, or ``None`` to use the number ``GET
+            /gateway/bot`` recommends (then ``shard_ids`` must be ``None`` too).
+        options: further ``discord.AutoShardedClient`` options (e.g. ``guild_ready_timeout``).
 
     Attributes:
         tree: the application command tree holding ``/<command_name>``.
@@ -108,11 +125,13 @@ class HuggingGPTBot(discord.Client):
         upload_limit: int | None = None,
         edit_rate: float = 1.0,
         shutdown_grace: float = 30.0,
+        shard_ids: list[int] | None = None,
+        shard_count: int | None = None,
         **options: Any,
     ) -> None:
         super().__init__(intents=bot_intents(), allowed_mentions=discord.AllowedMentions(everyone=False, roles=False,
                                                                                           users=False, replied_user=False),
-                         **options)
+                         shard_ids=shard_ids, shard_count=shard_count, **options)
         self.service = service
         self.settings = settings
         self.cfg = settings.discord
@@ -185,6 +204,65 @@ class HuggingGPTBot(discord.Client):
             self.start_error = self.start_error or failure
             self._start_failed.set()
         super().dispatch(event_name, *args, **kwargs)
+
+    async def launch_shard(self, gateway: yarl.URL, shard_id: int, *, initial: bool = False) -> None:
+        """Connect one shard at start (``AutoShardedClient.launch_shards`` calls this for each).
+
+        Unlike the library, which retries a failed first connection every 5 s for ever, a failure
+        here is final: :meth:`started` reports it (a wrong gateway URL, a network that blocks the
+        websocket), and the command says it in one sentence. Later reconnects are the library's.
+        ``[discord] gateway_url``, when set, wins over the URL ``GET /gateway/bot`` returned (the
+        library's reconnects use it too, as ``DiscordWebSocket.DEFAULT_GATEWAY``).
+
+        Raises:
+            Exception: what ``DiscordWebSocket.from_client`` raised (``OSError``,
+                ``aiohttp.ClientError``, ``asyncio.TimeoutError``, ``discord.ConnectionClosed``...).
+        """
+        if self.cfg.gateway_url:
+            gateway = yarl.URL(self.cfg.gateway_url)
+        try:
+            ws = await asyncio.wait_for(DiscordWebSocket.from_client(self, initial=initial, gateway=gateway,
+                                                                     shard_id=shard_id),
+                                        timeout=self.shard_connect_timeout)
+        except Exception as e:
+            self.start_error = self.start_error or e
+            self._start_failed.set()
+            raise
+        # what the library's launch_shard does after connecting (discord/shard.py, discord.py 2.7)
+        shard = Shard(ws, self, self._AutoShardedClient__queue.put_nowait)  # type: ignore[attr-defined]
+        self._AutoShardedClient__shards[shard_id] = shard  # type: ignore[attr-defined]
+        shard.launch()
+
+    async def claim(self, kind: str, event_id: int) -> bool:
+        """Take the delivery of a gateway event for this process, against every process sharing
+        the store: ``True`` when it is the first (then act on it), ``False`` when another process
+        (or an earlier delivery) took it (then do nothing).
+
+        Args:
+            kind: ``"message"`` or ``"interaction"``; the store key is ``discord:<kind>:<id>``.
+            event_id: the message or interaction id (a snowflake).
+
+        A store failure is logged and counts as taken by this process (``True``): the run itself
+        then tells the user what is wrong with the store (as the Slack adapter does).
+        """
+        key = f"discord:{kind}:{event_id}"
+        try:
+            first = await self.service.claim_delivery(key)
+        except HuggingGPTError as e:
+            log.warning("could not record delivery %s: %s", key, e)
+            return True
+        if not first:
+            log.info("%s %s already taken by another process (or an earlier delivery)", kind, event_id)
+        return first
+
+    def shard_summary(self) -> str:
+        """The shards this process runs, for the log: ``"shards 0-3 of 8"`` or ``"shards 0, 2, 5 of 8"``."""
+        ids = sorted(self.shard_ids if self.shard_ids is not None else range(self.shard_count or 1))
+        if len(ids) > 2 and ids == list(range(ids[0], ids[-1] + 1)):
+            shown = f"{ids[0]}-{ids[-1]}"
+        else:
+            shown = ", ".join(str(i) for i in ids)
+        return f"shard{'s' if len(ids) != 1 else ''} {shown} of {self.shard_count}"
 
     async def started(self) -> BaseException | None:
         """Wait for the first READY after :meth:`connect` began: ``None`` then, or the exception of

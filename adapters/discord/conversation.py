@@ -60,6 +60,10 @@ async def on_message(bot: Any, message: discord.Message) -> None:
     if not bot._seen.first_time(("message", message.id)):
         log.info("ignored replayed message %s", message.id)
         return
+    if not await bot.claim("message", message.id):  # another process (shard handover) took it
+        return
+    log.info("took message %s in guild %s on %s", message.id, message.guild.id if message.guild else None,
+             bot.shard_summary())
     text = message.content.replace(f"<@{bot.user.id}>", "").replace(f"<@!{bot.user.id}>", "").strip()
     if not text and not message.attachments:
         return  # an empty message (e.g. only a mention): nothing to answer

@@ -5,7 +5,7 @@
     hugginggpt store prune|forget ID
     hugginggpt db upgrade
     hugginggpt catalog refresh|show ...
-    hugginggpt discord [--sandbox] [--grace S]
+    hugginggpt discord [--sandbox] [--grace S] [--shard-ids IDS --shard-count N]
     hugginggpt slack [--mode socket|http] [--sandbox] [--grace S]
     hugginggpt serve [--host H] [--port N] [--sandbox] [--grace S]
     hugginggpt eval taskbench --data FILE [--limit N] [--concurrency N] [--out FILE] [--resume] [--sandbox]

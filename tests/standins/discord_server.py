@@ -30,6 +30,13 @@ type 6 (deferred update), 7 (update the message) or 4 (a new, e.g. ephemeral, me
 messages: :meth:`StandinDiscord.dm_channel` opens the DM channel with a user (also ``POST
 /users/@me/channels``); interactions and messages there carry no guild.
 
+Sharding (Discord API docs, "Gateway > Sharding"): ``GET /gateway/bot`` answers
+:attr:`StandinDiscord.shard_count` shards; a session that IDENTIFYs with ``shard: [i, n]`` gets
+READY listing, and GUILD_CREATE for, only the guilds with ``(guild_id >> 22) % n == i``, and only
+their events (DMs go to shard 0); a session without ``shard`` is ``[0, 1]`` and gets everything.
+:meth:`StandinDiscord.add_guild` makes a guild on a chosen shard; :meth:`StandinDiscord.hand_over`
+plays a shard handover, during which another session also receives a guild's events.
+
 Knobs: :attr:`forbid_threads` (thread creation answers 403 "Missing Permissions", code 50013),
 :attr:`attachment_size_limit` (bytes, reported in each interaction and enforced on uploads with
 413 / code 40005), :attr:`app_permissions` (the bot's permissions sent in each interaction).
@@ -240,20 +247,12 @@ class StandinDiscord:
         self.bot_user = self._user(self.bot_id, "HuggingGPT", bot=True)
         self.token = "standin-bot-token"
         self.channels: dict[int, dict[str, Any]] = {}
+        self.guilds: dict[int, str] = {self.guild_id: "Stand-in guild"}  # guild id → name
         for cid, name in ((self.channel_id, "general"), (self.other_channel_id, "random")):
-            self.channels[cid] = {
-                "id": str(cid),
-                "type": 0,
-                "guild_id": str(self.guild_id),
-                "name": name,
-                "position": 0,
-                "permission_overwrites": [],
-                "nsfw": False,
-                "parent_id": None,
-                "topic": None,
-                "last_message_id": None,
-                "rate_limit_per_user": 0,
-            }
+            self._text_channel(cid, self.guild_id, name)
+        self.shard_count = 1  # what GET /gateway/bot recommends
+        self.sessions: dict[str, tuple[int, int]] = {}  # session id → its shard [id, count]
+        self.deliveries: dict[int, list[tuple[int, int]]] = {}  # event data id → shards it was sent to
         self.messages: dict[int, StoredMessage] = {}
         self.calls: list[Call] = []
         self.command_syncs = 0
@@ -270,6 +269,7 @@ class StandinDiscord:
         self.refuse_intents = False  # close the gateway with 4014 "Disallowed intent(s)" on IDENTIFY
         self._interactions: dict[str, dict[str, Any]] = {}  # token → {id, channel_id, original}
         self._sockets: list[web.WebSocketResponse] = []
+        self._shards: dict[web.WebSocketResponse, tuple[int, int]] = {}  # socket → its shard [id, count]
         self._seq = 0
         self._runner: web.AppRunner | None = None
         self.port = 0
@@ -332,6 +332,42 @@ class StandinDiscord:
         discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = old
 
     # ------------------------------------------------------------------------------------------
+    # guilds and shards
+
+    def _text_channel(self, cid: int, guild_id: int, name: str) -> None:
+        self.channels[cid] = {
+            "id": str(cid), "type": 0, "guild_id": str(guild_id), "name": name, "position": 0,
+            "permission_overwrites": [], "nsfw": False, "parent_id": None, "topic": None,
+            "last_message_id": None, "rate_limit_per_user": 0,
+        }
+
+    def add_guild(self, *, shard: int = 0, shard_count: int = 1, name: str | None = None) -> tuple[int, int]:
+        """A new guild, with one text channel, whose events go to shard ``shard`` of
+        ``shard_count`` (Discord's rule ``(guild_id >> 22) % shard_count``); alice and the bot are
+        members. Returns ``(guild id, text channel id)``. Connected sessions are not told (add
+        guilds before the bot connects)."""
+        sf = self.snowflake()
+        ms = (sf >> 22) + (shard - (sf >> 22)) % shard_count  # a timestamp a few ms on, on that shard
+        gid = (ms << 22) | (sf & 0x3FFFFF)
+        self.guilds[gid] = name or f"Guild on shard {shard}"
+        cid = self.snowflake()
+        self._text_channel(cid, gid, "general")
+        return gid, cid
+
+    @staticmethod
+    def shard_of(guild_id: int | None, shard_count: int) -> int:
+        """The shard receiving a guild's events; DMs (``guild_id`` ``None``) go to shard 0."""
+        return 0 if guild_id is None else (guild_id >> 22) % shard_count
+
+    def guild_of(self, channel_id: int) -> int | None:
+        """The guild of a channel or thread; ``None`` for a DM."""
+        gid = self.channels.get(channel_id, {}).get("guild_id")
+        return int(gid) if gid else None
+
+    def _guilds_on(self, shard: tuple[int, int]) -> list[int]:
+        return [g for g in self.guilds if self.shard_of(g, shard[1]) == shard[0]]
+
+    # ------------------------------------------------------------------------------------------
     # payload builders
 
     def snowflake(self) -> int:
@@ -365,23 +401,25 @@ class StandinDiscord:
             "communication_disabled_until": None,
         }
 
-    def guild_payload(self) -> dict[str, Any]:
+    def guild_payload(self, guild_id: int | None = None) -> dict[str, Any]:
+        gid = guild_id or self.guild_id
+        mine = [c for c in self.channels.values() if c.get("guild_id") == str(gid)]
         return {
-            "id": str(self.guild_id),
-            "name": "Stand-in guild",
+            "id": str(gid),
+            "name": self.guilds[gid],
             "icon": None,
             "owner_id": self.user["id"],
             "features": [],
             "emojis": [],
             "stickers": [],
             "roles": [
-                {"id": str(self.guild_id), "name": "@everyone", "permissions": str(BOT_PERMISSIONS), "position": 0,
+                {"id": str(gid), "name": "@everyone", "permissions": str(BOT_PERMISSIONS), "position": 0,
                  "color": 0, "hoist": False, "managed": False, "mentionable": False, "flags": 0},
                 {"id": str(self.role_id), "name": "artists", "permissions": "0", "position": 1,
                  "color": 0, "hoist": False, "managed": False, "mentionable": False, "flags": 0},
             ],
-            "channels": [c for c in self.channels.values() if c["type"] == 0],
-            "threads": [c for c in self.channels.values() if c["type"] == 11],
+            "channels": [c for c in mine if c["type"] == 0],
+            "threads": [c for c in mine if c["type"] == 11],
             "members": [self._member(self.bot_user), self._member(self.user, [self.role_id])],
             "member_count": 4,
             "premium_tier": 0,
@@ -418,7 +456,7 @@ class StandinDiscord:
         payload: dict[str, Any] = {
             "id": str(mid),
             "channel_id": str(channel_id),
-            "guild_id": str(self.guild_id),
+            "guild_id": str(self.guild_of(channel_id) or self.guild_id),
             "author": author,
             "content": content,
             "timestamp": _now_iso(),
@@ -469,13 +507,30 @@ class StandinDiscord:
     # ------------------------------------------------------------------------------------------
     # gateway
 
-    async def dispatch(self, event: str, data: dict[str, Any]) -> None:
-        """Send one DISPATCH (op 0) event to every connected gateway socket."""
+    async def dispatch(self, event: str, data: dict[str, Any], *, everywhere: bool = False) -> None:
+        """Send one DISPATCH (op 0) event to the connected gateway sessions of the shard it belongs
+        to (its ``guild_id``, or ``id`` for GUILD_CREATE; none: shard 0), or to every session with
+        ``everywhere``. The shards it went to are added to :attr:`deliveries` under ``data["id"]``."""
         self._seq += 1
         frame = json.dumps({"op": 0, "t": event, "s": self._seq, "d": data})
+        gid = data.get("id") if event == "GUILD_CREATE" else data.get("guild_id")
         for ws in list(self._sockets):
-            if not ws.closed:
-                await ws.send_str(frame)
+            shard = self._shards.get(ws, (0, 1))
+            if ws.closed or not (everywhere or self.shard_of(int(gid) if gid else None, shard[1]) == shard[0]):
+                continue
+            if data.get("id") is not None:
+                self.deliveries.setdefault(int(data["id"]), []).append(shard)
+            await ws.send_str(frame)
+
+    async def hand_over(self, guild_id: int) -> None:
+        """Play a shard handover (a rolling restart, a re-shard): every session, whatever its shard,
+        gets the guild's GUILD_CREATE, so for a moment the guild's events may reach two processes
+        (send them with ``everywhere=True``)."""
+        await self.dispatch("GUILD_CREATE", self.guild_payload(guild_id), everywhere=True)
+
+    def sessions_of(self, shard: tuple[int, int]) -> int:
+        """How many sessions IDENTIFYed as ``shard`` (``[id, count]``) so far."""
+        return sum(1 for s in self.sessions.values() if s == shard)
 
     async def _gateway(self, request: web.Request) -> web.WebSocketResponse:
         ws = web.WebSocketResponse()
@@ -494,34 +549,43 @@ class StandinDiscord:
                     break
                 elif op == 2:
                     self.identifies += 1
+                    shard = (frame.get("d") or {}).get("shard") or [0, 1]
+                    self._shards[ws] = (int(shard[0]), int(shard[1]))
                     self._sockets.append(ws)
                     await self._send_ready(ws)
                 elif op == 6:
                     self.resumes += 1
+                    self._shards[ws] = self.sessions.get((frame.get("d") or {}).get("session_id"), (0, 1))
                     self._sockets.append(ws)
                     self._seq += 1
                     await ws.send_str(json.dumps({"op": 0, "t": "RESUMED", "s": self._seq, "d": {}}))
         finally:
             if ws in self._sockets:
                 self._sockets.remove(ws)
+            self._shards.pop(ws, None)
         return ws
 
     async def _send_ready(self, ws: web.WebSocketResponse) -> None:
         self._seq += 1
+        shard = self._shards[ws]
+        guilds = self._guilds_on(shard)
+        session = f"session-{self.identifies}"
+        self.sessions[session] = shard
         ready = {
             "v": 10,
             "user": {**self.bot_user, "verified": True, "mfa_enabled": False, "flags": 0},
-            "guilds": [{"id": str(self.guild_id), "unavailable": True}],
-            "session_id": f"session-{self.identifies}",
+            "guilds": [{"id": str(g), "unavailable": True} for g in guilds],
+            "session_id": session,
             "resume_gateway_url": self.gateway_url,
-            "shard": [0, 1],
+            "shard": list(shard),
             "application": {"id": str(self.app_id), "flags": 0},
             "private_channels": [],
             "relationships": [],
         }
         await ws.send_str(json.dumps({"op": 0, "t": "READY", "s": self._seq, "d": ready}))
-        self._seq += 1
-        await ws.send_str(json.dumps({"op": 0, "t": "GUILD_CREATE", "s": self._seq, "d": self.guild_payload()}))
+        for g in guilds:
+            self._seq += 1
+            await ws.send_str(json.dumps({"op": 0, "t": "GUILD_CREATE", "s": self._seq, "d": self.guild_payload(g)}))
         self.identified.set()
 
     async def reconnect_gateway(self) -> None:
@@ -574,7 +638,7 @@ class StandinDiscord:
             "application_id": str(self.app_id),
             "type": 2,
             "data": data,
-            "guild_id": str(self.guild_id),
+            "guild_id": str(self.guild_of(cid)),
             "channel_id": str(cid),
             "channel": channel,
             "member": {**self._member(user, member_roles), "permissions": str(BOT_PERMISSIONS)},
@@ -585,16 +649,17 @@ class StandinDiscord:
             "app_permissions": str(self.app_permissions),
             "attachment_size_limit": self.attachment_size_limit,
             "entitlements": [],
-            "authorizing_integration_owners": {"0": str(self.guild_id)},
+            "authorizing_integration_owners": {"0": str(self.guild_of(cid))},
             "context": 0,
         }
 
-    async def send_interaction(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """Deliver INTERACTION_CREATE (again, for a replay) and remember its token."""
+    async def send_interaction(self, payload: dict[str, Any], *, everywhere: bool = False) -> dict[str, Any]:
+        """Deliver INTERACTION_CREATE (again, for a replay; to every gateway session with
+        ``everywhere``) and remember its token."""
         self._interactions.setdefault(payload["token"], {"id": int(payload["id"]), "channel_id": int(payload["channel_id"]),
                                                          "original": None})
         self.injected.setdefault(int(payload["id"]), time.monotonic())
-        await self.dispatch("INTERACTION_CREATE", payload)
+        await self.dispatch("INTERACTION_CREATE", payload, everywhere=everywhere)
         return payload
 
     async def interact(self, prompt: str, **kw: Any) -> dict[str, Any]:
@@ -634,9 +699,10 @@ class StandinDiscord:
             payload.update(user=user, context=1, authorizing_integration_owners={"1": user["id"]})
         else:
             roles = [self.role_id] if user is self.user else []
-            payload.update(guild_id=str(self.guild_id), context=0,
+            gid = str(self.guild_of(msg.channel_id))
+            payload.update(guild_id=gid, context=0,
                            member={**self._member(user, roles), "permissions": str(permissions)},
-                           authorizing_integration_owners={"0": str(self.guild_id)})
+                           authorizing_integration_owners={"0": gid})
         self._interactions[token] = {"id": iid, "channel_id": msg.channel_id, "original": None, "message": message_id}
         self.injected[iid] = time.monotonic()
         await self.dispatch("INTERACTION_CREATE", payload)
@@ -660,8 +726,10 @@ class StandinDiscord:
         files: list[str] | None = None,
         mention_bot: bool = False,
         payload: dict[str, Any] | None = None,
+        everywhere: bool = False,
     ) -> dict[str, Any]:
-        """Deliver MESSAGE_CREATE for a user message (or replay ``payload``); returns the payload."""
+        """Deliver MESSAGE_CREATE for a user message (or replay ``payload``; to every gateway
+        session with ``everywhere``); returns the payload."""
         if payload is None:
             author = author or self.user
             mentions = [self.bot_user] if mention_bot else []
@@ -671,12 +739,13 @@ class StandinDiscord:
             payload = self.message_payload(channel_id, author, content, attachments=atts, mentions=mentions)
             self.messages[int(payload["id"])] = StoredMessage(payload, history=[content])
         self.injected.setdefault(int(payload["id"]), time.monotonic())
-        await self.dispatch("MESSAGE_CREATE", payload)
+        await self.dispatch("MESSAGE_CREATE", payload, everywhere=everywhere)
         return payload
 
-    async def create_thread_as_user(self, name: str) -> int:
-        """A thread some user started in the text channel (not by the bot); returns its id."""
-        thread = self._thread_payload(self.channel_id, name, owner_id=int(self.user["id"]))
+    async def create_thread_as_user(self, name: str, *, channel_id: int | None = None) -> int:
+        """A thread some user started in a text channel (default: :attr:`channel_id`; not by the
+        bot); returns its id."""
+        thread = self._thread_payload(channel_id or self.channel_id, name, owner_id=int(self.user["id"]))
         await self.dispatch("THREAD_CREATE", {**thread, "newly_created": True})
         return int(thread["id"])
 
@@ -798,7 +867,7 @@ class StandinDiscord:
         })
 
     async def _gateway_info(self, request: web.Request) -> web.Response:
-        return self._json({"url": self.gateway_url, "shards": 1,
+        return self._json({"url": self.gateway_url, "shards": self.shard_count,
                            "session_start_limit": {"total": 1000, "remaining": 1000, "reset_after": 0,
                                                    "max_concurrency": 1}})
 
@@ -871,7 +940,9 @@ class StandinDiscord:
         })
 
     def _metadata(self, iid: int) -> dict[str, Any]:
-        return {"id": str(iid), "type": 2, "user": self.user, "authorizing_integration_owners": {"0": str(self.guild_id)}}
+        info = next((i for i in self._interactions.values() if i["id"] == iid), None)
+        gid = (self.guild_of(info["channel_id"]) if info else None) or self.guild_id
+        return {"id": str(iid), "type": 2, "user": self.user, "authorizing_integration_owners": {"0": str(gid)}}
 
     def _token_dead(self, token: str) -> bool:
         info = self._interactions.get(token)
@@ -979,7 +1050,8 @@ class StandinDiscord:
 
     async def _get_guild(self, request: web.Request) -> web.Response:
         await self._record(request)
-        return self._json(self.guild_payload())
+        gid = int(request.match_info["gid"])
+        return self._json(self.guild_payload(gid)) if gid in self.guilds else self._error(404, 10004, "Unknown Guild")
 
     async def _get_message(self, request: web.Request) -> web.Response:
         await self._record(request)
@@ -1053,7 +1125,7 @@ class StandinDiscord:
         thread = {
             "id": str(tid),
             "type": 11,
-            "guild_id": str(self.guild_id),
+            "guild_id": str(self.guild_of(parent_id)),
             "parent_id": str(parent_id),
             "owner_id": str(owner_id),
             "name": name,
