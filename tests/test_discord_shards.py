@@ -71,8 +71,10 @@ class BotProcess:
     """One ``hugginggpt -v discord --sandbox --shard-ids I --shard-count N`` process (in its own
     process group) whose stderr, the log with ``-v``, goes to a file."""
 
-    def __init__(self, d: StandinDiscord, store: SharedStore, workdir: Path, shard: int, count: int = SHARDS) -> None:
+    def __init__(self, d: StandinDiscord, store: SharedStore, workdir: Path, shard: int, count: int = SHARDS,
+                 backends: dict[str, str] | None = None) -> None:
         self.d, self.store, self.shard, self.count = d, store, shard, count
+        self.backends = backends  # HUGGINGGPT_* variables of a sandbox in the test process, instead of --sandbox
         self.workdir = workdir / f"shard-{shard}"
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.proc: asyncio.subprocess.Process | None = None
@@ -83,11 +85,12 @@ class BotProcess:
         self.logs.append(log_path)
         with log_path.open("wb") as err:
             self.proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "bot.cli", "-v", "discord", "--sandbox", "--grace", "0",
-                "--shard-ids", str(self.shard), "--shard-count", str(self.count),
+                sys.executable, "-m", "bot.cli", "-v", "discord", *([] if self.backends else ["--sandbox"]),
+                "--grace", "0", "--shard-ids", str(self.shard), "--shard-count", str(self.count),
                 cwd=self.workdir, stdout=asyncio.subprocess.DEVNULL, stderr=err, start_new_session=True,
                 env=_env({"DISCORD_BOT_TOKEN": self.d.token, "HUGGINGGPT_DISCORD__API_BASE_URL": self.d.api_base,
-                          "HUGGINGGPT_DISCORD__GATEWAY_URL": self.d.gateway_url, **self.store.env()}))
+                          "HUGGINGGPT_DISCORD__GATEWAY_URL": self.d.gateway_url, **(self.backends or {}),
+                          **self.store.env()}))
         return self
 
     @property
@@ -255,6 +258,41 @@ async def test_two_shard_processes_answer_each_event_once_and_threads_survive_a_
         assert len(_runs(d, thread_id)) == 2
         assert f"took message {message['id']}" in procs[1].logs[-1].read_text()
         assert message["id"] not in procs[0].log
+
+
+async def test_a_killed_shard_process_leaves_its_thread_told_by_the_other(store, tmp_path):
+    """kill -9 of the process running a request: within the lease (4 s here) the other process
+    marks the turn interrupted and says so in the thread; the other guild's thread is untouched."""
+    from bot.sandbox import Sandbox
+
+    async with Sandbox() as sandbox, StandinDiscord(MEDIA) as d:
+        sandbox.inference.latency["text-to-image"] = 60.0
+        backends = {f"HUGGINGGPT_{section.upper()}__{key.upper()}": "" if value is None else str(value)
+                    for section, values in sandbox.overrides().items() for key, value in values.items()}
+        backends["HUGGINGGPT_STORAGE__LEASE_SECONDS"] = "4"
+        d.shard_count = SHARDS
+        guilds = [d.add_guild(shard=i, shard_count=SHARDS) for i in range(SHARDS)]
+        procs = [BotProcess(d, store, tmp_path, i, backends=backends) for i in range(SHARDS)]
+        try:
+            await asyncio.gather(*(p.start() for p in procs))
+            await asyncio.gather(*(p.ready() for p in procs))
+            iid = int((await d.interact("Generate an image of a cat", channel_id=guilds[1][1]))["id"])
+            thread_id = await _thread_of(d, iid)
+            deadline = time.monotonic() + 20
+            while not _runs(d, thread_id):  # the run is in flight on shard 1's process
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.05)
+            procs[1].kill()
+            deadline = time.monotonic() + 30
+            while not [m for m in d.bot_messages(thread_id) if "stopped unexpectedly" in (m.content or "")]:
+                assert time.monotonic() < deadline, procs[0].log[-3000:]
+                await asyncio.sleep(0.1)
+            assert "marked 1 turn(s) of gone processes as interrupted" in procs[0].log
+            assert not [t for t in d.threads() if d.guild_of(int(t["id"])) == guilds[0][0]]  # nothing else touched
+        finally:
+            await asyncio.gather(*(p.stop() for p in procs))
+            for p in procs:
+                p.kill()
 
 
 BAD_OPTIONS = [

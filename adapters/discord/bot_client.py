@@ -94,6 +94,11 @@ def bot_intents() -> discord.Intents:
     return intents
 
 
+INTERRUPTED_ELSEWHERE = ("\u26a0\ufe0f The process working on your last request here stopped unexpectedly before it finished; "
+                         "please ask again.")
+"""Posted in a thread whose turn a dead process left running (found within the lease time)."""
+
+
 class HuggingGPTBot(discord.AutoShardedClient):
     """The Discord front end on one :class:`bot.service.Service`, running some or all shards.
 
@@ -143,7 +148,7 @@ class HuggingGPTBot(discord.AutoShardedClient):
         self.interaction_token_lifetime = INTERACTION_TOKEN_LIFETIME
         self._seen = SeenKeys(ttl=3600.0)
         self._told = SeenKeys(ttl=REFUSAL_QUIET_SECONDS)
-        self.admission = Admission(settings, "discord")
+        self.admission = Admission(settings, "discord", getattr(service, "store", None))
         self._runs: dict[asyncio.Task[Any], LiveRun] = {}
         self._live: dict[str, LiveRun] = {}  # run id -> run, for Stop presses
         self._threads: dict[int, int] = {}  # conversation thread id -> upload limit seen there (bytes)
@@ -192,9 +197,27 @@ class HuggingGPTBot(discord.AutoShardedClient):
         """Sync the slash command once per process start (``setup_hook`` runs once, before the
         gateway connects; ``on_ready`` runs again after every reconnect)."""
         self.add_dynamic_items(StopButton)  # Stop presses, also on messages from before a restart
+        if hasattr(self.service, "on_interrupted"):  # logged in now: threads of dead processes can be told
+            self.service.on_interrupted(self._tell_interrupted)
         await self.tree.sync()
         self.command_syncs += 1
         log.info("synced /%s", self.cfg.command_name)
+
+    async def _tell_interrupted(self, marked: list[tuple[Any, int]]) -> None:
+        """Tell each Discord thread (or DM) whose turn a dead process left running that it stopped
+        (``Service.on_interrupted``; any process may do it, through the REST API)."""
+        for key, _turn in marked:
+            if key.platform != "discord":
+                continue
+            try:
+                if key.workspace == "dm":
+                    user = await self.fetch_user(int(key.channel))
+                    await user.send(INTERRUPTED_ELSEWHERE)
+                else:
+                    channel = self.get_channel(int(key.thread)) or await self.fetch_channel(int(key.thread))
+                    await channel.send(INTERRUPTED_ELSEWHERE)  # type: ignore[union-attr]
+            except (discord.HTTPException, ValueError) as e:
+                log.warning("could not tell %s about its interrupted turn: %s", key.as_string(), e)
 
     def dispatch(self, event_name: str, /, *args: Any, **kwargs: Any) -> None:
         # discord.py dispatches "disconnect" inside the ``except`` of its connect loop, then retries
