@@ -144,8 +144,8 @@ def build(path: Path, conversations: int, turns: int, seed: int = 7) -> None:
     db.close()
 
 
-async def measure(data_dir: Path, conversations: int, samples: int, budget: int) -> list[float]:
-    store = SQLiteStore(data_dir, NoMedia())
+async def measure(store, conversations: int, samples: int, budget: int) -> list[float]:
+    """Time ``store.context()`` (the store is opened and closed here) for random conversations."""
     await store.open()
     try:
         ids = [f"{c:010x}" for c in range(conversations)]
@@ -214,28 +214,6 @@ async def copy_to_postgres(sqlite_path: Path, url: str) -> float:
     return time.perf_counter() - t
 
 
-async def measure_postgres(url: str, data_dir: Path, conversations: int, samples: int, budget: int) -> list[float]:
-    from bot.store.sql.postgres import PostgresStore
-
-    store = PostgresStore(url, data_dir, NoMedia())
-    await store.open()
-    try:
-        ids = [f"{c:010x}" for c in range(conversations)]
-        rng = random.Random(1)
-        for cid in rng.sample(ids, min(200, len(ids))):
-            await store.context(cid, budget)
-        times = []
-        for _ in range(samples):
-            cid = rng.choice(ids)
-            t = time.perf_counter()
-            history, resources = await store.context(cid, budget)
-            times.append((time.perf_counter() - t) * 1000)
-            assert history and resources
-        return times
-    finally:
-        await store.close()
-
-
 def pct(values: list[float], p: float) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
@@ -283,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         os.sync()
         gc.collect()
         for budget in (args.budget, 100_000):
-            times = asyncio.run(measure(data_dir, args.conversations, args.samples, budget))
+            times = asyncio.run(measure(SQLiteStore(data_dir, NoMedia()), args.conversations, args.samples, budget))
             print(f"context(budget={budget} tokens), {len(times)} random conversations:"
                   f" p50 {statistics.median(times):.3f} ms, p99 {pct(times, 99):.3f} ms, max {max(times):.3f} ms")
         writes, prune_s = asyncio.run(measure_writes(data_dir, args.conversations, min(args.samples, 300)))
@@ -308,7 +286,9 @@ def bench_postgres(args: argparse.Namespace, data_dir: Path, sqlite_path: Path, 
         copy_s = asyncio.run(copy_to_postgres(sqlite_path, url))
         print(f"PostgreSQL: copied the rows in {copy_s:.1f} s")
         for budget in (args.budget, 100_000):
-            times = asyncio.run(measure_postgres(url, data_dir, args.conversations, args.samples, budget))
+            from bot.store.sql.postgres import PostgresStore
+
+            times = asyncio.run(measure(PostgresStore(url, data_dir, NoMedia()), args.conversations, args.samples, budget))
             print(f"PostgreSQL context(budget={budget} tokens), {len(times)} random conversations:"
                   f" p50 {statistics.median(times):.3f} ms, p99 {pct(times, 99):.3f} ms, max {max(times):.3f} ms")
     finally:

@@ -268,3 +268,10 @@ def test_db_upgrade_then_bad_urls_exit_8_with_one_sentence(tmp_path, postgres_se
         assert p.returncode == 8, p.stderr
         assert sentence in p.stderr and pw not in p.stderr + p.stdout
         assert len([line for line in p.stderr.splitlines() if line.strip()]) == 1, p.stderr
+
+
+def test_the_revision_constants_are_the_shipped_revision_files():
+    from bot.store.sql import revisions
+
+    assert list(revisions.REVISIONS) == [r.revision for r in reversed(list(migrate.SCRIPTS.walk_revisions()))]
+    assert revisions.HEAD == migrate.HEAD

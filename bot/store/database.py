@@ -18,11 +18,9 @@ from typing import Any
 
 import aiosqlite
 
-from sqlalchemy import exc as sa_exc
-
 from ..errors import StorageError
 from . import migrations
-from .sql import migrate as sql_migrate
+from .sql.revisions import HEAD, REVISIONS
 
 log = logging.getLogger(__name__)
 
@@ -150,17 +148,7 @@ class Database:
             await db.execute("PRAGMA synchronous=FULL")
             await db.execute("PRAGMA foreign_keys=ON")
             await migrations.upgrade(db, self.path, version)
-            try:  # revisions after schema version 5 are Alembic's, shared with PostgreSQL
-                applied = await sql_migrate.upgrade_sqlite(self.path, self.busy_timeout)
-            except sql_migrate.NewerSchema as e:
-                raise StorageError(
-                    f"The conversation database {self.path} was written by a newer version of the bot"
-                    f" (revision {e.args[0]}, this one knows {sql_migrate.HEAD})."
-                ) from None
-            except sa_exc.DBAPIError as e:
-                raise self.error(e.orig if isinstance(e.orig, Exception) else e, "migrating") from None
-            for rev in applied:
-                log.info("%s: migrated to revision %s", self.path, rev)
+            applied = await self._alembic(db)
             self.applied = applied
             rdb = await aiosqlite.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
             await rdb.execute("PRAGMA query_only=ON")
@@ -176,6 +164,36 @@ class Database:
                 raise self.error(e, "opening") from None
             raise
         self._db, self._rdb = db, rdb
+
+    async def _alembic(self, db: aiosqlite.Connection) -> list[str]:
+        """Apply the Alembic revisions after schema version 5 (shared with PostgreSQL,
+        :mod:`bot.store.sql.migrate`); Alembic is imported only when the file is not current.
+
+        Raises:
+            StorageError: the file is at a revision this bot does not know (a newer bot's), or
+                SQLite failed while migrating.
+        """
+        rows = await db.execute_fetchall("SELECT name FROM sqlite_master WHERE type='table' AND name='alembic_version'")
+        current = (await db.execute_fetchall("SELECT version_num FROM alembic_version"))[0][0] if rows else None
+        if current is not None and current not in REVISIONS:
+            raise StorageError(f"The conversation database {self.path} was written by a newer version of the bot"
+                               f" (revision {current}, this one knows {HEAD}).")
+        if current == HEAD:
+            return []
+        from sqlalchemy import exc as sa_exc
+
+        from .sql import migrate
+
+        try:
+            applied = await migrate.upgrade_sqlite(self.path, self.busy_timeout)
+        except migrate.NewerSchema as e:  # written meanwhile by a newer bot
+            raise StorageError(f"The conversation database {self.path} was written by a newer version of the bot"
+                               f" (revision {e.args[0]}, this one knows {HEAD}).") from None
+        except sa_exc.DBAPIError as e:
+            raise self.error(e.orig if isinstance(e.orig, Exception) else e, "migrating") from None
+        for rev in applied:
+            log.info("%s: migrated to revision %s", self.path, rev)
+        return applied
 
     async def close(self) -> None:
         """Close both connections (SQLite checkpoints the WAL); safe to call twice."""

@@ -13,7 +13,7 @@ import secrets
 from collections.abc import Awaitable, Callable, Sequence
 
 from ..incoming import ConversationKey
-from . import lease
+from . import handover, lease
 from .database import Database
 
 log = logging.getLogger(__name__)
@@ -83,12 +83,7 @@ class SQLiteExtras:
                 " OR owner NOT IN (SELECT id FROM owners)) RETURNING key, payload",
                 (self._me(), len(self.adopt_prefix), self.adopt_prefix))  # type: ignore[attr-defined]
         adopted = [(r[0], r[1]) for r in rows]
-        if adopted:
-            log.warning("%s: took over %d delivery(ies) of gone processes", self.database.path, len(adopted))
-            try:
-                await self.on_orphaned_deliveries(adopted)
-            except Exception:  # noqa: BLE001 - logged; the rows stay owned by this process
-                log.exception("could not run the deliveries of gone processes")
+        await handover.run_adopted(str(self.database.path), self.on_orphaned_deliveries, adopted)
         return adopted
 
     # -- several processes: thread order, shared limits, telling threads about interrupted turns
@@ -97,17 +92,7 @@ class SQLiteExtras:
 
     async def _tell(self, marked: list[tuple[str, int]]) -> None:
         """Pass turns marked interrupted to :attr:`on_interrupted` with their conversation keys."""
-        if not marked or self.on_interrupted is None:
-            return
-        told = []
-        for cid, idx in marked:
-            key = await self.find(cid)  # type: ignore[attr-defined]
-            if key is not None:
-                told.append((key, idx))
-        try:
-            await self.on_interrupted(told)
-        except Exception:  # noqa: BLE001 - telling the threads is best effort
-            log.exception("could not tell threads about interrupted turns")
+        await handover.tell_interrupted(self.find, self.on_interrupted, marked)  # type: ignore[attr-defined]
 
     async def wait_turn(self, conversation_id: str, turn: int, *, poll: float = 0.2) -> bool:
         """See :meth:`ConversationStore.wait_turn` (polls the file every ``poll`` seconds)."""

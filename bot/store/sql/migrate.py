@@ -27,7 +27,7 @@ from .schema import metadata
 SCRIPTS = ScriptDirectory(str(Path(__file__).with_name("alembic")))
 """The shipped revisions."""
 HEAD: str = SCRIPTS.get_current_head() or ""
-"""The revision this bot writes."""
+"""The revision this bot writes (also :data:`bot.store.sql.revisions.HEAD`, without Alembic)."""
 MIGRATION_LOCK = 0x48474754  # "HGGT": the advisory lock id taken while migrating (PostgreSQL)
 
 

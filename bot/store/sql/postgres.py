@@ -35,6 +35,7 @@ from ...incoming import ConversationKey
 from ...tokens import count_json_tokens, count_tokens
 from ..chatlog import select_history, turn_views
 from ..lease import RECENT_SECONDS, new_owner_id
+from .. import handover, lease
 from ..protocol import MediaWriter, TurnSink
 from ..text import clip_summary, valid_utf8
 from . import upkeep
@@ -123,8 +124,6 @@ class PostgresStore(SQLRetention):
         await self.database.close()
 
     async def _beat_forever(self) -> None:
-        from .. import lease
-
         while True:
             await asyncio.sleep(lease.HEARTBEAT_SECONDS)
             try:
@@ -138,17 +137,7 @@ class PostgresStore(SQLRetention):
         if not marked:
             return
         log.warning("%s: marked %d turn(s) of gone processes as interrupted", self.path, len(marked))
-        if self.on_interrupted is None:
-            return
-        told = []
-        for cid, idx in marked:
-            key = await self.find(cid)
-            if key is not None:
-                told.append((key, idx))
-        try:
-            await self.on_interrupted(told)
-        except Exception:  # noqa: BLE001 - telling the threads is best effort
-            log.exception("could not tell threads about interrupted turns")
+        await handover.tell_interrupted(self.find, self.on_interrupted, marked)
 
     def _me(self) -> str:
         if self.owner_id is None:
@@ -232,12 +221,7 @@ class PostgresStore(SQLRetention):
             return []
         async with self.database.tx("taking over deliveries") as conn:
             adopted = await upkeep.adopt(conn, me=self._me(), prefix=self.adopt_prefix)
-        if adopted:
-            log.warning("%s: took over %d delivery(ies) of gone processes", self.path, len(adopted))
-            try:
-                await self.on_orphaned_deliveries(adopted)
-            except Exception:  # noqa: BLE001 - logged; the rows stay owned by this process
-                log.exception("could not run the deliveries of gone processes")
+        await handover.run_adopted(self.path, self.on_orphaned_deliveries, adopted)
         return adopted
 
     # -- turns -------------------------------------------------------------------------------------
