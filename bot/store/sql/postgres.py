@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 
 from pipeline.errors import HuggingGPTError
@@ -46,6 +46,11 @@ from .schema import conversations as C, deliveries as D, feedback as F, resource
 log = logging.getLogger(__name__)
 
 _RES = (R.c.id, R.c.kind, R.c.path, R.c.mime, R.c.size, R.c.origin, R.c.description, R.c.turn, R.c.name)
+_CONTEXT = (  # the chat log's two queries, built once (the hot path of every turn)
+    select(T.c.idx, T.c.user_text, T.c.summary, T.c.status, T.c.tokens)
+    .where(T.c.conversation_id == bindparam("cid"), T.c.status != "running").order_by(T.c.idx.desc()),
+    select(*_RES, R.c.tokens).where(R.c.conversation_id == bindparam("cid")).order_by(R.c.n),
+)
 
 
 def _gone(where: str, what: str, name: str) -> StorageError:
@@ -349,11 +354,8 @@ class PostgresStore(SQLRetention):
 
     async def context(self, conversation_id: str, budget_tokens: int) -> tuple[list[Turn], list[Resource]]:
         """See :meth:`ConversationStore.context` (paper §3.1; both queries on one connection)."""
-        turn_rows, res_rows = await self.database.read(
-            "loading the chat log",
-            select(T.c.idx, T.c.user_text, T.c.summary, T.c.status, T.c.tokens)
-            .where(T.c.conversation_id == conversation_id, T.c.status != "running").order_by(T.c.idx.desc()),
-            select(*_RES, R.c.tokens).where(R.c.conversation_id == conversation_id).order_by(R.c.n))
+        turn_rows, res_rows = await self.database.read("loading the chat log", *_CONTEXT,
+                                                       params={"cid": conversation_id})
         with_tokens = [(self._resource(row[:-1]), row[-1]) for row in res_rows]
         return select_history([tuple(r) for r in turn_rows], with_tokens, budget_tokens), [r for r, _ in with_tokens]
 
