@@ -164,6 +164,14 @@ class Service:
         self.store.adopt_prefix = prefix
         self.store.on_orphaned_deliveries = listener
 
+    async def note_delivery(self, key: str, payload: str) -> None:
+        """Replace what is kept with a delivery not started yet (``ConversationStore.note_delivery``);
+        failures are logged only (the first payload stays)."""
+        try:
+            await self.store.note_delivery(key, payload)
+        except StorageError as e:
+            log.warning("could not note delivery %s: %s", key, e)
+
     async def settle_delivery(self, key: str | None) -> None:
         """Forget the payload of a delivery handled without a turn (refused, ignored, failed
         before the run); see ``ConversationStore.settle_delivery``. Failures are logged only."""

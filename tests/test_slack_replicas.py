@@ -244,5 +244,8 @@ async def test_kill_9_tells_the_thread_and_another_replica_runs_the_waiting_even
         await slack.wait_for(lambda: fleet.answers(thread) >= 1 and slack.thread_files(CHANNEL, thread), timeout=30)
         assert fleet.answers(thread) == 1
         assert "running delivery" in survivor.log_text() and "taken over from a gone process" in survivor.log_text()
+        # the dead replica's "working" message for the follow-up is gone: the survivor posted its own
+        assert [m.thread_ts for m in slack.deleted] == [thread]
+        assert len(fleet.status_messages(thread)) == 2  # the interrupted first run's, and the follow-up's
         await slack.wait_for(lambda: fleet.answers(other_ts) == 1, timeout=30)
         assert "Traceback" not in survivor.log_text()

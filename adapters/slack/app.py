@@ -47,7 +47,7 @@ from . import io as slack_io
 from .live import LiveReply, answer_messages
 from .controls import Controls
 from .live import FEEDBACK_ACTION, STOP_ACTION
-from .logic import (classify_message, delivery_key, escape_slack, key_for, strip_mentions, unescape_slack,
+from .logic import (classify_message, delivery_key, event_payload, escape_slack, key_for, strip_mentions, unescape_slack,
                     wants_new_conversation)
 
 log = logging.getLogger(__name__)
@@ -154,8 +154,7 @@ class SlackBot(Controls):
         team = body.get("team_id") or event.get("team") or ""
         delivery = adopted or delivery_key(body, team, channel, ts)
         if adopted is None:
-            payload = json.dumps({"body": body, "event": event, "bot_user_id": bot_user_id, "bot_id": bot_id,
-                                  "needs_thread_check": needs_thread_check})
+            payload = json.dumps(event_payload(body, event, bot_user_id, bot_id, needs_thread_check))
             if not await self._claim(body, team, channel, ts, payload):
                 return
         try:
@@ -215,6 +214,9 @@ class SlackBot(Controls):
             self.runs.pop(run_id, None)
             log.error("cannot post in channel=%s: %s", channel, slack_io.map_slack_error(e, "post a message"))
             return
+        if reply.ts:  # a process taking this delivery over after a crash replaces this message
+            await self.service.note_delivery(delivery, json.dumps(
+                event_payload(body, event, bot_user_id, bot_id, needs_thread_check, status_ts=reply.ts)))
         try:
             await self._run(reply, text, event, key_for(team, channel, thread_ts, event), user, stop, delivery)
         finally:

@@ -58,6 +58,11 @@ class Controls:
             log.warning("running delivery %s taken over from a gone process", key)
             if self.closing:
                 continue
+            if d.get("status_ts"):  # the gone process's "working" message: this run posts its own
+                try:
+                    await self.client.chat_delete(channel=d["event"]["channel"], ts=d["status_ts"])
+                except SlackApiError as e:
+                    log.info("could not delete the status message of delivery %s: %s", key, e.response.get("error"))
             task = asyncio.create_task(self._guarded(*args, key), name=f"slack-adopted-{key}")
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)

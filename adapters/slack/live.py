@@ -127,6 +127,12 @@ class LiveReply:
             await self._fall_back()
         self._writer = asyncio.create_task(self._write(), name=f"reply-{self.channel}/{self.thread_ts}")
 
+    @property
+    def ts(self) -> str | None:
+        """The ``ts`` of the reply's message (the chat stream or the status message), once posted."""
+        stream_ts = getattr(self._stream, "ts", None) if self._stream is not None else None
+        return stream_ts or self._status_ts
+
     def show(self, progress: Progress) -> None:
         """Show ``progress`` (the newest state) within ``interval`` seconds; never waits."""
         self.progress = progress

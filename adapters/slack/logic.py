@@ -266,6 +266,18 @@ def delivery_key(body: dict[str, Any], team: str, channel: str, ts: str) -> str:
     return f"slack:event:{event_id}" if event_id else f"slack:message:{team}:{channel}:{ts}"
 
 
+def event_payload(body: dict[str, Any], event: dict[str, Any], bot_user_id: str | None, bot_id: str | None,
+                  needs_thread_check: bool, status_ts: str | None = None) -> dict[str, Any]:
+    """What is kept with a claimed delivery until its turn begins, for a process that takes it
+    over (``ConversationStore.claim_delivery``): the event, how to handle it, and the ``ts`` of the
+    status message already posted for it, if any (the new process deletes it)."""
+    out = {"body": body, "event": event, "bot_user_id": bot_user_id, "bot_id": bot_id,
+           "needs_thread_check": needs_thread_check}
+    if status_ts:
+        out["status_ts"] = status_ts
+    return out
+
+
 def key_for(team: str, channel: str, thread_ts: str, event: dict[str, Any]) -> ConversationKey:
     """The conversation a message belongs to: its thread in channels; the user's one DM
     conversation (:data:`DM_THREAD`) in direct messages, threaded or not."""

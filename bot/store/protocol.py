@@ -115,6 +115,11 @@ class ConversationStore(Protocol):
         before that, another one receives it through :attr:`on_orphaned_deliveries`."""
         ...
 
+    async def note_delivery(self, key: str, payload: str) -> None:
+        """Replace the kept payload of a delivery not settled yet (what a process that takes it
+        over needs to know, e.g. the status message already posted); nothing if settled."""
+        ...
+
     async def settle_delivery(self, key: str) -> None:
         """Drop the payload of a delivery this process handled (answered, refused or ignored)."""
         ...

@@ -63,6 +63,11 @@ class SQLiteExtras:
             await db.execute("DELETE FROM deliveries WHERE at < ?", (now - DELIVERY_KEEP_SECONDS,))
         return True
 
+    async def note_delivery(self, key: str, payload: str) -> None:
+        """See :meth:`ConversationStore.note_delivery`."""
+        async with self.database.lock, self.database.tx("noting a delivery") as db:
+            await db.execute("UPDATE deliveries SET payload=? WHERE key=? AND payload IS NOT NULL", (payload, key))
+
     async def settle_delivery(self, key: str) -> None:
         """See :meth:`ConversationStore.settle_delivery`."""
         async with self.database.lock, self.database.tx("settling a delivery") as db:

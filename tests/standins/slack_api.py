@@ -43,6 +43,7 @@ ALL_SCOPES = frozenset(
 METHOD_SCOPES = {
     "chat.postMessage": "chat:write",
     "chat.update": "chat:write",
+    "chat.delete": "chat:write",
     "conversations.replies": "channels:history",
     "files.getUploadURLExternal": "files:write",
     "files.completeUploadExternal": "files:write",
@@ -140,6 +141,7 @@ class SlackStandIn:
         self.scopes: set[str] = set(ALL_SCOPES)
         self.update_limit_per_minute = 50
         self.messages: dict[tuple[str, str], Message] = {}
+        self.deleted: list[Message] = []  # messages removed with chat.delete
         self.files: dict[str, StoredFile] = {}
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.acks: dict[str, float] = {}
@@ -366,6 +368,15 @@ class SlackStandIn:
                 blocks = args["blocks"]
                 msg.blocks = json.loads(blocks) if isinstance(blocks, str) else list(blocks or [])
             return ok(channel=msg.channel, ts=msg.ts, text=text)
+        if method == "chat.delete":  # a bot deletes its own messages (docs.slack.dev/reference/methods/chat.delete)
+            msg = self.messages.get((args["channel"], args["ts"]))
+            if msg is None:
+                return err("message_not_found")
+            if msg.user != self.bot_user_id:
+                return err("cant_delete_message")
+            del self.messages[(args["channel"], args["ts"])]
+            self.deleted.append(msg)
+            return ok(channel=msg.channel, ts=msg.ts)
         if method in ("chat.startStream", "chat.appendStream", "chat.stopStream"):
             return self._stream(method, args, ok, err)
         if method == "assistant.threads.setStatus":

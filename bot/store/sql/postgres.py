@@ -214,6 +214,11 @@ class PostgresStore(SQLRetention):
         except upkeep._Taken:
             return False
 
+    async def note_delivery(self, key: str, payload: str) -> None:
+        """See :meth:`ConversationStore.note_delivery`."""
+        async with self.database.tx("noting a delivery") as conn:
+            await conn.execute(update(D).where(D.c.key == key, D.c.payload.is_not(None)).values(payload=payload))
+
     async def settle_delivery(self, key: str) -> None:
         """See :meth:`ConversationStore.settle_delivery`."""
         async with self.database.tx("settling a delivery") as conn:
