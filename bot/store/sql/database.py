@@ -23,6 +23,10 @@ from . import migrate
 
 log = logging.getLogger(__name__)
 
+POOL_TIMEOUT = 60.0
+"""Seconds a query waits for a free pooled connection (under a burst, every connection of the
+process may be in use for a while) before failing with one sentence."""
+
 SCHEMES = {"postgresql", "postgres", "postgresql+asyncpg"}
 """URL schemes of ``[storage] database_url`` this store takes (``postgres://`` as Heroku writes it)."""
 
@@ -99,6 +103,9 @@ class SQLDatabase:
             msg = f"The database user in [storage] database_url may not write to {where}; grant it the tables' privileges."
         elif sqlstate in {"53100"}:
             msg = f"The database server of {where} is out of disk space while {action}."
+        elif isinstance(orig, sa_exc.TimeoutError):  # the pool: every connection of this process busy
+            msg = (f"The database {where} is too busy: no connection of this process came free within"
+                   f" {POOL_TIMEOUT:g} s while {action}.")
         elif sqlstate in {"53300", "57P03"} or "too many clients" in text:
             msg = f"The database server of {where} accepts no more connections right now (while {action})."
         elif sqlstate == "42P01":
@@ -129,7 +136,7 @@ class SQLDatabase:
         try:
             async with engine.begin() as conn:
                 yield conn
-        except (sa_exc.DBAPIError, OSError, asyncio.TimeoutError) as e:
+        except (sa_exc.DBAPIError, sa_exc.TimeoutError, OSError, asyncio.TimeoutError) as e:
             raise self.error(e, action) from None
 
     async def read(self, action: str, *stmts: Any, params: dict[str, Any] | None = None) -> Any:
@@ -163,7 +170,7 @@ class SQLDatabase:
                     log.warning("%s: connection lost (%s); retrying on a new one", self.name, type(e.orig).__name__)
                     continue
                 raise self.error(e, action) from None
-            except (OSError, asyncio.TimeoutError) as e:
+            except (sa_exc.TimeoutError, OSError, asyncio.TimeoutError) as e:
                 raise self.error(e, action) from None
         raise AssertionError("unreachable")
 
@@ -181,7 +188,7 @@ class SQLDatabase:
         if self.engine is not None:
             return []
         engine = create_async_engine(
-            self.url, pool_size=self.pool_size, max_overflow=self.pool_size * 2, pool_timeout=self.connect_timeout,
+            self.url, pool_size=self.pool_size, max_overflow=self.pool_size * 2, pool_timeout=POOL_TIMEOUT,
             pool_pre_ping=False, connect_args={"timeout": self.connect_timeout, "server_settings": {"application_name": "hugginggpt"}},
         )
         try:

@@ -165,10 +165,12 @@ async def adopt(conn: AsyncConnection, *, me: str, prefix: str) -> list[tuple[st
     :func:`sweep`), each by one process
     (``FOR UPDATE SKIP LOCKED``: processes sweeping at once split them); ``[(key, payload)]``."""
     live = select(O.c.id)
-    pending = (select(D.c.key).where(D.c.payload.is_not(None), D.c.key.startswith(prefix, autoescape=True),
-                                     D.c.owner.is_(None) | ~D.c.owner.in_(live))
-               .with_for_update(skip_locked=True))
-    rows = (await conn.execute(update(D).where(D.c.key.in_(pending.scalar_subquery())).values(owner=me)
+    orphaned = (D.c.payload.is_not(None), D.c.key.startswith(prefix, autoescape=True),
+                D.c.owner.is_(None) | ~D.c.owner.in_(live))
+    pending = select(D.c.key).where(*orphaned).with_for_update(skip_locked=True)
+    # the conditions again on the UPDATE itself: a row another process took meanwhile (its owner
+    # now live) is re-checked after that transaction commits and left alone
+    rows = (await conn.execute(update(D).where(D.c.key.in_(pending.scalar_subquery()), *orphaned).values(owner=me)
                                .returning(D.c.key, D.c.payload))).all()
     return [(r[0], r[1]) for r in rows]
 
