@@ -9,9 +9,10 @@ there) and then directly to another replica than the one nginx chose (read from 
 
 Two phases on the same workload, each on a fresh store: 1 replica, then ``--replicas`` replicas
 with one of them killed with SIGKILL once half the events are sent. Printed per phase: answers per
-answered thread (must be 1.00: no duplicate), answered, interrupted (runs of the killed replica,
-stored as interrupted by another process, so their thread gets no answer), turns lost (neither
-answered nor stored), the acknowledgement latency at nginx (p50/p99), runs per minute (answered
+answered thread (finished runs; must be 1.00: no duplicate), answered, answered threads that still
+show an unfinished "working" message of the killed replica (killed between posting it and noting
+it with its claim), interrupted (runs of the killed replica, stored as interrupted by another
+process, which tells their thread), turns lost (neither answered nor stored), the acknowledgement latency at nginx (p50/p99), runs per minute (answered
 runs over the time from the first delivery to the last answer), and the time from the SIGKILL
 until the store shows none of the killed replica's turns running (polled every 0.1 s).
 
@@ -60,7 +61,8 @@ class Phase:
     events: int = 0
     acks: list[float] = field(default_factory=list)  # seconds, POST through nginx
     failed_posts: int = 0  # deliveries through nginx that did not get 200
-    runs_per_thread: list[int] = field(default_factory=list)  # per answered thread
+    runs_per_thread: list[int] = field(default_factory=list)  # finished answers per answered thread
+    left_working: int = 0  # answered threads still showing an unfinished status message of a dead replica
     answered: int = 0
     interrupted: int = 0
     lost: int = 0
@@ -207,7 +209,9 @@ async def run_phase(root: Path, storage: dict[str, str], *, replicas: int, conve
                     await asyncio.sleep(0.1)
                 phase.answered, phase.interrupted = len(answered), len(interrupted)
                 phase.lost = len(threads) - len(answered) - len(interrupted)
-                phase.runs_per_thread = [len(fleet.status_messages(ts)) for ts in answered]
+                # answers: finished runs (a dead replica's unfinished "working" message is no answer)
+                phase.runs_per_thread = [fleet.answers(ts) for ts in answered]
+                phase.left_working = sum(len(fleet.status_messages(ts)) - fleet.answers(ts) > 0 for ts in answered)
                 last = max((m.edits[-1][0] if m.edits else m.posted_at) for ts in answered for m in fleet.status_messages(ts))
                 phase.seconds = last - start
             finally:
@@ -230,6 +234,7 @@ def report(one: Phase, many: Phase, *, latency: float, lease: float, store: str)
          f"{statistics.mean(many.runs_per_thread or [0]):.2f}"),
         ("most answers in one thread", f"{max(one.runs_per_thread or [0])}", f"{max(many.runs_per_thread or [0])}"),
         ("threads answered", f"{one.answered}", f"{many.answered}"),
+        ("answered threads with a dead replica's unfinished message", f"{one.left_working}", f"{many.left_working}"),
         ("runs interrupted by the kill (stored)", f"{one.interrupted}", f"{many.interrupted}"),
         ("turns lost (no answer, nothing stored)", f"{one.lost}", f"{many.lost}"),
         ("deliveries through nginx not acknowledged", f"{one.failed_posts}", f"{many.failed_posts}"),
