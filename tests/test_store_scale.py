@@ -275,3 +275,30 @@ def test_the_revision_constants_are_the_shipped_revision_files():
 
     assert list(revisions.REVISIONS) == [r.revision for r in reversed(list(migrate.SCRIPTS.walk_revisions()))]
     assert revisions.HEAD == migrate.HEAD
+
+
+async def test_a_new_sqlite_file_gets_alembics_schema_without_alembic(tmp_path):
+    """A new SQLite file is made from sqlite_head.sql (fast start-up); it must be exactly what
+    Alembic itself writes, and the file must be Alembic's current offline output."""
+    script = (ROOT / "bot/store/sql/sqlite_head.sql").read_text()
+    assert script == migrate.sqlite_script(), "regenerate bot/store/sql/sqlite_head.sql (see migrate.sqlite_script)"
+    fast = tmp_path / "fast"
+    async with SQLiteStore(fast, MediaStore(fast)):
+        pass
+    slow = tmp_path / "slow"  # schema 5 by the .sql runner, then Alembic's upgrade
+    slow.mkdir()
+    import aiosqlite
+
+    from bot.store import migrations as legacy
+
+    async with aiosqlite.connect(slow / "conversations.sqlite3", isolation_level=None) as db:
+        await legacy.upgrade(db, slow / "conversations.sqlite3", 0)
+    assert await migrate.upgrade_sqlite(slow / "conversations.sqlite3", 5.0) == ["0005", "0006", "0007"]
+
+    def schema(path):  # SQL as SQLite keeps it, whitespace aside (the offline output indents with spaces)
+        with sqlite3.connect(path) as db:
+            rows = db.execute("SELECT type, name, tbl_name, sql FROM sqlite_master").fetchall()
+            return sorted((t, n, tb, " ".join((sql or "").split())) for t, n, tb, sql in rows), \
+                db.execute("SELECT version_num FROM alembic_version").fetchall()
+
+    assert schema(fast / "conversations.sqlite3") == schema(slow / "conversations.sqlite3")
