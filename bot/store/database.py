@@ -205,18 +205,10 @@ class Database:
         transaction (skipped if another process did it meanwhile)."""
         script = migrations.Migration(0, "sqlite_head.sql", resources.files("bot.store.sql").joinpath(
             "sqlite_head.sql").read_text(encoding="utf-8"))
-        await db.execute("BEGIN IMMEDIATE")
-        try:
+        async with migrations.immediate(db):
             done = await db.execute_fetchall("SELECT 1 FROM sqlite_master WHERE name='alembic_version'")
             for statement in [] if done else script.statements():
                 await db.execute(statement)
-            await db.execute("COMMIT")
-        except BaseException:
-            try:
-                await db.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
-            raise
         return [] if done else list(REVISIONS)
 
     async def close(self) -> None:

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 import sqlite3
 from dataclasses import dataclass
 from importlib import resources
@@ -145,6 +147,22 @@ async def check_version(db: aiosqlite.Connection, path: Path, latest: int = SCHE
     return int(version)
 
 
+@asynccontextmanager
+async def immediate(db: aiosqlite.Connection) -> AsyncIterator[None]:
+    """One ``BEGIN IMMEDIATE`` transaction on an autocommit connection: committed when the block
+    ends (also by ``continue``/``return``), rolled back on any exception or cancellation."""
+    await db.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        try:
+            await db.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+        raise
+    await db.execute("COMMIT")
+
+
 async def upgrade(
     db: aiosqlite.Connection, path: Path, current: int, migrations: tuple[Migration, ...] = MIGRATIONS
 ) -> int:
@@ -167,11 +185,9 @@ async def upgrade(
     for mig in migrations:
         if mig.version <= current:
             continue
-        await db.execute("BEGIN IMMEDIATE")
-        try:
+        async with immediate(db):
             (now,) = await (await db.execute("PRAGMA user_version")).fetchone()
             if now >= mig.version:  # another process migrated meanwhile
-                await db.execute("COMMIT")
                 current = now
                 continue
             for statement in mig.statements():
@@ -179,13 +195,6 @@ async def upgrade(
             if mig.post is not None:
                 await mig.post(db)
             await db.execute(f"PRAGMA user_version={mig.version:d}")
-            await db.execute("COMMIT")
-        except BaseException:
-            try:
-                await db.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
-            raise
         current = mig.version
         log.info("%s: migrated schema to version %d (%s)", path, mig.version, mig.name)
     return current
