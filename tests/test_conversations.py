@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -106,15 +105,13 @@ async def test_history_survives_a_restart(sandbox, tmp_path):
 
 async def test_turns_of_one_thread_run_in_order_and_threads_do_not_wait(service, sandbox):
     sandbox.inference.latency["image-to-text"] = 0.6
-    t0 = time.monotonic()
     await asyncio.gather(
         turn(service, "Caption this picture", [media_file("chelsea.png")], thread="x"),
         turn(service, "Caption this picture", [media_file("rocket.jpg")], thread="y"),
     )
-    two_threads = time.monotonic() - t0
     captions = [r for r in sandbox.inference.records if r.task == "image-to-text"]
+    # different threads never wait for each other: their expert calls overlapped
     assert len(captions) == 2 and captions[0].start < captions[1].end and captions[1].start < captions[0].end
-    assert two_threads < 1.1
 
     sandbox.inference.records.clear()
     sandbox.controller.requests.clear()

@@ -130,15 +130,15 @@ async def check_version(db: aiosqlite.Connection, path: Path, latest: int = SCHE
             version is newer than ``latest`` (written by a newer bot).
         sqlite3.Error: the file is not readable as SQLite (the caller maps it).
     """
-    (version,) = await (await db.execute("PRAGMA user_version")).fetchone()
-    if version == 0:
-        (tables,) = await (
-            await db.execute("SELECT count(*) FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%'")
-        ).fetchone()
-        if tables:
-            raise StorageError(
-                f"The file {path} is a SQLite database of another program, not a conversation database."
-            )
+    # one statement, so one snapshot: a process creating the file at this moment is seen either
+    # not at all or with its version (two statements could see its tables but not yet its version)
+    (version, tables) = await (await db.execute(
+        "SELECT (SELECT user_version FROM pragma_user_version),"
+        " (SELECT count(*) FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%')")).fetchone()
+    if version == 0 and tables:
+        raise StorageError(
+            f"The file {path} is a SQLite database of another program, not a conversation database."
+        )
     if version > latest:
         raise StorageError(
             f"The conversation database {path} was written by a newer version of the bot"
