@@ -72,12 +72,10 @@ class SQLDatabase:
     def __init__(self, url: str, *, connect_timeout: float = 10.0, pool_size: int = 10) -> None:
         self.url = parse_url(url)
         self.name = describe(self.url)
-        self.path = self.name  # what log lines and tools print, as for a SQLite file
         self.connect_timeout = connect_timeout
         self.pool_size = pool_size
         self.engine: AsyncEngine | None = None
         self.reader: AsyncEngine | None = None  # the engine in autocommit mode, for reads
-        self.lock = asyncio.Lock()  # not needed for correctness (the server serialises); kept for the protocol's helpers
 
     def error(self, exc: BaseException, action: str) -> StorageError:
         """Map a driver or connection error to one sentence naming the database, and log it.
