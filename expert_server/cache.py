@@ -80,6 +80,7 @@ class CachedModel:
         library: ``transformers`` | ``diffusers``. path: the snapshot directory.
         size_bytes: the weights we would load, on disk (bytes). architectures: from config.json.
         semantic: a segmentation model whose output is one class per pixel (usable for seg-control).
+        base: for ControlNet checkpoints, the snapshot of the Stable Diffusion base they run on.
     """
 
     id: str
@@ -89,6 +90,7 @@ class CachedModel:
     size_bytes: int
     architectures: list[str] = field(default_factory=list)
     semantic: bool = False
+    base: Path | None = None  # ControlNet: the Stable Diffusion base snapshot
 
 
 def hub_cache_dir(explicit: str | None = None) -> Path:

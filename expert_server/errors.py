@@ -65,3 +65,9 @@ class ModelFailed(ExpertError):
     """500: the model could not be loaded or raised during inference (details in the log)."""
 
     status = 500
+
+
+class ClientClosed(ExpertError):
+    """499 (nginx's code): the client disconnected; nobody reads this answer."""
+
+    status = 499
