@@ -78,7 +78,12 @@ def _size(p: P.Payload, name: str) -> int | None:
     return value
 
 
-def _text2image_prepare(p: P.Payload) -> tuple[str, dict]:
+def _text2image_prepare(p: P.Payload) -> tuple[Any, dict]:
+    """A prompt; or, when the body is an image with ``parameters.prompt`` (the client's
+    ``image_to_image``), an image-to-image request on the same checkpoint."""
+    if p.raw is not None or "prompt" in p.parameters:
+        img, opts = _image_prompt_prepare(p)
+        return img, {**opts, "image_to_image": True}
     opts = _common(p)
     for name in ("width", "height"):
         value = _size(p, name)
@@ -104,10 +109,15 @@ def _generator(opts: dict) -> Any:
     return None if seed is None else torch.Generator().manual_seed(seed)
 
 
-def _text2image_run(pipe: Any, items: list[tuple[str, dict]]) -> list[Binary]:
+def _text2image_run(pipe: Any, items: list[tuple[Any, dict]]) -> list[Binary]:
     out = []
     for prompt, opts in items:
         opts = dict(opts)
+        if opts.pop("image_to_image", False):
+            from diffusers import AutoPipelineForImage2Image
+
+            out += _image2image_run(AutoPipelineForImage2Image.from_pipe(pipe), [(prompt, opts)])
+            continue
         img = pipe(prompt, generator=_generator(opts), **opts).images[0]
         out.append(Binary(P.png(img), "image/png"))
     return out
