@@ -16,6 +16,9 @@
     seg_model = ""                  # backing of seg-control (default: a cached segmentation model)
     annotators = "lllyasviel/Annotators"
     min_free_memory = "0"           # refuse to start an inference below this much free RAM
+                                    # (answered as out of memory: 503, the model unloaded)
+    [min_free_memory_for]           # the same floor for single models
+    "org/big-model" = "6GB"
     [tasks]                         # task of a cached model whose card and config say nothing
     "org/name" = "image-classification"
 
@@ -87,12 +90,18 @@ class ServerConfig(BaseSettings):
     seg_model: str = ""
     annotators: str = "lllyasviel/Annotators"
     tasks: dict[str, str] = {}
+    min_free_memory_for: dict[str, int] = {}
     cache_dir: str | None = None
 
     @field_validator("memory_budget", "min_free_memory", mode="before")
     @classmethod
     def _size(cls, v: Any) -> Any:
         return parse_size(v) if isinstance(v, str) else v
+
+    @field_validator("min_free_memory_for", mode="before")
+    @classmethod
+    def _sizes(cls, v: Any) -> Any:
+        return {k: parse_size(x) if isinstance(x, str) else x for k, x in v.items()} if isinstance(v, dict) else v
 
     @field_validator("device")
     @classmethod
