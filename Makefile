@@ -7,7 +7,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: install system-deps test-system-deps demo test bench
+.PHONY: install install-experts system-deps test-system-deps demo test bench bench-experts
 
 system-deps:
 	@$(call apt,ffmpeg,command -v ffmpeg && command -v ffprobe)
@@ -29,13 +29,24 @@ $(BIN)/hugginggpt: pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	@touch $@
 
+# The tests also run the expert server (torch, transformers, diffusers, the annotators: about a
+# minute and 5.5 GB) and Ray Serve. torch and torchvision are installed as a matching pair.
+$(VENV)/.experts-installed: pyproject.toml $(BIN)/hugginggpt
+	$(BIN)/pip install -q 'torch==2.14.1' 'torchvision==0.29.1' -e '.[test,experts,ray]'
+	@touch $@
+
 install: system-deps $(BIN)/hugginggpt
+
+install-experts: install $(VENV)/.experts-installed
 
 demo: install
 	$(BIN)/hugginggpt run --sandbox "Describe this picture in as much detail as you can" --file tests/fixtures/media/chelsea.png
 
-test: install test-system-deps
+test: install-experts test-system-deps
 	$(BIN)/python -m pytest -q
 
 bench: install
 	$(BIN)/python -m benchmarks.bench_pipeline
+
+bench-experts: install-experts
+	$(BIN)/python -m benchmarks.bench_experts

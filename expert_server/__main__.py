@@ -4,6 +4,7 @@ the expert server on its own (the same as ``hugginggpt experts serve``)."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import sys
 
@@ -20,8 +21,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", dest="experts_config", default=None, metavar="FILE", help="the server's TOML settings")
 
 
-def run(args: argparse.Namespace) -> int:
-    """Start the server from parsed options; returns an exit status (2: unusable settings)."""
+async def run(args: argparse.Namespace) -> int:
+    """Serve with the parsed options until SIGINT/SIGTERM; returns an exit status (2: unusable
+    settings)."""
     from pydantic import ValidationError
 
     from .server import serve
@@ -30,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
         budget = parse_size(args.memory_budget) if args.memory_budget else None
         config = load_config(args.experts_config, host=args.host, port=args.port, device=args.device,
                              memory_budget=budget)
-        serve(config)
+        await serve(config)
     except (ValueError, OSError, ValidationError) as e:
         print(f"Error: {str(e).splitlines()[0] if not isinstance(e, ValidationError) else _first(e)}", file=sys.stderr)
         return 2
@@ -47,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     add_arguments(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return run(args)
+    return asyncio.run(run(args))
 
 
 if __name__ == "__main__":

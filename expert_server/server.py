@@ -58,11 +58,13 @@ def build(config: ServerConfig) -> Any:
     return create_app(config, device, budget)
 
 
-def serve(config: ServerConfig) -> None:
-    """Serve on ``config.host:config.port`` until SIGINT/SIGTERM (blocking)."""
+async def serve(config: ServerConfig) -> None:
+    """Serve on ``config.host:config.port`` until SIGINT/SIGTERM (uvicorn's own handling)."""
     import uvicorn
 
     app = build(config)
     print(f"Expert server on http://{config.host}:{config.port}/models ({app.state.experts.device}, budget "
           f"{format_size(app.state.experts.budget)}); press Ctrl-C to stop.", flush=True)
-    uvicorn.run(app, host=config.host, port=config.port, log_config=None, access_log=False, server_header=False)
+    server = uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, log_config=None, access_log=False,
+                                           server_header=False))
+    await server.serve()
