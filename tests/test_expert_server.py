@@ -28,11 +28,11 @@ from tests.realparts import free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MEDIA = ROOT / "tests" / "fixtures" / "media"
-BIG = 3  # ViTs of about 3.3 MB each for the eviction test
+BIG = 3  # ViTs of about 20 MB each for the eviction test (two fit the 50 MB budget)
 
 
 def _big_vit(out: Path) -> None:
-    tinymodels.vit(out, layers=4, hidden=160)
+    tinymodels.vit(out, layers=6, hidden=320)
 
 
 EXTRA = {f"tiny/vit-big-{i}": (_big_vit, "image-classification") for i in range(BIG)}
@@ -92,7 +92,7 @@ def tiny_cache(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(tiny_cache, tmp_path_factory):
-    srv = Server(tiny_cache, 'controlnet_base = "tiny/stable-diffusion"\nmemory_budget = "8MB"\n'
+    srv = Server(tiny_cache, 'controlnet_base = "tiny/stable-diffusion"\nmemory_budget = "50MB"\n'
                  'min_free_memory_for = {"tiny/vit-oom" = "1PB"}\n', tmp_path_factory.mktemp("srv") / "server.log")
     yield srv
     srv.stop()
@@ -188,7 +188,7 @@ async def test_models_lists_tasks_states_and_refusals(server):
     assert listed["tiny/stable-diffusion"]["task"] == "text-to-image"
     assert listed["tiny/sd-controlnet-canny"]["task"] == "canny-text-to-image"
     assert listed["tiny/bert-embed"]["task"] == "sentence-similarity"  # from its card
-    # the HED annotator's real network (about 59 MB) can never fit the 8 MB budget
+    # the HED annotator's real network (about 59 MB) can never fit the 50 MB budget
     hed = listed["hed-control"]
     assert hed["state"] == "refused" and "budget" in hed["reason"] and hed["library"] == "controlnet_aux"
     assert {m["state"] for m in listed.values()} <= {"loaded", "on_disk", "refused"}
@@ -209,7 +209,7 @@ async def test_loading_past_the_budget_evicts_the_least_recently_used(server):
     assert listed["tiny/vit-big-2"]["state"] == "loaded" and listed["tiny/vit-big-0"]["state"] == "on_disk"
     assert listed["tiny/vit-big-1"]["state"] == "loaded"
     doc = httpx2.get(f"{server.url}/models").json()
-    assert doc["memory_used_bytes"] <= doc["memory_budget_bytes"] == 8_000_000
+    assert doc["memory_used_bytes"] <= doc["memory_budget_bytes"] == 50_000_000
     # the third model took the first one's place: the process did not grow by another model
     assert server.rss() - rss_two < size
 
