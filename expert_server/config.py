@@ -19,6 +19,8 @@
                                     # (answered as out of memory: 503, the model unloaded)
     [min_free_memory_for]           # the same floor for single models
     "org/big-model" = "6GB"
+    [ray."org/name"]                # Ray Serve: this model's deployment options (docs/experts.md)
+    ray_actor_options = {num_gpus = 0.5}
     [tasks]                         # task of a cached model whose card and config say nothing
     "org/name" = "image-classification"
 
@@ -91,6 +93,7 @@ class ServerConfig(BaseSettings):
     annotators: str = "lllyasviel/Annotators"
     tasks: dict[str, str] = {}
     min_free_memory_for: dict[str, int] = {}
+    ray: dict[str, dict] = {}
     cache_dir: str | None = None
 
     @field_validator("memory_budget", "min_free_memory", mode="before")

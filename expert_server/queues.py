@@ -108,11 +108,8 @@ class ModelQueue:
             if not jobs:
                 continue
             try:
-                loaded = await self.pool.get(self.model_id)
-                results = await asyncio.get_running_loop().run_in_executor(
-                    self.executor, self._run_batch, loaded.runner, [j.item for j in jobs])
+                results = await self._run(jobs)
             except OutOfMemory as e:
-                loaded = None
                 self.pool.unload(self.model_id)
                 results = [e] * len(jobs)
             except ExpertError as e:
@@ -132,6 +129,12 @@ class ModelQueue:
                     job.future.set_exception(result)
                 else:
                     job.future.set_result(result)
+
+    async def _run(self, jobs: list[Job]) -> list[Any]:
+        # the loaded model is referenced only for the run: once evicted, its memory can go
+        runner = (await self.pool.get(self.model_id)).runner
+        return await asyncio.get_running_loop().run_in_executor(self.executor, self._run_batch, runner,
+                                                                 [j.item for j in jobs])
 
     def _run_batch(self, runner: Any, items: list[Any]) -> list[Any]:
         """Runs in the executor. Out of memory → :class:`OutOfMemory` (the worker then unloads)."""

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import time
+import wave
 from pathlib import Path
 
 import pytest
@@ -112,6 +113,11 @@ def _labels(out) -> None:
     assert out and all(isinstance(x.label, str) and 0 <= x.score <= 1 for x in out)
 
 
+def _wav(data: bytes) -> None:
+    with wave.open(io.BytesIO(data)) as w:
+        assert w.getframerate() == 16000 and w.getnframes() > 0 and w.getnchannels() == 1
+
+
 def _image(size):
     def check(img) -> None:
         assert img.format == "PNG" and img.size == size
@@ -148,6 +154,15 @@ CASES = {
     "audio-classification": (lambda c, u: c.audio_classification(MEDIA / "speech_cat_request.ogg",
                                                                  model=u("tiny/wav2vec2-audio-cls")),
                              lambda out: (_labels(out), {x.label for x in out} <= {"speech", "music", "silence"})),
+    "zero-shot-classification": (lambda c, u: c.zero_shot_classification("the cat sat", ["animal", "city"],
+                                                                         model=u("tiny/bert-nli")),
+                                 lambda out: {x.label for x in out} == {"animal", "city"}),
+    "image-to-text": (lambda c, u: c.image_to_text(MEDIA / "chelsea.png", model=u("tiny/vit-gpt2-caption")),
+                      lambda out: isinstance(out.generated_text, str)),
+    "visual-question-answering": (lambda c, u: c.visual_question_answering(MEDIA / "chelsea.png", "what is it",
+                                                                           top_k=2, model=u("tiny/vilt-vqa")),
+                                  lambda out: len(out) == 2 and all(x.answer in ("yes", "no", "cat", "two") for x in out)),
+    "text-to-speech": (lambda c, u: c.text_to_speech("the cat sat on the mat", model=u("tiny/vits-tts")), _wav),
     "text-to-image": (lambda c, u: c.text_to_image("a red cat", num_inference_steps=2, width=48, height=32,
                                                    model=u("tiny/stable-diffusion")), _image((48, 32))),
     "image-to-image": (lambda c, u: c.image_to_image(_small_png(), prompt="a red cat", num_inference_steps=2,
@@ -176,6 +191,17 @@ async def test_depth_estimation_and_hed_answer_png(server):
         r = await http.post(_url(server, "tiny/dpt-depth"), content=_small_png(), headers={"Content-Type": "image/png"})
     assert r.status_code == 200 and r.headers["content-type"] == "image/png"
     assert Image.open(io.BytesIO(r.content)).size == (64, 48)
+
+
+async def test_text_to_video_answers_an_mp4(server):
+    import av
+
+    async with httpx2.AsyncClient(timeout=120) as http:
+        r = await http.post(_url(server, "tiny/text-to-video"),
+                            json={"inputs": "a cat", "parameters": {"num_inference_steps": 2}})
+    assert r.status_code == 200 and r.headers["content-type"] == "video/mp4"
+    with av.open(io.BytesIO(r.content)) as container:
+        assert container.streams.video[0].frames > 1
 
 
 async def test_models_lists_tasks_states_and_refusals(server):

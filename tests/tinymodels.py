@@ -261,3 +261,84 @@ def build_cache(cache: Path, repos: dict | None = None) -> dict[str, Path]:
             shutil.rmtree(folder.parent / (folder.name + "-tmp"), ignore_errors=True)
             out[repo_id] = write_repo(cache, repo_id, folder, tag)
     return out
+
+
+def caption(out: Path) -> None:
+    """A ViT encoder with a GPT-2 decoder (VisionEncoderDecoderModel), as vit-gpt2 captioners are."""
+    from transformers import (GPT2Config, ViTConfig, ViTImageProcessor, VisionEncoderDecoderConfig,
+                              VisionEncoderDecoderModel)
+
+    tok = word_tokenizer()
+    enc = ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                    intermediate_size=64)
+    dec = GPT2Config(vocab_size=len(tok), n_embd=32, n_layer=1, n_head=2, n_positions=64, add_cross_attention=True,
+                     is_decoder=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    cfg = VisionEncoderDecoderConfig.from_encoder_decoder_configs(enc, dec)
+    cfg.decoder_start_token_id, cfg.pad_token_id, cfg.eos_token_id = tok.bos_token_id, tok.pad_token_id, tok.eos_token_id
+    model = VisionEncoderDecoderModel(cfg)
+    model.generation_config.decoder_start_token_id = tok.bos_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.generation_config.eos_token_id = tok.eos_token_id
+    _save(model, out, tok, ViTImageProcessor(size={"height": 32, "width": 32}))
+
+
+def vilt(out: Path) -> None:
+    from transformers import ViltConfig, ViltForQuestionAnswering, ViltImageProcessor
+
+    answers = ["yes", "no", "cat", "two"]
+    cfg = ViltConfig(vocab_size=len(SPECIAL) + len(WORDS), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                     intermediate_size=64, image_size=32, patch_size=8, max_position_embeddings=64, num_images=1,
+                     id2label=dict(enumerate(answers)), label2id={a: i for i, a in enumerate(answers)})
+    _save(ViltForQuestionAnswering(cfg), out, word_tokenizer(),
+          ViltImageProcessor(size={"shortest_edge": 32}, size_divisor=8))
+
+
+def vits(out: Path) -> None:
+    import json
+
+    from transformers import VitsConfig, VitsModel, VitsTokenizer
+
+    chars = ["_"] + list(" abcdefghijklmnopqrstuvwxyz'.,")
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d) / "vocab.json").write_text(json.dumps({c: i for i, c in enumerate(chars)}))
+        tok = VitsTokenizer(str(Path(d) / "vocab.json"), add_blank=True, phonemize=False)
+    cfg = VitsConfig(vocab_size=len(chars), hidden_size=16, num_hidden_layers=1, num_attention_heads=2, ffn_dim=32,
+                     flow_size=8, spectrogram_bins=17, upsample_initial_channel=16, upsample_rates=[4, 4],
+                     upsample_kernel_sizes=[8, 8], resblock_kernel_sizes=[3], resblock_dilation_sizes=[[1, 3]],
+                     prior_encoder_num_flows=1, prior_encoder_num_wavenet_layers=1, posterior_encoder_num_wavenet_layers=1,
+                     duration_predictor_num_flows=1, duration_predictor_filter_channels=16, depth_separable_num_layers=1,
+                     sampling_rate=16000)
+    _save(VitsModel(cfg), out, tok)
+
+
+def nli(out: Path) -> None:
+    bert("BertForSequenceClassification")(out)
+    import json
+
+    cfg = json.loads((out / "config.json").read_text())
+    cfg["id2label"] = {"0": "entailment", "1": "neutral", "2": "contradiction"}
+    cfg["label2id"] = {"entailment": 0, "neutral": 1, "contradiction": 2}
+    from transformers import BertConfig, BertForSequenceClassification
+
+    BertForSequenceClassification(BertConfig(**{k: v for k, v in cfg.items() if k not in ("architectures",)})).save_pretrained(out)
+
+
+def text_to_video(out: Path) -> None:
+    from diffusers import TextToVideoSDPipeline, UNet3DConditionModel
+
+    parts = _sd_parts(out.parent / (out.name + "-tmp"))
+    parts["unet"] = UNet3DConditionModel(block_out_channels=(8, 16), layers_per_block=1, sample_size=16, in_channels=4,
+                                         out_channels=4, down_block_types=("CrossAttnDownBlock3D", "DownBlock3D"),
+                                         up_block_types=("UpBlock3D", "CrossAttnUpBlock3D"), cross_attention_dim=16,
+                                         attention_head_dim=2, norm_num_groups=4)
+    TextToVideoSDPipeline(**parts).save_pretrained(out)
+
+
+REPOS.update({
+    "tiny/vit-gpt2-caption": (caption, None),
+    "tiny/vilt-vqa": (vilt, None),
+    "tiny/vits-tts": (vits, None),
+    "tiny/bert-nli": (nli, "zero-shot-classification"),
+    "tiny/text-to-video": (text_to_video, None),
+})

@@ -1,5 +1,5 @@
-"""Helpers the task modules share: loading a transformers pipeline or a model by its class, and
-running a pipeline on a batch of ``(input, options)`` items."""
+"""Helpers the task modules share: loading a transformers pipeline, and running a pipeline on a
+batch of ``(input, options)`` items."""
 
 from __future__ import annotations
 
@@ -21,17 +21,6 @@ def load_pipeline(hf_task: str) -> Any:
         return pipeline(hf_task, model=str(model.path), device=torch_device(device))
 
     return load
-
-
-def load_by_class(model: Any, device: str) -> tuple[Any, Any]:
-    """``(model, processor)``: the model class named by ``config.json`` ``architectures`` and the
-    repository's processor (``AutoProcessor``: tokenizer and/or image processor / feature extractor)."""
-    import transformers
-
-    cls = getattr(transformers, model.architectures[0])
-    net = cls.from_pretrained(str(model.path)).to(torch_device(device)).eval()
-    processor = transformers.AutoProcessor.from_pretrained(str(model.path))
-    return net, processor
 
 
 def run_grouped(pipe: Any, items: list[tuple[Any, dict]]) -> list[Any]:

@@ -11,7 +11,7 @@ from typing import Any
 from .. import payload as P
 from ..errors import BadPayload
 from . import Binary, Task
-from .common import first_device, load_by_class, load_pipeline, run_grouped
+from .common import first_device, load_pipeline, run_grouped
 
 MAX_NEW_TOKENS = 64
 
@@ -62,36 +62,44 @@ def _question_prepare(p: P.Payload) -> tuple[Any, str, dict]:
     return img, question, {"top_k": top_k}
 
 
+def _load_vision_text(model: Any, device: str) -> tuple[Any, Any, Any]:
+    """``(model, image processor, tokenizer)`` for captioning and visual question answering: the
+    class named by ``config.json`` ``architectures``, with the repository's image processor and
+    tokenizer loaded separately (composite processors differ from one family to the next)."""
+    import transformers
+
+    net = getattr(transformers, model.architectures[0]).from_pretrained(str(model.path)).to(device).eval()
+    images = transformers.AutoImageProcessor.from_pretrained(str(model.path))
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(model.path))
+    return net, images, tokenizer
+
+
 def _caption_run(runner: Any, items: list[Any]) -> list[Any]:
     import torch
 
-    net, proc = runner
+    net, images, tok = runner
     out = []
     for img, opts in items:
-        enc = proc(images=img, return_tensors="pt").to(first_device(net))
+        enc = images(images=img, return_tensors="pt").to(first_device(net))
         with torch.inference_mode():
             ids = net.generate(**enc, max_new_tokens=opts.get("max_new_tokens", MAX_NEW_TOKENS))
-        out.append([{"generated_text": _decode(proc, ids[0])}])
+        out.append([{"generated_text": tok.decode(ids[0], skip_special_tokens=True).strip()}])
     return out
-
-
-def _decode(proc: Any, ids: Any) -> str:
-    tok = getattr(proc, "tokenizer", proc)
-    return tok.decode(ids, skip_special_tokens=True).strip()
 
 
 def _vqa_run(runner: Any, items: list[Any]) -> list[Any]:
     import torch
 
-    net, proc = runner
+    net, images, tok = runner
     out = []
     for img, question, opts in items:
-        enc = proc(images=img, text=question, return_tensors="pt").to(first_device(net))
+        enc = {**tok(question, return_tensors="pt"), **images(images=img, return_tensors="pt")}
+        enc = {k: v.to(first_device(net)) for k, v in enc.items()}
         with torch.inference_mode():
             name = type(net).__name__
             if "ForQuestionAnswering" not in name or name.startswith("Blip"):  # a generator, not a classifier
                 ids = net.generate(**enc, max_new_tokens=MAX_NEW_TOKENS)
-                out.append([{"answer": _decode(proc, ids[0]), "score": None}])
+                out.append([{"answer": tok.decode(ids[0], skip_special_tokens=True).strip(), "score": None}])
                 continue
             probs = net(**enc).logits[0].sigmoid()
         top = probs.topk(min(opts["top_k"], probs.numel()))
@@ -119,8 +127,8 @@ TASKS = [
     Task("image-segmentation", load_pipeline("image-segmentation"),
          _image_opts(("threshold", (int, float)), ("subtask", str)), _segmentation_run, _identity),
     Task("depth-estimation", load_pipeline("depth-estimation"), _image_opts(), _depth_run, _identity),
-    Task("image-to-text", load_by_class, _image_opts(("max_new_tokens", int)), _caption_run, _identity),
-    Task("visual-question-answering", load_by_class, _question_prepare, _vqa_run, _identity),
+    Task("image-to-text", _load_vision_text, _image_opts(("max_new_tokens", int)), _caption_run, _identity),
+    Task("visual-question-answering", _load_vision_text, _question_prepare, _vqa_run, _identity),
     Task("document-question-answering", load_pipeline("document-question-answering"), _question_prepare, _docqa_run,
          _identity),
 ]
