@@ -27,7 +27,7 @@ from fastapi.responses import JSONResponse, Response
 
 from .cache import CachedModel
 from .config import ServerConfig
-from .errors import BadPayload, ClientClosed, DeadlineExceeded, ExpertError, Refused, UnknownModel
+from .errors import BadPayload, ClientClosed, DeadlineExceeded, ExpertError, NotReady, Refused, UnknownModel
 from .payload import parse_body
 from .pool import Pool
 from .queues import ModelQueue
@@ -72,19 +72,19 @@ def load_model(model: CachedModel, device: str) -> Any:
 
 def create_app(config: ServerConfig, device: str, budget: int | None, *, scan: bool = True) -> FastAPI:
     """The app for ``config`` on ``device`` with a budget of ``budget`` bytes (``None``: no limit).
-    The cache is scanned at startup (in a thread) unless ``scan`` is false, in which case the
-    caller sets ``app.state.experts.models`` and calls :func:`start` itself."""
+    The cache is scanned in the background from startup (``/healthz`` answers at once, ``/readyz``
+    and the model routes once it is read) unless ``scan`` is false; then the caller calls
+    :func:`start` with the models itself."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> Any:
         state: State = app.state.experts
-        if scan:
-            from .catalog import servable
-
-            await start(state, await asyncio.to_thread(servable, config))
+        scanning = asyncio.create_task(_scan(state)) if scan else None
         try:
             yield
         finally:
+            if scanning is not None:
+                scanning.cancel()
             await asyncio.gather(*(q.close() for q in state.queues.values()))
             state.executor.shutdown(wait=False, cancel_futures=True)
 
@@ -96,6 +96,13 @@ def create_app(config: ServerConfig, device: str, budget: int | None, *, scan: b
     app.add_api_route("/models", _list, methods=["GET"])
     app.add_api_route("/models/{model_id:path}", _infer, methods=["POST"])
     return app
+
+
+async def _scan(state: State) -> None:
+    """Read the cache in a thread, then serve what it holds (``/readyz`` answers 200 from then on)."""
+    from .catalog import servable
+
+    await start(state, await asyncio.to_thread(servable, state.config))
 
 
 async def start(state: State, models: dict[str, CachedModel]) -> None:
@@ -121,8 +128,14 @@ async def _readyz(request: Request) -> JSONResponse:
     return JSONResponse({"status": "ready" if ready else "starting"}, status_code=200 if ready else 503)
 
 
+def _ready(state: State) -> None:
+    if not state.ready:
+        raise NotReady("The expert server is still reading its model cache; try again in a few seconds.")
+
+
 async def _list(request: Request) -> dict:
     state: State = request.app.state.experts
+    _ready(state)
     rows = []
     for model_id, m in sorted(state.models.items()):
         assert state.pool is not None
@@ -149,6 +162,7 @@ def _deadline(request: Request, config: ServerConfig) -> float:
 
 async def _infer(model_id: str, request: Request) -> Response:
     state: State = request.app.state.experts
+    _ready(state)
     model = state.models.get(model_id)
     if model is None or state.pool is None:
         raise UnknownModel(f"Model {model_id} is not served here (not in this server's cache, or not allowed).")

@@ -55,6 +55,12 @@ class Busy(ExpertError):
     status = 503
 
 
+class NotReady(ExpertError):
+    """503: the server is still reading its model cache."""
+
+    status = 503
+
+
 class DeadlineExceeded(ExpertError):
     """504: the request's deadline passed before its result was ready."""
 
