@@ -69,7 +69,7 @@ class ModelServer:
             return r.status_code, r.headers.get("content-type", "application/json"), r.content
 
 
-@serve.deployment
+@serve.deployment(ray_actor_options={"num_cpus": 0})  # it only routes: no CPU reserved
 @serve.ingress(ingress_app)
 class Ingress:
     """The HTTP front: routes each model to its deployment."""

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import httpx2
 import pytest
@@ -40,7 +43,9 @@ def _nginx(root, upstreams):
 
 async def test_two_servers_behind_nginx_answer_every_request(small_cache, tmp_path):
     servers = [Server(small_cache, "", tmp_path / f"server{i}.log") for i in range(2)]
-    lb = _nginx(tmp_path / "nginx", [f"127.0.0.1:{s.port}" for s in servers])
+    # nginx's worker (user nobody) buffers request bodies under its root: a directory it can enter
+    root = Path(tempfile.mkdtemp(prefix="experts-nginx-"))
+    lb = _nginx(root, [f"127.0.0.1:{s.port}" for s in servers])
     try:
         async with AsyncInferenceClient(timeout=60) as client:
             for _ in range(6):
@@ -54,6 +59,7 @@ async def test_two_servers_behind_nginx_answer_every_request(small_cache, tmp_pa
                 assert {x.label for x in out} == {"negative", "positive"}
     finally:
         lb.stop()
+        shutil.rmtree(root, ignore_errors=True)
         for s in servers:
             s.stop()
 
@@ -68,7 +74,7 @@ def test_ray_serve_one_deployment_per_model(small_cache, tmp_path):
 
     port = free_port()
     env = {"HF_HUB_CACHE": str(small_cache), "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
-    ray.init(num_cpus=2, include_dashboard=False, runtime_env={"env_vars": env}, logging_level="ERROR",
+    ray.init(num_cpus=4, include_dashboard=False, runtime_env={"env_vars": env}, logging_level="ERROR",
              configure_logging=False)
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
