@@ -10,9 +10,11 @@ FastAPI app) answers ``GET /models`` (all deployments' lists merged), ``/healthz
 and forwards ``POST /models/{id}`` with its body, content type and ``X-Request-Timeout``.
 
     serve run expert_server.ray_serve:app_from_env     # HUGGINGGPT_EXPERTS_CONFIG=experts.toml
+
+(No ``from __future__ import annotations`` here: ``serve.ingress`` rebinds the route methods, and
+FastAPI must see ``Request`` as a class, not a string, to inject it.)
 """
 
-from __future__ import annotations
 
 import asyncio
 import os
