@@ -195,7 +195,8 @@ def missing_file(
     if kind is None:
         return None
     if kind == "audio" and "video" in have:
-        return None  # the sound of a video is an audio resource the planner can use
+        return ("There is no recording in this conversation: the sound of a video cannot be used on its own yet, so "
+                f"send the audio as a file ({attach_hint(platform)}).")
     return f"There is no {_NOUNS[kind]} in this conversation yet: {attach_hint(platform)}."
 
 
