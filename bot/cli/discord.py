@@ -42,7 +42,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="run the Discord bot (/ask command, threads as conversations)",
         description="Run the Discord bot. Needs [discord] token (or DISCORD_BOT_TOKEN); see docs/discord.md.",
     )
-    add_sandbox_option(p)
+    add_sandbox_option(p, "DISCORD_BOT_TOKEN is")
     add_grace_option(p)
     p.add_argument("--shard-ids", metavar="IDS",
                    help="the shards this process runs: a range (0-3), a list (0,2,5) or both (0-3,6); needs --shard-count")

@@ -48,7 +48,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--api-url", default=None,
                    help="Slack Web API base URL (default https://slack.com/api/; GovSlack: https://slack-gov.com/api/)")
     add_grace_option(p)
-    add_sandbox_option(p)
+    add_sandbox_option(p, "SLACK_BOT_TOKEN, and SLACK_APP_TOKEN or SLACK_SIGNING_SECRET, are")
     p.set_defaults(handler=main)
     return p
 
