@@ -31,6 +31,7 @@ from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, Pydanti
 from pydantic_settings.sources.utils import parse_env_vars
 
 from .errors import ConfigError
+from .paths import default_data_dir
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
@@ -112,7 +113,10 @@ class CatalogSettings(Section):
 class StorageSettings(Section):
     """``[storage]``: media, conversations and limits on user files."""
 
-    data_dir: Path = Path("hugginggpt-data")
+    data_dir: Path = Field(
+        default_factory=default_data_dir, description="conversations, media and logs; default: the user data dir "
+        "(platformdirs, e.g. ~/.local/share/hugginggpt), the same from any working directory",
+    )
     max_file_bytes: int = Field(25 * MiB, ge=1024, le=4 * GiB)
     max_text_file_bytes: int = Field(
         1 * MiB, ge=1024, le=64 * MiB, description="largest text file (.txt, .md, .csv, .json) a user may attach, bytes"

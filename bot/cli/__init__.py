@@ -30,6 +30,7 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 from pipeline.errors import HuggingGPTError
 
+from ..paths import default_data_dir
 from . import catalog, chat, db, discord, run, serve, slack, store
 from . import eval as evaluation
 from .common import BROKEN_PIPE, INTERRUPTED, exit_status, open_settings
@@ -44,13 +45,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hugginggpt", description="HuggingGPT chat bot: plan, select, execute, respond.")
     parser.add_argument("--config", help="TOML config file (default: $HUGGINGGPT_CONFIG or ./hugginggpt.toml)")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log to stderr too (-vv: debug)")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action=_Version, nargs=0, help="show the version and the default data dir, then exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for command in COMMANDS:
         command.add_parser(sub)
     for p in sub.choices.values():  # -v also after the command: hugginggpt run -v ...
         p.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help="log to stderr too (-vv: debug)")
     return parser
+
+
+class _Version(argparse.Action):
+    """``--version``: the version, and where data goes unless ``[storage] data_dir`` says otherwise."""
+
+    def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[no-untyped-def]
+        print(f"hugginggpt {_version()}\ndata dir (unless [storage] data_dir is set): {default_data_dir()}")
+        parser.exit()
 
 
 def _version() -> str:
