@@ -78,6 +78,18 @@ def _planning(statuses: Counter[str], scored: int, latencies: list[float], token
     }
 
 
+def _record_row(record: GoldRecord, outcome: Outcome, predicted: Graph) -> dict[str, Any]:
+    return {
+        "id": record.id, "shape": record.shape, "status": outcome.status,
+        "gold": list(record.graph.nodes), "predicted": list(predicted.nodes),
+        "gold_links": [list(x) for x in record.graph.links], "predicted_links": [list(x) for x in predicted.links],
+        "gold_arguments": [list(x) for x in record.graph.arguments],
+        "predicted_arguments": [list(x) for x in predicted.arguments],
+        "predicted_steps": list(predicted.steps or ()),
+        "problem": outcome.problem, "latency_s": outcome.latency_s, "cached": outcome.cached,
+    }
+
+
 def _is_huggingface(tools: ToolList) -> bool:
     return tools.ids == builtin("huggingface").ids
 
@@ -112,15 +124,7 @@ def build_report(
         statuses[outcome.status] += 1
         files = {r.id: r.name or r.id for r in resources_for(record.request)}
         predicted = plan_graph(outcome.plan(), tools, files)
-        rows.append({
-            "id": record.id, "shape": record.shape, "status": outcome.status,
-            "gold": list(record.graph.nodes), "predicted": list(predicted.nodes),
-            "gold_links": [list(x) for x in record.graph.links], "predicted_links": [list(x) for x in predicted.links],
-            "gold_arguments": [list(x) for x in record.graph.arguments],
-            "predicted_arguments": [list(x) for x in predicted.arguments],
-            "predicted_steps": list(predicted.steps or ()),
-            "problem": outcome.problem, "latency_s": outcome.latency_s, "cached": outcome.cached,
-        })
+        rows.append(_record_row(record, outcome, predicted))
         if outcome.status == "error":
             continue
         pairs.append((record.shape, record.graph, predicted))

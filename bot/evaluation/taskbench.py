@@ -130,8 +130,10 @@ def gold_graph(nodes: list[dict[str, Any]], tools: ToolList, steps: list[str] | 
     """The gold graph of ``tool_nodes`` as ``evaluate.py`` reads it: an argument containing
     ``<node-j>`` is a link from node j's tool and an argument named by that tool's output type
     whose value is that tool's name (a node referring to itself is skipped; ``tool_links`` are not
-    read); any other argument is named by :func:`content_type` and valued by its text. A reference
-    to a node that does not exist is skipped (``evaluate.py`` would repeat the previous argument).
+    read); any other argument is named by :func:`content_type` and valued by its text. Where
+    ``evaluate.py`` trips on a wrong record this counts what is there instead: a reference to a node
+    that does not exist is skipped (``evaluate.py`` repeats the previous argument) and a node with
+    no ``arguments`` has none (``evaluate.py`` drops the whole record).
 
     Args:
         nodes: ``[{"task", "arguments"}]``.
