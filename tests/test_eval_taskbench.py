@@ -158,7 +158,7 @@ def test_eval_command_scores_known_plans_as_computed_by_hand(tmp_path, controlle
     assert rows["3"]["predicted"] == ["Automatic Speech Recognition", "Summarization", "Translation"]
     # the table a user reads, in % as TaskBench prints them, the published GPT-4 figures beside ours
     assert ALL_ROW in p.stdout
-    assert "| gpt-4 (published) |  |  |  | 81.54 |  | 77.31 | 60.86 | 54.70 |" in p.stdout
+    assert "| gpt-4 (published) |  |  |  | 81.54 |  | 77.31 | 60.86 | 54.70 |  | 52.42 | 30.38 |  |" in p.stdout
     assert "refused 17%" in p.stdout
 
     # --resume re-scores from the cache without asking the controller again
@@ -208,7 +208,8 @@ def test_tools_choices_through_the_command(tmp_path):
     assert default.returncode == 0, default.stderr
     assert "Did you mean --tools multimedia?" in default.stderr
     assert json.loads((tmp_path / "mm.json").read_text())["tools"]["name"] == "huggingface"
-    # ...and against the list they belong to: no warning, the report says which list, no published row
+    # ...and against the list they belong to: no warning, the report says which list, and the
+    # leaderboard's multimedia figures
     chosen = _eval(["--sandbox", "--data", str(GOLD_MULTIMEDIA), "--limit", "6", "--tools", "multimedia",
                     "--out", "mm.json"], tmp_path)
     assert chosen.returncode == 0, chosen.stderr
@@ -216,15 +217,21 @@ def test_tools_choices_through_the_command(tmp_path):
     report = json.loads((tmp_path / "mm.json").read_text())
     assert report["tools"] == {"name": "multimedia", "source": "built-in", "size": 40, "default": False,
                                "gold_nodes": 6, "gold_nodes_outside": 0}
-    assert report["published"] is None and report["overall"]["node_macro"]["tools"] == 40
+    assert report["published"]["node_f1"] == 0.909 and report["overall"]["node_macro"]["tools"] == 40
     assert chosen.stdout.startswith("Tool list: multimedia, 40 tools (built-in); 0 of 6 gold nodes are outside it.")
-    assert "(published)" not in chosen.stdout
+    assert "| gpt-4 (published) |  |  |  | 90.90 |  | 87.06 | 72.31 | 69.27 |" in chosen.stdout
     # a tool_desc.json file: a copy of the Hugging Face list gets the published figures too
     copy = tmp_path / "tool_desc.json"
     copy.write_text((FIXTURES / "huggingface_tool_desc.json").read_text())
     as_file = _eval(["--sandbox", "--data", str(GOLD), "--limit", "3", "--tools", str(copy)], tmp_path)
     assert as_file.returncode == 0, as_file.stderr
-    assert f"Tool list: {copy}, 23 tools ({copy})" in as_file.stdout and "gpt-4 (published)" in as_file.stdout
+    assert f"Tool list: {copy}, 23 tools (file)" in as_file.stdout and "| gpt-4 (published) |  |  |  | 81.54 |" in as_file.stdout
+    # a list of our own: no published figures to compare with
+    mine = tmp_path / "mine.json"
+    mine.write_text(json.dumps({"nodes": [{"id": "Translation", "output-type": ["text"]}]}))
+    own = _eval(["--sandbox", "--data", str(GOLD), "--limit", "3", "--tools", str(mine), "--out", "own.json"], tmp_path)
+    assert own.returncode == 0, own.stderr
+    assert json.loads((tmp_path / "own.json").read_text())["published"] is None and "(published)" not in own.stdout
 
 
 @pytest.mark.slow

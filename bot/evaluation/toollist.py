@@ -32,7 +32,7 @@ class ToolList:
 
     Attributes:
         name: ``"huggingface"``, ``"multimedia"``, or the file's path as given.
-        source: ``"built-in"`` or the file's path.
+        source: ``"built-in"`` or ``"file"``.
         ids: tool names in ``tool_desc.json`` order.
         outputs: tool name → its first output type (``"none"`` when it lists none).
     """
@@ -119,7 +119,7 @@ def from_file(path: Path) -> ToolList:
     except (OSError, UnicodeDecodeError) as e:
         raise InputError(f"The tool list {path} cannot be read ({getattr(e, 'strerror', None) or 'not UTF-8'}).") from None
     try:
-        return parse(json.loads(text), str(path), str(path))
+        return parse(json.loads(text), str(path), "file")
     except ValueError as e:
         raise InputError(
             f"{path} is not TaskBench's tool_desc.json ({e}); it needs {{\"nodes\": [{{\"id\", \"output-type\"}}]}}.",
