@@ -161,3 +161,15 @@ def test_the_warning_names_the_list_that_fits():
     warning = toollist.suggestion(HF, gold)
     assert warning and "2 of 3 gold nodes" in warning and "--tools multimedia?" in warning
     assert toollist.suggestion(toollist.builtin("multimedia"), gold) is None
+
+
+def test_our_tasks_take_the_multimedia_names_on_the_multimedia_list():
+    mm = toollist.builtin("multimedia")
+    plan = [Task(0, "automatic-speech-recognition", (), {"audio": "audio-1"}),
+            Task(1, "summarization", (0,), {"text": "<resource>-0"}),
+            Task(2, "object-detection", (), {"image": "image-1"})]
+    g = plan_graph(plan, mm, {"audio-1": "example.wav", "image-1": "example.jpg"})
+    # no multimedia tool detects objects: the Hugging Face name stays (not a tool of the list, not scored)
+    assert g.nodes == ("Audio-to-Text", "Text Summarizer", "Object Detection")
+    assert g.argument_values[1] == "Text Summarizer-text-Audio-to-Text"
+    assert plan_graph(plan, HF).nodes == ("Automatic Speech Recognition", "Summarization", "Object Detection")

@@ -10,7 +10,7 @@ from typing import Any
 
 from .metrics import binary_counts, edit_distance, node_scores, step_rouge
 from .runner import Outcome
-from .taskbench import TOOL_TASKS, GoldRecord, Graph, plan_graph, resources_for
+from .taskbench import GoldRecord, Graph, covered, plan_graph, resources_for
 from .toollist import ToolList, builtin
 
 SHAPES = ("single", "chain", "dag")
@@ -128,6 +128,7 @@ def build_report(
     tokens_in: list[int] = []
     tokens_out: list[int] = []
     rows: list[dict[str, Any]] = []
+    ours = covered(tools)
     for record, outcome in zip(records, outcomes, strict=True):
         statuses[outcome.status] += 1
         files = {r.id: r.name or r.id for r in resources_for(record.request)}
@@ -137,7 +138,7 @@ def build_report(
             continue
         pairs.append((record.shape, record.graph, predicted))
         unknown.update(record.unknown_tools)
-        lacking.update(n for n in record.graph.nodes if n in tools and n not in TOOL_TASKS)
+        lacking.update(n for n in record.graph.nodes if n in tools and n not in ours)
         if not outcome.cached or outcome.latency_s:
             latencies.append(outcome.latency_s)
         tokens_in.append(outcome.prompt_tokens)

@@ -158,15 +158,36 @@ def gold_graph(nodes: list[dict[str, Any]], tools: ToolList, steps: list[str] | 
     return Graph(tuple(names), tuple(links), tuple(arguments), None if steps is None else tuple(steps))
 
 
-def tool_of(task: Task) -> str:
-    """The TaskBench tool name of one of our tasks (our pipeline tag when it has none).
-    ``image-to-image`` with a text argument is TaskBench's "Image Editing"."""
+MULTIMEDIA_TASKS: dict[str, str] = {
+    "Audio-to-Text": "automatic-speech-recognition",
+    "Text-to-Audio": "text-to-speech",
+    "Audio Noise Reduction": "audio-to-audio",
+    "Text Summarizer": "summarization",
+    "Text Translator": "translation",
+    "Text Sentiment Analysis": "text-classification",
+    "Image-to-Text": "image-to-text",
+    "Text-to-Image": "text-to-image",
+    "Text-to-Video": "text-to-video",
+}
+"""TaskBench's multimedia-domain tools (``data_multimedia/tool_desc.json``) that one of our tasks
+does; the others (downloaders, web search, video editing…) have no task of ours."""
+
+
+def tool_of(task: Task, tools: ToolList | None = None) -> str:
+    """The TaskBench tool name of one of our tasks: its Hugging Face-domain name, or its
+    multimedia-domain name when ``tools`` has that one and not the former; our pipeline tag when
+    it has none. ``image-to-image`` with a text argument is TaskBench's "Image Editing"."""
     if task.task == "image-to-image":
         return "Image Editing" if task.args.get("text") else "Image-to-Image"
-    for tool, name in TOOL_TASKS.items():
-        if name == task.task and tool != "Image Editing":
-            return tool
-    return task.task
+    name = next((tool for tool, tag in TOOL_TASKS.items() if tag == task.task and tool != "Image Editing"), task.task)
+    if tools is not None and name not in tools:
+        name = next((tool for tool, tag in MULTIMEDIA_TASKS.items() if tag == task.task and tool in tools), name)
+    return name
+
+
+def covered(tools: ToolList) -> frozenset[str]:
+    """The tools of ``tools`` that some task of ours is scored as."""
+    return frozenset(t for t in tools.ids if t in TOOL_TASKS or t in MULTIMEDIA_TASKS)
 
 
 SETTINGS = frozenset({"src_lang", "tgt_lang"})
@@ -189,7 +210,7 @@ def plan_graph(tasks: list[Task], tools: ToolList, files: dict[str, str] | None 
         files: resource id → file name (``{r.id: r.name for r in resources_for(request)}``).
     """
     files = files or {}
-    names = {t.id: tool_of(t) for t in tasks}
+    names = {t.id: tool_of(t, tools) for t in tasks}
     links: list[tuple[str, str]] = []
     arguments: list[tuple[str, str, str]] = []
     steps: list[str] = []
