@@ -40,7 +40,7 @@ def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser("eval", help="measure the controller's task planning (benchmarks)")
     benches = p.add_subparsers(dest="benchmark", metavar="BENCHMARK")
     t = benches.add_parser(
-        "taskbench", help="TaskBench's node, link and argument F1 for the configured controller",
+        "taskbench", help="TaskBench's planning metrics (node, t-, v- and link F1, edit distance, ROUGE) for the configured controller",
         description="Send TaskBench requests through task planning (our prompts, validation and repair round) "
         "and compare each plan with TaskBench's gold tool graph.",
     )
