@@ -72,6 +72,16 @@ class InferenceSettings(Section):
     token: SecretStr | None = None
     base_url: str | None = Field(None, description="gateway: every call for M goes to {base_url}/models/{M}")
     endpoints: dict[str, str] = Field(default_factory=dict, description="model id -> dedicated endpoint URL")
+    experts_url: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="the team's expert servers (hugginggpt experts serve): one URL or a list, "
+        "asked in this order; model M is called at {url}/models/{M}",
+    )
+    mode: Literal["providers", "local", "hybrid"] = Field(
+        "hybrid", description="where expert models run: 'hybrid' (the expert servers first, then Inference "
+        "Providers), 'local' (the expert servers only) or 'providers' (never the expert servers)",
+    )
+    experts_ttl: float = Field(10.0, ge=0, le=DAY, description="seconds an expert server's GET /models answer is reused")
+    experts_timeout: float = Field(3.0, gt=0, le=600, description="seconds to wait for an expert server's GET /models")
     controller_tasks: list[str] = Field(
         default_factory=lambda: ["summarization", "translation", "conversational", "text-generation", "text2text-generation"],
         description="text tasks the controller LLM serves itself",
@@ -100,6 +110,42 @@ class InferenceSettings(Section):
     max_text_chars: int = Field(
         20_000, ge=100, le=10_000_000, description="characters of a text result kept in the record and shown"
     )
+
+
+    @field_validator("experts_url", mode="before")
+    @classmethod
+    def _url_list(cls, v: Any) -> Any:
+        """One URL, a list, or from the environment a JSON list or comma-separated URLs."""
+        if isinstance(v, str):
+            text = v.strip()
+            if text.startswith("["):
+                try:
+                    return json.loads(text)
+                except ValueError:
+                    raise ValueError("not a valid JSON list of URLs") from None
+            return [u.strip() for u in text.split(",") if u.strip()]
+        return v
+
+    @field_validator("experts_url", mode="after")
+    @classmethod
+    def _check_urls(cls, v: list[str]) -> list[str]:
+        out: list[str] = []
+        for url in v:
+            parts = urlsplit(url.strip())
+            if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+                raise ValueError(f"{url[:80]!r} is not an http:// or https:// URL without a query")
+            if parts.username or parts.password:
+                raise ValueError("an expert server URL must not hold a user name or password")
+            if url.strip().rstrip("/") not in out:
+                out.append(url.strip().rstrip("/"))
+        return out
+
+    @field_validator("mode", mode="after")
+    @classmethod
+    def _local_needs_servers(cls, v: str, info: Any) -> str:
+        if v == "local" and not info.data.get("experts_url", ["?"]):
+            raise ValueError('mode "local" needs [inference] experts_url (the URL of `hugginggpt experts serve`)')
+        return v
 
 
 class CatalogSettings(Section):

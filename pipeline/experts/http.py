@@ -78,6 +78,9 @@ class CallScope:
         max_items: a JSON list reply of objects longer than this is cut to this many before the
             client parses it (:func:`cap_items`); ``None``: no cap.
         dropped: filled in during the call: how many items :func:`cap_items` dropped.
+        send_token: ``False`` for a team's expert server: the ``Authorization`` header (the
+            Hugging Face token, which the client adds to every call) is removed from requests to
+            ``gateway``.
     """
 
     reply: ReplyKind
@@ -86,6 +89,7 @@ class CallScope:
     gateway: str | None = None
     max_items: int | None = None
     dropped: list[int] = field(default_factory=list)
+    send_token: bool = True
 
     def limit_for(self, content_type: str) -> tuple[int, str]:
         """``(limit in bytes, TOML key)`` for a reply of ``content_type``."""
@@ -195,9 +199,12 @@ async def bound_reply(response: httpx2.Response) -> None:
 async def allow_gateway_offline(request: httpx2.Request) -> None:
     """Request hook: ``huggingface_hub``'s own (request id; refuses every request when
     ``HF_HUB_OFFLINE`` is set), except that a request to the current call's configured gateway
-    is let through offline."""
+    is let through offline, and loses its ``Authorization`` header when the scope says so."""
     scope = _scope.get()
-    if constants.is_offline_mode() and scope is not None and scope.gateway and origin_of(request.url) == scope.gateway:
+    to_gateway = scope is not None and scope.gateway is not None and origin_of(request.url) == scope.gateway
+    if to_gateway and scope is not None and not scope.send_token:
+        request.headers.pop("authorization", None)
+    if constants.is_offline_mode() and to_gateway:
         return
     await async_hf_request_event_hook(request)
 
