@@ -93,7 +93,7 @@ def hugginggpt_run(tmp_path: Path, text: str, experts_url: str | None) -> subpro
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HUGGINGGPT_", "OPENAI_", "HF_TOKEN"))}
     env["HUGGINGGPT_STORAGE__DATA_DIR"] = str(tmp_path / "data")
     return subprocess.run(
-        [sys.executable, "-m", "bot.cli", "run", "--sandbox", "--json", "--config", str(config), text,
+        [sys.executable, "-m", "bot.cli", "--config", str(config), "run", "--sandbox", "--json", text,
          "--file", str(MEDIA_DIR / "chelsea.png")],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
     )
