@@ -37,6 +37,19 @@ GiB = 1024 * MiB
 DAY = 86400.0
 
 
+def env_list(v: Any) -> Any:
+    """A list from the environment: JSON (``["a", "b"]``) or comma-separated (``a,b``); else ``v``."""
+    if isinstance(v, str):
+        text = v.strip()
+        if text.startswith("["):
+            try:
+                return json.loads(text)
+            except ValueError:
+                raise ValueError("not a valid JSON list") from None
+        return [k.strip() for k in text.split(",") if k.strip()]
+    return v
+
+
 class Section(BaseModel):
     """A ``[section]`` of the config: unknown keys are refused (with the nearest valid key)."""
 
@@ -72,14 +85,8 @@ class InferenceSettings(Section):
     token: SecretStr | None = None
     base_url: str | None = Field(None, description="gateway: every call for M goes to {base_url}/models/{M}")
     endpoints: dict[str, str] = Field(default_factory=dict, description="model id -> dedicated endpoint URL")
-    experts_url: Annotated[list[str], NoDecode] = Field(
-        default_factory=list, description="the team's expert servers (hugginggpt experts serve): one URL or a list, "
-        "asked in this order; model M is called at {url}/models/{M}",
-    )
-    mode: Literal["providers", "local", "hybrid"] = Field(
-        "hybrid", description="where expert models run: 'hybrid' (the expert servers first, then Inference "
-        "Providers), 'local' (the expert servers only) or 'providers' (never the expert servers)",
-    )
+    experts_url: Annotated[list[str], NoDecode] = Field(default_factory=list, description="expert servers, M at {url}/models/{M}")
+    mode: Literal["providers", "local", "hybrid"] = Field("hybrid", description="hybrid: expert servers, then providers")
     experts_ttl: float = Field(10.0, ge=0, le=DAY, description="seconds an expert server's GET /models answer is reused")
     experts_timeout: float = Field(3.0, gt=0, le=600, description="seconds to wait for an expert server's GET /models")
     controller_tasks: list[str] = Field(
@@ -115,30 +122,16 @@ class InferenceSettings(Section):
     @field_validator("experts_url", mode="before")
     @classmethod
     def _url_list(cls, v: Any) -> Any:
-        """One URL, a list, or from the environment a JSON list or comma-separated URLs."""
-        if isinstance(v, str):
-            text = v.strip()
-            if text.startswith("["):
-                try:
-                    return json.loads(text)
-                except ValueError:
-                    raise ValueError("not a valid JSON list of URLs") from None
-            return [u.strip() for u in text.split(",") if u.strip()]
-        return v
+        return env_list(v)
 
     @field_validator("experts_url", mode="after")
     @classmethod
     def _check_urls(cls, v: list[str]) -> list[str]:
-        out: list[str] = []
         for url in v:
-            parts = urlsplit(url.strip())
-            if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
-                raise ValueError(f"{url[:80]!r} is not an http:// or https:// URL without a query")
-            if parts.username or parts.password:
-                raise ValueError("an expert server URL must not hold a user name or password")
-            if url.strip().rstrip("/") not in out:
-                out.append(url.strip().rstrip("/"))
-        return out
+            u = urlsplit(url)
+            if u.scheme not in ("http", "https") or not u.hostname or u.query or u.fragment or u.username or u.password:
+                raise ValueError(f"{url[:80]!r} is not an http:// or https:// URL without a query or credentials")
+        return list(dict.fromkeys(url.strip().rstrip("/") for url in v))
 
     @field_validator("mode", mode="after")
     @classmethod
@@ -258,16 +251,7 @@ class ServerSettings(Section):
     @field_validator("api_keys", "allowed_url_hosts", mode="before")
     @classmethod
     def _split_list(cls, v: Any) -> Any:
-        """A list from the environment: JSON (``["a", "b"]``) or comma-separated (``a,b``)."""
-        if isinstance(v, str):
-            text = v.strip()
-            if text.startswith("["):
-                try:
-                    return json.loads(text)
-                except ValueError:
-                    raise ValueError("not a valid JSON list") from None
-            return [k.strip() for k in text.split(",") if k.strip()]
-        return v
+        return env_list(v)
 
     @field_validator("allowed_url_hosts", mode="after")
     @classmethod

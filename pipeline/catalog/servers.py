@@ -132,7 +132,7 @@ class ExpertServers:
     """
 
     def __init__(self, urls: list[str], *, ttl: float = 10.0, timeout: float = 3.0) -> None:
-        self.urls = [u.rstrip("/") for u in urls]
+        self.urls = list(dict.fromkeys(u.rstrip("/") for u in urls))
         self.ttl = ttl
         self.timeout = timeout
         self._cache: TTLCache[str, Listing] = TTLCache(maxsize=max(1, len(self.urls)), ttl=max(ttl, 1e-6),
