@@ -307,3 +307,17 @@ def test_settings_take_one_url_or_a_list():
     assert one.experts_url == ["http://gpu1:8081"]
     many = load_settings(env={"HUGGINGGPT_INFERENCE__EXPERTS_URL": '["http://a:1", "http://b:2"]'}).inference
     assert many.experts_url == ["http://a:1", "http://b:2"]
+
+
+async def test_local_mode_keeps_a_failing_model_off_the_providers_and_names_the_server(sandbox, tmp_path, experts):
+    experts.failures[DEPTH] = 404
+    service = await open_service(sandbox, tmp_path, experts_url=[experts.url], mode="local")
+    try:
+        doc = await run(service, "Estimate the depth of this photo", "chelsea.png")
+    finally:
+        await service.close()
+    [res] = doc["results"].values()
+    assert res["status"] == "failed"
+    assert res["error"] == (f"depth-estimation failed: The model {DEPTH} is not available (HTTP 404) on the expert "
+                            f"server {experts.url}.")
+    assert sandbox.inference.records == [] and experts.posted() == [DEPTH]

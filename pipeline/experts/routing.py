@@ -118,5 +118,5 @@ def _at_server(err: ExpertError, route: Route) -> ExpertError:
     if route.kind != "local":
         return err
     sentence = err.user_message.rstrip(".")
-    return ExpertError(f"{sentence} (expert server {route.target}).", str(err), reason=err.reason,
+    return ExpertError(f"{sentence} on the expert server {route.target}.", str(err), reason=err.reason,
                        retryable=err.retryable, estimated_time=err.estimated_time)
