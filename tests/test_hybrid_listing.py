@@ -81,3 +81,23 @@ async def test_local_mode_names_the_server_that_went_away_in_the_tasks_sentence(
                             f"{es.url} could not be reached.")
     assert es.url in second["response"]
     assert sandbox.inference.records == []
+
+
+async def test_hybrid_with_servers_and_no_token_uses_the_servers_only(caplog):
+    from bot.backends import build_pipeline
+    from bot.errors import ConfigError
+
+    env = {"HUGGINGGPT_LLM__API_KEY": "sk-test", "HUGGINGGPT_INFERENCE__EXPERTS_URL": "http://127.0.0.1:9"}
+    pipeline, closers = build_pipeline(load_settings(env=env))
+    try:
+        assert pipeline.selector.placement.mode == "local"
+        assert any("only the expert servers" in r.getMessage() for r in caplog.records)
+    finally:
+        for close in closers:
+            await close()
+    try:  # without expert servers, a missing token is still the one-sentence settings error
+        build_pipeline(load_settings(env={"HUGGINGGPT_LLM__API_KEY": "sk-test"}))
+    except ConfigError as e:
+        assert "No Hugging Face token" in e.user_message
+    else:
+        raise AssertionError("a missing token was accepted")

@@ -2,6 +2,7 @@
 
 Routing of model ``M`` (ARCHITECTURE.md, "Backends"):
 
+0. a URL given by the caller (a team's expert server, chosen by :mod:`.routing`);
 1. ``endpoints[M]`` (a dedicated Inference Endpoint URL): the client POSTs straight to it;
 2. ``base_url``: ``{base_url}/models/{M}`` in the Hugging Face inference wire format;
 3. otherwise the model id with the configured Inference Provider (``hf-inference``, ``auto``...).
