@@ -321,3 +321,21 @@ async def test_local_mode_keeps_a_failing_model_off_the_providers_and_names_the_
     assert res["error"] == (f"depth-estimation failed: The model {DEPTH} is not available (HTTP 404) on the expert "
                             f"server {experts.url}.")
     assert sandbox.inference.records == [] and experts.posted() == [DEPTH]
+
+
+async def test_a_server_gone_since_its_listing_hands_over_at_once(sandbox, tmp_path, caplog):
+    es = ExpertServerStandIn(MODELS).start()
+    service = await open_service(sandbox, tmp_path, experts_url=[es.url], experts_ttl=60.0)
+    try:
+        first = await run(service, "Estimate the depth of this photo", "chelsea.png")
+        es.close()  # still listed (the answer is cached), but nothing listens any more
+        caplog.clear()
+        second = await run(service, "Estimate the depth of this photo", "chelsea.png")
+    finally:
+        await service.close()
+        es.close()
+    assert [r["where"] for r in first["results"].values()] == [f"local {es.url}"]
+    [res] = second["results"].values()
+    assert (res["status"], res["model"], res["where"]) == ("ok", DEPTH, f"gateway {sandbox.inference_url}")
+    assert not [r for r in caplog.records if "retrying" in r.getMessage()]  # a refused connection is not retried
+    assert any("trying its next route" in r.getMessage() for r in caplog.records)

@@ -140,7 +140,6 @@ class ExpertServers:
         self._inflight: dict[str, asyncio.Task[Listing]] = {}
         self._down: set[str] = set()
         self._client: httpx2.AsyncClient | None = None
-        self.fetches = 0
 
     async def listings(self) -> list[Listing]:
         """Every server's listing, in configured order (fresh ones from the cache, the others
@@ -181,7 +180,6 @@ class ExpertServers:
         return await asyncio.shield(task)
 
     async def _fetch(self, url: str) -> Listing:
-        self.fetches += 1
         try:
             listing = parse_listing(url, await self._get_json(f"{url}/models"))
         except Exception as e:  # noqa: BLE001 - a server that is down or broken serves nothing
