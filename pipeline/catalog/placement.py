@@ -193,6 +193,11 @@ class Placement:
             return None
         return self.provider_route(model)
 
+    def server_failed(self, url: str) -> None:
+        """An expert server refused a connection: its listing is asked again before it is used."""
+        if self.servers is not None:
+            self.servers.forget(url)
+
     def unreachable(self) -> list[str]:
         """Expert servers whose last ``GET /models`` failed (empty when none are used)."""
         return self.servers.unreachable() if self.uses_servers and self.servers is not None else []

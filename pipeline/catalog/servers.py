@@ -169,6 +169,10 @@ class ExpertServers:
                     out[m.id] = (m, [lst.url])
         return out
 
+    def forget(self, url: str) -> None:
+        """Drop ``url``'s cached listing (its server refused a connection): the next question asks it again."""
+        self._cache.pop(url.rstrip("/"), None)
+
     async def _listing(self, url: str) -> Listing:
         cached = self._cache.get(url)
         if cached is not None:

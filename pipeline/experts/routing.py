@@ -24,7 +24,7 @@ from ..catalog.placement import Placement, Route
 from ..errors import ExpertError
 from ..llm import Usage
 from ..types import Output, ResourceSink
-from .hub import HubRunner
+from .hub import HubRunner, refused_connection
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +77,8 @@ class RoutingRunner:
                 return await self._run_at(route, task, model, args, sink, task_id)
             except ExpertError as e:
                 last = _at_server(e, route)
+                if refused_connection(e):
+                    self.placement.server_failed(route.target)
                 if e.reason not in NEXT_ROUTE_REASONS:
                     raise last from e
                 log.warning("task %s (%s): %s failed at %s (%s); trying its next route", task_id, task, model,
