@@ -11,6 +11,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from pipeline.catalog import Availability, Catalog
+from pipeline.catalog.placement import Mode
 from pipeline.catalog.servers import ExpertServers
 from pipeline.core import Pipeline
 from pipeline.execution import ExecutionLimits
@@ -68,7 +69,7 @@ def expert_servers(settings: Settings) -> ExpertServers | None:
     return ExpertServers(list(inf.experts_url), ttl=inf.experts_ttl, timeout=inf.experts_timeout)
 
 
-def _mode(settings: Settings) -> str:
+def _mode(settings: Settings) -> Mode:
     inf = settings.inference
     if inf.mode == "hybrid" and uses_experts_only(settings) and inf.provider:
         log.warning("[inference] mode is hybrid but no Hugging Face token is set: only the expert servers (%s) are "

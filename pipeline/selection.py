@@ -3,9 +3,10 @@
 Candidates for a task come from the catalog, filtered by what the configured backends can serve
 right now, ranked by downloads, top-K kept. With expert servers (``[inference] experts_url``),
 the models they list come first (the paper's hybrid endpoint prefers local models) and every
-candidate says where it runs (:class:`pipeline.catalog.placement.Candidate`). One candidate: taken without an LLM call. Several: the
-controller picks one from their descriptions ("in-context task-model assignment"); a pick that is
-not among the candidates falls back to the top-ranked one. The ``top`` strategy skips the LLM.
+candidate says where it runs (:class:`pipeline.catalog.placement.Candidate`). One candidate:
+taken without an LLM call. Several: the controller picks one from their descriptions ("in-context
+task-model assignment"); a pick that is not among the candidates falls back to the top-ranked
+one. The ``top`` strategy skips the LLM.
 Tasks the controller serves itself and local tasks (canny edge maps) need no selection.
 """
 
@@ -19,7 +20,7 @@ from typing import Any, Protocol, Sequence
 import json_repair
 
 from . import prompts
-from .catalog.placement import Candidate, Placement
+from .catalog.placement import Candidate, Mode, Placement
 from .catalog.servers import ExpertServers
 from .errors import ControllerError
 from .experts.local import LOCAL_MODEL
@@ -69,7 +70,7 @@ class Selector:
         top_k: int = 5,
         controller_tasks: Sequence[str] = (),
         servers: ExpertServers | None = None,
-        mode: str = "hybrid",
+        mode: Mode = "hybrid",
     ) -> None:
         self.catalog = catalog
         self.availability = availability
@@ -77,7 +78,7 @@ class Selector:
         self.strategy = strategy
         self.top_k = top_k
         self.controller_tasks = {t for t in controller_tasks if t in TASKS and TASKS[t].controller_capable}
-        self.placement = Placement(catalog, availability, servers, mode=mode)  # type: ignore[arg-type]
+        self.placement = Placement(catalog, availability, servers, mode=mode)
 
     async def candidates(self, task: str) -> list[Candidate]:
         """Available candidates of ``task``, best first (local ones first), at most ``top_k``."""
