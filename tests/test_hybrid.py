@@ -339,3 +339,36 @@ async def test_a_server_gone_since_its_listing_hands_over_at_once(sandbox, tmp_p
     assert (res["status"], res["model"], res["where"]) == ("ok", DEPTH, f"gateway {sandbox.inference_url}")
     assert not [r for r in caplog.records if "retrying" in r.getMessage()]  # a refused connection is not retried
     assert any("trying its next route" in r.getMessage() for r in caplog.records)
+
+
+async def test_local_mode_runs_without_a_token_and_never_asks_the_hub(tmp_path, experts):
+    """A real ``hugginggpt run`` off the sandbox: its own controller, no Hugging Face token, the
+    Hub (``HF_ENDPOINT``) a stand-in that records every request."""
+    import asyncio
+
+    from bot.sandbox.controller import ControllerStandIn
+    from tests.standins.hub import HubStandIn, reference_hub_models
+
+    controller = ControllerStandIn()
+    controller_url = await controller.start()
+    try:
+        async with HubStandIn(reference_hub_models()) as hub:
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("HUGGINGGPT_", "OPENAI_", "HF_"))}
+            env.update({
+                "HUGGINGGPT_STORAGE__DATA_DIR": str(tmp_path / "data"), "HUGGINGGPT_LLM__BASE_URL": controller_url,
+                "HUGGINGGPT_LLM__API_KEY": "sk-test", "HUGGINGGPT_LLM__MODEL": "sandbox-controller",
+                "HUGGINGGPT_INFERENCE__MODE": "local", "HUGGINGGPT_INFERENCE__EXPERTS_URL": experts.url,
+                "HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_TELEMETRY": "1",
+            })
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "bot.cli", "run", "--json", "Estimate the depth of this photo",
+                "--file", str(MEDIA_DIR / "chelsea.png"), cwd=tmp_path, env=env,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            )
+            out, err = await asyncio.wait_for(proc.communicate(), 120)
+    finally:
+        await controller.close()
+    assert proc.returncode == 0, err.decode()
+    doc = json.loads(out)
+    assert [(r["status"], r["where"]) for r in doc["results"].values()] == [("ok", f"local {experts.url}")]
+    assert experts.posted() == [DEPTH] and hub.requests == []
