@@ -132,8 +132,8 @@ class Output:
         data: typed structured results (labels, scores, boxes ``(xmin, ymin, xmax, ymax)`` in
             pixels, ...; :mod:`pipeline.tasks.outputs`), or ``None``. Condensed before it reaches a
             prompt.
-        where: where the model actually ran (``"local <URL>"``, ``"provider <name>"``... as
-            :attr:`Selection.where`), set by the hub runner; ``None`` for the other runners.
+        where: where the model actually ran (``"local <URL>"``, ``"provider <name>"``,
+            ``"controller"``, ``"in-process"``... as :attr:`Selection.where`), set by the runner.
     """
 
     text: str | None = None

@@ -372,3 +372,27 @@ async def test_local_mode_runs_without_a_token_and_never_asks_the_hub(tmp_path, 
     doc = json.loads(out)
     assert [(r["status"], r["where"]) for r in doc["results"].values()] == [("ok", f"local {experts.url}")]
     assert experts.posted() == [DEPTH] and hub.requests == []
+
+
+async def test_detection_json_and_controlnet_generation_come_through_in_the_wire_format(sandbox, tmp_path):
+    drawn_by = "lllyasviel/sd-controlnet-canny"
+    models = [model("facebook/detr-resnet-50", "object-detection"), model(drawn_by, "canny-text-to-image",
+                                                                           library="diffusers")]
+    with ExpertServerStandIn(models) as es:
+        service = await open_service(sandbox, tmp_path, experts_url=[es.url])
+        try:
+            detect = await run(service, "Detect the objects in this photo", "chelsea.png")
+            draw = await run(service, "Draw a red sports car from the edges of this photo", "chelsea.png")
+        finally:
+            await service.close()
+    [res] = detect["results"].values()
+    assert res["where"] == f"local {es.url}"
+    [box] = res["output"]["data"]["objects"]
+    assert box["label"] == "[expert] object" and box["box"] == [112, 75, 338, 225]  # a quarter in, 451x300
+    steps = {t["task"]: draw["results"][str(t["id"])] for t in draw["tasks"]}
+    assert steps["canny-control"]["where"] == "in-process"
+    assert steps["canny-text-to-image"]["where"] == f"local {es.url}"
+    assert es.parameters[-1].get("prompt", "").startswith("a red sports car")
+    image = Image.open(steps["canny-text-to-image"]["output"]["files"][0]["path"])
+    assert image.size == (451, 300)
+    assert es.posted() == ["facebook/detr-resnet-50", drawn_by]

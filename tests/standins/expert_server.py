@@ -55,12 +55,14 @@ class ExpertServerStandIn:
     Attributes:
         requests: every request received, in order.
         failures: model id → HTTP status answered to its ``POST`` instead of an output.
+        parameters: the ``parameters`` of every JSON request, in order.
     """
 
     def __init__(self, models: list[dict]) -> None:
         self.models = list(models)
         self.requests: list[Recorded] = []
         self.failures: dict[str, int] = {}
+        self.parameters: list[dict] = []
         self.url = ""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
@@ -140,18 +142,22 @@ class ExpertServerStandIn:
             return web.json_response({"error": f"The model {model_id} failed (stand-in status {status})."},
                                       status=status)
         try:
-            image = _image_of(body, request.content_type)
+            image, parameters = _image_of(body, request.content_type)
         except ValueError as e:
             return web.json_response({"error": str(e)}, status=400)
+        self.parameters.append(parameters)
+        if entry["task"].endswith("-text-to-image") and not parameters.get("prompt"):
+            return web.json_response({"error": "The field parameters.prompt is required."}, status=400)
         return await asyncio.to_thread(_answer, entry["task"], image)
 
 
-def _image_of(body: bytes, content_type: str) -> Image.Image:
-    """The image a client sent: raw bytes, or base64 in ``{"inputs": ...}``."""
-    data = body
+def _image_of(body: bytes, content_type: str) -> tuple[Image.Image, dict]:
+    """The image a client sent (raw bytes, or base64 in ``{"inputs": ...}``) and its parameters."""
+    data, parameters = body, {}
     if content_type == "application/json":
         try:
-            data = base64.b64decode(json.loads(body)["inputs"])
+            payload = json.loads(body)
+            data, parameters = base64.b64decode(payload["inputs"]), payload.get("parameters") or {}
         except (ValueError, KeyError, TypeError):
             raise ValueError("The field inputs must hold a base64 image.") from None
     try:
@@ -159,7 +165,7 @@ def _image_of(body: bytes, content_type: str) -> Image.Image:
         image.load()
     except Exception:  # noqa: BLE001 - any undecodable body is a bad payload
         raise ValueError("The field inputs is not an image.") from None
-    return image.convert("RGB")
+    return image.convert("RGB"), parameters
 
 
 def _png(image: Image.Image) -> web.Response:
@@ -186,4 +192,8 @@ def _answer(task: str, image: Image.Image) -> web.Response:
         return _png(Image.fromarray(depth.astype("uint8"), "L"))
     if task.endswith("-control"):
         return _png(image.convert("L").filter(ImageFilter.FIND_EDGES))
+    if task.endswith("-text-to-image"):  # a "drawing" that follows the condition: its lines in blue
+        lines = np.asarray(image.convert("L"), dtype="uint8")
+        drawn = np.stack([np.zeros_like(lines), np.zeros_like(lines), lines], axis=-1)
+        return _png(Image.fromarray(drawn, "RGB"))
     return web.json_response({"error": f"The stand-in has no output for {task}."}, status=400)
