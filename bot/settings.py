@@ -38,6 +38,19 @@ GiB = 1024 * MiB
 DAY = 86400.0
 
 
+def env_list(v: Any) -> Any:
+    """A list from the environment: JSON (``["a", "b"]``) or comma-separated (``a,b``); else ``v``."""
+    if isinstance(v, str):
+        text = v.strip()
+        if text.startswith("["):
+            try:
+                return json.loads(text)
+            except ValueError:
+                raise ValueError("not a valid JSON list") from None
+        return [k.strip() for k in text.split(",") if k.strip()]
+    return v
+
+
 class Section(BaseModel):
     """A ``[section]`` of the config: unknown keys are refused (with the nearest valid key)."""
 
@@ -73,6 +86,10 @@ class InferenceSettings(Section):
     token: SecretStr | None = None
     base_url: str | None = Field(None, description="gateway: every call for M goes to {base_url}/models/{M}")
     endpoints: dict[str, str] = Field(default_factory=dict, description="model id -> dedicated endpoint URL")
+    experts_url: Annotated[list[str], NoDecode] = Field(default_factory=list, description="expert servers, M at {url}/models/{M}")
+    mode: Literal["providers", "local", "hybrid"] = Field("hybrid", description="hybrid: expert servers, then providers")
+    experts_ttl: float = Field(10.0, ge=0, le=DAY, description="seconds an expert server's GET /models answer is reused")
+    experts_timeout: float = Field(3.0, gt=0, le=600, description="seconds to wait for an expert server's GET /models")
     controller_tasks: list[str] = Field(
         default_factory=lambda: ["summarization", "translation", "conversational", "text-generation", "text2text-generation"],
         description="text tasks the controller LLM serves itself",
@@ -101,6 +118,28 @@ class InferenceSettings(Section):
     max_text_chars: int = Field(
         20_000, ge=100, le=10_000_000, description="characters of a text result kept in the record and shown"
     )
+
+
+    @field_validator("experts_url", mode="before")
+    @classmethod
+    def _url_list(cls, v: Any) -> Any:
+        return env_list(v)
+
+    @field_validator("experts_url", mode="after")
+    @classmethod
+    def _check_urls(cls, v: list[str]) -> list[str]:
+        for url in v:
+            u = urlsplit(url)
+            if u.scheme not in ("http", "https") or not u.hostname or u.query or u.fragment or u.username or u.password:
+                raise ValueError(f"{url[:80]!r} is not an http:// or https:// URL without a query or credentials")
+        return list(dict.fromkeys(url.strip().rstrip("/") for url in v))
+
+    @field_validator("mode", mode="after")
+    @classmethod
+    def _local_needs_servers(cls, v: str, info: Any) -> str:
+        if v == "local" and not info.data.get("experts_url", ["?"]):
+            raise ValueError('mode "local" needs [inference] experts_url (the URL of `hugginggpt experts serve`)')
+        return v
 
 
 class CatalogSettings(Section):
@@ -216,16 +255,7 @@ class ServerSettings(Section):
     @field_validator("api_keys", "allowed_url_hosts", mode="before")
     @classmethod
     def _split_list(cls, v: Any) -> Any:
-        """A list from the environment: JSON (``["a", "b"]``) or comma-separated (``a,b``)."""
-        if isinstance(v, str):
-            text = v.strip()
-            if text.startswith("["):
-                try:
-                    return json.loads(text)
-                except ValueError:
-                    raise ValueError("not a valid JSON list") from None
-            return [k.strip() for k in text.split(",") if k.strip()]
-        return v
+        return env_list(v)
 
     @field_validator("allowed_url_hosts", mode="after")
     @classmethod

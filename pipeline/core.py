@@ -189,6 +189,9 @@ class Pipeline:
                 if self._hub_unreachable():
                     record.notes.append(HUB_UNREACHABLE)
                     yield Notice(HUB_UNREACHABLE)
+                for note in self.selector.placement_notes():
+                    record.notes.append(note)
+                    yield Notice(note)
             except TimeoutError:
                 raise self._planning_deadline() from None
             # Planning streams; each task starts as soon as its record is complete and valid

@@ -79,6 +79,9 @@ class CallScope:
         max_items: a JSON list reply of objects longer than this is cut to this many before the
             client parses it (:func:`cap_items`); ``None``: no cap.
         dropped: filled in during the call: how many items :func:`cap_items` dropped.
+        send_token: ``False`` for a team's expert server: the ``Authorization`` header (the
+            Hugging Face token, which the client adds to every call) is removed from requests to
+            ``gateway``.
     """
 
     reply: ReplyKind
@@ -87,6 +90,7 @@ class CallScope:
     gateway: str | None = None
     max_items: int | None = None
     dropped: list[int] = field(default_factory=list)
+    send_token: bool = True
 
     def limit_for(self, content_type: str) -> tuple[int, str]:
         """``(limit in bytes, TOML key)`` for a reply of ``content_type``."""
@@ -196,14 +200,17 @@ async def bound_reply(response: httpx2.Response) -> None:
 async def allow_gateway_offline(request: httpx2.Request) -> None:
     """Request hook doing what ``huggingface_hub``'s own does (refuse every request when
     ``HF_HUB_OFFLINE`` is set; a request id in ``X-Amzn-Trace-Id`` for server-side debugging),
-    except that a request to the current call's configured gateway is let through offline.
+    except that a request to the current call's configured gateway is let through offline, and
+    loses its ``Authorization`` header when the scope says so (expert servers never get the token).
 
     Raises:
         OfflineModeIsEnabled: offline, and not the gateway.
     """
     scope = _scope.get()
-    gateway = scope is not None and scope.gateway and origin_of(request.url) == scope.gateway
-    if constants.is_offline_mode() and not gateway:
+    to_gateway = scope is not None and scope.gateway is not None and origin_of(request.url) == scope.gateway
+    if to_gateway and scope is not None and not scope.send_token:
+        request.headers.pop("authorization", None)
+    if constants.is_offline_mode() and not to_gateway:
         raise OfflineModeIsEnabled(f"Cannot reach {request.url}: offline mode is enabled (HF_HUB_OFFLINE).")
     request.headers.setdefault("X-Amzn-Trace-Id", request.headers.get("X-Request-Id") or str(uuid.uuid4()))
 

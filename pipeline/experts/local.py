@@ -53,4 +53,4 @@ class LocalRunner:
             raise ExpertError("The image has too many pixels to process safely.", str(exc), reason="too_large") from exc
         w, h = await asyncio.to_thread(render.image_size, png)
         res = await TaskSaver(sink, task, task_id).file(png, "image", "image/png", f"canny edge map, {w}x{h} pixels")
-        return Output(files=[res], data=ImageSize(w, h))
+        return Output(files=[res], data=ImageSize(w, h), where="in-process")
