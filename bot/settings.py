@@ -102,6 +102,15 @@ class InferenceSettings(Section):
     )
 
 
+class PlanningSettings(Section):
+    """``[planning]``: what a request may be before task planning starts."""
+
+    max_request_chars: int = Field(
+        20_000, ge=100, le=1_000_000,
+        description="characters of one request's text (a longer one is refused before planning, exit status 3)",
+    )
+
+
 class CatalogSettings(Section):
     """``[catalog]``: which models exist for which task."""
 
@@ -238,13 +247,14 @@ class Settings(BaseSettings):
 
     llm: LLMSettings = Field(default_factory=LLMSettings)
     inference: InferenceSettings = Field(default_factory=InferenceSettings)
+    planning: PlanningSettings = Field(default_factory=PlanningSettings)
     catalog: CatalogSettings = Field(default_factory=CatalogSettings)
     storage: StorageSettings = Field(default_factory=StorageSettings)
     discord: DiscordSettings = Field(default_factory=DiscordSettings)
     slack: SlackSettings = Field(default_factory=SlackSettings)
     server: ServerSettings = Field(default_factory=ServerSettings)
 
-    @field_validator("llm", "inference", "catalog", "storage", "discord", "slack", "server", mode="before")
+    @field_validator("llm", "inference", "planning", "catalog", "storage", "discord", "slack", "server", mode="before")
     @classmethod
     def _none_is_default(cls, v: Any) -> Any:
         return {} if v is None else v
