@@ -8,8 +8,9 @@ Keys (Emacs-style line editing, prompt_toolkit's defaults, plus these):
   dir, readable by its owner only); Ctrl-R searches them; a grey suggestion from history is taken
   with the Right arrow;
 * Tab completes the slash commands, and file paths after ``/file``;
-* Ctrl-C clears the line; two Ctrl-C within :data:`QUIT_WINDOW` seconds, or Ctrl-D on an empty
-  line, leave.
+* Ctrl-C clears the line; a second Ctrl-C on the empty line within :data:`QUIT_WINDOW` seconds,
+  or Ctrl-D on an empty line, leaves (a Ctrl-C that clears a draft, or one before the last
+  message was sent, never leaves).
 
 While a run is going on the terminal is not in prompt_toolkit's hands: Ctrl-C arrives as SIGINT
 (the chat stops the run) and :func:`quiet_typing` keeps typed keys from being echoed into the live
@@ -99,7 +100,7 @@ class ChatPrompt:
         @kb.add("c-c")
         def _interrupt(event: KeyPressEvent) -> None:
             now = self.clock()
-            if now - self._last_interrupt <= QUIT_WINDOW:
+            if not event.current_buffer.text and now - self._last_interrupt <= QUIT_WINDOW:
                 event.app.exit(exception=KeyboardInterrupt(), style="class:aborting")
                 return
             self._last_interrupt = now
@@ -112,6 +113,7 @@ class ChatPrompt:
         """The next message, or ``None`` when the user leaves (Ctrl-D on an empty line, or two
         Ctrl-C within :data:`QUIT_WINDOW` seconds; :attr:`interrupted` tells which)."""
         self.interrupted = False
+        self._last_interrupt = float("-inf")  # a Ctrl-C before the last message does not count
         try:
             return await self.session.prompt_async(prompt)
         except EOFError:
