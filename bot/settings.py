@@ -106,8 +106,9 @@ class PlanningSettings(Section):
     """``[planning]``: what a request may be before task planning starts."""
 
     max_request_chars: int = Field(
-        20_000, ge=100, le=1_000_000,
-        description="characters of one request's text (a longer one is refused before planning, exit status 3)",
+        20_000, ge=100, le=20_000,
+        description="characters of one request's text (a longer one is refused before planning, exit status 3); "
+                    "at most 20,000, the longest text a planned task's argument may carry (pipeline.planning.MAX_TEXT_ARG)",
     )
 
 
