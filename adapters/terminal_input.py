@@ -20,6 +20,7 @@ view (they are not lost: the next prompt reads them).
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 import termios
@@ -32,8 +33,10 @@ from prompt_toolkit.application import run_in_terminal
 from prompt_toolkit.auto_suggest import AutoSuggestFromHistory
 from prompt_toolkit.completion import CompleteEvent, Completer, Completion, PathCompleter
 from prompt_toolkit.document import Document
-from prompt_toolkit.history import FileHistory
+from prompt_toolkit.history import FileHistory, History, InMemoryHistory
 from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
+
+log = logging.getLogger(__name__)
 
 QUIT_WINDOW = 2.0
 """Seconds within which a second Ctrl-C at the prompt leaves the chat."""
@@ -81,11 +84,20 @@ class ChatPrompt:
 
     def __init__(self, history_file: Path, commands: Sequence[str] = (),
                  clock: Callable[[], float] = time.monotonic) -> None:
-        _private_file(history_file)
+        self.notice: str | None = None
+        """A sentence for the user when the history cannot be kept (the chat works without it)."""
+        history: History
+        try:
+            _private_file(history_file)
+            history = FileHistory(str(history_file))
+        except OSError as e:
+            log.warning("cannot keep the chat history in %s: %s", history_file, e)
+            self.notice = f"(Earlier messages are not kept: {history_file} cannot be written, {e.strerror or e}.)"
+            history = InMemoryHistory()
         self.clock = clock
         self._last_interrupt = float("-inf")
         self.session: PromptSession[str] = PromptSession(
-            history=FileHistory(str(history_file)), key_bindings=self._bindings(), multiline=False,
+            history=history, key_bindings=self._bindings(), multiline=False,
             auto_suggest=AutoSuggestFromHistory(), completer=SlashCompleter(commands),
             complete_while_typing=False, prompt_continuation="...  ", enable_history_search=False,
         )

@@ -85,14 +85,24 @@ def test_ctrl_c_at_the_prompt_clears_the_line_and_only_two_within_two_seconds_le
     assert "Traceback" not in (chat.before or "")
 
 
-def test_ctrl_d_leaves(tmp_path):
+def test_a_pasted_text_keeps_its_lines_and_ctrl_d_leaves(tmp_path):
     chat = spawn(tmp_path, "--sandbox")
+    chat.expect(r"Conversation (\w+) ")
+    conv = chat.match.group(1)
+    chat.expect(PROMPT)
+    chat.send("\x1b[200~pasted one\rpasted two\x1b[201~")  # bracketed paste: its line break does not send
+    chat.expect(drawn("pasted two"))
+    chat.send("\r")
+    chat.expect("Sandbox stand-in")
     chat.expect(PROMPT)
     chat.sendcontrol("d")
     chat.expect("Bye. Resume with: hugginggpt chat --conversation")
     chat.expect(pexpect.EOF)
     chat.close()
     assert chat.exitstatus == 0
+    p = subprocess.run([sys.executable, "-m", "bot.cli", "chat", "--sandbox", "--conversation", conv], input="/quit\n",
+                       cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=120)
+    assert "1 earlier turns" in p.stdout and "[0] you: pasted one\npasted two" in p.stdout, p.stdout
 
 
 def test_arrow_key_editing_multi_line_messages_and_history_in_a_later_session(tmp_path):

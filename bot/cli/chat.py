@@ -61,6 +61,7 @@ class Reader(Protocol):
     """Where messages come from: ``read()`` is the next one, ``None`` at the end."""
 
     interrupted: bool
+    notice: str | None
 
     async def read(self, prompt: str = "you> ") -> str | None: ...
 
@@ -69,6 +70,7 @@ class PlainReader:
     """Lines from a stdin that is not a terminal, without prompt or editing."""
 
     interrupted = False
+    notice = None
 
     async def read(self, prompt: str = "you> ") -> str | None:
         def line() -> str | None:
@@ -137,6 +139,8 @@ async def main(args: argparse.Namespace, settings: Settings, out: TextIO = sys.s
         print(f"Conversation {conv} (resume later with: hugginggpt chat --conversation {conv}). {HELP}", file=out)
         if interactive:
             print(KEYS_HELP, file=out)
+            if reader.notice:
+                print(reader.notice, file=out)
         renderer = terminal_renderer(out, out, os.environ)
         return await _loop(service, renderer, reader, key, conv, out, interactive)
     finally:
