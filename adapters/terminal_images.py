@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 from PIL import Image
 
 log = logging.getLogger(__name__)
@@ -89,38 +90,43 @@ def iterm_sequence(png: bytes, name: str = "image.png") -> str:
     return f"\x1b]1337;File=name={b64name};inline=1;size={len(png)};preserveAspectRatio=1:{data}\x07"
 
 
-def _sixel_rle(row: list[str]) -> str:
-    out, i = [], 0
-    while i < len(row):
-        j = i
-        while j < len(row) and row[j] == row[i]:
-            j += 1
-        n = j - i
-        out.append(f"!{n}{row[i]}" if n > 3 else row[i] * n)
-        i = j
+def _sixel_rle(row: np.ndarray) -> str:
+    """Sixel characters (a ``uint8`` array of 63..126) with runs of more than three written as
+    ``!<count><char>``; trailing empty sixels (``?``) dropped."""
+    used = np.flatnonzero(row != 63)
+    if used.size == 0:
+        return ""
+    row = row[: used[-1] + 1]
+    edges = np.flatnonzero(np.diff(row)) + 1
+    out = []
+    for start, end in zip([0, *edges.tolist()], [*edges.tolist(), len(row)]):
+        ch, n = chr(row[start]), end - start
+        out.append(f"!{n}{ch}" if n > 3 else ch * n)
     return "".join(out)
 
 
 def sixel_sequence(image: Image.Image) -> str:
     """The DEC sixel escape (``ESC P q … ESC \\``) for ``image``, quantised to 64 colours;
     each band of six pixel rows is drawn once per colour present in it, run-length encoded."""
-    rgb = image.convert("RGB")
-    q = rgb.quantize(colors=_SIXEL_COLOURS)
+    q = image.convert("RGB").quantize(colors=_SIXEL_COLOURS, method=Image.Quantize.FASTOCTREE)
     w, h = q.size
-    pixels = q.tobytes()
     pal = (q.getpalette() or [])[: 3 * _SIXEL_COLOURS]
     out = ["\x1bPq", f'"1;1;{w};{h}']
     for c in range(len(pal) // 3):
         r, g, b = (v * 100 // 255 for v in pal[3 * c : 3 * c + 3])
         out.append(f"#{c};2;{r};{g};{b}")
+    index = np.asarray(q, dtype=np.uint8).reshape(h, w)
+    if h % 6:  # pad the last band with a colour no pixel has
+        index = np.vstack([index, np.full((6 - h % 6, w), 255, np.uint8)])
+    weights = (1 << np.arange(6, dtype=np.uint16)).reshape(6, 1)
     for top in range(0, h, 6):
-        masks: dict[int, list[int]] = {}
-        for k in range(min(6, h - top)):
-            base = (top + k) * w
-            for x in range(w):
-                masks.setdefault(pixels[base + x], [0] * w)[x] |= 1 << k
-        bands = [f"#{c}" + _sixel_rle([chr(63 + m) for m in bits]) for c, bits in sorted(masks.items())]
-        out.append("$".join(bands) + "-")
+        band = index[top : top + 6]
+        rows = []
+        for c in np.unique(band).tolist():
+            if c != 255:
+                bits = ((band == c) * weights).sum(axis=0) + 63
+                rows.append(f"#{c}" + _sixel_rle(bits.astype(np.uint8)))
+        out.append("$".join(rows) + "-")
     out.append("\x1b\\")
     return "".join(out)
 
