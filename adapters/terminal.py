@@ -181,3 +181,4 @@ class TerminalRenderer:
             self.write("Files:", self.answer)
             for f in record.files:
                 self.write(printable(f"  {f.id} ({f.kind}, {f.description or f.mime}): {f.path}"), self.answer)
+

@@ -14,11 +14,9 @@ disguise where a link goes.
 
 from __future__ import annotations
 
-import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
 
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.live import Live
@@ -29,8 +27,8 @@ from rich.text import Text
 
 from pipeline.types import Done, Event, Notice, PlanDiscarded, RunRecord
 
-from .terminal import Progress, TaskProgress, TerminalRenderer, printable
-from .terminal_images import Protocol, image_protocol, inline_image
+from .terminal import Progress, TaskProgress, printable
+from .terminal_images import Protocol, inline_image
 
 _STATE_STYLE = {"waiting": "dim", "running": "yellow", "done": "green", "failed": "red", "skipped": "magenta",
                 "stopped": "magenta"}
@@ -190,12 +188,3 @@ class LiveRenderer:
         self.console.file.flush()
 
 
-
-def terminal_renderer(answer: TextIO, progress: TextIO, env: Mapping[str, str]) -> LiveRenderer | TerminalRenderer:
-    """The renderer for a command whose answer goes to ``answer`` and whose progress goes to
-    ``progress``: the live view when ``answer`` is a terminal (inline images as ``env`` allows,
-    :func:`adapters.terminal_images.image_protocol`), else plain lines (progress to ``progress``,
-    the answer and its files alone to ``answer``)."""
-    if answer.isatty():
-        return LiveRenderer(Console(file=answer), images=image_protocol(env), err=Console(file=sys.stderr))
-    return TerminalRenderer(progress, answer=answer)

@@ -26,11 +26,10 @@ import secrets
 import signal
 import sys
 from collections.abc import Iterator
-from typing import Any, Protocol, TextIO
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
-from adapters.terminal import printable
-from adapters.terminal_input import KEYS_HELP, ChatPrompt, quiet_typing
-from adapters.terminal_live import LiveRenderer, TerminalRenderer, terminal_renderer
+from adapters.terminal import TerminalRenderer, printable
+from adapters.terminal_renderers import terminal_renderer
 from pipeline.errors import HuggingGPTError
 
 from ..errors import InputError
@@ -38,6 +37,11 @@ from ..incoming import ConversationKey, IncomingFile
 from ..service import Service
 from ..settings import Settings
 from .common import INTERRUPTED, add_sandbox_option, clean_text, read_user_file
+
+if TYPE_CHECKING:  # prompt_toolkit and rich are imported when a chat starts, not by every command
+    from adapters.terminal_live import LiveRenderer
+
+    Renderer = LiveRenderer | TerminalRenderer
 
 HELP = "Type a request. /file PATH attaches a file, /files lists files, /new starts over, /quit leaves."
 COMMANDS = ("/file", "/files", "/new", "/quit", "/help")
@@ -80,9 +84,6 @@ class PlainReader:
                 return None
 
         return await asyncio.to_thread(line)
-
-
-Renderer = LiveRenderer | TerminalRenderer
 
 
 @contextlib.contextmanager
@@ -135,6 +136,8 @@ async def main(args: argparse.Namespace, settings: Settings, out: TextIO = sys.s
         interactive = sys.stdin.isatty() and out.isatty()
         reader: Reader = PlainReader()
         if interactive:
+            from adapters.terminal_input import KEYS_HELP, ChatPrompt
+
             reader = ChatPrompt(settings.storage.data_dir / HISTORY_FILE, COMMANDS)
         print(f"Conversation {conv} (resume later with: hugginggpt chat --conversation {conv}). {HELP}", file=out)
         if interactive:
@@ -189,6 +192,8 @@ async def _loop(service: Service, renderer: Renderer, reader: Reader, key: Conve
         elif line.startswith("/"):
             print(HELP, file=out)
             if interactive:
+                from adapters.terminal_input import KEYS_HELP
+
                 print(KEYS_HELP, file=out)
         else:
             await _turn(service, renderer, key, line, pending, out, interactive)
@@ -218,7 +223,11 @@ async def _turn(service: Service, renderer: Renderer, key: ConversationKey, text
 
     run = asyncio.ensure_future(turn())
     guard = _ctrl_c_stops(run, stop, renderer) if interactive else contextlib.nullcontext()
-    quiet = quiet_typing(sys.stdin) if interactive else contextlib.nullcontext()
+    quiet: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+    if interactive:
+        from adapters.terminal_input import quiet_typing
+
+        quiet = quiet_typing(sys.stdin)
     with guard, quiet:
         try:
             await run

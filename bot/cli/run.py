@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from adapters.terminal import TerminalRenderer
-from adapters.terminal_live import terminal_renderer
+from adapters.terminal_renderers import terminal_renderer
 from pipeline.types import Done, RunRecord
 
 from ..service import Service
