@@ -184,7 +184,7 @@ def _check_image(data: bytes, label: str, max_pixels: int = DEFAULT_MAX_PIXELS) 
         shown = f" ({exc.size[0]}x{exc.size[1]})" if exc.size else ""
         raise InputError(
             f"The image {label} has too many pixels{shown} to process safely; the limit is "
-            f"{max_pixels / 1e6:g} million pixels.", f"pixel limit: {exc}",
+            f"{max_pixels / 1e6:g} million pixels ([inference] max_image_pixels).", f"pixel limit: {exc}",
         ) from exc
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
         raise InputError(

@@ -341,7 +341,8 @@ async def test_uploaded_bomb_is_refused_before_decoding(bomb):
     with pytest.raises(InputError) as ei:
         await inspect_upload(bomb, "huge.png", "image/png", max_bytes=25 * MiB)
     assert ei.value.user_message == (
-        "The image huge.png has too many pixels to process safely; the limit is 40 million pixels."
+        "The image huge.png has too many pixels to process safely; the limit is 40 million pixels "
+        "([inference] max_image_pixels)."
     )
     small = bomb_png(3000)
     with pytest.raises(InputError) as ei:
