@@ -124,7 +124,7 @@ def build_pipeline(settings: Settings) -> tuple[Pipeline, list[Callable[[], Awai
     experts = ExpertSettings.from_inference(inf)
     hub = HubRunner(experts)
     servers = expert_servers(settings)
-    toolbox = Toolbox(settings.mcp.configs())  # [mcp] servers: their tools are tasks too (pipeline.mcp_tools)
+    toolbox = Toolbox(settings.mcp.configs(settings.storage.data_dir / "logs"))  # [mcp] servers: tools are tasks too
     selector = ToolSelector(
         toolbox, catalog, availability, controller, strategy=inf.selection, top_k=inf.top_k,
         controller_tasks=inf.controller_tasks, servers=servers, mode=_mode(settings),

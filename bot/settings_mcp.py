@@ -17,6 +17,7 @@ or ``HUGGINGGPT_MCP__SERVERS='{"stamps": {"command": "python", "args": [...]}}'`
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
@@ -61,14 +62,15 @@ class McpSettings(BaseModel):
                 raise ValueError(f"the server name {name!r} may have 1 to 32 lower-case letters, digits and -")
         return self
 
-    def configs(self) -> list[McpServerConfig]:
-        """The servers as the pipeline takes them (secrets in plain text)."""
+    def configs(self, logs: Path | None = None) -> list[McpServerConfig]:
+        """The servers as the pipeline takes them (secrets in plain text); a stdio server's stderr
+        goes to ``<logs>/mcp-<name>.log`` when ``logs`` is given."""
         return [
             McpServerConfig(
                 name=name, command=s.command, args=tuple(s.args),
                 env={k: v.get_secret_value() for k, v in s.env.items()}, url=s.url,
                 headers={k: v.get_secret_value() for k, v in s.headers.items()}, tools=tuple(s.tools),
-                connect_timeout=s.connect_timeout,
+                connect_timeout=s.connect_timeout, errlog=logs / f"mcp-{name}.log" if logs else None,
             )
             for name, s in self.servers.items()
         ]

@@ -30,6 +30,7 @@ import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .llm import Usage
@@ -63,6 +64,7 @@ class McpServerConfig:
         headers: HTTP headers sent to ``url`` (``Authorization``).
         tools: the tools to offer (``[]``: all the server lists).
         connect_timeout: seconds to start, initialise and list tools.
+        errlog: file the program's stderr is appended to (``None``: this process's stderr).
     """
 
     name: str
@@ -73,6 +75,7 @@ class McpServerConfig:
     headers: Mapping[str, str] = field(default_factory=dict)
     tools: tuple[str, ...] = ()
     connect_timeout: float = 20.0
+    errlog: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -227,7 +230,11 @@ class ToolServer:
         if c.command:
             from mcp.client.stdio import StdioServerParameters, stdio_client
 
-            return stdio_client(StdioServerParameters(command=c.command, args=list(c.args), env=dict(c.env) or None))
+            params = StdioServerParameters(command=c.command, args=list(c.args), env=dict(c.env) or None)
+            if c.errlog is None:
+                return stdio_client(params)
+            c.errlog.parent.mkdir(parents=True, exist_ok=True)
+            return _logging_to(c.errlog, lambda errlog: stdio_client(params, errlog=errlog))
         import httpx2
         from mcp.client.streamable_http import streamable_http_client
 
@@ -294,6 +301,14 @@ class ToolServer:
                 holder.cancel()
                 await asyncio.gather(holder, return_exceptions=True)
         self.session = None
+
+
+@contextlib.asynccontextmanager
+async def _logging_to(path: Path, transport: Any) -> Any:
+    """The streams of ``transport(errlog)``, the program's stderr appended to ``path``."""
+    with path.open("a", encoding="utf-8") as errlog:
+        async with transport(errlog) as streams:
+            yield streams
 
 
 @contextlib.asynccontextmanager
