@@ -215,3 +215,32 @@ async def test_over_http_a_cancelled_call_stops_the_run_as_stop_does(api):
         # the key's only run slot was given back: the next call runs
         after, _ = await ask(session, "plan", {"request": "Caption this photo", "files": [data_uri()]})
         assert not after.is_error
+
+
+async def test_an_http_mcp_server_serves_as_experts_its_image_result_a_resource(api, sink):
+    """The expert side over streamable HTTP, against our own /mcp: its tools become tasks, and
+    the object-detection tool's image comes back as a file of the run."""
+    from pipeline.experts.mcp import McpRunner
+    from pipeline.mcp_tools import McpServerConfig, Toolbox
+    from tests.conftest import stored_upload
+
+    box = Toolbox([McpServerConfig("self", url=api.url + "/mcp", headers={"Authorization": f"Bearer {KEY}"})])
+    try:
+        names = await box.task_names()
+        assert {"mcp.self.hugginggpt", "mcp.self.plan", "mcp.self.object-detection"} <= names
+        assert box.tool("mcp.self.object-detection").spec.required == {"image": "image"}
+        photo = await stored_upload(sink, PHOTO.read_bytes(), "chelsea.png", "image/png")
+        out = await McpRunner(box).run("mcp.self.object-detection", "mcp:self/object-detection", {"image": photo},
+                                       sink, task_id=3)
+        [boxes] = out.files
+        assert boxes.kind == "image" and boxes.origin == "task:3" and Image.open(boxes.path).size == (451, 300)
+        assert out.text and out.data is not None and out.data.to_json()["structured"]["result"]["status"] == "ok"
+    finally:
+        await box.aclose()
+
+    wrong = Toolbox([McpServerConfig("self", url=api.url + "/mcp", headers={"Authorization": "Bearer sk-wrong"},
+                                     connect_timeout=10)])
+    try:
+        assert await wrong.task_names() == frozenset()  # refused with 401: no tools, the run goes on
+    finally:
+        await wrong.aclose()
