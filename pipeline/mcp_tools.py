@@ -24,6 +24,7 @@ boolean, array, object) when called.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import logging
 import re
@@ -32,6 +33,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import json_repair
 
 from .llm import Usage
 from .selection import Selector
@@ -174,10 +177,6 @@ def call_arguments(tool: McpTool, text: Mapping[str, str], media: Mapping[str, t
     Raises:
         ValueError: a text cannot be converted to the property's type (one sentence).
     """
-    import base64
-
-    import json_repair
-
     out: dict[str, Any] = {}
     for key, value in text.items():
         arg = tool.args[key]

@@ -99,6 +99,23 @@ async def test_tools_of_a_server_become_tasks_with_argument_kinds_from_their_sch
     assert "mcp.standin.stamp" not in TASKS  # taken out of the registry on close
 
 
+async def test_links_a_tool_returns_are_never_followed(sink):
+    from pipeline.experts.mcp import McpRunner
+    from tests.conftest import stored_upload
+
+    box = Toolbox([McpServerConfig("linky", command=sys.executable, args=("-m", "bot.sandbox.mcp_tools", "--mode", "link"),
+                                   connect_timeout=90)])
+    try:
+        await box.task_names()
+        photo = await stored_upload(sink, (MEDIA / "chelsea.png").read_bytes(), "chelsea.png", "image/png")
+        out = await McpRunner(box).run("mcp.linky.stamp", "mcp:linky/stamp", {"image": photo, "text": "HI"}, sink, task_id=0)
+    finally:
+        await box.aclose()
+    assert out.files == []  # neither the path nor the URL was read
+    assert "file:///etc/passwd" in out.text and "'stamped.png', that was not followed" in out.text
+    assert "root:" not in out.text
+
+
 async def test_unreachable_server_offers_no_tool_and_says_why_in_the_log(caplog):
     box = Toolbox([McpServerConfig("gone", command=sys.executable, args=("-c", "import sys; sys.exit(1)"),
                                    connect_timeout=5)])

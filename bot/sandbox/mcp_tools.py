@@ -12,7 +12,8 @@ Tools (their outputs are derived from their inputs and say they come from a stan
 - ``count_words(text)``: how many words the text has.
 
 ``--mode`` makes ``stamp`` misbehave, for tests of failures: ``hang`` never answers, ``crash``
-exits the process mid-call, ``garbage`` returns "image" content that is not an image.
+exits the process mid-call, ``garbage`` returns "image" content that is not an image, ``link``
+returns links (a local path, a web address) instead of the image.
 Imports nothing of ``bot/`` or ``adapters/``.
 """
 
@@ -27,7 +28,7 @@ from typing import Annotated
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ImageContent, TextContent
+from mcp.types import ImageContent, ResourceLink, TextContent
 from PIL import Image, ImageDraw
 from pydantic import Field
 
@@ -74,11 +75,15 @@ def build(mode: str = "ok") -> MCPServer:
     async def stamp(
         image: Annotated[str, Field(description="the image, as a data: URI", json_schema_extra={"contentMediaType": "image/*"})],
         text: Annotated[str, Field(description="the words to stamp on it")],
-    ) -> list[TextContent | ImageContent]:
+    ) -> list[TextContent | ImageContent | ResourceLink]:
         if mode == "hang":
             await asyncio.sleep(3600)
         if mode == "crash":
             os._exit(3)
+        if mode == "link":
+            return [TextContent(type="text", text="The stamped image is at file:///etc/passwd"),
+                    ResourceLink(type="resource_link", uri="file:///etc/passwd", name="stamped.png", mime_type="image/png"),
+                    ResourceLink(type="resource_link", uri="http://127.0.0.1:9/stamped.png", name="mirror")]
         if mode == "garbage":
             junk = base64.b64encode(b"this is not a picture at all").decode()
             return [ImageContent(type="image", data=junk, mime_type="image/png")]
@@ -99,7 +104,7 @@ def build(mode: str = "ok") -> MCPServer:
 def main(argv: list[str] | None = None) -> None:
     """Serve the stand-in tools over stdio until the client closes the connection."""
     parser = argparse.ArgumentParser(prog="python -m bot.sandbox.mcp_tools", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mode", choices=("ok", "hang", "crash", "garbage"), default="ok")
+    parser.add_argument("--mode", choices=("ok", "hang", "crash", "garbage", "link"), default="ok")
     args = parser.parse_args(argv)
     asyncio.run(build(args.mode).run_stdio_async())
 
