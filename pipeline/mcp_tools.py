@@ -406,4 +406,4 @@ class ToolSelector(Selector):
         if tool is None:
             return await super().select(task, request_text, usage)
         why = f"the tool {tool.name} of the MCP server {tool.server}"
-        return Selection(task.id, tool.label, why, (), "mcp", runner="mcp"), [tool.label]
+        return Selection(task.id, tool.label, why, (), "mcp", runner="mcp", where=f"MCP server {tool.server}"), [tool.label]
