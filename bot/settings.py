@@ -31,6 +31,7 @@ from pydantic_settings.sources.utils import parse_env_vars
 
 from .errors import ConfigError
 from .paths import default_data_dir
+from .settings_mcp import McpSettings
 
 from .settings_sections import (  # noqa: F401 (re-exported: settings users import them from here)
     DAY, GiB, MiB, DiscordSettings, Section, ServerSettings, SlackSettings, env_list, secret,
@@ -178,8 +179,9 @@ class Settings(BaseSettings):
     discord: DiscordSettings = Field(default_factory=DiscordSettings)
     slack: SlackSettings = Field(default_factory=SlackSettings)
     server: ServerSettings = Field(default_factory=ServerSettings)
+    mcp: McpSettings = Field(default_factory=McpSettings)
 
-    @field_validator("llm", "inference", "planning", "catalog", "storage", "discord", "slack", "server", mode="before")
+    @field_validator("llm", "inference", "planning", "catalog", "storage", "discord", "slack", "server", "mcp", mode="before")
     @classmethod
     def _none_is_default(cls, v: Any) -> Any:
         return {} if v is None else v
@@ -205,6 +207,7 @@ class Settings(BaseSettings):
                 if isinstance(value, SecretStr) and value.get_secret_value():
                     values.append(value.get_secret_value())
         values.extend(k.get_secret_value() for k in self.server.api_keys if k.get_secret_value())
+        values.extend(self.mcp.secret_values())
         if self.storage.database_url is not None:  # the password alone too, wherever it is printed
             password = urlsplit(self.storage.database_url.get_secret_value()).password
             if password:

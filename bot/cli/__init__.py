@@ -8,6 +8,7 @@
     hugginggpt discord [--sandbox] [--grace S] [--shard-ids IDS --shard-count N]
     hugginggpt slack [--mode socket|http] [--sandbox] [--grace S]
     hugginggpt serve [--host H] [--port N] [--sandbox] [--grace S]
+    hugginggpt mcp [--sandbox]
     hugginggpt eval taskbench --data FILE [--limit N] [--concurrency N] [--out FILE] [--resume] [--sandbox]
 
 One module per command, each with ``add_parser(subparsers)`` and ``async main(args, settings) ->
@@ -31,13 +32,13 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 from pipeline.errors import HuggingGPTError
 
 from ..paths import default_data_dir
-from . import catalog, chat, db, discord, run, serve, slack, store
+from . import catalog, chat, db, discord, mcp, run, serve, slack, store
 from . import eval as evaluation
 from .common import BROKEN_PIPE, INTERRUPTED, exit_status, open_settings
 
 log = logging.getLogger("hugginggpt")
 
-COMMANDS = (run, chat, store, db, catalog, discord, slack, serve, evaluation)
+COMMANDS = (run, chat, store, db, catalog, discord, slack, serve, mcp, evaluation)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -14,7 +14,7 @@ from ..tasks.base import Inputs, OutputLimits
 from ..types import Modality, Output, Resource, ResourceSink
 from . import render
 
-RunnerKind = Literal["hub", "controller", "local"]
+RunnerKind = Literal["hub", "controller", "local", "mcp"]
 """Which runner serves a selection (:attr:`pipeline.types.Selection.runner`)."""
 
 
