@@ -7,7 +7,7 @@ import sys
 import textwrap
 from typing import AbstractSet, TextIO
 
-from bot.progress import Progress
+from adapters.progress import Progress
 from pipeline.types import (
     Done,
     Event,
@@ -76,7 +76,7 @@ _STATE_COLOUR = {"done": "32", "failed": "31", "skipped": "33", "stopped": "33"}
 
 class TerminalRenderer:
     """Writes progress and the streamed answer to ``out``, one line per change of the run's
-    progress (:class:`bot.progress.Progress`, the model Discord and Slack render too).
+    progress (:class:`adapters.progress.Progress`, the model Discord and Slack render too).
 
     Args:
         out: stream for progress and the answer.

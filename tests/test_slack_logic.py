@@ -9,7 +9,7 @@ from pathlib import Path
 
 from hypothesis import given, settings, strategies as st
 
-from bot.progress import Progress
+from adapters.progress import Progress
 from adapters.slack.logic import (
     MESSAGE_LIMIT_BYTES,
     render_status,

@@ -1,7 +1,7 @@
 """Discord Components V2 layouts for a run: the progress container with its Stop button, and the
 media message (a gallery of generated images, audio and video as file components).
 
-Builders only: no network I/O. What they show comes from :class:`bot.progress.Progress` (the
+Builders only: no network I/O. What they show comes from :class:`adapters.progress.Progress` (the
 single source of task states) through :func:`adapters.discord.render.task_line`.
 
 Limits (Discord API docs, "Component Reference", and discord.py 2.7 ``ui.LayoutView``): at most
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import discord
 from discord import ui
 
-from bot.progress import Progress
+from adapters.progress import Progress
 
 from .render import task_line
 
@@ -146,7 +146,7 @@ def progress_view(progress: Progress, *, run_id: str | None = None, title: str |
     models and states, and a Stop button below it while the run goes on.
 
     Args:
-        progress: the run's progress (:class:`bot.progress.Progress`).
+        progress: the run's progress (:class:`adapters.progress.Progress`).
         run_id: the run's id (hex) for the Stop button; ``None`` or a finished run: no button.
         title, stopped_by, now: see :func:`progress_texts`.
 

@@ -12,7 +12,7 @@ titles the plan, one ``task_update`` chunk per planned task (``pending`` → ``i
 reply while the run is going; feedback buttons (``context_actions`` with ``feedback_buttons``) end
 the finished answer.
 
-Nothing here decides about tasks: :class:`bot.progress.Progress` is the single source of what is
+Nothing here decides about tasks: :class:`adapters.progress.Progress` is the single source of what is
 shown.
 """
 
@@ -29,7 +29,7 @@ from slack_sdk.models.messages.chunk import BlocksChunk, MarkdownTextChunk, Plan
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.editor import MessageEditor
-from bot.progress import Progress, TaskProgress
+from adapters.progress import Progress, TaskProgress
 
 from .logic import escape_slack, render_status, split_text, to_mrkdwn
 
