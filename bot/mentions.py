@@ -1,4 +1,4 @@
-"""What a request says about files, checked before any LLM call (issue 15, "Inputs people give").
+"""What a request says about files, checked before any LLM call ("Inputs people give").
 
 Three slips get a sentence of their own instead of a plan built on nothing:
 
