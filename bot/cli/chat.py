@@ -20,6 +20,7 @@ import secrets
 import signal
 import sys
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from adapters.terminal import TerminalRenderer, printable
@@ -159,76 +160,90 @@ async def main(args: argparse.Namespace, settings: Settings, out: TextIO = sys.s
         conv = await service.conversation_id(key)
         print(f"Conversation {conv} (resume later with: hugginggpt chat --conversation {conv}). {HELP}", file=out)
         renderer = TerminalRenderer(out)
-        pending: list[IncomingFile] = []
         interactive = sys.stdin.isatty() and out.isatty()
         with Interrupts(out).installed() if interactive else contextlib.nullcontext(None) as interrupts:
-            return await _loop(service, renderer, key, conv, pending, out, interrupts)
+            return await _Chat(service, renderer, key, conv, out, interrupts).loop()
     finally:
         await service.close()
 
 
-async def _loop(
-    service: Service, renderer: TerminalRenderer, key: ConversationKey, conv: str, pending: list[IncomingFile],
-    out: TextIO, interrupts: Interrupts | None,
-) -> int:
-    while True:
-        if interrupts is not None:
-            line = await _read_tty_line("you> ", out, interrupts)
-            if interrupts.quit:
-                print(f"\nBye. Resume with: hugginggpt chat --conversation {conv}", file=out)
-                return INTERRUPTED
-        else:
-            line = await _read_line("")
-        if line is None:
-            return 0
-        line = clean_text(line).strip()
-        if not line:
-            continue
-        if line in ("/quit", "/exit"):
-            return 0
+@dataclass
+class _Chat:
+    """The conversation loop's state: the current conversation and the files for the next message."""
+
+    service: Service
+    renderer: TerminalRenderer
+    key: ConversationKey
+    conv: str
+    out: TextIO
+    interrupts: Interrupts | None
+    pending: list[IncomingFile] = field(default_factory=list)
+
+    async def loop(self) -> int:
+        """Read lines until the user leaves; returns the exit status (0, or 130 after Ctrl-C twice)."""
+        while True:
+            if self.interrupts is not None:
+                line = await _read_tty_line("you> ", self.out, self.interrupts)
+                if self.interrupts.quit:
+                    print(f"\nBye. Resume with: hugginggpt chat --conversation {self.conv}", file=self.out)
+                    return INTERRUPTED
+            else:
+                line = await _read_line("")
+            if line is None:
+                return 0
+            line = clean_text(line).strip()
+            if line in ("/quit", "/exit"):
+                return 0
+            if line.startswith("/"):
+                await self.command(line)
+            elif line:
+                await self.turn(line)
+
+    async def command(self, line: str) -> None:
+        """``/new``, ``/files``, ``/file PATH``; anything else shows the help."""
+        out = self.out
         if line == "/new":
-            left = conv
-            key = _new_key()
-            conv = await service.conversation_id(key)
-            pending.clear()
-            print(f"New conversation {conv}. (Resume the previous one with: hugginggpt chat --conversation {left})", file=out)
-            continue
-        if line == "/files":
-            for r in await service.store.resources(conv):
+            left = self.conv
+            self.key = _new_key()
+            self.conv = await self.service.conversation_id(self.key)
+            self.pending.clear()
+            print(f"New conversation {self.conv}. (Resume the previous one with: hugginggpt chat --conversation {left})",
+                  file=out)
+        elif line == "/files":
+            for r in await self.service.store.resources(self.conv):
                 print(printable(f"  {r.id} ({r.kind}, {r.origin}): {r.description} — {r.path}"), file=out)
-            continue
-        if line.startswith("/file"):
+        elif line.startswith("/file"):
             path = line[len("/file") :].strip()
             try:
                 f = read_user_file(path)
-                pending = await service.check_files([*pending, f])
+                self.pending = await self.service.check_files([*self.pending, f])
             except HuggingGPTError as e:
                 print(f"Error: {e.user_message}", file=out)
-                continue
+                return
             print(f"Attached {f.name} to your next message.", file=out)
-            continue
-        if line.startswith("/"):
+        else:
             print(HELP, file=out)
-            continue
 
+    async def turn(self, text: str) -> None:
+        """One turn with the files attached so far; Ctrl-C stops (then abandons) it."""
         stop = asyncio.Event()
+        files, self.pending = list(self.pending), []
 
-        async def turn(text: str = line, files: list[IncomingFile] = list(pending)) -> None:
-            async for event in _events(service, text, files, key, stop):
-                renderer.render(event)
+        async def render() -> None:
+            async for event in _events(self.service, text, files, self.key, stop):
+                self.renderer.render(event)
 
-        run = asyncio.ensure_future(turn())
-        if interrupts is not None:
-            interrupts.run, interrupts.stop = run, stop
+        run = asyncio.ensure_future(render())
+        if self.interrupts is not None:
+            self.interrupts.run, self.interrupts.stop = run, stop
         try:
             await run
         except asyncio.CancelledError:
             if not run.cancelled():  # the chat itself is being cancelled
                 raise
-            print("Abandoned this run; files it made so far stay in the conversation.", file=out)
+            print("Abandoned this run; files it made so far stay in the conversation.", file=self.out)
         except HuggingGPTError as e:
-            print(f"Error: {e.user_message}", file=out)
+            print(f"Error: {e.user_message}", file=self.out)
         finally:
-            if interrupts is not None:
-                interrupts.run = interrupts.stop = None
-        pending = []
+            if self.interrupts is not None:
+                self.interrupts.run = self.interrupts.stop = None
