@@ -83,14 +83,14 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
     from adapters.http import create_app
 
     from ..service import Service
-    from . import _version
+    from . import package_version
 
     host = args.host or settings.server.host
     port = settings.server.port if args.port is None else args.port
     check_binding(settings, host)
     sock = bind(host, port)
     service = await Service.create(settings)
-    app = create_app(settings, service, version=_version())
+    app = create_app(settings, service, version=package_version())
     config = uvicorn.Config(app, log_config=None, access_log=False, timeout_graceful_shutdown=args.grace,
                             server_header=False, lifespan="off")
     server = uvicorn.Server(config)
