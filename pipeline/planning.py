@@ -174,17 +174,16 @@ class _Draft(NamedTuple):
 
 
 class _PlanContext(NamedTuple):
-    """What resolving a task's arguments needs of the whole plan and the conversation."""
+    """What resolving a task's arguments needs: task id -> the modalities its task produces (the
+    plan's ids are its keys), and the conversation's resources (also indexed by id and name)."""
 
     outputs: dict[int, tuple[str, ...]]
-    """Task id -> the modalities its task produces (the plan's ids are its keys)."""
     index: dict[str, Resource]
     resources: Sequence[Resource]
 
 
 def _draft(pos: int, item: Any, available: AbstractSet[str], seen: set[int]) -> _Draft:
-    """Check one record on its own: an object with an id not in ``seen`` (added), a known task
-    that is served, its dependencies and its arguments as strings."""
+    """One record on its own: a new id (added to ``seen``), a served task, its deps and args."""
     if not isinstance(item, dict):
         raise PlanInvalid(f"Item {pos} of the plan is not a task object.")
     if "id" not in item:
@@ -220,8 +219,7 @@ def _draft_deps(tid: int, dep_raw: Any) -> set[int]:
 
 
 def _draft_args(tid: int, args_raw: Any) -> dict[str, str]:
-    """A record's ``args`` as lower-case keys and stripped strings (numbers and lists of text
-    lines accepted, ``null`` values left out)."""
+    """A record's ``args``: lower-case keys, stripped strings (numbers, text line lists; no nulls)."""
     if not isinstance(args_raw, dict):
         raise PlanInvalid(f'The "args" of task {tid} must be an object.')
     args: dict[str, str] = {}

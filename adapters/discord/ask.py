@@ -1,7 +1,7 @@
 """``/ask``: defer, open a thread (or use the current thread or DM), run, and say in the channel
 how the run ended.
 
-What a user sees (issues 4 and 10):
+What a user sees:
 
 * in a server channel: "<user> asked: …" with "🧵 Working on it in the thread", a public thread
   named after the request, the run in it; when it ends, the channel message says "✅ Done — see

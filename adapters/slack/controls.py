@@ -15,7 +15,7 @@ from pipeline.errors import HuggingGPTError
 from .live import FEEDBACK_ACTION, STOP_ACTION
 
 if TYPE_CHECKING:
-    from .app import SlackBot
+    from .handler import SlackBot
 
 log = logging.getLogger("adapters.slack.app")
 

@@ -17,7 +17,7 @@ from .logic import DM_THREAD
 if TYPE_CHECKING:
     from bot.service import Service
 
-    from .app import SlackBot
+    from .handler import SlackBot
 
 log = logging.getLogger("adapters.slack.app")
 

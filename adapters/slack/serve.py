@@ -34,7 +34,8 @@ from bot.settings import Settings, secret
 from pipeline.redact import mask_credentials
 
 from ..signals import StopSignals
-from .app import SlackApp, SlackBot, create_bolt_app
+from .app import SlackApp, create_bolt_app
+from .handler import SlackBot
 from .health import Replica, serve_http
 
 if TYPE_CHECKING:
