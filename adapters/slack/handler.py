@@ -1,10 +1,6 @@
 """The Slack front end's request handling: one :class:`SlackBot` per process behind the listeners
-(:mod:`adapters.slack.app` builds the app and registers them).
-
-``create_bolt_app(settings, service)`` builds the ``AsyncApp`` that Socket Mode
-(``AsyncSocketModeHandler``) and HTTP mode (``app.web_app()`` / Events API) both serve; tests build
-the same app production runs (collmbo's app factory; ChatGPT-in-Slack's single
-``register_listeners``).
+(:mod:`adapters.slack.app` builds the app and registers them); each accepted event becomes one
+:class:`adapters.slack.context.EventContext` that every step works from.
 
 What a user sees: ``@bot <request>`` (files attached or not) in a channel gets a status message in
 that message's thread, edited as the run progresses (plan, model and state per task), then the
@@ -217,7 +213,8 @@ class SlackBot:
         stop = asyncio.Event()
         self.runs[ctx.run_id] = (stop, ctx.user)
         reply = LiveReply(self.client, ctx.channel, ctx.thread_ts, user=ctx.user, team=ctx.team, run_id=ctx.run_id,
-                          interval=self.update_interval, limiter=self.update_limiter, streaming=self.slack.streaming)
+                          interval=self.update_interval, limiter=self.update_limiter, streaming=self.slack.streaming,
+                          progress=ctx.progress)
         try:
             await reply.start()
         except SlackApiError as e:

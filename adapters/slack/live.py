@@ -84,19 +84,21 @@ class LiveReply:
         interval: minimum seconds between two updates of the reply.
         limiter: the process's ``chat.update`` budget (used by the fallback).
         streaming: try a chat stream first (``[slack] streaming``); ``False``: status message only.
+        progress: the run's progress model (the event context's), shown as it changes.
 
     Attributes:
         mode: ``"stream"`` or ``"updates"`` (the fallback), once :meth:`start` returned.
     """
 
     def __init__(self, client: AsyncWebClient, channel: str, thread_ts: str, *, user: str, team: str, run_id: str,
-                 interval: float = 1.0, limiter: AsyncLimiter | None = None, streaming: bool = True) -> None:
+                 interval: float = 1.0, limiter: AsyncLimiter | None = None, streaming: bool = True,
+                 progress: Progress | None = None) -> None:
         self.client, self.channel, self.thread_ts = client, channel, thread_ts
         self.user, self.team, self.run_id = user, team, run_id
         self.interval, self.limiter = interval, limiter
         self.mode = "stream"
         self.streaming = streaming
-        self.progress = Progress()
+        self.progress = progress if progress is not None else Progress()
         self._stream: Any = None
         self._status: MessageEditor | None = None
         self._status_ts: str | None = None

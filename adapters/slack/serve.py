@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -240,7 +241,8 @@ async def run(settings: Settings, service: Service, client: AsyncWebClient, opti
 
 
 @contextlib.asynccontextmanager
-async def _receiving(front: SlackApp, settings: Settings, service: Service, options: ServeOptions) -> Any:
+async def _receiving(front: SlackApp, settings: Settings, service: Service,
+                     options: ServeOptions) -> AsyncIterator[Callable[[], Awaitable[None]]]:
     """Receive events in ``options.mode`` while inside; yields the coroutine function that stops
     taking new events (the first step of a drain). Leaving closes the connection or the server."""
     if options.mode == "socket":
