@@ -11,7 +11,7 @@ import sys
 import textwrap
 from typing import AbstractSet, TextIO
 
-from bot.progress import Progress, TaskProgress  # noqa: F401 - the one import of the progress model (terminal_live uses it from here)
+from adapters.progress import Progress, TaskProgress  # noqa: F401 - the one import of the progress model (terminal_live uses it from here)
 from pipeline.types import (
     Done,
     Event,
@@ -80,7 +80,7 @@ _STATE_COLOUR = {"done": "32", "failed": "31", "skipped": "33", "stopped": "33"}
 
 class TerminalRenderer:
     """Writes progress to ``out``, one line per change of the run's progress
-    (:class:`bot.progress.Progress`, the model Discord and Slack render too), and the streamed
+    (:class:`adapters.progress.Progress`, the model Discord and Slack render too), and the streamed
     answer with its list of files to ``answer``.
 
     Args:

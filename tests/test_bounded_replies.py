@@ -280,7 +280,7 @@ async def test_drawing_stops_when_its_task_is_cancelled(media_dir):
     """A timeout cancels the task; the worker thread drawing its boxes stops at the next box."""
     import threading
 
-    from pipeline.experts import render
+    from pipeline.tasks import drawing as render
 
     picture = (media_dir / "chelsea.png").read_bytes()
     boxes = [{"label": "x", "score": 0.5, "box": [1, 1, 50, 50]}] * 200_000

@@ -11,7 +11,7 @@ import pytest
 
 from bot.cli.common import record_exit_status
 from bot.incoming import ConversationKey
-from bot.progress import Progress
+from adapters.progress import Progress
 from bot.service import Service
 from bot.settings import load_settings
 from pipeline.types import Done, TaskFinished

@@ -59,11 +59,11 @@ class _Version(argparse.Action):
     """``--version``: the version, and where data goes unless ``[storage] data_dir`` says otherwise."""
 
     def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[no-untyped-def]
-        print(f"hugginggpt {_version()}\ndata dir (unless [storage] data_dir is set): {default_data_dir()}")
+        print(f"hugginggpt {package_version()}\ndata dir (unless [storage] data_dir is set): {default_data_dir()}")
         parser.exit()
 
 
-def _version() -> str:
+def package_version() -> str:
     try:
         return importlib.metadata.version("hugginggpt-bot")
     except importlib.metadata.PackageNotFoundError:  # running from a source tree without installing

@@ -33,11 +33,11 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
     from adapters.mcp import build_server, serve_stdio
 
     from ..service import Service
-    from . import _version
+    from . import package_version
 
     service = await Service.create(settings)
     try:
-        await serve_stdio(build_server(service, version=_version()))
+        await serve_stdio(build_server(service, version=package_version()))
     finally:
         await service.close()
     return 0

@@ -85,15 +85,15 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
     from adapters.mcp.http import mount as mount_mcp
 
     from ..service import Service
-    from . import _version
+    from . import package_version
 
     host = args.host or settings.server.host
     port = settings.server.port if args.port is None else args.port
     check_binding(settings, host)
     sock = bind(host, port)
     service = await Service.create(settings)
-    app = create_app(settings, service, version=_version())
-    mcp = mount_mcp(app, version=_version())  # the MCP server at /mcp: the same keys, limits and conversations
+    app = create_app(settings, service, version=package_version())
+    mcp = mount_mcp(app, version=package_version())  # the MCP server at /mcp: the same keys, limits and conversations
     config = uvicorn.Config(app, log_config=None, access_log=False, timeout_graceful_shutdown=args.grace,
                             server_header=False, lifespan="off")
     server = uvicorn.Server(config)
