@@ -173,7 +173,9 @@ async def _infer(model_id: str, request: Request) -> Response:
     task = task_for(model.task)
     assert task is not None
     body = await request.body()
-    item = await asyncio.to_thread(task.prepare, parse_body(body, request.headers.get("content-type", "")))
+    payload = parse_body(body, request.headers.get("content-type", ""))
+    payload.parameters = {**state.config.default_parameters.get(model.task, {}), **payload.parameters}
+    item = await asyncio.to_thread(task.prepare, payload)
     future = state.queue(model_id).submit(item, deadline)
     result = await _wait(request, future, deadline, model_id)
     reply = task.encode(result)

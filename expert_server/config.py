@@ -23,6 +23,8 @@
     ray_actor_options = {num_gpus = 0.5}
     [tasks]                         # task of a cached model whose card and config say nothing
     "org/name" = "image-classification"
+    [default_parameters.canny-text-to-image]   # parameters a request of this task leaves out
+    num_inference_steps = 20                   # (fewer denoising steps: faster drawings on a CPU)
 
 The server never reads the bot's settings (it is a separate deployable).
 """
@@ -92,6 +94,7 @@ class ServerConfig(BaseSettings):
     seg_model: str = ""
     annotators: str = "lllyasviel/Annotators"
     tasks: dict[str, str] = {}
+    default_parameters: dict[str, dict[str, Any]] = {}
     min_free_memory_for: dict[str, int] = {}
     ray: dict[str, dict] = {}
     cache_dir: str | None = None

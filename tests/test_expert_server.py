@@ -14,6 +14,7 @@ import time
 import wave
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("torch")
@@ -94,7 +95,8 @@ def tiny_cache(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def server(tiny_cache, tmp_path_factory):
     srv = Server(tiny_cache, 'controlnet_base = "tiny/stable-diffusion"\nmemory_budget = "50MB"\n'
-                 'min_free_memory_for = {"tiny/vit-oom" = "1PB"}\n', tmp_path_factory.mktemp("srv") / "server.log")
+                 'min_free_memory_for = {"tiny/vit-oom" = "1PB"}\n'
+                 'default_parameters = {"canny-text-to-image" = {"num_inference_steps" = 2}}\n', tmp_path_factory.mktemp("srv") / "server.log")
     yield srv
     srv.stop()
 
@@ -297,3 +299,78 @@ def test_health_and_readiness(server):
     assert doc["device"] == "cpu"
 
 
+
+
+# ---------------------------------------------------------------------------------------------
+# The real server and the real bot together: `hugginggpt run --sandbox --json` (the sandbox's
+# stand-in controller and providers) with [inference] mode = "hybrid" pointing at this server.
+
+
+def _hugginggpt_run(tmp_path: Path, text: str, experts_url: str) -> dict:
+    """``hugginggpt run --sandbox --json TEXT --file chelsea.png`` in hybrid mode; its JSON
+    document. The catalog has no provider model for depth estimation or ControlNet."""
+    import json
+
+    catalog = tmp_path / "catalog.jsonl"
+    catalog.write_text(json.dumps({"id": "microsoft/resnet-50", "task": "image-classification", "downloads": 5000,
+                                   "likes": 10, "description": "Image classification.", "providers": None,
+                                   "tags": []}) + "\n")
+    config = tmp_path / "hugginggpt.toml"
+    config.write_text(f'[catalog]\npath = "{catalog}"\n\n[inference]\nmode = "hybrid"\nexperts_url = "{experts_url}"\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HUGGINGGPT_", "OPENAI_", "HF_"))}
+    env["HUGGINGGPT_STORAGE__DATA_DIR"] = str(tmp_path / "data")
+    p = subprocess.run([sys.executable, "-m", "bot.cli", "--config", str(config), "run", "--sandbox", "--json", text,
+                        "--file", str(MEDIA / "chelsea.png")], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr[-3000:]
+    return json.loads(p.stdout)
+
+
+def test_the_bot_reads_every_model_the_server_lists(server):
+    from pipeline.catalog.servers import parse_listing
+    from pipeline.tasks import TASKS
+
+    doc = httpx2.get(f"{server.url}/models", timeout=10).json()
+    listing = parse_listing(server.url, doc)
+    # the bot keeps every entry whose task its registry has, field for field; the server also
+    # serves pipeline tags the bot does not plan (zero-shot classification), which it leaves out
+    assert [(m.id, m.task, m.state, m.reason, m.size_bytes, m.library) for m in listing.models] == \
+        [(m["id"], m["task"], m["state"], m["reason"], m["size_bytes"], m["library"]) for m in doc["models"]
+         if m["task"] in TASKS]
+    assert {m["task"] for m in doc["models"]} - set(TASKS) == {"zero-shot-classification"}
+    tasks = {m.id: m.task for m in listing.models}
+    assert tasks["tiny/dpt-depth"] == "depth-estimation" and tasks["depth-control"] == "depth-control"
+    assert tasks["canny-control"] == "canny-control" and tasks["tiny/sd-controlnet-canny"] == "canny-text-to-image"
+    assert listing.device == "cpu"
+
+
+def test_hybrid_runs_depth_estimation_on_the_server_and_the_user_gets_the_map(server, tiny_cache, tmp_path):
+    from transformers import pipeline
+
+    doc = _hugginggpt_run(tmp_path, "Estimate the depth of this photo", server.url)
+    [task] = doc["tasks"]
+    assert task["task"] == "depth-estimation"
+    sel, res = doc["selections"][str(task["id"])], doc["results"][str(task["id"])]
+    where = f"local {server.url}"
+    assert (sel["model"], sel["where"], res["status"], res["where"]) == ("tiny/dpt-depth", where, "ok", where)
+    [file] = res["output"]["files"]
+    made = np.asarray(Image.open(file["path"]).convert("L"), dtype=int)
+    # the map the same checkpoint computes in process for the same photo: the server really ran it
+    [snap] = (tiny_cache / "models--tiny--dpt-depth" / "snapshots").iterdir()
+    expected = np.asarray(pipeline("depth-estimation", model=str(snap))(Image.open(MEDIA / "chelsea.png"))["depth"],
+                          dtype=int)
+    assert made.shape == expected.shape == (300, 451) and np.abs(made - expected).max() <= 1
+
+
+def test_hybrid_draws_with_controlnet_on_the_server(server, tmp_path):
+    doc = _hugginggpt_run(tmp_path, "Draw a red cat from the edges of this photo", server.url)
+    by_task = {t["task"]: str(t["id"]) for t in doc["tasks"]}
+    assert set(by_task) == {"canny-control", "canny-text-to-image"}
+    where = f"local {server.url}"
+    edges, drawing = doc["results"][by_task["canny-control"]], doc["results"][by_task["canny-text-to-image"]]
+    # Canny is cheap: the bot runs its own OpenCV Canny in process rather than call a server
+    assert (edges["status"], edges["where"]) == ("ok", "in-process")
+    assert (drawing["status"], drawing["where"], drawing["model"]) == ("ok", where, "tiny/sd-controlnet-canny")
+    edge_map = np.asarray(Image.open(edges["output"]["files"][0]["path"]).convert("L"))
+    assert edge_map.shape == (300, 451) and set(np.unique(edge_map)) == {0, 255}  # Canny's edges, from the photo
+    assert Image.open(drawing["output"]["files"][0]["path"]).format == "PNG"
