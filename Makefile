@@ -11,6 +11,7 @@ BIN     = $(VENV)/bin
 
 system-deps:
 	@$(call apt,ffmpeg,command -v ffmpeg && command -v ffprobe)
+	@$(call apt,python3-venv,$(PYTHON) -c 'import ensurepip')
 
 test-system-deps:
 	@$(call apt,postgresql nginx,ls /usr/lib/postgresql/*/bin/postgres && { command -v nginx || [ -x /usr/sbin/nginx ]; })
@@ -31,8 +32,13 @@ $(BIN)/hugginggpt: pyproject.toml
 
 # The tests also run the expert server (torch, transformers, diffusers, the annotators: about a
 # minute and 5.5 GB) and Ray Serve. torch and torchvision are installed as a matching pair.
+# TORCH_INDEX: a pip index to take torch and torchvision from first, e.g. PyTorch's CPU-only
+# wheels (https://download.pytorch.org/whl/cpu: about 1 GB instead of PyPI's CUDA build); .ci/run
+# sets it when that index is reachable.
+TORCH_PAIR = 'torch==2.14.1' 'torchvision==0.29.1'
 $(VENV)/.experts-installed: pyproject.toml $(BIN)/hugginggpt
-	$(BIN)/pip install -q 'torch==2.14.1' 'torchvision==0.29.1' -e '.[test,experts,ray]'
+	$(if $(TORCH_INDEX),$(BIN)/pip install -q --index-url $(TORCH_INDEX) $(TORCH_PAIR))
+	$(BIN)/pip install -q $(TORCH_PAIR) -e '.[test,experts,ray]'
 	@touch $@
 
 install: system-deps $(BIN)/hugginggpt

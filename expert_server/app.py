@@ -99,10 +99,15 @@ def create_app(config: ServerConfig, device: str, budget: int | None, *, scan: b
 
 
 async def _scan(state: State) -> None:
-    """Read the cache in a thread, then serve what it holds (``/readyz`` answers 200 from then on)."""
+    """Read the cache and import the libraries its models need, in a thread, then serve what it
+    holds (``/readyz`` answers 200 from then on, so a load balancer sends no request that would
+    wait for the imports)."""
     from .catalog import servable
+    from .tasks import import_libraries
 
-    await start(state, await asyncio.to_thread(servable, state.config))
+    models = await asyncio.to_thread(servable, state.config)
+    await asyncio.to_thread(import_libraries, {m.library for m in models.values()})
+    await start(state, models)
 
 
 async def start(state: State, models: dict[str, CachedModel]) -> None:

@@ -45,7 +45,7 @@ EXTRA["tiny/vit-oom"] = (tinymodels.vit, "image-classification")
 class Server:
     """``python -m expert_server`` in a subprocess on a free port."""
 
-    def __init__(self, cache: Path, config: str, log: Path) -> None:
+    def __init__(self, cache: Path, config: str, log: Path, *, wait: bool = True) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         cfg = log.with_suffix(".toml")
@@ -56,7 +56,16 @@ class Server:
         self.proc = subprocess.Popen([sys.executable, "-m", "expert_server", "--port", str(self.port), "--device", "cpu",
                                       "--config", str(cfg)], cwd=ROOT, env=env, stdout=open(log, "wb"),  # noqa: SIM115
                                      stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self, timeout: float = 180) -> None:
+        """Return once ``/readyz`` answers 200.
+
+        Raises:
+            RuntimeError: the process exited or did not get ready within ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
                 if httpx2.get(f"{self.url}/readyz", timeout=1).status_code == 200:
@@ -66,7 +75,7 @@ class Server:
             if self.proc.poll() is not None:
                 break
             time.sleep(0.2)
-        raise RuntimeError(f"the expert server did not start:\n{log.read_text()[-3000:]}")
+        raise RuntimeError(f"the expert server did not start:\n{self.log.read_text()[-3000:]}")
 
     def models(self) -> dict[str, dict]:
         doc = httpx2.get(f"{self.url}/models", timeout=10).json()
@@ -344,6 +353,7 @@ def test_the_bot_reads_every_model_the_server_lists(server):
     assert listing.device == "cpu"
 
 
+@pytest.mark.slow
 def test_hybrid_runs_depth_estimation_on_the_server_and_the_user_gets_the_map(server, tiny_cache, tmp_path):
     from transformers import pipeline
 
@@ -362,6 +372,7 @@ def test_hybrid_runs_depth_estimation_on_the_server_and_the_user_gets_the_map(se
     assert made.shape == expected.shape == (300, 451) and np.abs(made - expected).max() <= 1
 
 
+@pytest.mark.slow
 def test_hybrid_draws_with_controlnet_on_the_server(server, tmp_path):
     doc = _hugginggpt_run(tmp_path, "Draw a red cat from the edges of this photo", server.url)
     by_task = {t["task"]: str(t["id"]) for t in doc["tasks"]}

@@ -41,8 +41,11 @@ def _nginx(root, upstreams):
         pytest.skip(str(e))
 
 
+@pytest.mark.slow
 async def test_two_servers_behind_nginx_answer_every_request(small_cache, tmp_path):
-    servers = [Server(small_cache, "", tmp_path / f"server{i}.log") for i in range(2)]
+    servers = [Server(small_cache, "", tmp_path / f"server{i}.log", wait=False) for i in range(2)]
+    for s in servers:  # both start at once
+        s.wait_ready()
     # nginx's worker (user nobody) buffers request bodies under its root: a directory it can enter
     root = Path(tempfile.mkdtemp(prefix="experts-nginx-"))
     lb = _nginx(root, [f"127.0.0.1:{s.port}" for s in servers])

@@ -57,3 +57,16 @@ def task_for(name: str) -> Task | None:
 
 
 _REGISTRY: dict[str, Task] | None = None
+
+_IMPORTS = {"transformers": ("torch", "transformers.pipelines"), "diffusers": ("torch", "diffusers.pipelines"),
+            "controlnet_aux": ("torch", "controlnet_aux")}
+
+
+def import_libraries(libraries: set[str]) -> None:
+    """Import the machine-learning libraries that models of ``libraries`` (``"transformers"``,
+    ``"diffusers"``, ``"controlnet_aux"``; others are ignored) load with (blocking; about 10 s for
+    torch and transformers on a CPU), so a server's first request pays for its model, not for them."""
+    import importlib
+
+    for module in dict.fromkeys(m for lib in sorted(libraries) for m in _IMPORTS.get(lib, ())):
+        importlib.import_module(module)
