@@ -194,6 +194,8 @@ class Executor:
             except ExpertError as e:
                 last_error = e.user_message.rstrip(".")
                 log.warning("task %d: model %s failed (%s): %s", task.id, model, e.reason, e)
+                if e.reason == "billing":  # no credits: every other model would be refused alike
+                    break
             except ControllerError as e:
                 last_error = e.user_message.rstrip(".")
                 log.warning("task %d: controller task failed: %s", task.id, e)

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+from pipeline.experts.providers import ProviderPolicy
 from pipeline.catalog import Availability, Catalog
 from pipeline.catalog.placement import Placement
 from pipeline.catalog.servers import ExpertServers
@@ -106,6 +107,7 @@ async def _show(args: argparse.Namespace, settings: Any, out: TextIO) -> int:
         token=secret(inf.token),
         ttl=settings.catalog.availability_ttl,
         hub_endpoint=args.hub_endpoint,
+        policy=ProviderPolicy(inf.provider, dict(inf.providers)),
     )
     servers = expert_servers(settings)
     try:
