@@ -39,6 +39,7 @@ from ..types import Output, Resource, ResourceSink
 from . import failures, http
 from .base import TaskSaver, condense, read_inputs
 from .failures import refused_connection
+from .providers import CHAT_TASKS, client_knows, warm_mapping
 
 __all__ = ["ClientCalls", "ExpertSettings", "HubRunner", "refused_connection"]
 
@@ -247,8 +248,9 @@ class HubRunner:
         target = url or self.endpoint_for(model)
         calls = ClientCalls(self._client, self)
         if target is None:
-            target, client = self._provider_target(model, provider or self.settings.provider)
+            target, client = self._provider_target(task, model, provider or self.settings.provider)
             calls = ClientCalls(client, self)
+            await warm_mapping(client.provider, task, target)
         settings = self.settings
         expo = wait_random_exponential(multiplier=0.5, max=settings.backoff_max)
 
@@ -314,12 +316,16 @@ class HubRunner:
             out = Output(text=f"{out.text} {note}" if out.text else note, files=out.files, data=out.data)
         return await condense(out, saver)
 
-    def _provider_target(self, model: str, provider: str | None) -> tuple[str, AsyncInferenceClient]:
+    def _provider_target(self, task: str, model: str, provider: str | None) -> tuple[str, AsyncInferenceClient]:
         """``(model as the client is given it, client)`` for a provider route: ``auto:fastest``
         becomes the router's ``model:fastest`` on the ``auto`` client; a provider name its own
-        client; a model already pinned (``model:provider``) is left as it is for the router."""
+        client; a model already pinned (``model:provider``) is left as it is for the router. A
+        chat task on a provider the installed client has no helper for goes to the router's auto
+        route as ``model:provider`` (the router knows more providers than the client)."""
         if provider is None:
             return model, self._client_for("auto")
+        if task in CHAT_TASKS and not provider.startswith("auto") and not client_knows(provider):
+            provider = f"auto:{provider}"
         if provider == "auto" or provider.startswith("auto:"):
             suffix = provider.partition(":")[2]
             pinned = ":" in model

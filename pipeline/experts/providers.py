@@ -23,11 +23,15 @@ ones); ``cheapest`` for non-chat tasks keeps the Hub's order, because the mappin
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import re
 import statistics
 from collections import defaultdict, deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+
+log = logging.getLogger(__name__)
 
 POLICIES = ("auto", "fastest", "cheapest", "preferred")
 """Policy names accepted where a provider is (``[inference] provider`` and per-task overrides)."""
@@ -85,6 +89,41 @@ def client_serves(provider: str, task: str) -> bool:
     except ImportError:  # pragma: no cover - a client without the table: trust the Hub's mapping
         return True
     return task in PROVIDERS.get(provider, {})  # type: ignore[call-overload]
+
+
+def client_knows(provider: str) -> bool:
+    """Whether the installed ``huggingface_hub`` has helpers for ``provider`` at all."""
+    try:
+        from huggingface_hub.inference._providers import PROVIDERS
+    except ImportError:  # pragma: no cover
+        return True
+    return provider in PROVIDERS
+
+
+async def warm_mapping(provider: str | None, task: str, model: str) -> None:
+    """Do the client's Hub look-ups for ``model`` on ``provider`` ahead, in a worker thread.
+
+    ``huggingface_hub`` looks a model's provider mapping (and, on ``hf-inference``, its pipeline
+    tag) up with a synchronous ``HfApi.model_info`` inside the async call, cached per model for the
+    process; done here first, the call finds them cached instead of blocking the event loop.
+    ``task`` is our task name (``image-text-to-text`` is the client's ``conversational``).
+    Failures are not raised here: the client meets them again in the call, where they are mapped
+    to one sentence as usual.
+    """
+    if model.startswith(("http://", "https://")):
+        return
+    client_task = "conversational" if task in CHAT_TASKS else task
+
+    def look_up() -> None:
+        from huggingface_hub.inference._providers import get_provider_helper
+
+        helper = get_provider_helper(provider, client_task, model)  # type: ignore[arg-type]
+        helper._prepare_mapping_info(model)  # noqa: SLF001 - the client's own cached look-up
+
+    try:
+        await asyncio.to_thread(look_up)
+    except Exception as exc:  # noqa: BLE001 - the call reports it
+        log.debug("provider mapping of %s on %s not looked up ahead: %r", model, provider, exc)
 
 
 @dataclass

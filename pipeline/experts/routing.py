@@ -112,7 +112,7 @@ class RoutingRunner:
             return routes
         if getattr(self.placement.availability, "policy", None) is None:  # no policy: the client's default
             return [Route("provider", "auto")]
-        return []
+        return await self.placement.provider_fallbacks(task, model)  # not looked up yet: look it up now
 
     async def _run_at(self, route: Route, task: str, model: str, args: dict[str, Any], sink: ResourceSink,
                       task_id: int) -> Output:
