@@ -6,9 +6,8 @@ decoded and checked as a user would see them (images opened, audio decoded, vide
 
 from __future__ import annotations
 
-import io
-
 import asyncio
+import io
 import json
 import time
 import wave
