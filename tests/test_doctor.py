@@ -15,6 +15,7 @@ import pytest
 
 from bot.sandbox.controller import ControllerStandIn
 from tests.realparts import free_port
+from tests.standins.faulty_controller import FaultyController
 from tests.standins.expert_server import ExpertServerStandIn, model
 from tests.standins.hub import HubStandIn, whoami_body
 
@@ -128,6 +129,7 @@ def _hub_down(s: Setup) -> None:
 
 def _no_hub_token(s: Setup) -> None:
     del s.config["inference"]["token"]
+    s.config["inference"]["mode"] = "providers"
 
 
 def _corrupt_database(s: Setup) -> None:
@@ -193,3 +195,24 @@ async def test_free_credits_only_is_a_warning_not_a_failure(setup):
     got = verdicts(text)
     assert status == 0 and got["hub"][0] == "warn"
     assert "free monthly credits only" in got["hub"][1] and "huggingface.co/settings/billing" in got["hub"][1]
+
+
+async def test_a_controller_without_a_model_listing_gets_one_tiny_request(setup):
+    bare = FaultyController().start()  # answers chat completions only: GET /models is a 404
+    try:
+        setup.config["llm"]["base_url"] = bare.url
+        status, text = await setup.doctor()
+    finally:
+        bare.close()
+    got = verdicts(text)
+    assert status == 0 and got["controller"] == ("ok", f"{bare.url} answers a chat request with sandbox-controller "
+                                                       "(it has no GET /models).")
+    [asked] = bare.requests
+    assert asked["body"]["max_tokens"] == 1 and asked["body"]["model"] == "sandbox-controller"
+
+
+async def test_without_a_token_hybrid_mode_still_runs_the_expert_servers_models(setup):
+    del setup.config["inference"]["token"]
+    status, text = await setup.doctor()
+    got = verdicts(text)
+    assert status == 0 and got["hub"][0] == "warn" and "only the expert servers' models can run" in got["hub"][1]

@@ -147,8 +147,10 @@ async def check_hub(inference: InferenceSettings, timeout: float) -> Check:
     if inference.base_url:
         return Check("hub", "skip", f"expert calls go to the gateway {safe_url(inference.base_url)}, not to the Hub.")
     if inference.token is None:
-        return Check("hub", "FAIL", "No Hugging Face token: Inference Providers refuse calls without one.",
-                     f"create a token with 'Make calls to Inference Providers' at {TOKENS_PAGE} and set HF_TOKEN")
+        fix = f"create a token with 'Make calls to Inference Providers' at {TOKENS_PAGE} and set HF_TOKEN"
+        if inference.mode == "hybrid" and inference.experts_url:
+            return Check("hub", "warn", "No Hugging Face token: only the expert servers' models can run.", fix)
+        return Check("hub", "FAIL", "No Hugging Face token: Inference Providers refuse calls without one.", fix)
     import httpx2
     from huggingface_hub import constants
     from huggingface_hub.utils import build_hf_headers
@@ -243,6 +245,8 @@ async def check_experts(inference: InferenceSettings, timeout: float) -> Check:
     """``GET {url}/models`` on every expert server (``[inference] experts_url``)."""
     if not inference.experts_url:
         return Check("experts", "skip", "No expert servers configured ([inference] experts_url is empty).")
+    if inference.mode == "providers":
+        return Check("experts", "skip", "[inference] mode is providers: the expert servers are not used.")
     import httpx2
 
     from pipeline.catalog.servers import parse_listing
