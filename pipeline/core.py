@@ -12,7 +12,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from . import prompts
 from .catalog.availability import Availability
@@ -175,6 +175,9 @@ class Pipeline:
         record = RunRecord(request=request.text, conversation_id=request.conversation_id, turn=request.turn)
         st = _RunState(request, stop, loop, loop.time() + self.limits.deadline, record)
         try:
+            async with contextlib.aclosing(self._video_parts(st, sink)) as notices:
+                async for event in notices:
+                    yield event
             async with contextlib.aclosing(self._available_tasks(st)) as notices:
                 async for event in notices:
                     yield event
@@ -194,6 +197,20 @@ class Pipeline:
             log.warning("run failed during %s: %s", st.stage, e)
         st.close_record()
         yield Done(record)
+
+    async def _video_parts(self, st: _RunState, sink: ResourceSink) -> AsyncIterator[Event]:
+        """The sound and a few frames of each video of this turn become resources of their own
+        (:func:`pipeline.video_parts.add_video_parts`), added to ``st.request.files``; a video that
+        cannot be read is said in a notice. Given at most a quarter of the time left."""
+        if not any(f.kind == "video" for f in st.request.files):
+            return
+        from .video_parts import add_video_parts  # PyAV is imported only when a video comes
+
+        parts, notes = await add_video_parts(st.request.files, sink, timeout=max(1.0, min(60.0, st.left() / 4)))
+        st.request = replace(st.request, files=[*st.request.files, *parts])
+        for note in notes:
+            st.record.notes.append(note)
+            yield Notice(note)
 
     async def _available_tasks(self, st: _RunState) -> AsyncIterator[Event]:
         """Wait (within the deadline) for the served tasks, saying so when it takes a while or the

@@ -63,12 +63,18 @@ def reference_hub_models(path: Path = FIXTURE) -> list[dict[str, Any]]:
         dicts with ``id, pipeline_tag, downloads, likes, tags, cardData, mappings, readme``.
     """
     by_task: dict[str, list[dict[str, Any]]] = {}
-    # today's Hub also has tasks the 2023 snapshot lacks (fill-mask), with download counts
+    # today's Hub also has tasks the 2023 snapshot lacks (fill-mask, video-classification), with stand-in download counts
     newer = [
         {"id": "google-bert/bert-base-uncased", "pipeline_tag": "fill-mask", "task": "fill-mask", "downloads": 55_000_000,
          "likes": 2400, "meta": {"tags": ["exbert"]}, "description": "BERT base model (uncased)."},
         {"id": "FacebookAI/roberta-base", "pipeline_tag": "fill-mask", "task": "fill-mask", "downloads": 9_000_000,
          "likes": 500, "meta": {"tags": ["exbert"]}, "description": "RoBERTa base model."},
+        {"id": "MCG-NJU/videomae-base-finetuned-kinetics", "pipeline_tag": "video-classification",
+         "task": "video-classification", "downloads": 40_000, "likes": 40, "meta": {"tags": []},
+         "description": "VideoMAE base fine-tuned on Kinetics-400."},
+        {"id": "facebook/timesformer-base-finetuned-k400", "pipeline_tag": "video-classification",
+         "task": "video-classification", "downloads": 20_000, "likes": 30, "meta": {"tags": []},
+         "description": "TimeSformer base fine-tuned on Kinetics-400."},
     ]
     for line in [*path.read_text(encoding="utf-8").splitlines(), *(json.dumps(r) for r in newer)]:
         rec = json.loads(line)
