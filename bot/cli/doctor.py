@@ -64,10 +64,21 @@ def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "doctor", help="check the settings, controller, Hub, store, expert servers, ffmpeg and disk space")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of lines")
-    p.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS", help="seconds per check (default 5)")
-    p.add_argument("--min-free-mb", type=float, default=1024.0, metavar="MIB",
+    p.add_argument("--timeout", type=_positive, default=5.0, metavar="SECONDS", help="seconds per check (default 5)")
+    p.add_argument("--min-free-mb", type=_positive, default=1024.0, metavar="MIB",
                    help="free space the data dir needs, in MiB (default 1024)")
     p.set_defaults(handler=main, loads_settings=True)
+
+
+def _positive(text: str) -> float:
+    """A finite number above 0 (``--timeout`` seconds, ``--min-free-mb`` MiB)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, not {text!r}") from None
+    if not 0 < v < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number above 0, not {text}")
+    return v
 
 
 def safe_url(url: str) -> str:
