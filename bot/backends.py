@@ -20,8 +20,9 @@ from pipeline.experts.hub import ExpertSettings, HubRunner
 from pipeline.experts.local import LocalRunner
 from pipeline.experts.providers import ProviderPolicy
 from pipeline.experts.routing import RoutingRunner
+from pipeline.experts.mcp import McpRunner
 from pipeline.llm import Controller
-from pipeline.selection import Selector
+from pipeline.mcp_tools import Toolbox, ToolSelector
 
 from .errors import ConfigError
 from .settings import Settings, secret
@@ -125,18 +126,20 @@ def build_pipeline(settings: Settings) -> tuple[Pipeline, list[Callable[[], Awai
     experts = ExpertSettings.from_inference(inf)
     hub = HubRunner(experts)
     servers = expert_servers(settings)
-    selector = Selector(
-        catalog, availability, controller, strategy=inf.selection, top_k=inf.top_k, controller_tasks=inf.controller_tasks,
-        servers=servers, mode=_mode(settings),
+    toolbox = Toolbox(settings.mcp.configs(settings.storage.data_dir / "logs"))  # [mcp] servers: tools are tasks too
+    selector = ToolSelector(
+        toolbox, catalog, availability, controller, strategy=inf.selection, top_k=inf.top_k,
+        controller_tasks=inf.controller_tasks, servers=servers, mode=_mode(settings),
     )
     limits = ExecutionLimits(task_timeout=inf.task_timeout, deadline=inf.deadline, max_candidates_tried=inf.max_candidates_tried)
     runners = {
         "hub": RoutingRunner(hub, selector.placement),
         "controller": ControllerRunner(controller, experts.limits),
         "local": LocalRunner(max_image_pixels=inf.max_image_pixels),
+        "mcp": McpRunner(toolbox, experts.limits, experts.max_media_bytes),
     }
     pipeline = Pipeline(controller, selector, runners, limits)
-    closers = [pipeline.aclose, hub.aclose, controller.aclose]
+    closers = [pipeline.aclose, hub.aclose, controller.aclose, toolbox.aclose]
     if servers is not None:
         closers.append(servers.aclose)
     return pipeline, closers

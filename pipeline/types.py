@@ -98,7 +98,8 @@ class Selection:
         strategy: ``"llm"`` (controller picked), ``"single"`` (one candidate, no LLM call),
             ``"top"`` (top-ranked by setting or fallback), ``"controller"`` or ``"local"``.
         runner: which expert runner serves it: ``"hub"`` (a Hugging Face model), ``"controller"``
-            (the controller LLM) or ``"local"`` (computed in-process).
+            (the controller LLM), ``"local"`` (computed in-process) or ``"mcp"`` (a tool of an MCP
+            server, :mod:`pipeline.mcp_tools`).
         where: where it is meant to run (:attr:`pipeline.catalog.placement.Route.label`):
             ``"local <expert server URL>"``, ``"provider <name>"``, ``"gateway <URL>"``,
             ``"endpoint <URL>"``; ``"controller"`` or ``"in-process"`` for the other runners;
@@ -113,7 +114,7 @@ class Selection:
     reason: str
     candidates: tuple[str, ...] = ()
     strategy: str = "top"
-    runner: Literal["hub", "controller", "local"] = "hub"
+    runner: Literal["hub", "controller", "local", "mcp"] = "hub"
     where: str | None = None
     runs_as: str | None = None
 

@@ -8,6 +8,8 @@
     hugginggpt discord [--sandbox] [--grace S] [--shard-ids IDS --shard-count N]
     hugginggpt slack [--mode socket|http] [--sandbox] [--grace S]
     hugginggpt serve [--host H] [--port N] [--sandbox] [--grace S]
+    hugginggpt mcp [--sandbox]
+    hugginggpt doctor [--json] [--timeout S] [--min-free-mb MIB]
     hugginggpt eval taskbench --data FILE [--limit N] [--concurrency N] [--out FILE] [--resume] [--sandbox]
 
 One module per command, each with ``add_parser(subparsers)`` and ``async main(args, settings) ->
@@ -31,13 +33,13 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 from pipeline.errors import HuggingGPTError
 
 from ..paths import default_data_dir
-from . import catalog, chat, db, discord, run, serve, slack, store
+from . import catalog, chat, db, discord, doctor, mcp, run, serve, slack, store
 from . import eval as evaluation
 from .common import BROKEN_PIPE, INTERRUPTED, exit_status, open_settings
 
 log = logging.getLogger("hugginggpt")
 
-COMMANDS = (run, chat, store, db, catalog, discord, slack, serve, evaluation)
+COMMANDS = (run, chat, store, db, catalog, discord, slack, serve, mcp, evaluation, doctor)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,11 +60,11 @@ class _Version(argparse.Action):
     """``--version``: the version, and where data goes unless ``[storage] data_dir`` says otherwise."""
 
     def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[no-untyped-def]
-        print(f"hugginggpt {_version()}\ndata dir (unless [storage] data_dir is set): {default_data_dir()}")
+        print(f"hugginggpt {package_version()}\ndata dir (unless [storage] data_dir is set): {default_data_dir()}")
         parser.exit()
 
 
-def _version() -> str:
+def package_version() -> str:
     try:
         return importlib.metadata.version("hugginggpt-bot")
     except importlib.metadata.PackageNotFoundError:  # running from a source tree without installing
@@ -82,6 +84,8 @@ def _forgiving_streams() -> None:
 
 
 async def _main(args: argparse.Namespace) -> int:
+    if getattr(args, "loads_settings", False):  # doctor: a settings problem is one of its checks
+        return await args.handler(args, None)
     async with open_settings(args) as settings:
         return await args.handler(args, settings)
 

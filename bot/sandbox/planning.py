@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
+from .mcp_intents import plan_tools
 from .more_intents import _h_similar, about_an_image, deferred
 from .planner import KIND_WORDS, LANGUAGES, Planner
 from .wording import SMALL_TALK, clause_end, mask_quotes, quotes
@@ -108,13 +109,16 @@ def _intent_matches(text: str, skip: frozenset[str] = frozenset()) -> list[tuple
     return found
 
 
-def plan_tasks(text: str, resources: list[dict[str, Any]], available_tasks: list[str]) -> list[dict[str, Any]]:
+def plan_tasks(text: str, resources: list[dict[str, Any]], available_tasks: list[str],
+               tools: dict[str, list[str]] | None = None) -> list[dict[str, Any]]:
     """Plan ``text`` as a task graph with keywords (the sandbox's stand-in for §3.1 task planning).
 
     Args:
         text: the user's request.
         resources: files of the conversation, ``{"id", "kind", "name"?, "origin", ...}``, newest last.
         available_tasks: task names that may appear in the plan; other tasks are left out.
+        tools: MCP task name → argument keys (:func:`bot.sandbox.mcp_intents.tool_args`); a tool
+            the request names is planned first.
 
     Returns:
         Tasks ``[{"task", "id", "dep", "args"}]`` with ids ``0..n-1`` in order, ``dep`` ``[-1]``
@@ -126,6 +130,7 @@ def plan_tasks(text: str, resources: list[dict[str, Any]], available_tasks: list
     p = Planner(text=text, resources=res, available=set(available_tasks))
     if not text.strip():
         return []
+    plan_tools(p, tools or {})
     # An intent whose only task is unavailable must not hide the others (a fill-in-the-blank
     # request still gets its question answered when no fill-mask model is offered).
     matches = _intent_matches(text, _unavailable_intents(p.available))

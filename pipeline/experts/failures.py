@@ -101,33 +101,7 @@ def map_error(settings: Any, exc: BaseException, task: str, model: str) -> Exper
             detail, reason="timeout", retryable=True,
         )
     elif http_err := next((x for x in chain if isinstance(x, HfHubHTTPError) and x.response is not None), None):
-        status = http_err.response.status_code
-        if status == 402 or (status in (400, 403, 429) and _credits_exhausted(http_err)):
-            err = billing_error(settings, http_err, detail)
-        elif status in (404, 410):
-            err = ExpertError(f"The model {model} is not available (HTTP {status}).", detail, reason="gone")
-        elif status == 429:
-            err = ExpertError(
-                f"The model {model} is rate-limited right now (HTTP 429).", detail, reason="rate_limited", retryable=True
-            )
-        elif status == 503:
-            est = None
-            try:
-                body = http_err.response.json()
-                if isinstance(body, dict) and body.get("estimated_time") is not None:
-                    est = float(body["estimated_time"])
-            except Exception:  # noqa: BLE001 - body is optional
-                est = None
-            err = ExpertError(
-                f"The model {model} is still loading (HTTP 503).", detail, reason="loading", retryable=True,
-                estimated_time=est,
-            )
-        elif status >= 500:
-            err = ExpertError(
-                f"The model {model} failed on the server (HTTP {status}).", detail, reason="server", retryable=True
-            )
-        else:
-            err = ExpertError(f"The model {model} refused the request (HTTP {status}).", detail, reason="refused")
+        err = _http_error(settings, http_err, model, detail)
     elif any(isinstance(x, httpx2.TransportError) for x in chain):
         err = ExpertError(f"The model {model} could not be reached.", detail, reason="server", retryable=True)
     elif any(isinstance(x, http.ReplyEncodingRefused) for x in chain):
@@ -139,6 +113,36 @@ def map_error(settings: Any, exc: BaseException, task: str, model: str) -> Exper
         err = ExpertError(f"The model {model} returned output that could not be read.", detail, reason="bad_output")
     log.warning("expert %s (%s) failed: %s [%s]", model, task, detail[:500], err.reason)
     return err
+
+
+def _http_error(settings: Any, http_err: HfHubHTTPError, model: str, detail: str) -> ExpertError:
+    """The :class:`ExpertError` of an HTTP error answer, by status (402 and out-of-credit answers:
+    :func:`billing_error`)."""
+    status = http_err.response.status_code
+    if status == 402 or (status in (400, 403, 429) and _credits_exhausted(http_err)):
+        return billing_error(settings, http_err, detail)
+    if status in (404, 410):
+        return ExpertError(f"The model {model} is not available (HTTP {status}).", detail, reason="gone")
+    if status == 429:
+        return ExpertError(
+            f"The model {model} is rate-limited right now (HTTP 429).", detail, reason="rate_limited", retryable=True
+        )
+    if status == 503:
+        est = None
+        try:
+            body = http_err.response.json()
+            if isinstance(body, dict) and body.get("estimated_time") is not None:
+                est = float(body["estimated_time"])
+        except Exception:  # noqa: BLE001 - body is optional
+            est = None
+        return ExpertError(
+            f"The model {model} is still loading (HTTP 503).", detail, reason="loading", retryable=True,
+            estimated_time=est,
+        )
+    if status >= 500:
+        return ExpertError(f"The model {model} failed on the server (HTTP {status}).", detail, reason="server",
+                           retryable=True)
+    return ExpertError(f"The model {model} refused the request (HTTP {status}).", detail, reason="refused")
 
 
 def _credits_exhausted(http_err: HfHubHTTPError) -> bool:

@@ -12,7 +12,7 @@ from ..media import PixelLimitError
 from ..tasks import TASKS
 from ..tasks.outputs import ImageSize
 from ..types import Output, ResourceSink
-from . import render
+from ..tasks import drawing as render
 from .base import TaskSaver, read_inputs
 
 LOCAL_MODEL = "opencv-canny"
