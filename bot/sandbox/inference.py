@@ -148,6 +148,7 @@ class InferenceStandIn:
         self.hang_seconds = hang_seconds
         self.records: list[Record] = []
         self.no_credits: set[str] = set()  # accounts ("" = the token's owner) answered 402
+        self.fal = providers.FalQueue(self._note)
         self.url: str | None = None
         self._runner: web.AppRunner | None = None
 
@@ -155,6 +156,7 @@ class InferenceStandIn:
         """Start serving; returns the base URL ``http://127.0.0.1:PORT``."""
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/models/{model_id:.+}", self._handle)
+        self.fal.add_routes(app)
         app.router.add_post("/v1/chat/completions", self._handle)  # the router's auto route
         app.router.add_post("/{provider}/v1/chat/completions", self._handle)
         app.router.add_post("/{provider}/models/{model_id:.+}", self._handle)
@@ -166,6 +168,10 @@ class InferenceStandIn:
         port = self._runner.addresses[0][1]
         self.url = f"http://127.0.0.1:{port}"
         return self.url
+
+    def _note(self, model: str, task: str, status: int, provider: str, bill_to: str, asked: str) -> None:
+        now = time.monotonic()
+        self.records.append(Record(model, task, now, now, status, b"", provider, bill_to, asked))
 
     async def close(self) -> None:
         """Stop serving."""

@@ -93,3 +93,67 @@ async def image_to_video(image: bytes) -> bytes:
     except Exception as exc:  # noqa: BLE001
         raise Fault(400, {"error": "image-to-video expects an image"}) from exc
     return await make_video(words)
+
+
+class FalQueue:
+    """fal-ai's queue API as ``huggingface_hub`` 2.4 calls it through the router (its
+    ``FalAIQueueTask``): ``POST /fal-ai/{app}?_subdomain=queue`` answers ``request_id``, ``status``
+    and ``response_url``; the client polls ``GET /fal-ai/{app}/requests/{id}/status`` until
+    ``COMPLETED``, reads ``GET /fal-ai/{app}/requests/{id}`` (``{"video": {"url": ...}}``) and
+    downloads that URL (``https://v3.fal.media/files/...``, served here as ``/files/{name}``).
+
+    Served: ``image-to-video`` (``image_url`` as a data URI) and ``text-to-video`` (``prompt``).
+    ``polls`` is how many status answers say ``IN_PROGRESS`` before ``COMPLETED``.
+    """
+
+    def __init__(self, note: Any, polls: int = 1) -> None:
+        self.note = note  # called (model, task, status, provider, bill_to, asked) for each submission
+        self.polls = polls
+        self.files: dict[str, bytes] = {}
+        self._waiting: dict[str, int] = {}
+
+    def add_routes(self, app: Any) -> None:
+        """Register the queue's routes on an aiohttp application (before catch-all routes)."""
+        from aiohttp import web
+
+        app.router.add_get("/fal-ai/{app:.+}/requests/{rid}/status", self._status)
+        app.router.add_get("/fal-ai/{app:.+}/requests/{rid}", self._result)
+        app.router.add_get("/files/{name}", self._file)
+        app.router.add_post("/fal-ai/{app:.+}", self._submit)
+        self._web = web
+
+    async def _submit(self, request: Any) -> Any:
+        web, model = self._web, request.match_info["app"]
+        payload = await request.json()
+        bill_to = request.headers.get(BILL_HEADER, "")
+        prompt = str(payload.get("prompt") or "")
+        image_url = str(payload.get("image_url") or "")
+        task = "image-to-video" if image_url else "text-to-video"
+        m = _DATA_URI.match(image_url)
+        if image_url and m is None:  # the stand-in never fetches a URL
+            self.note(model, task, 400, "fal-ai", bill_to, prompt)
+            return web.json_response({"detail": "image_url must be a data URI here"}, status=400)
+        video = await (image_to_video(base64.b64decode(m.group(1))) if m else make_video(prompt or "video"))
+        rid = f"req-{len(self.files) + 1}"
+        self.files[f"{rid}.mp4"] = video
+        self._waiting[rid] = self.polls
+        self.note(model, task, 200, "fal-ai", bill_to, prompt)
+        return web.json_response({"request_id": rid, "status": "IN_QUEUE",
+                                  "response_url": f"https://queue.fal.run/{model}/requests/{rid}"})
+
+    async def _status(self, request: Any) -> Any:
+        rid = request.match_info["rid"]
+        left = self._waiting.get(rid, 0)
+        self._waiting[rid] = max(0, left - 1)
+        return self._web.json_response({"status": "IN_PROGRESS" if left > 0 else "COMPLETED"})
+
+    async def _result(self, request: Any) -> Any:
+        rid = request.match_info["rid"]
+        return self._web.json_response({"video": {"url": f"https://v3.fal.media/files/{rid}.mp4",
+                                                  "content_type": "video/mp4"}})
+
+    async def _file(self, request: Any) -> Any:
+        body = self.files.get(request.match_info["name"])
+        if body is None:
+            return self._web.json_response({"detail": "not found"}, status=404)
+        return self._web.Response(body=body, content_type="video/mp4")
