@@ -31,7 +31,7 @@ from pydantic_settings.sources.utils import parse_env_vars
 
 from .errors import ConfigError
 from .paths import default_data_dir
-from .settings_inference import ProviderKeys
+from .settings_inference import DocumentSettings, ProviderKeys
 from .settings_mcp import McpSettings
 
 from .settings_sections import (  # noqa: F401 (re-exported: settings users import them from here)
@@ -175,10 +175,11 @@ class Settings(BaseSettings):
     discord: DiscordSettings = Field(default_factory=DiscordSettings)
     slack: SlackSettings = Field(default_factory=SlackSettings)
     server: ServerSettings = Field(default_factory=ServerSettings)
+    documents: DocumentSettings = Field(default_factory=DocumentSettings)
     mcp: McpSettings = Field(default_factory=McpSettings)
 
-    @field_validator("llm", "inference", "planning", "catalog", "storage", "discord", "slack", "server", "mcp",
-                     mode="before")
+    @field_validator("llm", "inference", "planning", "catalog", "storage", "discord", "slack", "server", "documents",
+                     "mcp", mode="before")
     @classmethod
     def _none_is_default(cls, v: Any) -> Any:
         return {} if v is None else v

@@ -1,7 +1,8 @@
-"""Settings of today's Inference Providers (re-exported by :mod:`bot.settings`).
+"""Settings of today's Inference Providers and of document uploads (re-exported by :mod:`bot.settings`).
 
 ``[inference]`` gets its provider keys from :class:`ProviderKeys` (the provider policy, per-task
-overrides, billing, the router's URL; the Hub is ``HF_ENDPOINT``). Sources of the words: Hugging Face's Inference Providers documentation
+overrides, billing, the router's URL; the Hub is ``HF_ENDPOINT``); ``[documents]`` is :class:`DocumentSettings`
+(PDF attachments). Sources of the words: Hugging Face's Inference Providers documentation
 (``provider="auto"`` is the fastest provider by default; ``:fastest``, ``:cheapest``,
 ``:preferred`` and ``model:provider`` suffixes; ``bill_to`` sends ``X-HF-Bill-To``).
 """
@@ -15,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from pipeline.experts.providers import POLICIES, check_choice
 
+MiB = 1024 * 1024
 _ORG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
 
 
@@ -85,4 +87,26 @@ class ProviderKeys(BaseModel):
         return _http_url(v)
 
 
-__all__ = ["POLICIES", "ProviderKeys"]
+class DocumentSettings(BaseModel):
+    """``[documents]``: PDF attachments (text through pypdf, image-only pages rendered by pypdfium2).
+
+    Attributes:
+        pdf: whether PDF attachments are accepted at all.
+        max_pdf_bytes: bytes, largest PDF accepted.
+        max_pages: pages read of one PDF (the rest is left out, and the answer says so).
+        max_page_images: image-only pages rendered as images for vision tasks, at most.
+        render_dpi: dots per inch of a rendered page (72 = 1 pixel per PDF point).
+        max_text_bytes: bytes of UTF-8 text kept from one PDF.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    pdf: bool = True
+    max_pdf_bytes: int = Field(20 * MiB, ge=1024, le=1024 * MiB, description="bytes, largest PDF accepted")
+    max_pages: int = Field(50, ge=1, le=5000, description="pages read of one PDF")
+    max_page_images: int = Field(4, ge=0, le=50, description="image-only pages rendered for vision tasks")
+    render_dpi: int = Field(110, ge=36, le=300, description="dots per inch of a rendered page")
+    max_text_bytes: int = Field(512 * 1024, ge=1024, le=64 * MiB, description="bytes of text kept from one PDF")
+
+
+__all__ = ["POLICIES", "DocumentSettings", "ProviderKeys"]
