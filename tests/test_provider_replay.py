@@ -1,4 +1,4 @@
-"""Every recorded provider (tests/fixtures/cassettes/, from ``huggingface_hub``'s own test suite)
+"""Every recorded provider (tests/fixtures/cassettes/providers/ and the fal-ai picture, from ``huggingface_hub``'s own test suite)
 through the real ``AsyncInferenceClient`` in :class:`HubRunner` and our normalisers: the client
 builds the provider's own URLs (``router.huggingface.co/{provider}/...``, black-forest-labs'
 polling, replicate's download) and looks the model's provider mapping up on the Hub; the loopback
@@ -59,7 +59,7 @@ def hub_model(name: str) -> str:
 
 
 async def test_chat_on_a_provider_of_the_client(replay_provider, sink):
-    name = "chat_completion_no_stream--together"
+    name = "providers/chat_completion_no_stream--together"
     it = post(name)
     question = it.request_json()["messages"][-1]["content"]
     out, server = await replay_provider(name, "together", "conversational", hub_model(name), {"text": question}, sink)
@@ -74,7 +74,7 @@ async def test_chat_on_a_provider_the_client_dropped_goes_through_the_router(rep
     """huggingface_hub 2.4 has no helper for nebius or sambanova any more; the router still serves
     them: the model is pinned (``model:provider``) on its auto route, and the provider's recorded
     answer comes back through it."""
-    name = f"chat_completion_no_stream--{provider}"
+    name = f"providers/chat_completion_no_stream--{provider}"
     it = post(name)
     question = it.request_json()["messages"][-1]["content"]
     model = hub_model(name)
@@ -87,7 +87,7 @@ async def test_chat_on_a_provider_the_client_dropped_goes_through_the_router(rep
 
 @pytest.mark.parametrize("provider", ["replicate", "together", "fal-ai"])
 async def test_text_to_image_providers(replay_provider, sink, provider):
-    name = f"text_to_image--{provider}"
+    name = f"text_to_image--{provider}" if provider == "fal-ai" else f"providers/text_to_image--{provider}"
     it = post(name)
     body = it.request_json()
     prompt = body.get("prompt") or (body.get("input") or {}).get("prompt")
@@ -117,7 +117,7 @@ def recorded_picture(name: str) -> bytes:
 
 
 async def test_fal_ai_speech_recognition(replay_provider, sink):
-    name = "automatic_speech_recognition--fal-ai"
+    name = "providers/automatic_speech_recognition--fal-ai"
     it = post(name)
     audio = base64.b64decode(it.request_json()["audio_url"].split(",", 1)[1])
     clip = await stored_upload(sink, audio, "sample.flac", None)
@@ -136,7 +136,7 @@ async def test_black_forest_labs_is_left_to_the_providers_the_client_can_call(si
     from pipeline.tasks import TASKS
     from pipeline.tasks.base import Inputs
 
-    name = "text_to_image--black-forest-labs"
+    name = "providers/text_to_image--black-forest-labs"
     live = ["black-forest-labs", "fal-ai", "replicate"]
     assert ProviderPolicy("auto").order("text-to-image", hub_model(name), live) == ["fal-ai", "replicate"]
     prompt = post(name).request_json()["prompt"]
