@@ -18,6 +18,7 @@ from pipeline.types import Resource
 
 from .auth import Caller, Keys
 from .errors import ApiError, validation_error
+from .guard import media_type
 
 CONVERSATION_HEADER = "X-HuggingGPT-Conversation"
 """Request/response header naming the conversation (multi-turn); echoed back on every reply."""
@@ -55,9 +56,13 @@ async def read_json(request: Request, model: type[BaseModel]) -> Any:
     """Read the body (at most ``[server] max_body_bytes``) and validate it as ``model``.
 
     Raises:
-        ApiError: 413 when the body is larger than the limit (stops reading there), 400 when it is
-            not JSON or not valid.
+        ApiError: 415 when its ``Content-Type`` is not ``application/json`` (a browser's form or
+            ``text/plain`` request, see :mod:`adapters.http.guard`), 413 when the body is larger than
+            the limit (stops reading there), 400 when it is not JSON or not valid.
     """
+    if media_type(request.headers.get("content-type")) != "application/json":
+        raise ApiError(415, "Send the request body as application/json (Content-Type: application/json).",
+                       "unsupported_media_type")
     limit = state_of(request).settings.server.max_body_bytes
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
