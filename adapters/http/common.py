@@ -4,6 +4,7 @@ the conversation of a request and file links."""
 from __future__ import annotations
 
 import re
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -119,14 +120,24 @@ def parse_file_id(fid: str) -> tuple[str, str] | None:
 
 
 def base_url(request: Request) -> str:
-    """``[server] public_url``, else the URL the request came to (scheme, host and port)."""
-    public = state_of(request).settings.server.public_url
-    return (public or str(request.base_url)).rstrip("/")
+    """``[server] public_url``, else ``scheme://<bound address>:<port>`` of the connection (its
+    local socket address), else ``[server] host`` and ``port``; never the ``Host`` header, which
+    the client chooses."""
+    server = state_of(request).settings.server
+    if server.public_url:
+        return server.public_url.rstrip("/")
+    bound = request.scope.get("server")
+    host, port = (str(bound[0]), bound[1]) if bound else (server.host, server.port)
+    host = f"[{host}]" if ":" in host else host
+    return f"{request.url.scheme}://{host}" + (f":{port}" if port else "")
 
 
 def file_url(request: Request, caller: Caller, conversation_id: str, resource: Resource) -> str:
-    """The link of a generated file: ``<base>/v1/files/<id>`` plus its signature when keys are
-    configured (so a chat UI's image tag can load it; see :mod:`adapters.http.auth`)."""
+    """The link of a generated file: ``<base>/v1/files/<id>``, plus ``?exp=<Unix seconds>&sig=...``
+    when keys are configured, so a chat UI's image tag can load it until ``[server] link_ttl`` has
+    passed (see :mod:`adapters.http.links`)."""
+    st = state_of(request)
     fid = file_id(conversation_id, resource)
-    sig = state_of(request).keys.sign(caller.key_id, fid)
-    return f"{base_url(request)}/v1/files/{fid}" + (f"?sig={sig}" if sig else "")
+    expires = int(time.time() + st.settings.server.link_ttl)
+    sig = st.keys.sign(caller.key_id, fid, expires)
+    return f"{base_url(request)}/v1/files/{fid}" + (f"?exp={expires}&sig={sig}" if sig else "")

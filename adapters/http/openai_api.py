@@ -26,8 +26,9 @@ from pipeline.errors import ControllerError, DeadlineError, PlanError
 from pipeline.types import Done, PlanReady, ResponseDelta, RunRecord
 
 from .auth import Caller
-from .common import CONVERSATION_HEADER, PLATFORM, caller_of, conversation_of, file_url, parse_file_id, read_json, state_of
+from .common import CONVERSATION_HEADER, caller_of, conversation_of, file_url, read_json, state_of
 from .content import parse_messages, text_of
+from .links import authorize_file
 from .errors import ApiError
 from .models import ChatCompletionRequest, schema_of
 from .render import MODEL_ID, Completion, file_links, preamble, progress_line, usage
@@ -205,27 +206,16 @@ async def _sse(request: Request, caller: Caller, run: Run, completion: Completio
 
 @router.get("/v1/files/{fid}", summary="Download a generated file", response_class=FileResponse)
 @router.get("/v1/files/{fid}/content", summary="Download a generated file (OpenAI SDK path)", response_class=FileResponse)
-async def file_content(fid: str, request: Request, sig: str | None = None) -> FileResponse:
+async def file_content(fid: str, request: Request, sig: str | None = None, exp: str | None = None) -> FileResponse:
     """A file of one of the caller's conversations, with its sniffed content type.
 
-    Access: the API key that owns the conversation, or the link's ``sig`` (see
-    :mod:`adapters.http.auth`). Another key's file is a 404, as an unknown one.
+    Access: the API key that owns the conversation, or the link's ``exp`` and ``sig`` (see
+    :mod:`adapters.http.links`). Another key's file and a wrong signature are a 404, as an unknown
+    file; an expired link is a 410.
     """
     st = state_of(request)
     missing = ApiError(404, f"No such file: {fid}.", "file_not_found", "file_id")
-    ids = parse_file_id(fid)
-    if ids is None:
-        raise missing
-    conv, resource_id = ids
-    key = await st.service.store.find(conv)
-    if key is None or key.platform != PLATFORM:
-        if not sig:
-            await caller_of(request)  # unauthenticated callers learn nothing, not even that it is missing
-        raise missing
-    if not (sig and st.keys.signature_ok(key.workspace, fid, sig)):
-        caller = await caller_of(request)
-        if caller.key_id != key.workspace:
-            raise missing
+    conv, resource_id = await authorize_file(request, fid, sig, exp)
     found = next((r for r in await st.service.store.resources(conv) if r.id == resource_id), None)
     if found is None or not found.path.is_file():
         raise missing
