@@ -20,6 +20,7 @@ from pipeline.types import Resource
 from .auth import Caller, Keys
 from .errors import ApiError, validation_error
 from .guard import media_type
+from .safe_markdown import StreamGuard, sanitize
 
 CONVERSATION_HEADER = "X-HuggingGPT-Conversation"
 """Request/response header naming the conversation (multi-turn); echoed back on every reply."""
@@ -130,6 +131,22 @@ def base_url(request: Request) -> str:
     host, port = (str(bound[0]), bound[1]) if bound else (server.host, server.port)
     host = f"[{host}]" if ":" in host else host
     return f"{request.url.scheme}://{host}" + (f":{port}" if port else "")
+
+
+def safe_answer(request: Request, markdown: str) -> str:
+    """The controller's answer with only this server's file links left as images
+    (:func:`adapters.http.safe_markdown.sanitize`, ``[server] external_images``)."""
+    return sanitize(markdown, own_files(request), state_of(request).settings.server.external_images)
+
+
+def answer_guard(request: Request) -> StreamGuard:
+    """:func:`safe_answer` for a streamed answer."""
+    return StreamGuard(own_files(request), state_of(request).settings.server.external_images)
+
+
+def own_files(request: Request) -> str:
+    """The start of this server's file links (``<base>/v1/files/``)."""
+    return base_url(request) + "/v1/files/"
 
 
 def file_url(request: Request, caller: Caller, conversation_id: str, resource: Resource) -> str:

