@@ -9,6 +9,9 @@ import aiohttp
 import pytest
 from markdown_it import MarkdownIt
 
+from bot.sandbox import Sandbox
+from bot.service import Service
+from bot.settings import load_settings
 from tests.fixtures.server.harness import KEY, Served
 
 LEAK = "https://attacker.example/exfil?d=the-users-secret"
@@ -88,3 +91,38 @@ async def test_http_external_images_drop(sandbox, tmp_path):
         assert "*(pixel: an image from attacker.example, not shown)*" in message
     finally:
         await s.close()
+
+
+async def test_slack_thread_shows_no_preview_of_the_controllers_links(slack, tmp_path):
+    from slack_harness import start_harness
+
+    async with Sandbox() as sb:
+        service = await Service.create(load_settings(env={}, overrides=sb.overrides(tmp_path / "data")))
+        try:
+            for streaming in (True, False):  # a chat stream, and a status message edited with chat.update
+                h = await start_harness(slack, service, tmp_path, streaming=streaming)
+                try:
+                    script_for(sb, hostile("https://files.example"))
+                    app_mention, _, ts = h.mention("say hello")
+                    assert (await h.deliver(app_mention))[0] == 200
+                    await h.settle()
+                    replies = h.replies(ts)
+                    assert any("attacker.example" in m.text for m in replies), streaming  # there to click
+                    assert [m.previews for m in replies] == [[] for _ in replies]  # but Slack fetches none
+                finally:
+                    await h.close()
+        finally:
+            await service.close()
+
+
+async def test_discord_answer_shows_no_preview_of_the_controllers_links(tmp_path):
+    from tests.test_discord_bot import running_bot
+
+    async with running_bot(tmp_path) as env:
+        script_for(env.sandbox, hostile("https://files.example"))
+        iid = await env.ask("say hello")
+        thread_id = await env.thread_of(iid)
+        msgs = await env.finished(thread_id)
+        answer = msgs[-1]
+        assert "attacker.example" in answer.content
+        assert all(m.previews == [] for m in msgs)

@@ -176,15 +176,17 @@ class ChannelRun:
 
 
 async def post_answer(channel: Any, record: RunRecord, streamed: str) -> None:
-    """Post the answer (split at 2,000 characters), or the failure sentence."""
+    """Post the answer (split at 2,000 characters), or the failure sentence. Link previews are
+    suppressed (message flag ``SUPPRESS_EMBEDS``): the links are the controller's, and a preview
+    would make Discord's servers fetch whatever URL it wrote."""
     if not record.answered:
-        await channel.send(f"⚠️ {record.error or CRASH_SENTENCE}")
+        await channel.send(f"⚠️ {record.error or CRASH_SENTENCE}", suppress_embeds=True)
         return
     chunks = split_message(record.response or streamed)
     if not chunks and not record.files:
         chunks = ["The run finished without an answer text; please rephrase your request."]
     for chunk in chunks:
-        await channel.send(chunk)
+        await channel.send(chunk, suppress_embeds=True)
 
 
 async def _show_through_press(live: LiveRun, view: Any, key: str, shown: list[str]) -> None:
