@@ -13,7 +13,7 @@ from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 
-from bot.errors import StorageError
+from bot.readiness import Readiness
 from bot.service import Service
 from bot.settings import Settings
 
@@ -68,17 +68,19 @@ def create_app(settings: Settings, service: Service, *, version: str = "unknown"
         """200 while the process serves requests."""
         return {"status": "ok"}
 
+    readiness = Readiness(settings, service.store)
+
     @app.get("/readyz", summary="Readiness", tags=["operations"])
     async def readyz(request: Request) -> Any:
-        """200 when the service is up and its conversation store answers; 503 otherwise (and while
-        shutting down)."""
+        """200 when the service is up, the data directory has ``[server] ready_min_free_bytes``
+        free and the conversation store answers and passes its integrity probe
+        (:mod:`bot.readiness`); 503 with ``problems`` (sentences without paths) otherwise, and
+        while shutting down."""
         st = state_of(request)
         if not st.ready:
             return JSONResponse({"status": "stopping"}, status_code=503)
-        try:
-            await st.service.store.find("0")
-        except StorageError as e:
-            return JSONResponse({"status": "storage unavailable", "detail": e.user_message}, status_code=503)
+        if problems := await readiness.problems():
+            return JSONResponse({"status": "not ready", "problems": problems}, status_code=503)
         return {"status": "ready", "model": openai_api.MODEL_ID, "controller": st.settings.llm.model}
 
     return app

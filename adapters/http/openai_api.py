@@ -21,7 +21,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 
-from bot.errors import InputError
+from bot.errors import InputError, StorageError
 from pipeline.errors import ControllerError, DeadlineError, PlanError
 from pipeline.types import Done, PlanReady, ResponseDelta, RunRecord
 
@@ -31,7 +31,7 @@ from .common import (
 )
 from .content import parse_messages, text_of
 from .links import authorize_file
-from .errors import ApiError
+from .errors import ApiError, storage_error
 from .models import ChatCompletionRequest, schema_of
 from .render import MODEL_ID, Completion, file_links, preamble, progress_line, usage
 from .runs import Run
@@ -50,6 +50,8 @@ def run_error(record: RunRecord) -> ApiError:
         return ApiError(504, sentence, "deadline_exceeded")
     if isinstance(failure, InputError):
         return ApiError(400, sentence, "invalid_request")
+    if isinstance(failure, StorageError):
+        return storage_error(failure)
     if isinstance(failure, ControllerError):
         return ApiError(502, sentence, "controller_error")
     if isinstance(failure, PlanError):
@@ -196,6 +198,10 @@ async def _sse(request: Request, caller: Caller, run: Run, completion: Completio
         yield _data(completion.chunk({}, finish_reason="stop"))
         if include_usage:
             yield _data(completion.chunk(usage_=usage(prompt, sent), choices=False))
+        yield "data: [DONE]\n\n"
+    except StorageError as e:  # one line, no traceback: the operator knows what a full disk is
+        log.warning("stream of run %s/%d: storage failed: %s", run.conversation_id, run.turn, e)
+        yield _data(storage_error(e).body())
         yield "data: [DONE]\n\n"
     except Exception as e:  # one line for the operator, one error object for the client
         log.error("stream of run %s/%d failed: %s: %s", run.conversation_id, run.turn, e.__class__.__name__, e, exc_info=e)
