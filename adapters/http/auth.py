@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
+import logging
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +30,8 @@ from bot.limits import RateLimiter
 from bot.settings import ServerSettings
 
 from .errors import ApiError
+
+log = logging.getLogger("adapters.http")
 
 LOCAL_KEY_ID = "local"
 """Key id of every request when no API key is configured (loopback only)."""
@@ -145,7 +148,7 @@ class Keys:
             def give_back() -> None:
                 task = asyncio.get_running_loop().create_task(store.release_slot(slot))
                 self._releasing.add(task)
-                task.add_done_callback(self._releasing.discard)
+                task.add_done_callback(self._released)
             return give_back
         n = self._active.get(caller.key_id, 0)
         if n >= self.max_concurrent:
@@ -159,6 +162,12 @@ class Keys:
             else:
                 self._active.pop(caller.key_id, None)
         return release
+
+    def _released(self, task: asyncio.Task) -> None:
+        """A slot went back (or could not: one log line; its lease expires it anyway)."""
+        self._releasing.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.warning("could not give back a run slot: %s: %s", type(exc).__name__, exc)
 
     async def count_request(self, caller: Caller) -> None:
         """Count one request against the caller's rate budget.

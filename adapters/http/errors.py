@@ -20,6 +20,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from bot.errors import StorageError
 from bot.readiness import storage_sentence
@@ -114,6 +115,11 @@ def install_error_handlers(app: FastAPI) -> None:
         else:
             err = ApiError(exc.status_code, str(exc.detail), None)
         return await _api_error(request, err)
+
+    @app.exception_handler(ClientDisconnect)
+    async def _gone(request: Request, exc: ClientDisconnect) -> JSONResponse:
+        return await _api_error(request, ApiError(400, "The request body ended before its declared length "
+                                                       "(the client went away).", "incomplete_body"))
 
     @app.exception_handler(StorageError)
     async def _storage(request: Request, exc: StorageError) -> JSONResponse:
