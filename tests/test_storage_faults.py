@@ -138,3 +138,19 @@ async def test_aborted_upload_is_one_log_line(sandbox, tmp_path, caplog):
         assert sandbox.controller.requests == []
     finally:
         await served.close()
+
+
+def test_bots_show_a_storage_failure_without_the_servers_paths(tmp_path):
+    from adapters.progress import Progress
+    from adapters.sentences import record_error, user_sentence
+    from bot.errors import StorageError
+    from pipeline.types import Done, RunRecord
+
+    db = tmp_path / "data" / "conversations.sqlite3"
+    full = StorageError(f"The conversation store {db} cannot be written while saving a turn: the disk is full.")
+    assert user_sentence(full) == "The server's storage is full; try again later (the operator has been told)."
+    record = RunRecord(request="hi", status="error", error=full.user_message, failure=full)
+    assert str(tmp_path) not in (record_error(record) or "")
+    progress = Progress()
+    progress.apply(Done(record))
+    assert progress.error == user_sentence(full)  # what Discord's and Slack's status messages show
