@@ -7,6 +7,8 @@ from html.parser import HTMLParser
 
 import aiohttp
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
 from bot.sandbox import Sandbox
@@ -126,3 +128,29 @@ async def test_discord_answer_shows_no_preview_of_the_controllers_links(tmp_path
         answer = msgs[-1]
         assert "attacker.example" in answer.content
         assert all(m.previews == [] for m in msgs)
+
+
+@settings(max_examples=60, deadline=None)
+@given(cuts=st.lists(st.integers(min_value=1, max_value=400), max_size=40))
+def test_streamed_pieces_never_show_a_foreign_image_however_cut(cuts):
+    """However the controller's deltas cut the answer, what the client assembles shows only our
+    own images (the stream guard holds back paragraphs with ``!`` or ``<``)."""
+    from adapters.http.safe_markdown import StreamGuard
+
+    own = "http://127.0.0.1:8000"
+    text = hostile(own) + "\n\nMore ![late][r2] <img\nsrc=https://attacker.example/split.png>\n\n[r2]: https://attacker.example/2"
+    points = sorted({c % len(text) for c in cuts} | {0, len(text)})
+    guard = StreamGuard(own + "/v1/files/")
+    out = "".join(guard.feed(text[a:b]) for a, b in zip(points, points[1:])) + guard.end()
+    assert shown_images(out) == [f"{own}/v1/files/file-1-image-1"]
+    assert "attacker.example" in out  # links stay readable and clickable
+
+
+def test_a_run_that_storage_ended_is_503_without_paths(tmp_path):
+    from adapters.http.openai_api import run_error
+    from bot.errors import StorageError
+    from pipeline.types import RunRecord
+
+    failure = StorageError(f"The conversation database {tmp_path}/x.sqlite3 is corrupt or not a SQLite database.")
+    err = run_error(RunRecord(request="hi", status="error", error=failure.user_message, failure=failure))
+    assert err.status == 503 and err.code == "storage_unavailable" and str(tmp_path) not in err.message
