@@ -14,7 +14,7 @@ system-deps:
 	@$(call apt,python3-venv,$(PYTHON) -c 'import ensurepip')
 
 test-system-deps:
-	@$(call apt,postgresql nginx,ls /usr/lib/postgresql/*/bin/postgres && { command -v nginx || [ -x /usr/sbin/nginx ]; })
+	@$(call apt,postgresql nginx chromium,ls /usr/lib/postgresql/*/bin/postgres && { command -v nginx || [ -x /usr/sbin/nginx ]; } && command -v chromium)
 
 # $(call apt,PACKAGES,CHECK): apt-get install PACKAGES unless the shell CHECK succeeds
 define apt

@@ -11,6 +11,7 @@
     hugginggpt experts serve [--host H] [--port N] [--device D] [--memory-budget SIZE] [--config FILE]
     hugginggpt experts download MODEL... | --preset minimal|standard|full
     hugginggpt mcp [--sandbox]
+    hugginggpt doctor [--json] [--timeout S] [--min-free-mb MIB]
     hugginggpt eval taskbench --data FILE [--limit N] [--concurrency N] [--out FILE] [--resume] [--sandbox]
 
 One module per command, each with ``add_parser(subparsers)`` and ``async main(args, settings) ->
@@ -34,13 +35,13 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 from pipeline.errors import HuggingGPTError
 
 from ..paths import default_data_dir
-from . import catalog, chat, db, discord, experts, mcp, run, serve, slack, store
+from . import catalog, chat, db, discord, doctor, experts, mcp, run, serve, slack, store
 from . import eval as evaluation
 from .common import BROKEN_PIPE, INTERRUPTED, exit_status, open_settings
 
 log = logging.getLogger("hugginggpt")
 
-COMMANDS = (run, chat, store, db, catalog, discord, slack, serve, mcp, experts, evaluation)
+COMMANDS = (run, chat, store, db, catalog, discord, slack, serve, mcp, experts, evaluation, doctor)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -85,6 +86,8 @@ def _forgiving_streams() -> None:
 
 
 async def _main(args: argparse.Namespace) -> int:
+    if getattr(args, "loads_settings", False):  # doctor: a settings problem is one of its checks
+        return await args.handler(args, None)
     async with open_settings(args) as settings:
         return await args.handler(args, settings)
 
