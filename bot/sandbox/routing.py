@@ -19,7 +19,7 @@ from pipeline.llm import STAGE_HEADER, TASK_HEADER
 from . import heuristics
 from .mcp_intents import tool_args
 
-STAGES: tuple[str, ...] = ("task-planning", "model-selection", "response-generation", "controller-task")
+STAGES: tuple[str, ...] = ("task-planning", "task-replanning", "model-selection", "response-generation", "controller-task")
 """Stage names accepted in the ``X-HuggingGPT-Stage`` header (HuggingGPT §3 stages plus
 ``controller-task``, the text tasks the controller serves itself)."""
 
@@ -125,6 +125,9 @@ def answer_for(body: dict[str, Any], headers: Mapping[str, str] | None) -> tuple
         plan = heuristics.plan_tasks(request, resources, [str(a) for a in available], tool_args(msgs))
         # A <problem> block (repair round) gets the same deterministic plan: it is already valid.
         return stage, json.dumps({"tasks": plan}, ensure_ascii=False)
+
+    if stage == "task-replanning":  # the sandbox has no second idea: answer from what exists
+        return stage, json.dumps({"tasks": []})
 
     if stage == "model-selection":
         task = _json_tag(user, "task", dict)
