@@ -16,7 +16,7 @@ from typing import Any
 
 from pipeline.llm import STAGE_HEADER, TASK_HEADER
 
-from . import heuristics
+from . import followups, heuristics
 from .mcp_intents import tool_args
 
 STAGES: tuple[str, ...] = ("task-planning", "task-replanning", "model-selection", "response-generation", "controller-task")
@@ -122,7 +122,8 @@ def answer_for(body: dict[str, Any], headers: Mapping[str, str] | None) -> tuple
             raise ProtocolError("the last user message has no <request> block")
         resources = _json_tag(user, "resources", list)
         available = _json_tag(user, "available_tasks", list)
-        plan = heuristics.plan_tasks(request, resources, [str(a) for a in available], tool_args(msgs))
+        plan = followups.redo_with_other_file(request, resources, tag(user, "chat_log")) or heuristics.plan_tasks(
+            request, resources, [str(a) for a in available], tool_args(msgs))
         # A <problem> block (repair round) gets the same deterministic plan: it is already valid.
         return stage, json.dumps({"tasks": plan}, ensure_ascii=False)
 
