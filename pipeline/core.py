@@ -167,7 +167,7 @@ class Pipeline:
         Yields:
             ``PlanReady``, then per task ``ModelSelected`` / ``TaskStarted`` / ``TaskFinished`` |
             ``TaskFailed`` | ``TaskSkipped`` as they happen; when a task failed, was skipped or
-            found nothing, up to ``limits.max_replans`` re-planning rounds (``ReplanStarted``, then
+            came back blank, up to ``limits.max_replans`` re-planning rounds (``ReplanStarted``, then
             the further tasks' ``PlanReady`` and events; :mod:`pipeline.replanning`); then
             ``ResponseDelta`` pieces, and always a final ``Done`` whose record has ``status``
             ``"ok"`` (every task succeeded, or the last re-plan's tasks did),

@@ -8,7 +8,7 @@ results (``<resource>-N`` of a finished task, or a generated file's resource id)
 never run again.
 
 When it is asked is decided here, from the results alone (no LLM call): a task of the last round
-failed or was skipped, or succeeded with nothing in it (no objects, an empty transcript). A run
+failed or was skipped, or succeeded blank (an empty transcript: no text, no file). A run
 whose tasks all produced something costs no extra call. The pipeline bounds the rounds
 (``ExecutionLimits.max_replans``) and the run's deadline covers them.
 
@@ -47,15 +47,11 @@ REPLAN_STAGE = "task-replanning"
 
 
 def _is_empty(result: TaskResult) -> bool:
-    """Whether an ``ok`` result holds nothing: structured data whose every field is empty (no
-    objects, no labels), or no data, no file and blank text."""
+    """Whether an ``ok`` result came back blank: no file and no text (an empty transcript, a
+    caption of nothing). A result that says it found nothing ("no entities found") is an answer,
+    not a blank: it does not make the controller re-plan."""
     out = result.output
-    if out is None:
-        return True
-    if out.data is not None:
-        fields = out.data.to_json()
-        return bool(fields) and all(v in (None, "", [], {}) for v in fields.values())
-    return not (out.text or "").strip() and not out.files
+    return out is None or (not (out.text or "").strip() and not out.files)
 
 
 def replan_reason(tasks: Sequence[Task], results: Mapping[int, TaskResult]) -> str | None:
@@ -77,7 +73,7 @@ def replan_reason(tasks: Sequence[Task], results: Mapping[int, TaskResult]) -> s
         elif r.status == "skipped":
             parts.append(f"task {t.id} ({t.task}) was skipped")
         elif _is_empty(r):
-            parts.append(f"task {t.id} ({t.task}) found nothing")
+            parts.append(f"task {t.id} ({t.task}) came back blank")
     if not parts:
         return None
     return "; ".join(parts).capitalize() + "."

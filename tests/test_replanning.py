@@ -159,7 +159,9 @@ def test_the_reason_names_failed_skipped_and_empty_tasks_and_is_none_when_all_pr
     assert replan_reason(tasks, results) == "Task 1 (object-detection) failed; task 2 (text-to-speech) was skipped."
     assert replan_reason(tasks[:1], results) is None
     empty = {0: TaskResult(0, "ok", output=Output(text="  "))}
-    assert replan_reason(tasks[:1], empty) == "Task 0 (image-to-text) found nothing."
+    assert replan_reason(tasks[:1], empty) == "Task 0 (image-to-text) came back blank."
+    said_none = {0: TaskResult(0, "ok", output=Output(text="no entities found"))}
+    assert replan_reason(tasks[:1], said_none) is None
 
 
 def test_a_repeat_of_a_finished_task_is_replaced_by_it_and_a_repeat_of_a_failed_one_is_dropped():

@@ -10,6 +10,7 @@
     hugginggpt serve [--host H] [--port N] [--sandbox] [--grace S]
     hugginggpt mcp [--sandbox]
     hugginggpt eval taskbench --data FILE [--limit N] [--concurrency N] [--out FILE] [--resume] [--sandbox]
+    hugginggpt eval runs --requests FILE [--files DIR] [--limit N] [--concurrency N] [--out FILE] [--sandbox]
 
 One module per command, each with ``add_parser(subparsers)`` and ``async main(args, settings) ->
 int``. Every failure a user can cause ends as one sentence on stderr and the exit status of its
