@@ -188,3 +188,29 @@ def test_a_replan_may_not_reuse_ids_nor_use_what_failed():
     with pytest.raises(PlanInvalid, match="not a image of this conversation"):
         accept_replan(_plan((3, "image-classification", [-1], {"image": "/etc/passwd"})), **kw)
     assert accept_replan('{"tasks": []}', **kw).outcome == "answer"
+
+
+def test_every_front_end_shows_the_replanning_round():
+    import io
+
+    from adapters.discord.render import render_progress
+    from adapters.mcp.results import progress_message
+    from adapters.progress import Progress
+    from adapters.slack.logic import render_status
+    from adapters.terminal import TerminalRenderer
+    from pipeline.types import PlanReady, ReplanStarted, TaskFailed
+
+    first = (Task(0, "image-to-text", (), {"image": "image-1"}), Task(1, "object-detection", (), {"image": "image-1"}))
+    events = [PlanReady(first), TaskFailed(TaskResult(1, "failed", error="object-detection failed: gone.")),
+              ReplanStarted(2, "Task 1 (object-detection) failed."),
+              PlanReady((Task(2, "image-classification", (), {"image": "image-1"}),))]
+    out = io.StringIO()
+    terminal, model = TerminalRenderer(out, color=False), Progress(started=0.0)
+    for e in events:
+        terminal.render(e)
+        model.apply(e, now=1.0)
+    sentence = "Re-planning (round 2): Task 1 (object-detection) failed; asking the controller how to go on."
+    assert f"({sentence})" in out.getvalue() and "Plan (round 2): 1 more task" in out.getvalue()
+    assert model.round == 2 and sorted(model.tasks) == [0, 1, 2] and model.tasks[1].state == "failed"
+    assert sentence in render_progress(model, now=1.0) and sentence in render_status(model)
+    assert progress_message(events[2], {}) == sentence
