@@ -261,7 +261,7 @@ async def replan_rounds(controller: Controller, st: RunState, max_replans: int) 
         and their execution events. Appends to ``st.record.rounds`` (round 1 is already there).
     """
     record, last = st.record, list(st.tasks)
-    while st.run is not None and len(record.rounds) <= max_replans and not st.stopped:
+    while st.run is not None and len(record.rounds) <= max_replans and not st.stopped and st.left() > 0:
         reason = replan_reason(last, record.results)
         if reason is None:
             return
