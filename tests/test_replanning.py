@@ -106,11 +106,11 @@ def test_a_replan_with_nothing_new_answers_from_what_exists(controller, tmp_path
 @pytest.mark.slow
 def test_the_deadline_passing_during_a_replan_answers_from_what_finished(controller, tmp_path):
     controller.replan_delay = 30.0
-    p = _run(controller, tmp_path, env_extra={"HUGGINGGPT_INFERENCE__DEADLINE": "4"})
+    p = _run(controller, tmp_path, env_extra={"HUGGINGGPT_INFERENCE__DEADLINE": "8"})
     assert p.returncode == 7, p.stderr
     assert "The run's deadline passed while the controller was re-planning" in p.stderr
     # the answer is written without the controller, from what finished
-    assert "The run's deadline of 4 seconds passed before the answer could be written" in p.stdout
+    assert "The run's deadline of 8 seconds passed before the answer could be written" in p.stdout
     assert "task 0 (image-to-text" in p.stdout and "task 1 (object-detection): object-detection failed" in p.stdout
     assert "response-generation" not in controller.stages()
 

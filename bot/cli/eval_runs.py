@@ -10,11 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pipeline.redact import host_of
-
 from ..errors import InputError
-from ..evaluation.runs import build_report, load_cases, markdown, run_all
-from ..service import Service
 from ..settings import Settings
 from .common import add_sandbox_option
 
@@ -47,6 +43,11 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
             written (exit status 3).
         ConfigError, StorageError: settings or storage unusable.
     """
+    from pipeline.redact import host_of  # the service and its clients load when the runs start, not for --help
+
+    from ..evaluation.runs import build_report, load_cases, markdown, run_all
+    from ..service import Service
+
     cases = load_cases(Path(args.requests), Path(args.files) if args.files else None)[: args.limit]
     service = await Service.create(settings)
     done = 0
