@@ -35,7 +35,8 @@ from .llm import Controller
 from .planning import PLACEHOLDER, PlanInvalid, parse_plan, placeholder_id, validate_plan
 from .planning_prompt import chat_log_text, plan_schema, task_lines
 from .response import results_view
-from .run_state import RunState, events_until
+from .run_events import events_until
+from .run_state import RunState
 from .types import (
     Event, Notice, PlanReady, ReplanStarted, Request, Resource, Round, RoundOutcome, Selection, Task, TaskResult,
 )

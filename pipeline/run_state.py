@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from .execution import ExecutionRun
 from .llm import Usage
-from .types import Event, Request, RunRecord, Task
+from .types import Request, RunRecord, Task
 
 
 @dataclass
@@ -49,28 +48,3 @@ class RunState:
         record.http_attempts = self.usage.http_attempts
         record.timings_ms["total"] = (time.monotonic() - self.t0) * 1000
         record.timings_ms["cpu"] = (time.process_time() - self.cpu0) * 1000  # this process, all its threads
-
-
-async def events_until(
-    queue: asyncio.Queue[Event], job: asyncio.Task, stop: asyncio.Event | None = None
-) -> AsyncIterator[Event]:
-    """Events put on ``queue`` until ``job`` is done and the queue is empty; if ``stop`` is set
-    first, ``job`` is cancelled (awaited) and the events so far are still yielded."""
-    stopping = asyncio.ensure_future(stop.wait()) if stop is not None else None
-    try:
-        while not job.done() or not queue.empty():
-            getter = asyncio.ensure_future(queue.get())
-            await asyncio.wait([f for f in (getter, job, stopping) if f is not None], return_when=asyncio.FIRST_COMPLETED)
-            if getter.done():
-                yield getter.result()
-            else:
-                getter.cancel()
-            if stopping is not None and stopping.done() and not job.done():
-                job.cancel()
-                await asyncio.gather(job, return_exceptions=True)
-                while not queue.empty():
-                    yield queue.get_nowait()
-                return
-    finally:
-        if stopping is not None:
-            stopping.cancel()

@@ -121,7 +121,7 @@ async def test_spoken_request_as_input_audio(served):
 
 async def test_models_health_readiness_and_openapi(served):
     models = await served.client().models.list()
-    assert [m.id for m in models.data][0] == "hugginggpt"
+    assert [m.id for m in models.data] == ["hugginggpt"]
     assert (await served.client().models.retrieve("hugginggpt")).id == "hugginggpt"
     async with aiohttp.ClientSession() as http:
         for path, status in (("/healthz", 200), ("/readyz", 200)):
@@ -129,6 +129,6 @@ async def test_models_health_readiness_and_openapi(served):
                 assert resp.status == status
         async with http.get(served.url + "/openapi.json") as resp:
             doc = await resp.json()
-        assert {"/v1/chat/completions", "/v1/models", "/v1/files/{fid}", "/hugginggpt", "/tasks", "/results"} <= set(doc["paths"])
+        assert {"/v1/chat/completions", "/v1/models", "/v1/files", "/v1/files/{fid}", "/hugginggpt", "/tasks", "/results"} <= set(doc["paths"])
         body_schema = doc["paths"]["/v1/chat/completions"]["post"]["requestBody"]["content"]["application/json"]["schema"]
         assert "messages" in body_schema["properties"]

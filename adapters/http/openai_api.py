@@ -1,6 +1,6 @@
 """The OpenAI-compatible routes: ``POST /v1/chat/completions`` (streaming and not), ``GET
-/v1/models``, ``GET /v1/models/{id}``, ``GET /v1/files/{id}`` (and ``/v1/files/{id}/content``,
-the path the OpenAI SDK's ``files.content`` uses).
+/v1/models``, ``GET /v1/models/{id}``; the files routes (:mod:`adapters.http.files`) are part of
+this router.
 
 Wire format: the OpenAI API reference (Chat Completions, the chat completion and chunk objects,
 Server-Sent Events ``data: {json}\\n\\n`` ending with ``data: [DONE]\\n\\n``, error objects). A
@@ -12,21 +12,21 @@ from __future__ import annotations
 
 import json
 import logging
-import mimetypes
 import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from bot.errors import InputError
 from pipeline.errors import ControllerError, DeadlineError, PlanError
 from pipeline.types import Done, PlanReady, ResponseDelta, RunRecord
 
 from .auth import Caller
-from .common import CONVERSATION_HEADER, PLATFORM, caller_of, conversation_of, file_url, parse_file_id, read_json, state_of
+from . import files
+from .common import CONVERSATION_HEADER, caller_of, conversation_of, file_url, read_json, state_of
 from .content import parse_messages, text_of
 from .errors import ApiError
 from .models import ChatCompletionRequest, schema_of
@@ -35,6 +35,7 @@ from .runs import Run
 
 log = logging.getLogger("adapters.http")
 router = APIRouter()
+router.include_router(files.router)
 _STARTED = int(time.time())
 
 
@@ -88,24 +89,32 @@ async def start_run(request: Request, caller: Caller, messages: list[Any], conve
     return run
 
 
+def model_object() -> dict[str, Any]:
+    """The OpenAI model object of ``hugginggpt``, the one model a client can choose."""
+    return {"id": MODEL_ID, "object": "model", "created": _STARTED, "owned_by": "hugginggpt-bot"}
+
+
+def unknown_model(model_id: str) -> ApiError:
+    """The 404 for a model a client cannot choose (the controller's name included: the controller
+    is the server's own, not a model to chat with directly)."""
+    return ApiError(404, f"The model '{model_id}' does not exist or you do not have access to it; "
+                         f"the one model here is '{MODEL_ID}'.", "model_not_found", "model")
+
+
 @router.get("/v1/models", summary="List models")
 async def list_models(request: Request) -> dict[str, Any]:
-    """``hugginggpt`` (what clients ask for) and, for information, the controller it plans with."""
+    """The models a client can choose: only ``hugginggpt``."""
     await caller_of(request)
-    controller = state_of(request).settings.llm.model
-    return {"object": "list", "data": [
-        {"id": MODEL_ID, "object": "model", "created": _STARTED, "owned_by": "hugginggpt-bot"},
-        {"id": controller, "object": "model", "created": _STARTED, "owned_by": "controller (information only)"},
-    ]}
+    return {"object": "list", "data": [model_object()]}
 
 
 @router.get("/v1/models/{model_id:path}", summary="Retrieve a model")
 async def get_model(model_id: str, request: Request) -> dict[str, Any]:
-    """The model object of ``hugginggpt``; 404 for any other id."""
+    """The model object of ``hugginggpt``; 404 (``model_not_found``) for any other id."""
     await caller_of(request)
     if model_id != MODEL_ID:
-        raise ApiError(404, f"The model '{model_id}' does not exist; use '{MODEL_ID}'.", "model_not_found", "model")
-    return {"id": MODEL_ID, "object": "model", "created": _STARTED, "owned_by": "hugginggpt-bot"}
+        raise unknown_model(model_id)
+    return model_object()
 
 
 @router.post("/v1/chat/completions", summary="Create a chat completion", openapi_extra=schema_of(ChatCompletionRequest))
@@ -115,7 +124,7 @@ async def chat_completions(request: Request) -> Response:
     caller = await caller_of(request)
     body: ChatCompletionRequest = await read_json(request, ChatCompletionRequest)
     if body.model != MODEL_ID:
-        raise ApiError(404, f"The model '{body.model}' does not exist; use '{MODEL_ID}'.", "model_not_found", "model")
+        raise unknown_model(body.model)
     name, key = conversation_of(request, caller, body.user)
     # A stream starts as soon as the request and its files passed their checks (its first byte
     # must not wait for the conversation store); a refusal after that ends the stream with an
@@ -201,34 +210,3 @@ async def _sse(request: Request, caller: Caller, run: Run, completion: Completio
         if not run.done:
             log.info("client went away; run %s/%d cancelled", run.conversation_id, run.turn)
             await run.cancel()
-
-
-@router.get("/v1/files/{fid}", summary="Download a generated file", response_class=FileResponse)
-@router.get("/v1/files/{fid}/content", summary="Download a generated file (OpenAI SDK path)", response_class=FileResponse)
-async def file_content(fid: str, request: Request, sig: str | None = None) -> FileResponse:
-    """A file of one of the caller's conversations, with its sniffed content type.
-
-    Access: the API key that owns the conversation, or the link's ``sig`` (see
-    :mod:`adapters.http.auth`). Another key's file is a 404, as an unknown one.
-    """
-    st = state_of(request)
-    missing = ApiError(404, f"No such file: {fid}.", "file_not_found", "file_id")
-    ids = parse_file_id(fid)
-    if ids is None:
-        raise missing
-    conv, resource_id = ids
-    key = await st.service.store.find(conv)
-    if key is None or key.platform != PLATFORM:
-        if not sig:
-            await caller_of(request)  # unauthenticated callers learn nothing, not even that it is missing
-        raise missing
-    if not (sig and st.keys.signature_ok(key.workspace, fid, sig)):
-        caller = await caller_of(request)
-        if caller.key_id != key.workspace:
-            raise missing
-    found = next((r for r in await st.service.store.resources(conv) if r.id == resource_id), None)
-    if found is None or not found.path.is_file():
-        raise missing
-    ext = mimetypes.guess_extension(found.mime) or ""
-    return FileResponse(found.path, media_type=found.mime, filename=f"{found.id}{ext}", content_disposition_type="inline",
-                        headers={"Cache-Control": "private, max-age=86400", "X-Content-Type-Options": "nosniff"})

@@ -43,7 +43,7 @@ from pipeline.types import MODALITIES, Modality, Resource, ResourceSink, RunReco
 from ..errors import StorageError
 from ..incoming import ConversationKey
 from ..tokens import count_json_tokens, count_tokens
-from . import lease, retention
+from . import lease, listing, retention
 from .chatlog import TURN_OVERHEAD_TOKENS, TURNS_SQL, select_history, turn_views
 from .database import Database
 from .lease import INTERRUPTED, RECENT_SECONDS, Owner  # noqa: F401 - INTERRUPTED re-exported
@@ -182,11 +182,8 @@ class SQLiteStore(SQLiteExtras):
 
     async def find(self, conversation_id: str) -> ConversationKey | None:
         """Return the :class:`ConversationKey` of ``conversation_id``, or ``None`` if unknown."""
-        rows = await self.database.read(
-            "looking up a conversation",
-            "SELECT platform, workspace, channel, thread FROM conversations WHERE id=?",
-            (conversation_id,),
-        )
+        sql = "SELECT platform, workspace, channel, thread FROM conversations WHERE id=?"
+        rows = await self.database.read("looking up a conversation", sql, (conversation_id,))
         return ConversationKey(*rows[0]) if rows else None
 
     # -- turns ---------------------------------------------------------------------------------
@@ -268,9 +265,8 @@ class SQLiteStore(SQLiteExtras):
         Raises:
             StorageError: the database is unusable.
         """
-        async with self.database.lock:
-            async with self.database.tx("marking interrupted turns") as db:
-                marked = await lease.mark_orphans(db, now=self._clock(), me=self._me())
+        async with self.database.lock, self.database.tx("marking interrupted turns") as db:
+            marked = await lease.mark_orphans(db, now=self._clock(), me=self._me())
         if marked:
             log.warning("%s: marked %d interrupted turn(s) as failed", self.path, len(marked))
             await self._tell(marked)
@@ -294,11 +290,10 @@ class SQLiteStore(SQLiteExtras):
         return p if p.is_absolute() else self.data_dir / p
 
     def _rel(self, path: Path) -> str:
-        path = Path(path)
         try:
-            return str(path.resolve().relative_to(self.data_dir.resolve()))
+            return str(Path(path).resolve().relative_to(self.data_dir.resolve()))
         except ValueError:
-            return str(path.resolve())
+            return str(Path(path).resolve())
 
     _RES_COLS = "id, kind, path, mime, size, origin, description, turn, name"
 
@@ -381,6 +376,15 @@ class SQLiteStore(SQLiteExtras):
         rows = await self.database.read("reading resources", sql, (conversation_id,))
         return [self._resource(r) for r in rows]
 
+    async def files_of(self, platform: str, workspace: str, *, limit: int, order: listing.Order = "desc",
+                       after: tuple[str, str] | None = None, origin: listing.Origin | None = None,
+                       only: tuple[str, str] | None = None) -> list[listing.StoredFile]:
+        """See :meth:`ConversationStore.files_of` (the query: :mod:`bot.store.listing`)."""
+        sql, args = listing.sqlite_files_query(platform, workspace, limit=limit, order=order, after=after, origin=origin,
+                                                only=only)
+        rows = await self.database.read("listing files", sql, args)
+        return [listing.StoredFile(r[0], self._resource(r[1:10]), r[10]) for r in rows]
+
     async def context(self, conversation_id: str, budget_tokens: int) -> tuple[list[Turn], list[Resource]]:
         """Chat-log context for planning a new turn (paper §3.1).
 
@@ -439,10 +443,8 @@ class SQLiteStore(SQLiteExtras):
         Raises:
             StorageError: the database is unusable.
         """
-        return await retention.prune(
-            self.database, now=self._clock(), max_age_days=max_age_days, max_media_bytes=max_media_bytes,
-            resolve=self._abs, me=self._me(),
-        )
+        return await retention.prune(self.database, now=self._clock(), max_age_days=max_age_days,
+                                     max_media_bytes=max_media_bytes, resolve=self._abs, me=self._me())
 
     def _me(self) -> str | None:
         return self.owner.id if self.owner is not None else None

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import bindparam, func, select, update
+from sqlalchemy import bindparam, func, select, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
 
 from pipeline.errors import HuggingGPTError
@@ -36,6 +36,7 @@ from ...tokens import count_json_tokens, count_tokens
 from ..chatlog import select_history, turn_views
 from ..lease import RECENT_SECONDS, new_owner_id
 from .. import handover, lease
+from ..listing import Order, Origin, StoredFile
 from ..protocol import MediaWriter, TurnSink
 from ..text import clip_summary, valid_utf8
 from . import upkeep
@@ -356,6 +357,29 @@ class PostgresStore(SQLRetention):
         rows = await self.database.read("reading resources", select(*_RES).where(R.c.conversation_id == conversation_id)
                                         .order_by(R.c.n))
         return [self._resource(r) for r in rows]
+
+    async def files_of(self, platform: str, workspace: str, *, limit: int, order: Order = "desc",
+                       after: tuple[str, str] | None = None, origin: Origin | None = None,
+                       only: tuple[str, str] | None = None) -> list[StoredFile]:
+        """See :meth:`ConversationStore.files_of` (keyset pagination, :mod:`bot.store.listing`)."""
+        key = tuple_(R.c.created, R.c.conversation_id, R.c.n)
+        q = (select(R.c.conversation_id, *_RES, R.c.created).join(C, C.c.id == R.c.conversation_id)
+             .where(C.c.platform == platform, C.c.workspace == workspace))
+        if origin is not None:
+            q = q.where(R.c.origin == "user") if origin == "user" else q.where(R.c.origin != "user")
+        if only is not None:
+            q = q.where(R.c.conversation_id == only[0], R.c.id == only[1])
+        if after is not None:
+            found = await self.database.read("listing files", select(R.c.created, R.c.conversation_id, R.c.n)
+                                             .where(R.c.conversation_id == after[0], R.c.id == after[1]))
+            if not found:
+                return []
+            mark = tuple_(*found[0])
+            q = q.where(key < mark if order == "desc" else key > mark)
+        cols = (R.c.created, R.c.conversation_id, R.c.n)
+        q = q.order_by(*(c.desc() if order == "desc" else c.asc() for c in cols)).limit(limit)
+        rows = await self.database.read("listing files", q)
+        return [StoredFile(r[0], self._resource(r[1:10]), float(r[10])) for r in rows]
 
     async def context(self, conversation_id: str, budget_tokens: int) -> tuple[list[Turn], list[Resource]]:
         """See :meth:`ConversationStore.context` (paper §3.1; both queries on one connection)."""
