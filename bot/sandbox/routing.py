@@ -16,7 +16,7 @@ from typing import Any
 
 from pipeline.llm import STAGE_HEADER, TASK_HEADER
 
-from . import followups, heuristics
+from . import followups, heuristics, replanning
 from .mcp_intents import tool_args
 
 STAGES: tuple[str, ...] = ("task-planning", "task-replanning", "model-selection", "response-generation", "controller-task")
@@ -127,8 +127,12 @@ def answer_for(body: dict[str, Any], headers: Mapping[str, str] | None) -> tuple
         # A <problem> block (repair round) gets the same deterministic plan: it is already valid.
         return stage, json.dumps({"tasks": plan}, ensure_ascii=False)
 
-    if stage == "task-replanning":  # the sandbox has no second idea: answer from what exists
-        return stage, json.dumps({"tasks": []})
+    if stage == "task-replanning":  # a neighbouring task for each failed one, or answer from what exists
+        plan = _json_tag(user, "plan", list)
+        results = _json_tag(user, "results", dict)
+        available = _json_tag(user, "available_tasks", list)
+        next_id = int(tag(user, "next_id") or 0)
+        return stage, json.dumps({"tasks": replanning.replan(plan, results, [str(a) for a in available], next_id)})
 
     if stage == "model-selection":
         task = _json_tag(user, "task", dict)
