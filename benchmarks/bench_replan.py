@@ -7,7 +7,8 @@ end through the service on the sandbox stand-ins (keyword planner, stand-in mode
 the step existed) and with the default ``1``. It prints the mean LLM calls per request overall and
 over the requests whose tasks all succeeded without re-planning (the issue's condition: that mean
 must not rise), then the same with every image-to-text, object-detection and image-classification model gone, so that the re-planning
-step actually runs (the sandbox controller answers a re-plan from what exists: one call more).
+step actually runs (the sandbox controller's re-plan tries a neighbouring task for each failed one,
+or answers from what exists: one call more, plus the new tasks' calls).
 """
 
 from __future__ import annotations
