@@ -112,7 +112,7 @@ async def test_files_are_per_key_and_errors_are_openai_errors(served):
     with pytest.raises(openai.AuthenticationError):
         await served.client("sk-wrong").files.list()
     # the answer's own link (signed) still answers the bytes, for a browser without the key
-    link = re.search(r"\((http://[^)]+\?sig=[0-9a-f]+)\)", text)[1]
+    link = re.search(r"\((http://[^)]+[?&]sig=[0-9a-f]+)\)", text)[1]
     async with aiohttp.ClientSession() as http:
         async with http.get(link) as resp:
             assert resp.status == 200 and resp.content_type == "image/png"

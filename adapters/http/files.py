@@ -10,8 +10,9 @@ generated ``assistants_output``. Uploading and deleting are not offered: files c
 conversations (``hugginggpt store prune|forget``).
 
 Access: the API key that owns the conversation; another key's file is a 404, as an unknown one.
-The links in answers carry ``?sig=`` (:mod:`adapters.http.auth`) so a browser's ``<img>`` can load
-them without the key; ``GET /v1/files/{id}?sig=...`` is such a link and answers the bytes.
+The links in answers carry ``?exp=...&sig=...`` (:mod:`adapters.http.links`) so a browser's
+``<img>`` can load them without the key until they expire; ``GET /v1/files/{id}?exp=...&sig=...``
+is such a link and answers the bytes.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from bot.store.listing import StoredFile
 
 from .common import PLATFORM, caller_of, file_id, parse_file_id, state_of
 from .errors import ApiError
+from .links import authorize_file
 
 router = APIRouter()
 
@@ -51,29 +53,21 @@ def file_object(stored: StoredFile) -> dict[str, Any]:
             "expires_at": None, "status_details": None}
 
 
-async def owned_file(request: Request, fid: str, sig: str | None) -> StoredFile:
-    """The file ``fid`` if the caller may read it: the owning key, or a valid link signature.
+async def owned_file(request: Request, fid: str, sig: str | None, exp: str | None = None) -> StoredFile:
+    """The file ``fid`` if the caller may read it: the owning key, or a valid, unexpired link
+    (:func:`adapters.http.links.authorize_file`).
 
     Raises:
-        ApiError: 401 without a valid key (and no valid signature); 404 when the id is unknown,
-            malformed, another key's, or its bytes are gone.
+        ApiError: 401 without a valid key (and no link signature); 404 when the id is unknown,
+            malformed, another key's, the link's signature is wrong, or its bytes are gone; 410
+            when the link has expired.
     """
     st = state_of(request)
     missing = ApiError(404, f"No such file: {fid}.", "file_not_found", "file_id")
-    ids = parse_file_id(fid)
-    if ids is None:
-        await caller_of(request)
-        raise missing
-    conv, resource_id = ids
+    conv, resource_id = await authorize_file(request, fid, sig, exp)
     key = await st.service.store.find(conv)
-    if key is None or key.platform != PLATFORM:
-        if not sig:
-            await caller_of(request)  # unauthenticated callers learn nothing, not even that it is missing
+    if key is None:
         raise missing
-    if not (sig and st.keys.signature_ok(key.workspace, fid, sig)):
-        caller = await caller_of(request)
-        if caller.key_id != key.workspace:
-            raise missing
     found = await st.service.store.files_of(PLATFORM, key.workspace, limit=1, only=(conv, resource_id))
     if not found or not found[0].resource.path.is_file():
         raise missing
@@ -112,13 +106,13 @@ async def list_files(
 
 @router.get("/v1/files/{fid}", summary="Retrieve a file object (or, with ?sig=, the bytes of an answer's link)",
             responses={200: {"content": {"application/json": {}, "application/octet-stream": {}}}})
-async def retrieve_file(fid: str, request: Request, sig: str | None = None) -> Response:
-    """The file object of one of the caller's files; a signed link (``?sig=``) answers the bytes."""
-    stored = await owned_file(request, fid, sig)
+async def retrieve_file(fid: str, request: Request, sig: str | None = None, exp: str | None = None) -> Response:
+    """The file object of one of the caller's files; a signed link (``?exp=&sig=``) answers the bytes."""
+    stored = await owned_file(request, fid, sig, exp)
     return _bytes_of(stored) if sig else JSONResponse(file_object(stored))
 
 
 @router.get("/v1/files/{fid}/content", summary="Retrieve a file's content", response_class=FileResponse)
-async def file_content(fid: str, request: Request, sig: str | None = None) -> FileResponse:
+async def file_content(fid: str, request: Request, sig: str | None = None, exp: str | None = None) -> FileResponse:
     """The bytes of one of the caller's files, with the content type sniffed when it was stored."""
-    return _bytes_of(await owned_file(request, fid, sig))
+    return _bytes_of(await owned_file(request, fid, sig, exp))

@@ -20,15 +20,17 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from bot.errors import InputError
+from bot.errors import InputError, StorageError
 from pipeline.errors import ControllerError, DeadlineError, PlanError
 from pipeline.types import Done, PlanReady, ResponseDelta, RunRecord
 
 from .auth import Caller
 from . import files
-from .common import CONVERSATION_HEADER, caller_of, conversation_of, file_url, read_json, state_of
+from .common import (
+    CONVERSATION_HEADER, answer_guard, caller_of, conversation_of, file_url, read_json, safe_answer, state_of,
+)
 from .content import parse_messages, text_of
-from .errors import ApiError
+from .errors import ApiError, storage_error
 from .models import ChatCompletionRequest, schema_of
 from .render import MODEL_ID, Completion, file_links, preamble, progress_line, usage
 from .runs import Run
@@ -48,6 +50,8 @@ def run_error(record: RunRecord) -> ApiError:
         return ApiError(504, sentence, "deadline_exceeded")
     if isinstance(failure, InputError):
         return ApiError(400, sentence, "invalid_request")
+    if isinstance(failure, StorageError):
+        return storage_error(failure)
     if isinstance(failure, ControllerError):
         return ApiError(502, sentence, "controller_error")
     if isinstance(failure, PlanError):
@@ -155,7 +159,7 @@ async def chat_completions(request: Request) -> Response:
     record = run.record
     if record is None or not record.answered:
         raise run_error(record or RunRecord(request=""))
-    content = (record.response or answer) if mode != "preamble" else answer
+    content = safe_answer(request, (record.response or answer) if mode != "preamble" else answer)
     content += file_links(record.files, lambda f: file_url(request, caller, run.conversation_id or "", f))
     doc = completion.whole(content, "\n".join(reasoning) or None, usage(prompt, content))
     return JSONResponse(doc, headers=headers)
@@ -168,6 +172,7 @@ def _data(obj: Any) -> str:
 async def _sse(request: Request, caller: Caller, run: Run, completion: Completion, mode: str, include_usage: bool,
                prompt: str) -> AsyncIterator[str]:
     sent = ""
+    guard = answer_guard(request)  # only our own file links stay images
     try:
         yield _data(completion.chunk({"role": "assistant", "content": ""}))
         try:
@@ -179,8 +184,9 @@ async def _sse(request: Request, caller: Caller, run: Run, completion: Completio
         record: RunRecord | None = None
         async for event in run.events():
             if isinstance(event, ResponseDelta):
-                sent += event.text
-                yield _data(completion.chunk({"content": event.text}))
+                if text := guard.feed(event.text):
+                    sent += text
+                    yield _data(completion.chunk({"content": text}))
             elif isinstance(event, Done):
                 record = event.record
             elif isinstance(event, PlanReady) and mode == "preamble":
@@ -193,13 +199,17 @@ async def _sse(request: Request, caller: Caller, run: Run, completion: Completio
             yield _data(run_error(record or RunRecord(request="")).body())
             yield "data: [DONE]\n\n"
             return
-        links = file_links(record.files, lambda f: file_url(request, caller, run.conversation_id or "", f))
+        links = guard.end() + file_links(record.files, lambda f: file_url(request, caller, run.conversation_id or "", f))
         if links:
             sent += links
             yield _data(completion.chunk({"content": links}))
         yield _data(completion.chunk({}, finish_reason="stop"))
         if include_usage:
             yield _data(completion.chunk(usage_=usage(prompt, sent), choices=False))
+        yield "data: [DONE]\n\n"
+    except StorageError as e:  # one line, no traceback: the operator knows what a full disk is
+        log.warning("stream of run %s/%d: storage failed: %s", run.conversation_id, run.turn, e)
+        yield _data(storage_error(e).body())
         yield "data: [DONE]\n\n"
     except Exception as e:  # one line for the operator, one error object for the client
         log.error("stream of run %s/%d failed: %s: %s", run.conversation_id, run.turn, e.__class__.__name__, e, exc_info=e)
