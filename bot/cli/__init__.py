@@ -13,6 +13,7 @@
     hugginggpt mcp [--sandbox]
     hugginggpt doctor [--json] [--timeout S] [--min-free-mb MIB]
     hugginggpt eval taskbench --data FILE [--limit N] [--concurrency N] [--out FILE] [--resume] [--sandbox]
+    hugginggpt eval runs --requests FILE [--files DIR] [--limit N] [--concurrency N] [--out FILE] [--sandbox]
 
 One module per command, each with ``add_parser(subparsers)`` and ``async main(args, settings) ->
 int``. Every failure a user can cause ends as one sentence on stderr and the exit status of its
