@@ -194,6 +194,7 @@ def test_every_front_end_shows_the_replanning_round():
     import io
 
     from adapters.discord.render import render_progress
+    from adapters.http.render import progress_line
     from adapters.mcp.results import progress_message
     from adapters.progress import Progress
     from adapters.slack.logic import render_status
@@ -214,3 +215,4 @@ def test_every_front_end_shows_the_replanning_round():
     assert model.round == 2 and sorted(model.tasks) == [0, 1, 2] and model.tasks[1].state == "failed"
     assert sentence in render_progress(model, now=1.0) and sentence in render_status(model)
     assert progress_message(events[2], {}) == sentence
+    assert progress_line(events[2]) == sentence  # the HTTP API's reasoning view
