@@ -21,11 +21,13 @@ import shutil
 import sqlite3
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import StorageError
-from .settings import Settings
 from .store.sqlite import DB_NAME
+
+if TYPE_CHECKING:
+    from .settings import Settings
 
 log = logging.getLogger("bot.readiness")
 

@@ -28,16 +28,15 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
-from adapters.terminal import TerminalRenderer, printable
-from adapters.terminal_renderers import terminal_renderer
 from pipeline.errors import HuggingGPTError
 
 from ..errors import InputError
 from ..incoming import ConversationKey, IncomingFile
-from ..settings import Settings
 from .common import INTERRUPTED, add_sandbox_option, clean_text, read_user_file
 
-if TYPE_CHECKING:  # prompt_toolkit and rich are imported when a chat starts, not by every command
+if TYPE_CHECKING:  # prompt_toolkit, rich and the pipeline are imported when a chat starts, not by every command
+    from adapters.terminal import TerminalRenderer
+    from ..settings import Settings
     from adapters.terminal_live import LiveRenderer
 
     from ..service import Service
@@ -116,6 +115,8 @@ def _ctrl_c_stops(run: asyncio.Future, stop: asyncio.Event, renderer: Renderer) 
 
 def _resume_listing(turns: list[dict[str, Any]]) -> list[str]:
     """Lines listing earlier turns: all of them up to five, else the first and the last three."""
+    from adapters.terminal import printable
+
     def line(t: dict[str, Any]) -> str:
         return printable(f"  [{t['index']}] you: {t['user_text'][:80]}  ({t['status']})")
 
@@ -147,6 +148,8 @@ async def main(args: argparse.Namespace, settings: Settings, out: TextIO = sys.s
             print(KEYS_HELP, file=out)
             if reader.notice:
                 print(reader.notice, file=out)
+        from adapters.terminal_renderers import terminal_renderer
+
         renderer = terminal_renderer(out, out, os.environ)
         return await _loop(service, renderer, reader, key, conv, out, interactive)
     finally:
@@ -189,6 +192,8 @@ async def _loop(service: Service, renderer: Renderer, reader: Reader, key: Conve
             print(f"New conversation {conv}. (Resume the previous one with: hugginggpt chat --conversation {left})", file=out)
         elif line == "/files":
             for r in await service.store.resources(conv):
+                from adapters.terminal import printable
+
                 print(printable(f"  {r.id} ({r.kind}, {r.origin}): {r.description} — {r.path}"), file=out)
         elif line.startswith("/file ") or line == "/file":
             pending = await _attach(service, line[len("/file"):].strip(), pending, out)

@@ -14,7 +14,7 @@ import logging
 import mimetypes
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.errors import CatalogError, ControllerError, DeadlineError, ExpertError, HuggingGPTError, PlanError
 from pipeline.types import RunRecord
@@ -22,7 +22,9 @@ from pipeline.types import RunRecord
 from ..errors import ConfigError, InputError, StorageError
 from ..incoming import IncomingFile
 from ..logs import setup_logging
-from ..settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from ..settings import Settings
 
 log = logging.getLogger("hugginggpt")
 
@@ -120,6 +122,8 @@ async def open_settings(args: argparse.Namespace) -> AsyncIterator[Settings]:
         sandbox = await Sandbox().start()
         overrides = sandbox.overrides()
     try:
+        from ..settings import load_settings  # pydantic loads when a command runs, not for --help
+
         settings = load_settings(args.config, overrides=overrides)
         setup_logging(
             verbose=args.verbose,

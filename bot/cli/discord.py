@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import argparse
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
-from ..settings import Settings
 from .common import add_grace_option, add_sandbox_option
+
+if TYPE_CHECKING:
+    from ..settings import Settings
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:

@@ -14,8 +14,8 @@ from ..errors import InputError
 from ..evaluation import toollist
 
 if TYPE_CHECKING:
+    from ..settings import Settings
     from ..evaluation.runner import Outcome
-from ..settings import Settings
 from . import eval_runs
 from .common import add_sandbox_option
 

@@ -8,11 +8,13 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
-from ..settings import Settings
 from .common import add_sandbox_option
+
+if TYPE_CHECKING:
+    from ..settings import Settings
 
 
 def add_parser(benches: Any, positive: Any) -> None:

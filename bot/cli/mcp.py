@@ -9,10 +9,12 @@ stopped and stored as interrupted. The HTTP variant is ``/mcp`` of ``hugginggpt 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..settings import Settings
 from .common import add_sandbox_option
+
+if TYPE_CHECKING:
+    from ..settings import Settings
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:

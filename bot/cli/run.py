@@ -19,14 +19,14 @@ import os
 import signal
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from adapters.terminal import TerminalRenderer
-from adapters.terminal_renderers import terminal_renderer
-from pipeline.types import Done, RunRecord
-
-from ..settings import Settings
 from .common import add_sandbox_option, clean_text, read_user_file, record_exit_status
+
+if TYPE_CHECKING:
+    from pipeline.types import RunRecord
+
+    from ..settings import Settings
 
 
 def add_parser(subparsers: Any) -> None:
@@ -49,7 +49,11 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
     """
     args.text = clean_text(args.text)
     files = [read_user_file(p) for p in args.file]
-    from ..service import Service  # the pipeline and its clients load when the command runs, not for --help
+    from adapters.terminal import TerminalRenderer  # the pipeline and its clients load when the command runs
+    from adapters.terminal_renderers import terminal_renderer
+    from pipeline.types import Done
+
+    from ..service import Service
 
     service = await Service.create(settings)
     record: RunRecord | None = None

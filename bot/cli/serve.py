@@ -20,11 +20,13 @@ import contextlib
 import logging
 import signal
 import socket
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
-from ..settings import Settings
 from .common import add_grace_option, add_sandbox_option
+
+if TYPE_CHECKING:
+    from ..settings import Settings
 
 log = logging.getLogger(__name__)
 

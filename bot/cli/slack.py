@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..settings import Settings
 from .common import INTERRUPTED, add_grace_option, add_sandbox_option
+
+if TYPE_CHECKING:
+    from ..settings import Settings
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
