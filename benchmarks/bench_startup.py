@@ -1,0 +1,119 @@
+"""Start-up benchmark: how long the commands take before they can serve, each in a fresh process.
+
+Prints the median (and min/max) wall time over ``--repeat`` runs of:
+
+* ``hugginggpt run --sandbox TEXT``: the whole command (it stores no turn, so it opens no store);
+* ``hugginggpt chat --sandbox``: time until its first line ("Conversation ...") is printed, with a
+  new data directory (the store is created) and with a current one (the store only opened);
+* a bot start's store: a fresh interpreter that imports :mod:`bot.store`, opens the store of
+  ``[storage]`` with :func:`bot.store.open_store` (what ``Service.create`` does for ``slack`` and
+  ``discord``) and closes it; on a current SQLite file and, with ``--postgres``, on PostgreSQL.
+
+Run: ``python -m benchmarks.bench_startup [--repeat N] [--postgres]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+HG = [sys.executable, "-m", "bot.cli"] if not (Path(sys.executable).parent / "hugginggpt").exists() else [
+    str(Path(sys.executable).parent / "hugginggpt")]
+
+OPEN_STORE = """
+import asyncio, time
+t0 = time.perf_counter()
+from bot.settings import Settings
+from bot.store import MediaStore, open_store
+async def main():
+    s = Settings().storage
+    store = await open_store(s, MediaStore(s.data_dir))
+    t1 = time.perf_counter()
+    await store.close()
+    return t1
+t1 = asyncio.run(main())
+print(f"{t1 - t0:.4f}")
+"""
+
+
+def _env(data_dir: Path, url: str | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HUGGINGGPT_")}
+    env.update(HUGGINGGPT_STORAGE__DATA_DIR=str(data_dir), HF_HUB_DISABLE_TELEMETRY="1", PYTHONPATH=str(ROOT))
+    if url:
+        env["HUGGINGGPT_STORAGE__DATABASE_URL"] = url
+    return env
+
+
+def time_run(data_dir: Path) -> float:
+    """Seconds of one ``hugginggpt run --sandbox``."""
+    t = time.perf_counter()
+    subprocess.run([*HG, "run", "--sandbox", "Say hello"], env=_env(data_dir), cwd=ROOT, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+    return time.perf_counter() - t
+
+
+def time_chat(data_dir: Path) -> float:
+    """Seconds until ``hugginggpt chat --sandbox`` prints its first line (then it is closed)."""
+    t = time.perf_counter()
+    p = subprocess.Popen([*HG, "chat", "--sandbox"], env=_env(data_dir), cwd=ROOT, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = p.stdout.readline()
+        took = time.perf_counter() - t
+        if not line.startswith("Conversation"):
+            raise RuntimeError(f"chat printed {line!r} first")
+    finally:
+        p.stdin.close()
+        p.wait(timeout=60)
+    return took
+
+
+def time_open(data_dir: Path, url: str | None = None) -> float:
+    """Seconds from interpreter start of the store module's import to an open store (fresh process)."""
+    out = subprocess.run([sys.executable, "-c", OPEN_STORE], env=_env(data_dir, url), cwd=ROOT, check=True,
+                         capture_output=True, text=True, timeout=120)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def show(name: str, values: list[float]) -> None:
+    print(f"{name:<58} median {statistics.median(values):6.3f} s  (min {min(values):.3f}, max {max(values):.3f},"
+          f" n={len(values)})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--postgres", action="store_true", help="also open a PostgreSQL store (a throwaway server)")
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
+        base = Path(tmp)
+        show("hugginggpt run --sandbox (whole command)", [time_run(base / "run") for _ in range(args.repeat)])
+        show("hugginggpt chat --sandbox, first line, new data dir",
+             [time_chat(base / f"chat-new-{i}") for i in range(args.repeat)])
+        time_chat(base / "chat")
+        show("hugginggpt chat --sandbox, first line, current store", [time_chat(base / "chat") for _ in range(args.repeat)])
+        show("bot start: import + open_store, current SQLite file", [time_open(base / "chat") for _ in range(args.repeat)])
+        if args.postgres:
+            sys.path.insert(0, str(ROOT))
+            from tests.realparts import PostgresServer
+
+            server = PostgresServer(base / "postgres").start()
+            try:
+                url = server.create_database("startup")
+                time_open(base / "pg", url)
+                show("bot start: import + open_store, current PostgreSQL database",
+                     [time_open(base / "pg", url) for _ in range(args.repeat)])
+            finally:
+                server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
