@@ -104,9 +104,8 @@ class SlackBot(Controls):
         extra = {o for o in map(slack_io.origin_of, file_hosts) if o is not None}
         self.file_origins = set(slack_io.DEFAULT_FILE_ORIGINS) | extra | ({api} if api and api[1] != "slack.com" else set())
         self._session: aiohttp.ClientSession | None = None
-        if hasattr(service, "on_redelivery"):  # several processes on one store (issue 11)
-            service.on_redelivery("slack:", self._redeliver)
-            service.on_interrupted(self._tell_interrupted)
+        service.events.on_redelivery("slack:", self._redeliver)  # several processes on one store
+        service.events.on_interrupted(self._tell_interrupted)
 
     # ------------------------------------------------------------------ entry from the listeners
 

@@ -46,7 +46,7 @@ class Controls:
     closing: bool
 
     async def _redeliver(self, items: list[tuple[str, str]]) -> None:
-        """Run events a gone process took but never started (``Service.on_redelivery``)."""
+        """Run events a gone process took but never started (``Service.events.on_redelivery``)."""
         for key, payload in items:
             try:
                 d = json.loads(payload)
@@ -68,7 +68,7 @@ class Controls:
             task.add_done_callback(self.tasks.discard)
 
     async def _tell_interrupted(self, marked: list[tuple[ConversationKey, int]]) -> None:
-        """Tell the Slack threads whose turn a gone process left running (``Service.on_interrupted``)."""
+        """Tell the Slack threads whose turn a gone process left running (``Service.events.on_interrupted``)."""
         for key, _turn in marked:
             if key.platform != "slack":
                 continue

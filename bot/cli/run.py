@@ -41,7 +41,7 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
     """
     args.text = clean_text(args.text)
     files = [read_user_file(p) for p in args.file]
-    service = await Service.create(settings)
+    service = await Service.create(settings, conversations=False)  # stores no turn: no store to open
     record: RunRecord | None = None
     stop = asyncio.Event()
     try:

@@ -2,9 +2,8 @@
 (``[storage] max_age_days``, ``max_media_bytes``, ``hugginggpt store prune|forget``).
 
 The decisions (:func:`expired`, :func:`over_budget`, :func:`plan`) are pure functions over plain
-rows, testable without a database; :func:`prune`, :func:`forget` and
-:func:`media_bytes` apply them to a :class:`bot.store.database.Database`; the write-time quota
-check is :mod:`bot.store.quota`.
+rows, testable without a database; :mod:`bot.store.sql.retention` applies them (``prune``,
+``forget``, and the write-time quota check of its ``Ledger``).
 
 Rules (several processes may share the data directory, see :mod:`bot.store.lease`):
 
@@ -16,7 +15,7 @@ Rules (several processes may share the data directory, see :mod:`bot.store.lease
   conversation, pinned by a live owner (being written, or a ``run`` file of a running
   process), or written/reused within :data:`~bot.store.lease.RECENT_SECONDS`.
 * ``max_age_days``: conversations idle longer, and unreferenced files unused longer, are deleted.
-* ``max_media_bytes``, checked before every file is written (:func:`bot.store.quota.reserve`)
+* ``max_media_bytes``, checked before every file is written (:class:`bot.store.sql.retention.Ledger`)
   and by ``prune``:
   while the recorded files plus the new one exceed the quota, delete unreferenced files, least
   recently used first, then the least recently active conversations (those past
@@ -38,14 +37,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import aiofiles.os
-import aiosqlite
-
-from ..errors import StorageError
-from . import lease
-from .database import Database
 from .lease import RECENT_SECONDS
-from .protocol import PruneReport
 
 log = logging.getLogger(__name__)
 
@@ -225,168 +217,3 @@ def plan(
         if not protected and cid not in doomed:
             drop(cid)
     return Plan(doomed, freed, total, total <= limit)
-
-
-async def media_bytes(db: Database) -> int:
-    """Bytes of the recorded media files (each counted once; the quota's measure).
-
-    Raises:
-        StorageError: the database is unusable.
-    """
-    rows = await db.read("measuring media", "SELECT coalesce(sum(size), 0) FROM media")
-    return int(rows[0][0])
-
-
-async def snapshot(
-    conn: aiosqlite.Connection, *, now: float, me: str | None
-) -> tuple[list[Activity], list[tuple[str, str]], dict[str, MediaFile]]:
-    """The inputs of :func:`plan`, read inside the caller's write transaction ``conn`` (after
-    removing gone owners, so a pin of a gone owner no longer counts).
-
-    Returns:
-        ``(conversations, refs, files)`` as :func:`plan` takes them; a conversation is protected
-        when it has a running turn or was active within :data:`RECENT_SECONDS` of ``now``.
-    """
-    await lease.sweep(conn, now=now, me=me)
-    recent = now - RECENT_SECONDS
-    rows = await conn.execute_fetchall(
-        "SELECT id, updated, EXISTS(SELECT 1 FROM turns t WHERE t.conversation_id = c.id"
-        " AND t.status='running') FROM conversations c ORDER BY updated, created"
-    )
-    conversations = [(cid, updated, bool(running) or updated >= recent) for cid, updated, running in rows]
-    files = {
-        path: MediaFile(size, used, bool(pinned) or used >= recent)
-        for path, size, used, pinned in await conn.execute_fetchall(
-            "SELECT path, size, used, owner IS NOT NULL AND owner IN (SELECT id FROM owners) FROM media"
-        )
-    }
-    refs = []
-    for cid, path, size in await conn.execute_fetchall("SELECT conversation_id, path, size FROM resources"):
-        refs.append((cid, path))
-        if path not in files:  # written by a version without the media table: count it
-            files[path] = MediaFile(size, 0.0, False)
-    return conversations, refs, files
-
-
-async def delete_rows(conn: aiosqlite.Connection, p: Plan) -> None:
-    """Delete the plan's conversations (turns and resource rows cascade) and file rows, inside the
-    caller's write transaction; the files themselves go with :func:`unlink_unrecorded` after it."""
-    if p.conversations:
-        marks = ",".join("?" * len(p.conversations))
-        await conn.execute(f"DELETE FROM conversations WHERE id IN ({marks})", p.conversations)
-    await conn.executemany("DELETE FROM media WHERE path=?", [(f,) for f in p.files])
-
-
-async def unlink_unrecorded(db: Database, paths: Sequence[str], resolve: Callable[[str], Path]) -> tuple[int, int]:
-    """Delete the files of ``paths`` that no row records or references any more, inside a write
-    transaction (the caller holds ``db.lock``); a file that cannot be deleted is logged and kept.
-
-    Returns:
-        ``(files deleted, bytes freed)`` (sizes measured on disk).
-
-    Raises:
-        StorageError: the database is unusable (nothing is deleted).
-    """
-    files = freed = 0
-    if not paths:
-        return 0, 0
-    async with db.tx("deleting media files") as conn:
-        for path in paths:
-            row = await (
-                await conn.execute(
-                    "SELECT 1 FROM media WHERE path=? UNION ALL SELECT 1 FROM resources WHERE path=? LIMIT 1",
-                    (path, path),
-                )
-            ).fetchone()
-            if row is not None:  # stored again meanwhile
-                continue
-            target = resolve(path)
-            try:
-                size = (await aiofiles.os.stat(target)).st_size
-                await aiofiles.os.unlink(target)
-                files += 1
-                freed += size
-            except FileNotFoundError:
-                pass
-            except OSError as e:
-                log.warning("could not delete media file %s: %s", target, e)
-    return files, freed
-
-
-async def forget(db: Database, conversation_id: str, resolve: Callable[[str], Path], *, now: float, me: str | None) -> bool:
-    """Delete one conversation whatever its age, and its files unless another conversation refers
-    to them or a live owner pins them. Running turns of gone owners are marked interrupted first.
-
-    Returns:
-        ``True`` if the conversation existed.
-
-    Raises:
-        StorageError: the conversation has a turn running in a live process (nothing is deleted),
-            or the database is unusable.
-    """
-    async with db.lock:
-        async with db.tx("forgetting a conversation") as conn:
-            if await (await conn.execute("SELECT 1 FROM conversations WHERE id=?", (conversation_id,))).fetchone() is None:
-                return False
-            await lease.mark_orphans(conn, now=now, me=me)
-            running = "SELECT 1 FROM turns WHERE conversation_id=? AND status='running'"
-            if await (await conn.execute(running, (conversation_id,))).fetchone() is not None:
-                raise StorageError(
-                    f"Conversation {conversation_id} has a turn running in a live process; try again when it has"
-                    " finished.", f"forget refused: running turn in {conversation_id} ({db.path})",
-                )
-            paths = [r[0] for r in await conn.execute_fetchall(
-                "SELECT DISTINCT path FROM resources WHERE conversation_id=?", (conversation_id,)
-            )]
-            await conn.execute("DELETE FROM conversations WHERE id=?", (conversation_id,))
-            doomed = []
-            for path in paths:
-                row = await (
-                    await conn.execute(
-                        "SELECT 1 FROM resources WHERE path=? UNION ALL SELECT 1 FROM media WHERE path=?"
-                        " AND owner IN (SELECT id FROM owners) LIMIT 1",
-                        (path, path),
-                    )
-                ).fetchone()
-                if row is None:
-                    doomed.append(path)
-            await conn.executemany("DELETE FROM media WHERE path=?", [(p,) for p in doomed])
-        await unlink_unrecorded(db, doomed, resolve)
-    return True
-
-
-async def prune(
-    db: Database,
-    *,
-    now: float,
-    max_age_days: float | None,
-    max_media_bytes: int | None,
-    resolve: Callable[[str], Path],
-    me: str | None = None,
-) -> PruneReport:
-    """Apply ``max_age_days`` and ``max_media_bytes`` (:func:`plan`); ``None`` disables a limit.
-
-    Args:
-        db: the open database.
-        now: the current time, epoch seconds.
-        max_age_days: ``[storage] max_age_days``.
-        max_media_bytes: ``[storage] max_media_bytes``.
-        resolve: stored path -> absolute path.
-        me: this process's owner id (its pins count as live).
-
-    Returns:
-        What was removed, and the recorded media bytes left.
-
-    Raises:
-        StorageError: the database is unusable.
-    """
-    async with db.lock:
-        async with db.tx("pruning") as conn:
-            p = plan(*await snapshot(conn, now=now, me=me), now=now, max_age_days=max_age_days,
-                     max_media_bytes=max_media_bytes)
-            await delete_rows(conn, p)
-        nfiles, freed = await unlink_unrecorded(db, p.files, resolve)
-    report = PruneReport(len(p.conversations), nfiles, freed, await media_bytes(db))
-    if p.conversations or p.files:
-        log.info("pruned %s: %s", db.path, report)
-    return report
