@@ -22,6 +22,7 @@ from .locks import ThreadLocks
 from .mentions import check_mentions
 from .settings import Settings
 from .store import ConversationStore, Handover, LocalResourceSink, MediaStore, open_store
+from .store.deferred import DeferredLedger
 from .uploads import Inspected, inspect_upload
 
 
@@ -65,7 +66,9 @@ class Service:
         Args:
             settings: the settings.
             conversations: open the conversation store (``False``: requests without a
-                conversation key only, as ``hugginggpt run``; nothing is opened then).
+                conversation key only, as ``hugginggpt run``: the store is then opened only if a
+                media file is written, to record it and keep the media quota,
+                :class:`bot.store.deferred.DeferredLedger`).
 
         Raises:
             ConfigError: a credential is missing or the catalog file is unusable.
@@ -83,6 +86,9 @@ class Service:
                     await close()
                 raise
             closers = [*closers, store.close]
+        else:
+            media.ledger = ledger = DeferredLedger(settings.storage, media)
+            closers = [*closers, ledger.close]
         pipeline.refresh_served_tasks()  # Hub look-ups start now, not when the first request arrives
         return cls(settings, pipeline, media, store, [*closers, events.close], events)
 
