@@ -9,7 +9,8 @@ Prints the median (and min/max) wall time over ``--repeat`` runs of:
   ``[storage]`` with :func:`bot.store.open_store` (what ``Service.create`` does for ``slack`` and
   ``discord``) and closes it; on a current SQLite file and, with ``--postgres``, on PostgreSQL.
 
-Run: ``python -m benchmarks.bench_startup [--repeat N] [--postgres]``
+Run: ``python -m benchmarks.bench_startup [--repeat N] [--postgres] [--code DIR]`` (``--code``: time
+the code of another checkout, e.g. the main branch, with this interpreter).
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-HG = [sys.executable, "-m", "bot.cli"] if not (Path(sys.executable).parent / "hugginggpt").exists() else [
-    str(Path(sys.executable).parent / "hugginggpt")]
+CODE = ROOT
+"""The checkout whose code is timed (``--code``)."""
+HG = [sys.executable, "-m", "bot.cli"]
 
 OPEN_STORE = """
 import asyncio, time
@@ -45,7 +47,7 @@ print(f"{t1 - t0:.4f}")
 
 def _env(data_dir: Path, url: str | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HUGGINGGPT_")}
-    env.update(HUGGINGGPT_STORAGE__DATA_DIR=str(data_dir), HF_HUB_DISABLE_TELEMETRY="1", PYTHONPATH=str(ROOT))
+    env.update(HUGGINGGPT_STORAGE__DATA_DIR=str(data_dir), HF_HUB_DISABLE_TELEMETRY="1", PYTHONPATH=str(CODE))
     if url:
         env["HUGGINGGPT_STORAGE__DATABASE_URL"] = url
     return env
@@ -54,7 +56,7 @@ def _env(data_dir: Path, url: str | None = None) -> dict[str, str]:
 def time_run(data_dir: Path) -> float:
     """Seconds of one ``hugginggpt run --sandbox``."""
     t = time.perf_counter()
-    subprocess.run([*HG, "run", "--sandbox", "Say hello"], env=_env(data_dir), cwd=ROOT, check=True,
+    subprocess.run([*HG, "run", "--sandbox", "Say hello"], env=_env(data_dir), cwd=CODE, check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
     return time.perf_counter() - t
 
@@ -62,7 +64,7 @@ def time_run(data_dir: Path) -> float:
 def time_chat(data_dir: Path) -> float:
     """Seconds until ``hugginggpt chat --sandbox`` prints its first line (then it is closed)."""
     t = time.perf_counter()
-    p = subprocess.Popen([*HG, "chat", "--sandbox"], env=_env(data_dir), cwd=ROOT, stdin=subprocess.PIPE,
+    p = subprocess.Popen([*HG, "chat", "--sandbox"], env=_env(data_dir), cwd=CODE, stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         line = p.stdout.readline()
@@ -77,7 +79,7 @@ def time_chat(data_dir: Path) -> float:
 
 def time_open(data_dir: Path, url: str | None = None) -> float:
     """Seconds from interpreter start of the store module's import to an open store (fresh process)."""
-    out = subprocess.run([sys.executable, "-c", OPEN_STORE], env=_env(data_dir, url), cwd=ROOT, check=True,
+    out = subprocess.run([sys.executable, "-c", OPEN_STORE], env=_env(data_dir, url), cwd=CODE, check=True,
                          capture_output=True, text=True, timeout=120)
     return float(out.stdout.strip().splitlines()[-1])
 
@@ -91,7 +93,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--postgres", action="store_true", help="also open a PostgreSQL store (a throwaway server)")
+    ap.add_argument("--code", type=Path, default=ROOT, help="the checkout whose code is timed (default: this one)")
     args = ap.parse_args(argv)
+    global CODE
+    CODE = args.code.resolve()
+    print(f"code: {CODE}")
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
         base = Path(tmp)
         show("hugginggpt run --sandbox (whole command)", [time_run(base / "run") for _ in range(args.repeat)])
