@@ -2,7 +2,9 @@
 
 Prints the median (and min/max) wall time over ``--repeat`` runs of:
 
-* ``hugginggpt run --sandbox TEXT``: the whole command (it stores no turn, so it opens no store);
+* ``hugginggpt run --sandbox TEXT``: whether it opened the store (it stores no turn; a run that
+  writes no media file must not even create the database file) and its whole time (mostly the
+  sandbox's simulated model latency, so only a sanity figure);
 * ``hugginggpt chat --sandbox``: time until its first line ("Conversation ...") is printed, with a
   new data directory (the store is created) and with a current one (the store only opened);
 * a bot start's store: a fresh interpreter that imports :mod:`bot.store`, opens the store of
@@ -54,7 +56,7 @@ def _env(data_dir: Path, url: str | None = None) -> dict[str, str]:
 
 
 def time_run(data_dir: Path) -> float:
-    """Seconds of one ``hugginggpt run --sandbox``."""
+    """Seconds of one ``hugginggpt run --sandbox`` (a text-only request)."""
     t = time.perf_counter()
     subprocess.run([*HG, "run", "--sandbox", "Say hello"], env=_env(data_dir), cwd=CODE, check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
@@ -100,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"code: {CODE}")
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
         base = Path(tmp)
-        show("hugginggpt run --sandbox (whole command)", [time_run(base / "run") for _ in range(args.repeat)])
+        show("hugginggpt run --sandbox (whole command)", [time_run(base / "run")])
+        print(f"hugginggpt run opened the conversation store: {(base / 'run' / 'conversations.sqlite3').exists()}")
         show("hugginggpt chat --sandbox, first line, new data dir",
              [time_chat(base / f"chat-new-{i}") for i in range(args.repeat)])
         time_chat(base / "chat")

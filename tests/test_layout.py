@@ -4,7 +4,11 @@
 * ``bot/`` imports ``adapters/`` only from ``bot/cli/``;
 * nothing but the command line imports the sandbox;
 * no module imports another in a cycle;
-* no product module is over 450 lines.
+* no product module is over 450 lines;
+* one conversation store: a single class implements the conversations protocol, database drivers
+  are imported only by the store's package (``bot/store/sql``) and dialect-specific SQLAlchemy
+  only by its dialect module; no function of the store is over 60 lines (the Alembic revision
+  files, frozen once released, aside).
 
 Imports are read with :mod:`ast` (also those inside functions), so a lazy import counts too.
 """
@@ -110,3 +114,56 @@ def test_no_import_cycles() -> None:
 def test_no_product_module_over_the_size_limit() -> None:
     sizes = {str(p.relative_to(ROOT)): len(p.read_text(encoding="utf-8").splitlines()) for p in modules().values()}
     assert {f: n for f, n in sizes.items() if n > MAX_LINES} == {}
+
+
+# -- one conversation store -------------------------------------------------------------------------
+
+STORE_PACKAGE = "bot.store.sql"
+DRIVERS = ("sqlite3", "aiosqlite", "asyncpg", "psycopg", "sqlalchemy")
+CONVERSATION_METHODS = {"get_or_create", "begin_turn", "finish_turn", "add_resource", "context", "turns"}
+MAX_FUNCTION_LINES = 60
+
+
+def imported_names(path: Path) -> set[str]:
+    """Every module name ``path`` imports absolutely (``import a.b`` and ``from a.b import c``)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module)
+    return found
+
+
+def test_one_conversation_store_implementation() -> None:
+    implementations = []
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ClassDef) or any(ast.unparse(b).endswith("Protocol") for b in node.bases):
+                continue
+            defined = {f.name for f in node.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
+            if len(defined & CONVERSATION_METHODS) >= 3:
+                implementations.append(f"{name}.{node.name}")
+    assert implementations == ["bot.store.sql.store.SQLStore"]
+
+
+def test_database_drivers_only_in_the_store_package() -> None:
+    outside = {name: sorted(m for m in imported_names(path) if m.split(".")[0] in DRIVERS)
+               for name, path in modules().items() if not name.startswith(STORE_PACKAGE)}
+    assert {n: m for n, m in outside.items() if m} == {}
+    dialects = {name for name, path in modules().items()
+                if any(m.startswith("sqlalchemy.dialects") for m in imported_names(path))}
+    assert dialects == {"bot.store.sql.dialect"}  # SQLite and PostgreSQL differ in its named functions only
+
+
+def test_no_store_function_over_the_length_limit() -> None:
+    long = []
+    for name, path in modules().items():
+        if not name.startswith("bot.store") or ".alembic.versions." in name:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long.append(f"{name}.{node.name}: {lines} lines")
+    assert long == []

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 from PIL import Image
-from sqlalchemy import text
+from sqlalchemy import text as sql_text
 
 from bot.errors import StorageError
 from bot.incoming import ConversationKey
@@ -70,7 +70,7 @@ def make_store(tmp_path: Path, **kw) -> SQLStore:
 
 async def q(s: SQLStore, sql: str) -> list[tuple]:
     """Rows of a read-only statement on the store's database."""
-    return [tuple(r) for r in await s.database.read("testing", text(sql))]
+    return [tuple(r) for r in await s.database.read("testing", sql_text(sql))]
 
 
 async def on_writer(s: SQLStore, sql: str) -> None:

@@ -33,11 +33,9 @@ Rules (several processes may share the data directory, see :mod:`bot.store.lease
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from .lease import RECENT_SECONDS
 
 log = logging.getLogger(__name__)
 
@@ -172,48 +170,56 @@ def plan(
         The :class:`Plan`; ``fits`` is ``False`` when even deleting every unprotected
         conversation and file leaves no room for ``incoming``.
     """
-    owners: dict[str, set[str]] = {p: set() for p in files}
-    by_conv: dict[str, set[str]] = {}
-    for cid, path in refs:
-        owners.setdefault(path, set()).add(cid)
-        by_conv.setdefault(cid, set()).add(path)
-    total = sum(f.size for f in files.values())
-    freed: list[str] = []
-
-    def free(path: str) -> None:
-        nonlocal total
-        f = files.get(path)
-        if f is not None and not owners[path] and not f.keep and path not in gone_files:
-            gone_files.add(path)
-            freed.append(path)
-            total -= f.size
-
-    def drop(cid: str) -> None:
-        doomed.append(cid)
-        for p in sorted(by_conv.get(cid, ()), key=lambda p: files[p].used if p in files else 0.0):
-            owners[p].discard(cid)
-            free(p)
-
-    gone_files: set[str] = set()
-    doomed: list[str] = []
+    d = _Deletions(files, refs)
     for cid in expired(conversations, now=now, max_age_days=max_age_days):
-        drop(cid)
-    unreferenced = sorted((f.used, p) for p, f in files.items() if not owners[p])
+        d.drop(cid)
+    unreferenced = sorted((f.used, p) for p, f in files.items() if not d.owners[p])
     if max_age_days is not None:
         cutoff = now - max_age_days * SECONDS_PER_DAY
         for used, p in unreferenced:
             if used < cutoff:
-                free(p)
+                d.free(p)
     if max_media_bytes is None:
-        return Plan(doomed, freed, total, True)
+        return Plan(d.conversations, d.files, d.total, True)
     limit = max_media_bytes - incoming
     for _, p in unreferenced:
-        if total <= limit:
+        if d.total <= limit:
             break
-        free(p)
+        d.free(p)
     for cid, _, protected in conversations:
-        if total <= limit:
+        if d.total <= limit:
             break
-        if not protected and cid not in doomed:
-            drop(cid)
-    return Plan(doomed, freed, total, total <= limit)
+        if not protected and cid not in d.conversations:
+            d.drop(cid)
+    return Plan(d.conversations, d.files, d.total, d.total <= limit)
+
+
+class _Deletions:
+    """What :func:`plan` has chosen so far: conversations and files, and the bytes left."""
+
+    def __init__(self, files: Mapping[str, MediaFile], refs: Iterable[tuple[str, str]]) -> None:
+        self.known = files
+        self.owners: dict[str, set[str]] = {p: set() for p in files}  # path -> conversations referring to it
+        self.by_conv: dict[str, set[str]] = {}
+        for cid, path in refs:
+            self.owners.setdefault(path, set()).add(cid)
+            self.by_conv.setdefault(cid, set()).add(path)
+        self.total = sum(f.size for f in files.values())
+        self.conversations: list[str] = []
+        self.files: list[str] = []
+        self._chosen: set[str] = set()
+
+    def free(self, path: str) -> None:
+        """Delete a recorded file unless referenced, protected or chosen already."""
+        f = self.known.get(path)
+        if f is not None and not self.owners[path] and not f.keep and path not in self._chosen:
+            self._chosen.add(path)
+            self.files.append(path)
+            self.total -= f.size
+
+    def drop(self, cid: str) -> None:
+        """Delete a conversation, then the files only it referred to (least recently used first)."""
+        self.conversations.append(cid)
+        for p in sorted(self.by_conv.get(cid, ()), key=lambda p: self.known[p].used if p in self.known else 0.0):
+            self.owners[p].discard(cid)
+            self.free(p)
