@@ -114,7 +114,7 @@ ALTER TABLE resources_v2 RENAME TO resources;
 
 CREATE INDEX conversations_updated ON conversations(updated);
 CREATE INDEX turns_running ON turns(status) WHERE status = 'running';
--- covering index for the media size sum (SQLiteStore.media_bytes)
+-- covering index for the media size sum (the store's media_bytes)
 CREATE INDEX resources_path ON resources(path, size);
 """
 
