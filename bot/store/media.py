@@ -63,7 +63,7 @@ def _create_0644(path: str, flags: int) -> int:
 
 
 class MediaLedger(Protocol):
-    """Records media writes and enforces the quota (open conversation store (:class:`bot.store.sql.store.SQLStore`))."""
+    """Records media writes and enforces the quota (:class:`bot.store.sql.retention.Ledger`)."""
 
     async def reserve(self, path: Path, size: int) -> bool:  # pragma: no cover - protocol
         """Record ``size`` bytes about to be written at ``path`` (making room under the quota);
@@ -82,8 +82,8 @@ class MediaStore:
         root: the data directory (``[storage] data_dir``); created on first write.
 
     Attributes:
-        ledger: where writes are recorded and the quota enforced (set by an open
-            open conversation store (:class:`bot.store.sql.store.SQLStore`); ``None``: plain writes).
+        ledger: where writes are recorded and the quota enforced (set by an open conversation
+            store, :class:`bot.store.sql.store.SQLStore`; ``None``: plain writes).
     """
 
     def __init__(self, root: Path) -> None:
