@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import ColumnElement, Select, Table, func, select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 RETENTION_LOCK = 0x48474755
@@ -29,8 +28,13 @@ def is_sqlite(conn: AsyncConnection) -> bool:
 
 def insert(conn: AsyncConnection, table: Table) -> Any:
     """An ``INSERT`` of the connection's dialect, with ``on_conflict_do_nothing`` /
-    ``on_conflict_do_update`` (both dialects write ``INSERT ... ON CONFLICT``)."""
-    return (sqlite.insert if is_sqlite(conn) else postgresql.insert)(table)
+    ``on_conflict_do_update`` (both dialects write ``INSERT ... ON CONFLICT``). Only the dialect in
+    use is imported (the other one costs start-up time for nothing)."""
+    if is_sqlite(conn):
+        from sqlalchemy.dialects.sqlite import insert as dialect_insert
+    else:
+        from sqlalchemy.dialects.postgresql import insert as dialect_insert
+    return dialect_insert(table)
 
 
 def upsert(conn: AsyncConnection, table: Table, values: dict[str, Any], keys: list[Any], update: dict[str, Any]) -> Any:
