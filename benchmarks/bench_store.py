@@ -243,8 +243,12 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-store-") as tmp:
         data_dir = args.dir or Path(tmp)
         store = sqlite_store(data_dir)
-        asyncio.run(store.open())
-        asyncio.run(store.close())
+
+        async def create() -> None:  # the schema, as a first start makes it
+            await store.open()
+            await store.close()
+
+        asyncio.run(create())
         t = time.perf_counter()
         build(store.path, args.conversations, args.turns)
         build_s = time.perf_counter() - t

@@ -271,3 +271,53 @@ def test_db_upgrade_then_bad_urls_exit_8_with_one_sentence(tmp_path, postgres_se
         assert p.returncode == 8, p.stderr
         assert sentence in p.stderr and pw not in p.stderr + p.stdout
         assert len([line for line in p.stderr.splitlines() if line.strip()]) == 1, p.stderr
+
+
+# -- the Handover channel: what the store finds of gone processes reaches the front ends ------------
+
+async def test_interrupted_turns_found_before_a_front_end_subscribes_reach_it_once():
+    events = Handover()
+    await events.interrupted([(KEY, 3)])  # marked while the store opened, before any front end
+    got: list = []
+    broken_calls: list = []
+
+    async def broken(marked):
+        broken_calls.append(marked)
+        raise RuntimeError("this front end failed")
+
+    async def listener(marked):
+        got.append(list(marked))
+
+    events.on_interrupted(listener)
+    await events.close()  # waits for the early delivery
+    assert got == [[(KEY, 3)]]
+    events.on_interrupted(broken)
+    await events.interrupted([(OTHER, 0)])  # a failing subscriber is logged; the others still hear
+    assert got == [[(KEY, 3)], [(OTHER, 0)]] and broken_calls == [[(OTHER, 0)]]
+
+
+async def test_deliveries_of_a_gone_process_are_taken_only_by_a_subscribed_front_end(new_store):
+    now = time.time()
+    a = new_store(clock=lambda: now)
+    await a.open()
+    events = Handover()
+    b = new_store(clock=lambda: now + lease.LEASE_SECONDS + 1, events=events)
+    try:
+        assert await a.claim_delivery(["slack:event:Ev1"], payload='{"event": "mention"}')
+        assert await a.claim_delivery(["discord:message:42"], payload='{"message": 42}')
+        await _forget_heartbeat(a)  # a dies before its turns begin
+        await b.open()
+        await b.mark_interrupted()  # sweeps a's owner row (its lease expired)
+        assert await b.adopt_deliveries() == []  # no front end runs them here: nothing is taken
+        ran: list = []
+
+        async def run(adopted):
+            ran.extend(adopted)
+
+        events.on_redelivery("slack:", run)
+        assert await b.adopt_deliveries() == [("slack:event:Ev1", '{"event": "mention"}')]
+        assert ran == [("slack:event:Ev1", '{"event": "mention"}')]  # only its own platform's
+        assert await b.adopt_deliveries() == [] and len(ran) == 1  # taken once
+    finally:
+        await b.close()
+        await a.close()
