@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -26,6 +27,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from ...errors import StorageError
+from .dialect import sqlite_prebuilt
 from .errors import POOL_TIMEOUT, message
 from .revisions import HEAD, REVISIONS, SQLITE_STATE, Refused, check_sqlite
 
@@ -95,6 +97,8 @@ class Database:
         self.reader: AsyncEngine | None = None
         self.applied: list[str] = []
         self._lock = asyncio.Lock() if self.dialect == "sqlite" else None
+        self._hot: AsyncConnection | None = None  # SQLite: the connection of prebuilt reads
+        self._hot_driver: Any = None
 
     def error(self, exc: BaseException, action: str) -> StorageError:
         """Map a driver, connection or OS error to one sentence naming the database, and log it.
@@ -150,6 +154,8 @@ class Database:
             StorageError: the database failed (mapped by :meth:`error`).
         """
         self._engine()
+        if params is not None and self.dialect == "sqlite":
+            return await self._read_prebuilt(action, stmts, params)
         for attempt in (1, 2):
             try:
                 async with self.reader.connect() as conn:  # type: ignore[union-attr]
@@ -163,6 +169,15 @@ class Database:
             except (sa_exc.TimeoutError, OSError, asyncio.TimeoutError) as e:
                 raise self.error(e, action) from None
         raise AssertionError("unreachable")
+
+    async def _read_prebuilt(self, action: str, stmts: tuple[Any, ...], params: dict[str, Any]) -> Any:
+        """:meth:`read` of prebuilt statements on SQLite, straight on the driver connection
+        (:func:`~bot.store.sql.dialect.sqlite_prebuilt`)."""
+        try:
+            out = [list(await self._hot_driver.execute_fetchall(*sqlite_prebuilt(self._hot, s, params))) for s in stmts]
+        except (sa_exc.DBAPIError, sqlite3.Error, OSError) as e:
+            raise self.error(e, action) from None
+        return out[0] if len(out) == 1 else out
 
     async def open(self, *, upgrade: bool = True) -> list[str]:
         """Connect, refuse another program's or a newer database, and apply pending migrations
@@ -186,6 +201,9 @@ class Database:
         self.engine, self.reader = self._engines()
         try:
             self.applied = [] if await self._current() else await self._migrate(upgrade)
+            if self.dialect == "sqlite":  # one read connection kept for prebuilt reads (the driver queues calls)
+                self._hot = await self.reader.connect()
+                self._hot_driver = (await self._hot.get_raw_connection()).driver_connection
         except BaseException as e:
             await self.close()
             if isinstance(e, (sa_exc.DBAPIError, sa_exc.TimeoutError, OSError, asyncio.TimeoutError)):
@@ -203,8 +221,11 @@ class Database:
                 connect_args={"timeout": self.connect_timeout, "server_settings": {"application_name": "hugginggpt"}},
             )
             return engine, engine.execution_options(isolation_level="AUTOCOMMIT")
-        writer = create_async_engine(self.url, connect_args={"timeout": self.busy_timeout}, pool_size=1, max_overflow=0)
-        reader = create_async_engine(self.url, connect_args={"timeout": self.busy_timeout})
+        # no reset when a connection returns to the pool: every transaction ends by COMMIT or ROLLBACK
+        # (engine.begin()) and reads run in autocommit, so the reset's extra call would only cost time
+        args = {"connect_args": {"timeout": self.busy_timeout}, "pool_reset_on_return": None}
+        writer = create_async_engine(self.url, pool_size=1, max_overflow=0, **args)
+        reader = create_async_engine(self.url, **args)
         event.listen(writer.sync_engine, "connect", _sqlite_writer)
         event.listen(writer.sync_engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN IMMEDIATE"))
         event.listen(reader.sync_engine, "connect", _sqlite_reader)
@@ -245,6 +266,9 @@ class Database:
 
     async def close(self) -> None:
         """Close every pooled connection; safe to call twice."""
+        hot, self._hot, self._hot_driver = self._hot, None, None
+        if hot is not None:
+            await hot.close()
         engines, self.engine, self.reader = (self.reader, self.engine), None, None
         for engine in engines:
             if engine is not None:
