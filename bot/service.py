@@ -89,6 +89,8 @@ class Service:
         else:
             media.ledger = ledger = DeferredLedger(settings.storage, media)
             closers = [*closers, ledger.close]
+            log.info("no conversation is kept by this command; the store under %s is opened only to record a file",
+                     settings.storage.data_dir)
         pipeline.refresh_served_tasks()  # Hub look-ups start now, not when the first request arrives
         return cls(settings, pipeline, media, store, [*closers, events.close], events)
 
