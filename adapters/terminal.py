@@ -1,4 +1,8 @@
-"""Terminal front end: renders pipeline events as lines (``hugginggpt run`` and ``chat``)."""
+"""Terminal front end: renders pipeline events as lines (``hugginggpt run`` and ``chat`` when the
+output is not a terminal); :mod:`adapters.terminal_live` draws the same progress on a terminal.
+
+The progress model is imported here only (:data:`Progress`); the other terminal modules take it
+from this one."""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ import sys
 import textwrap
 from typing import AbstractSet, TextIO
 
-from bot.progress import Progress
+from adapters.progress import Progress, TaskProgress  # noqa: F401 - the one import of the progress model (terminal_live uses it from here)
 from pipeline.types import (
     Done,
     Event,
@@ -75,20 +79,26 @@ _STATE_COLOUR = {"done": "32", "failed": "31", "skipped": "33", "stopped": "33"}
 
 
 class TerminalRenderer:
-    """Writes progress and the streamed answer to ``out``, one line per change of the run's
-    progress (:class:`bot.progress.Progress`, the model Discord and Slack render too).
+    """Writes progress to ``out``, one line per change of the run's progress
+    (:class:`adapters.progress.Progress`, the model Discord and Slack render too), and the streamed
+    answer with its list of files to ``answer``.
 
     Args:
-        out: stream for progress and the answer.
+        out: stream for progress.
         color: use ANSI colours (default: when ``out`` is a terminal).
         err: stream for the error sentence of a failed run.
+        answer: stream for the answer and its files (default: ``out``). ``hugginggpt run`` with
+            its output redirected passes stdout here and stderr as ``out``, so the file it writes
+            holds only the answer.
 
     Attributes:
         progress: the run's progress so far.
     """
 
-    def __init__(self, out: TextIO = sys.stdout, color: bool | None = None, err: TextIO | None = None) -> None:
+    def __init__(self, out: TextIO = sys.stdout, color: bool | None = None, err: TextIO | None = None,
+                 answer: TextIO | None = None) -> None:
         self.out = out
+        self.answer = answer or out
         self.err = err or sys.stderr
         self.color = out.isatty() if color is None else color
         self.progress = Progress()
@@ -97,9 +107,19 @@ class TerminalRenderer:
     def _c(self, code: str, text: str) -> str:
         return f"\033[{code}m{text}\033[0m" if self.color else text
 
-    def write(self, line: str = "") -> None:
-        self.out.write(line + "\n")
-        self.out.flush()
+    def write(self, line: str = "", stream: TextIO | None = None) -> None:
+        stream = stream or self.out
+        stream.write(line + "\n")
+        stream.flush()
+
+    def say(self, sentence: str) -> None:
+        """Print one sentence of the front end's own (``Stopping this run…``) with the progress."""
+        self.write(f"\n{sentence}")
+
+    def close(self) -> None:
+        """Forget a run that ended without :class:`Done` (abandoned): the next run starts afresh."""
+        self.progress = Progress()
+        self._early = set()
 
     def render(self, event: Event) -> None:
         """Fold ``event`` into the progress and print what changed."""
@@ -140,13 +160,13 @@ class TerminalRenderer:
                 extra = f": {printable(line.error or '')}"
             self.write(self._c(_STATE_COLOUR[line.state], f"  [{r.task_id}] {line.state}") + extra)
         elif isinstance(event, ResponseDelta):
-            if before != "responding":
+            if before != "responding" and self.answer is self.out:
                 self.write()
-            self.out.write(printable(event.text))
-            self.out.flush()
+            self.answer.write(printable(event.text))
+            self.answer.flush()
         elif isinstance(event, Done):
             if before == "responding":
-                self.write()
+                self.write(stream=self.answer)
             self.finish(event.record)
             self.progress = Progress()  # ready for the next turn (chat)
             self._early = set()
@@ -157,7 +177,8 @@ class TerminalRenderer:
             self.err.write(f"Error: {printable(record.error or '')}\n")
             self.err.flush()
         if record.files:
-            self.write()
-            self.write("Files:")
+            self.write(stream=self.answer)
+            self.write("Files:", self.answer)
             for f in record.files:
-                self.write(printable(f"  {f.id} ({f.kind}, {f.description or f.mime}): {f.path}"))
+                self.write(printable(f"  {f.id} ({f.kind}, {f.description or f.mime}): {f.path}"), self.answer)
+

@@ -76,65 +76,85 @@ def split_text(text: str, limit: int, *, size: Callable[[str], int] = len, reope
     text = text.strip("\n")
     if not text.strip():
         return []
-    chunks: list[str] = []
-    cur: list[str] = []
-    cur_len = 0  # size("\n".join(cur))
-    fence: str | None = None  # opening line of the code block we are inside
-    soft: int | None = None  # index into cur where a split is pleasant (outside code)
+    splitter = _Splitter(limit, size, reopen_language)
+    for raw in text.split("\n"):
+        splitter.add_line(raw)
+    splitter.emit(len(splitter.cur), splitter.fence)
+    return splitter.chunks
 
-    def closer(f: str | None) -> int:
-        return size(_fence_chars(f)) + 1 if f else 0
 
+class _Splitter:
+    """The state of :func:`split_text` while it reads the text line by line."""
+
+    def __init__(self, limit: int, size: Callable[[str], int], reopen_language: bool) -> None:
+        self.limit, self.size, self.reopen_language = limit, size, reopen_language
+        self.chunks: list[str] = []
+        self.cur: list[str] = []
+        self.cur_len = 0  # size("\n".join(cur))
+        self.fence: str | None = None  # opening line of the code block we are inside
+        self.soft: int | None = None  # index into cur where a split is pleasant (outside code)
+
+    def closer(self, fence: str | None) -> int:
+        """Size of the line that closes ``fence`` (0 outside a code block)."""
+        return self.size(_fence_chars(fence)) + 1 if fence else 0
+
+    @staticmethod
     def has_content(lines: list[str]) -> bool:
-        # a bare fence is markup; a fence with an info string ("```py") is the user's text too
+        """A bare fence is markup; a fence with an info string ("```py") is the user's text too."""
         return any(ln.strip() and not (_FENCE.match(ln) and not ln.strip().strip("`~")) for ln in lines)
 
-    def emit(upto: int, open_fence: str | None) -> None:
-        nonlocal cur, cur_len, soft
+    def emit(self, upto: int, open_fence: str | None) -> None:
+        """End a message with the first ``upto`` lines (closing ``open_fence`` when the message
+        ends inside it, and reopening it in the next)."""
+        cur = self.cur
         head, rest = cur[:upto], cur[upto:]
         body = "\n".join(head).strip("\n")
         if open_fence is not None and upto == len(cur):
             body += "\n" + _fence_chars(open_fence)
-        if has_content(head):
-            chunks.append(body)
+        if self.has_content(head):
+            self.chunks.append(body)
         if upto == len(cur):
             if open_fence is not None:
-                rest = [open_fence if reopen_language else _fence_chars(open_fence)]
+                rest = [open_fence if self.reopen_language else _fence_chars(open_fence)]
             else:
                 rest = []
         while rest and not rest[0].strip():
             rest = rest[1:]
-        cur = rest
-        cur_len = size("\n".join(cur))
-        soft = None
+        self.cur = rest
+        self.cur_len = self.size("\n".join(rest))
+        self.soft = None
 
-    for raw in text.split("\n"):
-        is_fence = _FENCE.match(raw) is not None
+    def _fence_after(self, raw: str, is_fence: bool) -> str | None:
+        """The code block we are inside after line ``raw`` (a fence opens or closes one)."""
+        fence = self.fence
         if is_fence and fence is None:
-            after: str | None = raw.strip()
-            if cur and has_content(cur):
-                soft = len(cur)
-        elif is_fence and fence is not None and raw.strip().strip("`~") == "" and raw.strip()[0] == fence[0] \
+            if self.cur and self.has_content(self.cur):
+                self.soft = len(self.cur)
+            return raw.strip()
+        if is_fence and fence is not None and raw.strip().strip("`~") == "" and raw.strip()[0] == fence[0] \
                 and len(raw.strip()) >= len(_fence_chars(fence)):
-            after = None
-        else:
-            after = fence
-        room = limit - (size(fence) + 1 if fence else 0) - max(closer(fence), closer(after)) - 1
+            return None
+        return fence
+
+    def add_line(self, raw: str) -> None:
+        """Add one line of the text, ending messages before it as the limit needs."""
+        size, limit, fence = self.size, self.limit, self.fence
+        is_fence = _FENCE.match(raw) is not None
+        after = self._fence_after(raw, is_fence)
+        room = limit - (size(fence) + 1 if fence else 0) - max(self.closer(fence), self.closer(after)) - 1
         pieces = _split_words(raw, room, size) if size(raw) > room else [raw]
         for i, piece in enumerate(pieces):
             state_after = after if i == len(pieces) - 1 else fence
-            while cur and cur_len + 1 + size(piece) + closer(state_after) > limit:
-                if soft is not None and size("\n".join(cur[:soft])) >= limit // 2:
-                    emit(soft, None)
+            while self.cur and self.cur_len + 1 + size(piece) + self.closer(state_after) > limit:
+                if self.soft is not None and size("\n".join(self.cur[:self.soft])) >= limit // 2:
+                    self.emit(self.soft, None)
                 else:
-                    emit(len(cur), fence)
-            cur_len += size(piece) + (1 if cur else 0)
-            cur.append(piece)
-        fence = after
-        if fence is None and (not raw.strip() or is_fence):
-            soft = len(cur)
-    emit(len(cur), fence)
-    return chunks
+                    self.emit(len(self.cur), fence)
+            self.cur_len += size(piece) + (1 if self.cur else 0)
+            self.cur.append(piece)
+        self.fence = after
+        if after is None and (not raw.strip() or is_fence):
+            self.soft = len(self.cur)
 
 
 def _fence_chars(fence_line: str) -> str:

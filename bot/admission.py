@@ -67,7 +67,7 @@ class Admission:
             limits (an empty allow-list allows everyone).
         platform: whose settings apply.
         store: the conversation store (``service.store``): with it, the rate limit and the run
-            slots are kept in the database and shared by every process using it (issue 11);
+            slots are kept in the database and shared by every process using it;
             without it, in this process's memory.
     """
 

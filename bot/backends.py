@@ -7,19 +7,26 @@ This is the part of the composition root that knows the pipeline's classes; the 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 
 from pipeline.catalog import Availability, Catalog
+from pipeline.catalog.placement import Mode
+from pipeline.catalog.servers import ExpertServers
 from pipeline.core import Pipeline
 from pipeline.execution import ExecutionLimits
 from pipeline.experts.controller import ControllerRunner
 from pipeline.experts.hub import ExpertSettings, HubRunner
 from pipeline.experts.local import LocalRunner
+from pipeline.experts.routing import RoutingRunner
+from pipeline.experts.mcp import McpRunner
 from pipeline.llm import Controller
-from pipeline.selection import Selector
+from pipeline.mcp_tools import Toolbox, ToolSelector
 
 from .errors import ConfigError
 from .settings import Settings, secret
+
+log = logging.getLogger(__name__)
 
 
 def require_credentials(settings: Settings, *, experts: bool = True) -> None:
@@ -36,11 +43,41 @@ def require_credentials(settings: Settings, *, experts: bool = True) -> None:
     if not experts:
         return
     inf = settings.inference
+    if uses_experts_only(settings):
+        return
     if not inf.base_url and inf.provider and not secret(inf.token):
         raise ConfigError(
             "No Hugging Face token for Inference Providers: set [inference] token in the config file, "
             "HUGGINGGPT_INFERENCE__TOKEN or HF_TOKEN, or set [inference] base_url to your own gateway, or try --sandbox."
         )
+
+
+def uses_experts_only(settings: Settings) -> bool:
+    """Whether no Hugging Face token is needed: ``mode = "local"``, or ``"hybrid"`` with expert
+    servers and no token (providers are then left out, with a warning at start)."""
+    inf = settings.inference
+    if inf.mode == "local":
+        return True
+    return inf.mode == "hybrid" and bool(inf.experts_url) and not inf.base_url and not secret(inf.token)
+
+
+def expert_servers(settings: Settings) -> ExpertServers | None:
+    """The expert servers of ``[inference] experts_url`` (``None`` when none are set or
+    ``mode = "providers"``); close with ``aclose``."""
+    inf = settings.inference
+    if not inf.experts_url or inf.mode == "providers":
+        return None
+    return ExpertServers(list(inf.experts_url), ttl=inf.experts_ttl, timeout=inf.experts_timeout)
+
+
+def _mode(settings: Settings) -> Mode:
+    inf = settings.inference
+    if inf.mode == "hybrid" and uses_experts_only(settings) and inf.provider:
+        log.warning("[inference] mode is hybrid but no Hugging Face token is set: only the expert servers (%s) are "
+                    "used; set [inference] token or HF_TOKEN to fall back to Inference Providers",
+                    ", ".join(inf.experts_url))
+        return "local"
+    return inf.mode
 
 
 def build_controller(settings: Settings) -> Controller:
@@ -86,14 +123,21 @@ def build_pipeline(settings: Settings) -> tuple[Pipeline, list[Callable[[], Awai
     )
     experts = ExpertSettings.from_inference(inf)
     hub = HubRunner(experts)
-    selector = Selector(
-        catalog, availability, controller, strategy=inf.selection, top_k=inf.top_k, controller_tasks=inf.controller_tasks
+    servers = expert_servers(settings)
+    toolbox = Toolbox(settings.mcp.configs(settings.storage.data_dir / "logs"))  # [mcp] servers: tools are tasks too
+    selector = ToolSelector(
+        toolbox, catalog, availability, controller, strategy=inf.selection, top_k=inf.top_k,
+        controller_tasks=inf.controller_tasks, servers=servers, mode=_mode(settings),
     )
     limits = ExecutionLimits(task_timeout=inf.task_timeout, deadline=inf.deadline, max_candidates_tried=inf.max_candidates_tried)
     runners = {
-        "hub": hub,
+        "hub": RoutingRunner(hub, selector.placement),
         "controller": ControllerRunner(controller, experts.limits),
         "local": LocalRunner(max_image_pixels=inf.max_image_pixels),
+        "mcp": McpRunner(toolbox, experts.limits, experts.max_media_bytes),
     }
     pipeline = Pipeline(controller, selector, runners, limits)
-    return pipeline, [pipeline.aclose, hub.aclose, controller.aclose]
+    closers = [pipeline.aclose, hub.aclose, controller.aclose, toolbox.aclose]
+    if servers is not None:
+        closers.append(servers.aclose)
+    return pipeline, closers

@@ -1,4 +1,4 @@
-"""Per-process limits: which deliveries this process already handled (a cheap first filter before
+"""Limits on what a request may be (:func:`check_request_size`), and per-process limits: which deliveries this process already handled (a cheap first filter before
 the store's ``claim_delivery``, which decides across processes), and a per-key rate limit for
 front ends that run without a store.
 
@@ -14,6 +14,30 @@ from collections.abc import Callable, Hashable
 
 from aiolimiter import AsyncLimiter
 from cachetools import LRUCache, TTLCache
+
+from .errors import InputError
+
+
+def check_request_size(text: str, max_chars: int) -> None:
+    """Refuse a request whose text is longer than ``max_chars`` characters (Unicode code points,
+    as Python's ``len``), before anything is stored or planned.
+
+    The limit is ``[planning] max_request_chars``: a pasted log or book is a request over a stated
+    limit, not a plan the controller failed to write.
+
+    Args:
+        text: the request's text, as it will be planned.
+        max_chars: ``[planning] max_request_chars``.
+
+    Raises:
+        InputError: ``text`` is longer than ``max_chars`` (exit status 3 on the command line).
+    """
+    if len(text) > max_chars:
+        raise InputError(
+            f"Your request is {len(text):,} characters long, over the limit of {max_chars:,} characters "
+            "([planning] max_request_chars); please shorten it or attach the text as a file.",
+            f"request of {len(text)} characters over [planning] max_request_chars = {max_chars}",
+        )
 
 
 class SeenKeys:

@@ -18,6 +18,7 @@ from pipeline.types import Done, Event, Request, Resource, RunRecord, Turn
 from .backends import build_pipeline
 from .errors import InputError, StorageError
 from .incoming import ConversationKey, IncomingFile
+from .limits import check_request_size
 from .locks import ThreadLocks
 from .mentions import check_mentions
 from .settings import Settings
@@ -227,6 +228,7 @@ class Service:
             StorageError: before the first event, if the conversation store fails.
         """
         text = (text or "").strip()
+        check_request_size(text, self.settings.planning.max_request_chars)
         if not text and not files:
             raise InputError("Please write a request (and attach files if it needs them).")
         text = text or "What can you tell me about these files?"

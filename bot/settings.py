@@ -17,7 +17,6 @@ process environment is never modified.
 from __future__ import annotations
 
 import difflib
-import json
 import os
 from urllib.parse import unquote, urlsplit
 import tomllib
@@ -26,28 +25,17 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 from pydantic_settings.sources.utils import parse_env_vars
 
 from .errors import ConfigError
+from .paths import default_data_dir
+from .settings_mcp import McpSettings
 
-MiB = 1024 * 1024
-GiB = 1024 * MiB
-DAY = 86400.0
-
-
-class Section(BaseModel):
-    """A ``[section]`` of the config: unknown keys are refused (with the nearest valid key)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-
-def secret(value: SecretStr | str | None) -> str | None:
-    """The plain value of a secret setting (``SecretStr``), a plain string as is, ``None`` as is."""
-    if value is None:
-        return None
-    return value.get_secret_value() if isinstance(value, SecretStr) else str(value)
+from .settings_sections import (  # noqa: F401 (re-exported: settings users import them from here)
+    DAY, GiB, MiB, DiscordSettings, Section, ServerSettings, SlackSettings, env_list, secret,
+)
 
 
 class LLMSettings(Section):
@@ -72,6 +60,10 @@ class InferenceSettings(Section):
     token: SecretStr | None = None
     base_url: str | None = Field(None, description="gateway: every call for M goes to {base_url}/models/{M}")
     endpoints: dict[str, str] = Field(default_factory=dict, description="model id -> dedicated endpoint URL")
+    experts_url: Annotated[list[str], NoDecode] = Field(default_factory=list, description="expert servers, M at {url}/models/{M}")
+    mode: Literal["providers", "local", "hybrid"] = Field("hybrid", description="hybrid: expert servers, then providers")
+    experts_ttl: float = Field(10.0, ge=0, le=DAY, description="seconds an expert server's GET /models answer is reused")
+    experts_timeout: float = Field(3.0, gt=0, le=600, description="seconds to wait for an expert server's GET /models")
     controller_tasks: list[str] = Field(
         default_factory=lambda: ["summarization", "translation", "conversational", "text-generation", "text2text-generation"],
         description="text tasks the controller LLM serves itself",
@@ -102,6 +94,38 @@ class InferenceSettings(Section):
     )
 
 
+    @field_validator("experts_url", mode="before")
+    @classmethod
+    def _url_list(cls, v: Any) -> Any:
+        return env_list(v)
+
+    @field_validator("experts_url", mode="after")
+    @classmethod
+    def _check_urls(cls, v: list[str]) -> list[str]:
+        for url in v:
+            u = urlsplit(url)
+            if u.scheme not in ("http", "https") or not u.hostname or u.query or u.fragment or u.username or u.password:
+                raise ValueError(f"{url[:80]!r} is not an http:// or https:// URL without a query or credentials")
+        return list(dict.fromkeys(url.strip().rstrip("/") for url in v))
+
+    @field_validator("mode", mode="after")
+    @classmethod
+    def _local_needs_servers(cls, v: str, info: Any) -> str:
+        if v == "local" and not info.data.get("experts_url", ["?"]):
+            raise ValueError('mode "local" needs [inference] experts_url (the URL of `hugginggpt experts serve`)')
+        return v
+
+
+class PlanningSettings(Section):
+    """``[planning]``: what a request may be before task planning starts."""
+
+    max_request_chars: int = Field(
+        20_000, ge=100, le=20_000,
+        description="characters of one request's text (a longer one is refused before planning, exit status 3); "
+                    "at most 20,000, the longest text a planned task's argument may carry (pipeline.planning.MAX_TEXT_ARG)",
+    )
+
+
 class CatalogSettings(Section):
     """``[catalog]``: which models exist for which task."""
 
@@ -112,7 +136,10 @@ class CatalogSettings(Section):
 class StorageSettings(Section):
     """``[storage]``: media, conversations and limits on user files."""
 
-    data_dir: Path = Path("hugginggpt-data")
+    data_dir: Path = Field(
+        default_factory=default_data_dir, description="conversations, media and logs; default: the user data dir "
+        "(platformdirs, e.g. ~/.local/share/hugginggpt), the same from any working directory",
+    )
     max_file_bytes: int = Field(25 * MiB, ge=1024, le=4 * GiB)
     max_text_file_bytes: int = Field(
         1 * MiB, ge=1024, le=64 * MiB, description="largest text file (.txt, .md, .csv, .json) a user may attach, bytes"
@@ -137,98 +164,6 @@ class StorageSettings(Section):
     )
 
 
-class DiscordSettings(Section):
-    """``[discord]``: the Discord front end."""
-
-    token: SecretStr | None = None
-    api_base_url: str | None = Field(
-        None, pattern=r"^https?://", description="Discord REST API base (a proxy); default https://discord.com/api/v10"
-    )
-    gateway_url: str | None = Field(
-        None, pattern=r"^wss?://", description="Discord gateway websocket (a proxy); default wss://gateway.discord.gg/"
-    )
-    command_name: str = Field("ask", pattern=r"^[-_a-z0-9]{1,32}$")
-    allowed_guilds: list[int] = Field(default_factory=list)
-    allowed_channels: list[int] = Field(default_factory=list)
-    allowed_roles: list[int] = Field(default_factory=list)
-    rate_limit_per_minute: int = Field(6, ge=0, le=10_000, description="0: no limit")
-    max_concurrent_runs: int = Field(2, ge=1, le=1000)
-    followups_need_mention: bool = False
-
-
-class SlackSettings(Section):
-    """``[slack]``: the Slack front end."""
-
-    bot_token: SecretStr | None = None
-    app_token: SecretStr | None = None
-    signing_secret: SecretStr | None = None
-    mode: Literal["socket", "http"] = "socket"
-    host: str = "0.0.0.0"
-    port: int = Field(3000, ge=1, le=65535)
-    path: str = Field("/slack/events", pattern=r"^/")
-    allowed_channels: list[str] = Field(default_factory=list)
-    allowed_users: list[str] = Field(default_factory=list)
-    allow_dms: bool | None = Field(
-        None, description="direct messages; default: allowed unless allowed_channels is set (allowed_users always applies)"
-    )
-    rate_limit_per_minute: int = Field(6, ge=0, le=10_000, description="0: no limit")
-    followups_without_mention: bool = True
-    admins: list[str] = Field(default_factory=list, description="user ids who may stop anyone's run")
-    streaming: bool = Field(True, description="the plan as task cards and the answer in a chat stream; "
-                            "false: a status message edited with chat.update")
-
-
-class ServerSettings(Section):
-    """``[server]``: the HTTP API (``hugginggpt serve``; docs/http-api.md).
-
-    ``api_keys`` are the bearer tokens clients send (``Authorization: Bearer KEY``, as the OpenAI
-    API); several may be set (one per client, rotation). From the environment,
-    ``HUGGINGGPT_SERVER__API_KEYS`` takes a JSON list or comma-separated keys. With no key the
-    server only starts bound to a loopback address and only answers loopback peers.
-    """
-
-    api_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list, description="bearer tokens of the clients")
-    host: str = Field("127.0.0.1", description="address to bind (--host)")
-    port: int = Field(8000, ge=0, le=65535, description="port to listen on (--port; 0: any free port)")
-    max_body_bytes: int = Field(
-        40 * MiB, ge=1024, le=4 * GiB, description="bytes, largest request body (413 beyond); base64 adds a third to files"
-    )
-    rate_limit_per_minute: int = Field(30, ge=0, le=100_000, description="requests per API key per minute; 0: no limit")
-    max_concurrent_runs: int = Field(4, ge=1, le=10_000, description="runs in flight per API key (429 beyond)")
-    allowed_url_hosts: Annotated[list[str], NoDecode] = Field(
-        default_factory=list,
-        description="hosts whose http(s) image/audio URLs may be fetched ('*.example.org' for subdomains); empty: none",
-    )
-    url_timeout: float = Field(20.0, gt=0, le=600, description="seconds to download one remote image/audio URL")
-    progress: Literal["reasoning", "preamble", "none"] = Field(
-        "reasoning", description="how a streamed reply shows the plan's progress: reasoning_content deltas, a short "
-                                 "preamble in the content, or nothing",
-    )
-    public_url: str | None = Field(
-        None, pattern=r"^https?://", description="base URL clients reach the server at, for file links (default: the "
-                                                 "request's own host)",
-    )
-
-    @field_validator("api_keys", "allowed_url_hosts", mode="before")
-    @classmethod
-    def _split_list(cls, v: Any) -> Any:
-        """A list from the environment: JSON (``["a", "b"]``) or comma-separated (``a,b``)."""
-        if isinstance(v, str):
-            text = v.strip()
-            if text.startswith("["):
-                try:
-                    return json.loads(text)
-                except ValueError:
-                    raise ValueError("not a valid JSON list") from None
-            return [k.strip() for k in text.split(",") if k.strip()]
-        return v
-
-    @field_validator("allowed_url_hosts", mode="after")
-    @classmethod
-    def _lower_hosts(cls, v: list[str]) -> list[str]:
-        return [h.strip().lower().rstrip(".") for h in v if h.strip()]
-
-
 class Settings(BaseSettings):
     """All settings. Build with :func:`load_settings`."""
 
@@ -238,13 +173,15 @@ class Settings(BaseSettings):
 
     llm: LLMSettings = Field(default_factory=LLMSettings)
     inference: InferenceSettings = Field(default_factory=InferenceSettings)
+    planning: PlanningSettings = Field(default_factory=PlanningSettings)
     catalog: CatalogSettings = Field(default_factory=CatalogSettings)
     storage: StorageSettings = Field(default_factory=StorageSettings)
     discord: DiscordSettings = Field(default_factory=DiscordSettings)
     slack: SlackSettings = Field(default_factory=SlackSettings)
     server: ServerSettings = Field(default_factory=ServerSettings)
+    mcp: McpSettings = Field(default_factory=McpSettings)
 
-    @field_validator("llm", "inference", "catalog", "storage", "discord", "slack", "server", mode="before")
+    @field_validator("llm", "inference", "planning", "catalog", "storage", "discord", "slack", "server", "mcp", mode="before")
     @classmethod
     def _none_is_default(cls, v: Any) -> Any:
         return {} if v is None else v
@@ -270,6 +207,7 @@ class Settings(BaseSettings):
                 if isinstance(value, SecretStr) and value.get_secret_value():
                     values.append(value.get_secret_value())
         values.extend(k.get_secret_value() for k in self.server.api_keys if k.get_secret_value())
+        values.extend(self.mcp.secret_values())
         if self.storage.database_url is not None:  # the password alone too, wherever it is printed
             password = urlsplit(self.storage.database_url.get_secret_value()).password
             if password:

@@ -14,6 +14,7 @@ import mimetypes
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import av
 from PIL import Image, UnidentifiedImageError
@@ -184,7 +185,7 @@ def _check_image(data: bytes, label: str, max_pixels: int = DEFAULT_MAX_PIXELS) 
         shown = f" ({exc.size[0]}x{exc.size[1]})" if exc.size else ""
         raise InputError(
             f"The image {label} has too many pixels{shown} to process safely; the limit is "
-            f"{max_pixels / 1e6:g} million pixels.", f"pixel limit: {exc}",
+            f"{max_pixels / 1e6:g} million pixels ([inference] max_image_pixels).", f"pixel limit: {exc}",
         ) from exc
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
         raise InputError(
@@ -302,73 +303,94 @@ async def inspect_upload(
     utf16 = data.startswith((b"\xff\xfe", b"\xfe\xff"))  # its byte-order mark looks like an MP3 frame
     sniffed = None if claimed_text and utf16 else sniff(data)
     if sniffed is None:
-        what = "plain text" if utf16 and claimed_text else _looks_like(data)
-        claimed = claimed_text
-        media_label, source = _declared_kind(name, declared_mime)
-        textual = what in ("plain text", "JSON text")
-        unlabelled = not (name and Path(name).suffix) and (declared_mime or "application/octet-stream").startswith(
-            "application/octet-stream")
-        if (textual and (claimed or unlabelled)) or (claimed and what == "a file of an unsupported type"):
-            # the label says text (or nothing): decode it all; a sentence says why if it is not text
-            mime, chars, lines = await asyncio.to_thread(_check_text, data, label, claimed or "text/plain", max_text_bytes)
-            title = f"text file {name}" if name else "text file"
-            cut = f"; tasks read its first {MAX_TEXT_ARG:,} characters" if chars > MAX_TEXT_ARG else ""
-            return Inspected("text", mime, len(data),
-                             f"{title}, {chars:,} characters, {lines:,} line{'s' if lines != 1 else ''}{cut}", characters=chars)
-        if textual and media_label:
-            raise InputError(f"The {label} is labelled as {media_label} ({source}) but its content is {what}.",
-                             f"declared {declared_mime!r} name {name!r}")
-        raise InputError(
-            f"The {label} is {what}, not an image, audio, video or text file.",
-            f"unsupported content; declared {declared_mime!r}",
-        )
-    kind: Modality = sniffed.kind
-    mime = sniffed.mime
-    width = height = None
-    duration = None
-    if kind == "image":
+        return await _inspect_unsniffed(data, name, declared_mime, claimed_text, utf16, max_text_bytes)
+    if sniffed.kind == "image":
         mime, width, height = await asyncio.to_thread(_check_image, data, label, max_pixels)
+        media = _Media("image", mime, width, height, None)
     else:
-        try:
-            info = await probe(data)
-        except InputError as exc:
-            raise InputError(f"The {label} could not be read as {kind}; it may be truncated or corrupt.", str(exc)) from exc
-        streams = info.get("streams", [])
-        video = [s for s in streams if s.get("codec_type") == "video" and s.get("disposition", {}).get("attached_pic") != 1]
-        audio = [s for s in streams if s.get("codec_type") == "audio"]
-        if video:
-            kind = "video"
-            if mime.startswith("audio/"):
-                mime = {"audio/ogg": "video/ogg", "audio/mp4": "video/mp4"}.get(mime, mime)
-            stream = video[0]
-            width, height = stream.get("width"), stream.get("height")
-        elif audio:
-            kind = "audio"
-            if mime.startswith("video/"):
-                mime = {"video/mp4": "audio/mp4", "video/webm": "audio/webm", "video/quicktime": "audio/mp4"}.get(
-                    mime, mime
-                )
-            stream = audio[0]
-        else:
-            raise InputError(f"The {label} has no audio or video stream.", f"streams: {streams}")
-        duration = _duration(info, stream)
-        if duration is None:
-            raise InputError(f"The {label} could not be decoded: its length is unknown.", f"format: {info.get('format')}")
-
+        media = await _inspect_stream(data, label, sniffed.kind, sniffed.mime)
     claimed, source = _declared_kind(name, declared_mime)
-    if claimed and claimed != kind and not (sniffed.container and {claimed, kind} == {"audio", "video"}):
+    if claimed and claimed != media.kind and not (sniffed.container and {claimed, media.kind} == {"audio", "video"}):
         raise InputError(
-            f"The {label} is labelled as {claimed} ({source}) but its content is {_a(kind)} {kind} file.",
-            f"declared {declared_mime!r} name {name!r}, sniffed {mime}",
+            f"The {label} is labelled as {claimed} ({source}) but its content is {_a(media.kind)} {media.kind} file.",
+            f"declared {declared_mime!r} name {name!r}, sniffed {media.mime}",
         )
+    return media.inspected(name, len(data))
 
-    title = f"{kind} {name}" if name else f"{kind} ({mime.split('/')[1]})"
-    parts = [title]
-    if duration is not None:
-        parts.append(f"{duration:.1f} s")
-    if width and height:
-        parts.append(f"{width}x{height} pixels")
-    return Inspected(kind, mime, len(data), ", ".join(parts), width, height, duration)
+
+class _Media(NamedTuple):
+    """What the content of an image, audio or video upload turned out to be."""
+
+    kind: Modality
+    mime: str
+    width: int | None
+    height: int | None
+    duration: float | None
+
+    def inspected(self, name: str | None, size: int) -> Inspected:
+        """The :class:`Inspected` with its one-line description."""
+        parts = [f"{self.kind} {name}" if name else f"{self.kind} ({self.mime.split('/')[1]})"]
+        if self.duration is not None:
+            parts.append(f"{self.duration:.1f} s")
+        if self.width and self.height:
+            parts.append(f"{self.width}x{self.height} pixels")
+        return Inspected(self.kind, self.mime, size, ", ".join(parts), self.width, self.height, self.duration)
+
+
+async def _inspect_unsniffed(data: bytes, name: str | None, declared_mime: str | None, claimed_text: str | None,
+                             utf16: bool, max_text_bytes: int) -> Inspected:
+    """An upload that is no image, audio or video: a text file when labelled as one (or not
+    labelled at all), else refused with what it looks like."""
+    label = name or "file"
+    what = "plain text" if utf16 and claimed_text else _looks_like(data)
+    media_label, source = _declared_kind(name, declared_mime)
+    textual = what in ("plain text", "JSON text")
+    unlabelled = not (name and Path(name).suffix) and (declared_mime or "application/octet-stream").startswith(
+        "application/octet-stream")
+    if (textual and (claimed_text or unlabelled)) or (claimed_text and what == "a file of an unsupported type"):
+        # the label says text (or nothing): decode it all; a sentence says why if it is not text
+        mime, chars, lines = await asyncio.to_thread(_check_text, data, label, claimed_text or "text/plain", max_text_bytes)
+        title = f"text file {name}" if name else "text file"
+        cut = f"; tasks read its first {MAX_TEXT_ARG:,} characters" if chars > MAX_TEXT_ARG else ""
+        return Inspected("text", mime, len(data),
+                         f"{title}, {chars:,} characters, {lines:,} line{'s' if lines != 1 else ''}{cut}", characters=chars)
+    if textual and media_label:
+        raise InputError(f"The {label} is labelled as {media_label} ({source}) but its content is {what}.",
+                         f"declared {declared_mime!r} name {name!r}")
+    raise InputError(
+        f"The {label} is {what}, not an image, audio, video or text file.",
+        f"unsupported content; declared {declared_mime!r}",
+    )
+
+
+async def _inspect_stream(data: bytes, label: str, kind: Modality, mime: str) -> _Media:
+    """Audio or video (by its streams, :func:`probe`): the kind the streams show, the MIME type
+    matched to it, the picture size of a video and the duration."""
+    try:
+        info = await probe(data)
+    except InputError as exc:
+        raise InputError(f"The {label} could not be read as {kind}; it may be truncated or corrupt.", str(exc)) from exc
+    streams = info.get("streams", [])
+    video = [s for s in streams if s.get("codec_type") == "video" and s.get("disposition", {}).get("attached_pic") != 1]
+    audio = [s for s in streams if s.get("codec_type") == "audio"]
+    width = height = None
+    if video:
+        kind = "video"
+        if mime.startswith("audio/"):
+            mime = {"audio/ogg": "video/ogg", "audio/mp4": "video/mp4"}.get(mime, mime)
+        stream = video[0]
+        width, height = stream.get("width"), stream.get("height")
+    elif audio:
+        kind = "audio"
+        if mime.startswith("video/"):
+            mime = {"video/mp4": "audio/mp4", "video/webm": "audio/webm", "video/quicktime": "audio/mp4"}.get(mime, mime)
+        stream = audio[0]
+    else:
+        raise InputError(f"The {label} has no audio or video stream.", f"streams: {streams}")
+    duration = _duration(info, stream)
+    if duration is None:
+        raise InputError(f"The {label} could not be decoded: its length is unknown.", f"format: {info.get('format')}")
+    return _Media(kind, mime, width, height, duration)
 
 
 def _a(word: str) -> str:

@@ -3,8 +3,9 @@
 The ``openai`` SDK turns every server-sent event of a stream into a ``ChatCompletionChunk``
 (about 0.2 ms of CPU each); a plan streams one event per token or two, so that was most of the
 orchestration CPU a task cost. Here the SDK still sends the request (base URL, key, retries,
-status errors) through ``with_streaming_response``, its own ``SSEDecoder`` splits the body into
-events, and each event's data is parsed with ``jiter`` for the two fields we read.
+status errors) through ``with_streaming_response``, ``httpx-sse`` (public API, no SDK internals)
+splits the body into events, and each event's data is parsed with ``jiter`` for the two fields we
+read.
 
 Wire format: OpenAI API reference, "Create chat completion" with ``stream: true``: ``data:``
 events holding ``chat.completion.chunk`` objects, then ``data: [DONE]``; an error while streaming
@@ -17,7 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import jiter
-from openai._streaming import SSEDecoder
+from httpx_sse import EventSource
 from openai.types.chat import ChatCompletion
 
 
@@ -36,7 +37,7 @@ async def content_deltas(
 
     Args:
         response: the SDK's ``AsyncAPIResponse`` from ``with_streaming_response`` (its
-            ``headers``, ``read()`` and ``iter_bytes()`` are used).
+            ``headers``, ``read()`` and ``http_response`` are used).
         on_usage: called with the ``usage`` object (``prompt_tokens``, ``completion_tokens``) of a
             chunk that carries one (``stream_options.include_usage``).
 
@@ -63,7 +64,7 @@ async def content_deltas(
         if content:
             yield content
         return
-    async for event in SSEDecoder().aiter_bytes(response.iter_bytes()):
+    async for event in EventSource(response.http_response).aiter_sse():
         if event.data.startswith("[DONE]"):
             return
         if not event.data:

@@ -8,11 +8,14 @@ Platform-agnostic: no front end, storage or platform library is imported here.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
 
 from . import prompts
+from .catalog.availability import Availability
 from .errors import ControllerError, DeadlineError, HuggingGPTError, StoppedError
 from .execution import ExecutionLimits, ExecutionRun, Executor
 from .experts.base import ExpertRunner, RunnerKind
@@ -137,7 +140,8 @@ class Pipeline:
         raise RuntimeError("task planning ended without a plan")  # plan_stream always ends with PlanReady
 
     def _hub_unreachable(self) -> bool:
-        return bool(getattr(self.selector.availability, "hub_unreachable", False))
+        availability = self.selector.availability
+        return isinstance(availability, Availability) and availability.hub_unreachable
 
     async def run(self, request: Request, sink: ResourceSink, *, stop: asyncio.Event | None = None) -> AsyncIterator[Event]:
         """Run one request through the four stages, within the run's deadline.
@@ -167,131 +171,216 @@ class Pipeline:
 
         Cancellation (Ctrl-C, shutdown) propagates after in-flight tasks are cancelled.
         """
-        usage = Usage()
-        record = RunRecord(request=request.text, conversation_id=request.conversation_id, turn=request.turn)
         loop = asyncio.get_running_loop()
-        t0, cpu0 = time.monotonic(), time.process_time()
-        deadline = self.limits.deadline
-        end = loop.time() + deadline
-        stage = "task planning"
-        tasks: list = []
+        record = RunRecord(request=request.text, conversation_id=request.conversation_id, turn=request.turn)
+        st = _RunState(request, stop, loop, loop.time() + self.limits.deadline, record)
         try:
-            asking = asyncio.ensure_future(self.served_tasks())
-            try:
-                # Events are yielded outside the deadline's scope (never suspend an async
-                # generator inside asyncio.timeout: it would cancel the consumer instead).
-                done, _ = await asyncio.wait({asking}, timeout=min(AVAILABILITY_NOTICE_AFTER, max(0.0, end - loop.time())))
-                if not done:
-                    record.notes.append(WAITING_FOR_HUB)
-                    yield Notice(WAITING_FOR_HUB)
-                async with asyncio.timeout_at(end):
-                    available = await asking
-                if self._hub_unreachable():
-                    record.notes.append(HUB_UNREACHABLE)
-                    yield Notice(HUB_UNREACHABLE)
-            except TimeoutError:
-                raise self._planning_deadline() from None
-            # Planning streams; each task starts as soon as its record is complete and valid
-            # (eager dispatch), so execution overlaps the rest of the plan being written.
-            queue: asyncio.Queue[Event] = asyncio.Queue()
-            run = self.executor.start(request, sink, queue.put_nowait, usage, end=end)
-            planner = asyncio.create_task(self._plan(request, available, usage, run, queue.put_nowait, end, record))
-            work: asyncio.Task | None = None
-            try:
-                async for event in _events_until(queue, planner, stop):
+            async with contextlib.aclosing(self._available_tasks(st)) as notices:
+                async for event in notices:
                     yield event
-                if planner.cancelled():  # the user stopped it (_events_until cancelled it)
-                    raise StoppedError("You stopped this run before its plan was ready.")
-                tasks = planner.result()
-                record.tasks = tasks
-                record.timings_ms["planning"] = (time.monotonic() - t0) * 1000
-                yield PlanReady(tuple(tasks))
-                if tasks:
-                    stage = "task execution"
-                    for t in tasks:
-                        run.start(t)
-                    work = asyncio.create_task(run.finish(stop))
-                    async for event in _events_until(queue, work):
-                        yield event
-                    record.selections, record.results = work.result()
-                    record.timings_ms["execution"] = (time.monotonic() - (run.first_start or time.monotonic())) * 1000
-            finally:
-                for job in (planner, work):
-                    if job is not None and not job.done():
-                        job.cancel()
-                        await asyncio.gather(job, return_exceptions=True)
-                if work is None:
-                    await run.cancel()
-            seen: set[str] = set()
-            for t in tasks:
-                r = record.results.get(t.id)
-                if r and r.output:
-                    for f in r.output.files:
-                        if f.id not in seen:
-                            seen.add(f.id)
-                            record.files.append(f)
-
-            stage = "response generation"
-            t2 = time.monotonic()
-            parts: list[str] = []
-            stopped = stop is not None and stop.is_set()
-            if loop.time() >= end:
-                record.deadline_passed = True
-            elif not stopped:
-                stream = self.controller.stream_text(
-                    response_messages(request, tasks, record.selections, record.results),
-                    stage="response-generation", usage=usage,
-                )
-                try:
-                    while True:
-                        try:
-                            delta = await _next_or_stop(stream, end - loop.time(), stop)
-                        except StopAsyncIteration:
-                            break
-                        if delta is None:
-                            stopped = True
-                            break
-                        parts.append(delta)
-                        yield ResponseDelta(delta)
-                except TimeoutError:
-                    record.deadline_passed = True
-                finally:
-                    await stream.aclose()
-            if stopped:
-                tail = ("\n\n(You stopped this run while this answer was being written; it is cut here.)" if parts
-                        else fallback_answer(tasks, record.selections, record.results,
-                                             "You stopped this run; here is what finished."))
-                parts.append(tail)
-                yield ResponseDelta(tail)
-            elif record.deadline_passed:
-                note = f"The run's deadline of {deadline:g} seconds passed"
-                if parts:
-                    tail = f"\n\n({note} while this answer was being written; it is cut here.)"
-                else:
-                    tail = fallback_answer(
-                        tasks, record.selections, record.results,
-                        f"{note} before the answer could be written; here is what finished.",
-                    )
-                parts.append(tail)
-                yield ResponseDelta(tail)
-            record.response = "".join(parts).strip()
-            record.timings_ms["response"] = (time.monotonic() - t2) * 1000
-            if not record.response:
-                raise ControllerError("The controller LLM returned an empty answer.")
-            unfinished = [t for t in tasks if record.results.get(t.id) is None or record.results[t.id].status != "ok"]
-            record.status = "partial" if unfinished or record.deadline_passed or stopped else "ok"
+            async with contextlib.aclosing(self._plan_and_execute(st, sink)) as events:
+                async for event in events:
+                    yield event
+            _collect_files(record, st.tasks)
+            st.stage = "response generation"
+            async with contextlib.aclosing(self._respond(st)) as deltas:
+                async for event in deltas:
+                    yield event
         except HuggingGPTError as e:
             record.status = "error"
             record.error = e.user_message
             record.failure = e
             record.deadline_passed = record.deadline_passed or isinstance(e, DeadlineError)
-            log.warning("run failed during %s: %s", stage, e)
-        record.stopped = stop is not None and stop.is_set()
-        record.llm_calls = usage.calls
-        record.http_attempts = usage.http_attempts
-        record.timings_ms["total"] = (time.monotonic() - t0) * 1000
-        record.timings_ms["cpu"] = (time.process_time() - cpu0) * 1000  # this process, all its threads
+            log.warning("run failed during %s: %s", st.stage, e)
+        st.close_record()
         yield Done(record)
+
+    async def _available_tasks(self, st: _RunState) -> AsyncIterator[Event]:
+        """Wait (within the deadline) for the served tasks, saying so when it takes a while or the
+        Hub is unreachable; sets ``st.available``.
+
+        Raises:
+            DeadlineError: the deadline passed first.
+        """
+        asking = asyncio.ensure_future(self.served_tasks())
+        try:
+            # Events are yielded outside the deadline's scope (never suspend an async
+            # generator inside asyncio.timeout: it would cancel the consumer instead).
+            done, _ = await asyncio.wait({asking}, timeout=min(AVAILABILITY_NOTICE_AFTER, max(0.0, st.left())))
+            if not done:
+                st.record.notes.append(WAITING_FOR_HUB)
+                yield Notice(WAITING_FOR_HUB)
+            async with asyncio.timeout_at(st.end):
+                st.available = await asking
+            if self._hub_unreachable():
+                st.record.notes.append(HUB_UNREACHABLE)
+                yield Notice(HUB_UNREACHABLE)
+            for note in self.selector.placement_notes():
+                st.record.notes.append(note)
+                yield Notice(note)
+        except TimeoutError:
+            raise self._planning_deadline() from None
+
+    async def _plan_and_execute(self, st: _RunState, sink: ResourceSink) -> AsyncIterator[Event]:
+        """Task planning, streamed, with each task starting as soon as its record is complete and
+        valid (eager dispatch, so execution overlaps the rest of the plan being written), then the
+        execution of the validated plan; sets ``st.tasks`` and the record's plan and results.
+
+        Raises:
+            StoppedError: the user stopped the run before its plan was ready.
+            DeadlineError, PlanError, ControllerError: from task planning.
+        """
+        record, stop = st.record, st.stop
+        queue: asyncio.Queue[Event] = asyncio.Queue()
+        run = self.executor.start(st.request, sink, queue.put_nowait, st.usage, end=st.end)
+        planner = asyncio.create_task(self._plan(st.request, st.available, st.usage, run, queue.put_nowait, st.end, record))
+        work: asyncio.Task | None = None
+        try:
+            async for event in _events_until(queue, planner, stop):
+                yield event
+            if planner.cancelled():  # the user stopped it (_events_until cancelled it)
+                raise StoppedError("You stopped this run before its plan was ready.")
+            st.tasks = record.tasks = planner.result()
+            record.timings_ms["planning"] = (time.monotonic() - st.t0) * 1000
+            yield PlanReady(tuple(st.tasks))
+            if not st.tasks:
+                return
+            st.stage = "task execution"
+            for t in st.tasks:
+                run.start(t)
+            work = asyncio.create_task(run.finish(stop))
+            async for event in _events_until(queue, work):
+                yield event
+            record.selections, record.results = work.result()
+            record.timings_ms["execution"] = (time.monotonic() - (run.first_start or time.monotonic())) * 1000
+        finally:
+            for job in (planner, work):
+                if job is not None and not job.done():
+                    job.cancel()
+                    await asyncio.gather(job, return_exceptions=True)
+            if work is None:
+                await run.cancel()
+
+    async def _respond(self, st: _RunState) -> AsyncIterator[Event]:
+        """Response generation, streamed; cut short by the deadline or a stop, in which case the
+        answer ends with a note (or is written here from what finished). Sets the record's
+        response and status.
+
+        Raises:
+            ControllerError: the answer is empty.
+        """
+        record = st.record
+        t2 = time.monotonic()
+        parts: list[str] = []
+        stopped = st.stopped
+        if st.left() <= 0:
+            record.deadline_passed = True
+        elif not stopped:
+            async with contextlib.aclosing(self._stream_answer(st, parts)) as deltas:
+                async for event in deltas:
+                    yield event
+            stopped = st.stopped_while_writing
+        tail = _cut_answer_tail(st, bool(parts), stopped, self.limits.deadline)
+        if tail:
+            parts.append(tail)
+            yield ResponseDelta(tail)
+        record.response = "".join(parts).strip()
+        record.timings_ms["response"] = (time.monotonic() - t2) * 1000
+        if not record.response:
+            raise ControllerError("The controller LLM returned an empty answer.")
+        unfinished = [t for t in st.tasks if record.results.get(t.id) is None or record.results[t.id].status != "ok"]
+        record.status = "partial" if unfinished or record.deadline_passed or stopped else "ok"
+
+    async def _stream_answer(self, st: _RunState, parts: list[str]) -> AsyncIterator[Event]:
+        """The controller's answer as ``ResponseDelta`` pieces (also appended to ``parts``) until it
+        ends, the deadline passes (``record.deadline_passed``) or the user stops the run
+        (``st.stopped_while_writing``)."""
+        record = st.record
+        stream = self.controller.stream_text(
+            response_messages(st.request, st.tasks, record.selections, record.results),
+            stage="response-generation", usage=st.usage,
+        )
+        try:
+            while True:
+                try:
+                    delta = await _next_or_stop(stream, st.left(), st.stop)
+                except StopAsyncIteration:
+                    break
+                if delta is None:
+                    st.stopped_while_writing = True
+                    break
+                parts.append(delta)
+                yield ResponseDelta(delta)
+        except TimeoutError:
+            record.deadline_passed = True
+        finally:
+            await stream.aclose()
+
+
+@dataclass
+class _RunState:
+    """What the steps of one :meth:`Pipeline.run` share."""
+
+    request: Request
+    stop: asyncio.Event | None
+    loop: asyncio.AbstractEventLoop
+    end: float
+    """The deadline, in the loop's clock."""
+    record: RunRecord
+    usage: Usage = field(default_factory=Usage)
+    available: frozenset[str] = frozenset()
+    tasks: list[Task] = field(default_factory=list)
+    stage: str = "task planning"
+    stopped_while_writing: bool = False
+    t0: float = field(default_factory=time.monotonic)
+    cpu0: float = field(default_factory=time.process_time)
+
+    @property
+    def stopped(self) -> bool:
+        """Whether the user stopped the run."""
+        return self.stop is not None and self.stop.is_set()
+
+    def left(self) -> float:
+        """Seconds until the deadline (negative once it passed)."""
+        return self.end - self.loop.time()
+
+    def close_record(self) -> None:
+        """Fill in what every record carries at the end: stopped, usage and timings."""
+        record = self.record
+        record.stopped = self.stopped
+        record.llm_calls = self.usage.calls
+        record.http_attempts = self.usage.http_attempts
+        record.timings_ms["total"] = (time.monotonic() - self.t0) * 1000
+        record.timings_ms["cpu"] = (time.process_time() - self.cpu0) * 1000  # this process, all its threads
+
+
+def _collect_files(record: RunRecord, tasks: list[Task]) -> None:
+    """The files the tasks generated, in plan order, each once, into ``record.files``."""
+    seen: set[str] = set()
+    for t in tasks:
+        r = record.results.get(t.id)
+        if r and r.output:
+            for f in r.output.files:
+                if f.id not in seen:
+                    seen.add(f.id)
+                    record.files.append(f)
+
+
+def _cut_answer_tail(st: _RunState, streamed: bool, stopped: bool, deadline: float) -> str:
+    """What ends an answer cut short: a note after the streamed part, or (nothing streamed) an
+    answer written from what finished; ``""`` when the answer was not cut."""
+    record = st.record
+    if stopped:
+        if streamed:
+            return "\n\n(You stopped this run while this answer was being written; it is cut here.)"
+        return fallback_answer(st.tasks, record.selections, record.results, "You stopped this run; here is what finished.")
+    if not record.deadline_passed:
+        return ""
+    note = f"The run's deadline of {deadline:g} seconds passed"
+    if streamed:
+        return f"\n\n({note} while this answer was being written; it is cut here.)"
+    return fallback_answer(st.tasks, record.selections, record.results,
+                           f"{note} before the answer could be written; here is what finished.")
 
 
 def _discarded_note(item: PlanDiscarded) -> str:

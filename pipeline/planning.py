@@ -16,7 +16,7 @@ import json
 import logging
 import re
 from collections.abc import Iterable, Sequence, Set as AbstractSet
-from typing import Any
+from typing import Any, NamedTuple
 
 import json_repair
 
@@ -152,128 +152,180 @@ def validate_plan(
     items = list(raw_tasks)
     if len(items) > MAX_TASKS:
         raise PlanInvalid(f"The plan has {len(items)} tasks; at most {MAX_TASKS} are allowed.")
-    index = _resource_index(resources)
-    drafts: list[tuple[int, str, set[int], dict[str, str]]] = []
+    drafts: list[_Draft] = []
     seen: set[int] = set()
     for pos, item in enumerate(items):
-        if not isinstance(item, dict):
-            raise PlanInvalid(f"Item {pos} of the plan is not a task object.")
-        if "id" not in item:
-            raise PlanInvalid(f"Item {pos} of the plan has no \"id\".")
-        tid = _as_int(item["id"], f'The "id" of item {pos}')
-        if tid < 0:
-            raise PlanInvalid(f"Task id {tid} is negative; ids start at 0.")
-        if tid in seen:
-            raise PlanInvalid(f"Task id {tid} is used twice.")
-        seen.add(tid)
-        name_raw = item.get("task")
-        if not isinstance(name_raw, str) or not name_raw.strip():
-            raise PlanInvalid(f'Task {tid} has no "task" name.')
-        name = canonical_task(name_raw)
-        if name is None:
-            raise PlanInvalid(f"Task {tid} uses an unknown task {name_raw[:60]!r}.")
-        if name not in available:
-            raise PlanInvalid(f"Task {tid} uses {name!r}, which cannot be served right now; use only the listed tasks.")
-        dep_raw = item.get("dep", [])
-        if dep_raw is None:
-            dep_raw = []
-        if not isinstance(dep_raw, list):
-            dep_raw = [dep_raw]
-        deps = {_as_int(d, f'A "dep" entry of task {tid}') for d in dep_raw}
-        deps.discard(-1)
-        if tid in deps:
-            raise PlanInvalid(f"Task {tid} depends on itself.")
-        args_raw = item.get("args", {})
-        if not isinstance(args_raw, dict):
-            raise PlanInvalid(f'The "args" of task {tid} must be an object.')
-        args: dict[str, str] = {}
-        for key, value in args_raw.items():
-            k = str(key).strip().lower()
-            if value is None:
-                continue
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                value = str(value)
-            if isinstance(value, list) and all(isinstance(v, str) for v in value) and k in ("text", "context"):
-                value = "\n".join(value)
-            if not isinstance(value, str):
-                raise PlanInvalid(f'Argument "{k}" of task {tid} must be a string.')
-            args[k] = value.strip()
-        drafts.append((tid, name, deps, args))
-
-    ids = {d[0] for d in drafts}
-    outputs = {tid: TASKS[name].outputs for tid, name, _, _ in drafts}
+        drafts.append(_draft(pos, item, available, seen))
+    plan = _PlanContext({d.tid: TASKS[d.name].outputs for d in drafts}, _resource_index(resources), resources)
     tasks: dict[int, Task] = {}
-    graph: dict[int, set[int]] = {}
-    for tid, name, deps, args in drafts:
-        spec = TASKS[name]
-        for d in deps:
-            if d not in ids:
-                raise PlanInvalid(f"Task {tid} depends on task {d}, which is not in the plan.")
-        for key in args:
-            if key not in spec.allowed:
-                allowed = ", ".join(sorted(spec.allowed))
-                raise PlanInvalid(f'Task {tid} ({name}) takes no "{key}" argument; it takes {allowed}.')
-        for key in spec.required:
-            if not args.get(key):
-                raise PlanInvalid(f'Task {tid} ({name}) needs a "{key}" argument.')
-        for key, value in (spec.from_request(request_text) if spec.from_request and request_text else {}).items():
-            args.setdefault(key, value)
-        final: dict[str, str] = {}
-        for key, value in args.items():
-            kind = spec.allowed[key]
-            refs = [placeholder_id(m) for m in PLACEHOLDER.finditer(value)]
-            for n in refs:
-                if n == tid:
-                    raise PlanInvalid(f"Task {tid} uses its own output <resource>-{n}.")
-                if n not in ids:
-                    raise PlanInvalid(f"Task {tid} uses <resource>-{n}, but there is no task {n}.")
-                if kind not in outputs[n]:
-                    made = "/".join(outputs[n])
-                    raise PlanInvalid(
-                        f'Task {tid} passes <resource>-{n} as "{key}" ({kind}), but task {n} produces {made}.'
-                    )
-                if n not in deps:
-                    log.info("plan: adding implied dependency %d -> %d", tid, n)
-                    deps.add(n)
-            if kind in MEDIA_MODALITIES:
-                if refs:
-                    if PLACEHOLDER.sub("", value).strip():
-                        raise PlanInvalid(f'Argument "{key}" of task {tid} must be one file, not text around <resource>-{refs[0]}.')
-                    final[key] = f"<resource>-{refs[0]}"
-                    continue
-                res = index.get(value.lower())
-                if res is None:
-                    known = ", ".join(r.id for r in resources if r.kind == kind) or "none"
-                    raise PlanInvalid(
-                        f'Argument "{key}" of task {tid} is {value[:80]!r}, which is not a {kind} of this '
-                        f"conversation; use a resource id ({known}) or <resource>-N."
-                    )
-                if res.kind != kind:
-                    raise PlanInvalid(f'Argument "{key}" of task {tid} names {res.id}, which is {res.kind}, not {kind}.')
-                final[key] = res.id
-            else:
-                document = index.get(value.lower()) if not refs else None
-                if document is not None and document.kind == "text":  # a text file, passed by id
-                    final[key] = document.id
-                    continue
-                if len(value) > MAX_TEXT_ARG:
-                    raise PlanInvalid(f'Argument "{key}" of task {tid} is longer than {MAX_TEXT_ARG} characters.')
-                final[key] = PLACEHOLDER.sub(lambda m: f"<resource>-{placeholder_id(m)}", value)
-                odd = SUSPECT_REFERENCE.search(PLACEHOLDER.sub("", value))
-                if odd:
-                    raise PlanInvalid(
-                        f'Argument "{key}" of task {tid} contains {odd.group(0)!r}, which is not a reference this '
-                        "system understands; write <resource>-N for the output of task N."
-                    )
-        tasks[tid] = Task(id=tid, task=name, dep=tuple(sorted(deps)), args=final)
-        graph[tid] = deps
+    for draft in drafts:
+        tasks[draft.tid] = _resolve(draft, plan, request_text)
+    _check_acyclic({t.id: set(t.dep) for t in tasks.values()})
+    return [tasks[t] for t in sorted(tasks)]  # by id, as users read a plan; the scheduler needs no order
 
+
+class _Draft(NamedTuple):
+    """One task record, checked on its own (before the plan as a whole)."""
+
+    tid: int
+    name: str
+    deps: set[int]
+    args: dict[str, str]
+
+
+class _PlanContext(NamedTuple):
+    """What resolving a task's arguments needs: task id -> the modalities its task produces (the
+    plan's ids are its keys), and the conversation's resources (also indexed by id and name)."""
+
+    outputs: dict[int, tuple[str, ...]]
+    index: dict[str, Resource]
+    resources: Sequence[Resource]
+
+
+def _draft(pos: int, item: Any, available: AbstractSet[str], seen: set[int]) -> _Draft:
+    """One record on its own: a new id (added to ``seen``), a served task, its deps and args."""
+    if not isinstance(item, dict):
+        raise PlanInvalid(f"Item {pos} of the plan is not a task object.")
+    if "id" not in item:
+        raise PlanInvalid(f"Item {pos} of the plan has no \"id\".")
+    tid = _as_int(item["id"], f'The "id" of item {pos}')
+    if tid < 0:
+        raise PlanInvalid(f"Task id {tid} is negative; ids start at 0.")
+    if tid in seen:
+        raise PlanInvalid(f"Task id {tid} is used twice.")
+    seen.add(tid)
+    name_raw = item.get("task")
+    if not isinstance(name_raw, str) or not name_raw.strip():
+        raise PlanInvalid(f'Task {tid} has no "task" name.')
+    name = canonical_task(name_raw)
+    if name is None:
+        raise PlanInvalid(f"Task {tid} uses an unknown task {name_raw[:60]!r}.")
+    if name not in available:
+        raise PlanInvalid(f"Task {tid} uses {name!r}, which cannot be served right now; use only the listed tasks.")
+    return _Draft(tid, name, _draft_deps(tid, item.get("dep", [])), _draft_args(tid, item.get("args", {})))
+
+
+def _draft_deps(tid: int, dep_raw: Any) -> set[int]:
+    """A record's ``dep``: a list, one id or nothing; ``-1`` (the paper's "no dependency") dropped."""
+    if dep_raw is None:
+        dep_raw = []
+    if not isinstance(dep_raw, list):
+        dep_raw = [dep_raw]
+    deps = {_as_int(d, f'A "dep" entry of task {tid}') for d in dep_raw}
+    deps.discard(-1)
+    if tid in deps:
+        raise PlanInvalid(f"Task {tid} depends on itself.")
+    return deps
+
+
+def _draft_args(tid: int, args_raw: Any) -> dict[str, str]:
+    """A record's ``args``: lower-case keys, stripped strings (numbers, text line lists; no nulls)."""
+    if not isinstance(args_raw, dict):
+        raise PlanInvalid(f'The "args" of task {tid} must be an object.')
+    args: dict[str, str] = {}
+    for key, value in args_raw.items():
+        k = str(key).strip().lower()
+        if value is None:
+            continue
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = str(value)
+        if isinstance(value, list) and all(isinstance(v, str) for v in value) and k in ("text", "context"):
+            value = "\n".join(value)
+        if not isinstance(value, str):
+            raise PlanInvalid(f'Argument "{k}" of task {tid} must be a string.')
+        args[k] = value.strip()
+    return args
+
+
+def _resolve(draft: _Draft, plan: _PlanContext, request_text: str) -> Task:
+    """Check a draft against the plan (dependencies exist, arguments the task takes and needs) and
+    resolve its arguments; dependencies implied by placeholders are added."""
+    tid, name, deps, args = draft
+    spec = TASKS[name]
+    for d in deps:
+        if d not in plan.outputs:
+            raise PlanInvalid(f"Task {tid} depends on task {d}, which is not in the plan.")
+    for key in args:
+        if key not in spec.allowed:
+            allowed = ", ".join(sorted(spec.allowed))
+            raise PlanInvalid(f'Task {tid} ({name}) takes no "{key}" argument; it takes {allowed}.')
+    for key in spec.required:
+        if not args.get(key):
+            raise PlanInvalid(f'Task {tid} ({name}) needs a "{key}" argument.')
+    for key, value in (spec.from_request(request_text) if spec.from_request and request_text else {}).items():
+        args.setdefault(key, value)
+    final: dict[str, str] = {}
+    for key, value in args.items():
+        kind = spec.allowed[key]
+        refs = _references(tid, key, kind, value, deps, plan)
+        if kind in MEDIA_MODALITIES:
+            final[key] = _media_argument(tid, key, kind, value, refs, plan)
+        else:
+            final[key] = _text_argument(tid, key, value, refs, plan)
+    return Task(id=tid, task=name, dep=tuple(sorted(deps)), args=final)
+
+
+def _references(tid: int, key: str, kind: str, value: str, deps: set[int], plan: _PlanContext) -> list[int]:
+    """The task ids ``value`` refers to (``<resource>-N``), each checked: another task of the
+    plan producing ``kind``; a reference missing from ``deps`` is added there."""
+    refs = [placeholder_id(m) for m in PLACEHOLDER.finditer(value)]
+    for n in refs:
+        if n == tid:
+            raise PlanInvalid(f"Task {tid} uses its own output <resource>-{n}.")
+        if n not in plan.outputs:
+            raise PlanInvalid(f"Task {tid} uses <resource>-{n}, but there is no task {n}.")
+        if kind not in plan.outputs[n]:
+            made = "/".join(plan.outputs[n])
+            raise PlanInvalid(f'Task {tid} passes <resource>-{n} as "{key}" ({kind}), but task {n} produces {made}.')
+        if n not in deps:
+            log.info("plan: adding implied dependency %d -> %d", tid, n)
+            deps.add(n)
+    return refs
+
+
+def _media_argument(tid: int, key: str, kind: str, value: str, refs: list[int], plan: _PlanContext) -> str:
+    """A file argument: one ``<resource>-N``, or a resource of this conversation of that kind
+    (by id or unique file name), rewritten to its id."""
+    if refs:
+        if PLACEHOLDER.sub("", value).strip():
+            raise PlanInvalid(f'Argument "{key}" of task {tid} must be one file, not text around <resource>-{refs[0]}.')
+        return f"<resource>-{refs[0]}"
+    res = plan.index.get(value.lower())
+    if res is None:
+        known = ", ".join(r.id for r in plan.resources if r.kind == kind) or "none"
+        raise PlanInvalid(
+            f'Argument "{key}" of task {tid} is {value[:80]!r}, which is not a {kind} of this '
+            f"conversation; use a resource id ({known}) or <resource>-N."
+        )
+    if res.kind != kind:
+        raise PlanInvalid(f'Argument "{key}" of task {tid} names {res.id}, which is {res.kind}, not {kind}.')
+    return res.id
+
+
+def _text_argument(tid: int, key: str, value: str, refs: list[int], plan: _PlanContext) -> str:
+    """A text argument: a text file of this conversation (by id or name), or text whose
+    references are rewritten to ``<resource>-N``; an odd reference-like form is refused."""
+    document = plan.index.get(value.lower()) if not refs else None
+    if document is not None and document.kind == "text":  # a text file, passed by id
+        return document.id
+    if len(value) > MAX_TEXT_ARG:
+        raise PlanInvalid(f'Argument "{key}" of task {tid} is longer than {MAX_TEXT_ARG} characters.')
+    odd = SUSPECT_REFERENCE.search(PLACEHOLDER.sub("", value))
+    if odd:
+        raise PlanInvalid(
+            f'Argument "{key}" of task {tid} contains {odd.group(0)!r}, which is not a reference this '
+            "system understands; write <resource>-N for the output of task N."
+        )
+    return PLACEHOLDER.sub(lambda m: f"<resource>-{placeholder_id(m)}", value)
+
+
+def _check_acyclic(graph: dict[int, set[int]]) -> None:
+    """Refuse a dependency cycle (``graphlib``)."""
     try:
         graphlib.TopologicalSorter(graph).prepare()
     except graphlib.CycleError as e:
         cycle = " -> ".join(str(n) for n in e.args[1])
         raise PlanInvalid(f"The dependencies form a cycle ({cycle}).") from None
-    return [tasks[t] for t in sorted(tasks)]  # by id, as users read a plan; the scheduler needs no order
 
 
 # ---------------------------------------------------------------------------------------------

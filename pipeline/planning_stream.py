@@ -15,8 +15,10 @@ round runs (streamed and dispatched the same way); if it is invalid again, :clas
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Sequence, Set as AbstractSet
+from dataclasses import dataclass, field
 from typing import Any, Union
 
 import jiter
@@ -84,54 +86,73 @@ async def plan_stream(
     """
     schema = plan_schema(available)
     messages = planning_messages(request, available)
-    raw = problem = ""
-    for attempt in (1, 2):
-        if attempt == 2:
+    attempt = _Attempt()
+    for number in (1, 2):
+        if number == 2:
             usage.plan_repairs += 1
-            messages = planning_messages(request, available, problem=problem)
-            messages.insert(-1, {"role": "assistant", "content": raw[:4000]})
-        started: dict[int, Task] = {}
-        raw = ""
-        seen = 0
-        deltas = 0
-        async for delta in controller.stream_json(messages, stage="task-planning", schema_name="task_plan", schema=schema, usage=usage):
-            raw += delta
-            deltas += 1
-            if deltas < 2:  # a whole answer in one piece (no streaming) is not "early"
-                continue
-            records = complete_records(raw)
-            if len(records) <= seen:
-                continue
-            seen = len(records)
-            try:
-                prefix = validate_plan(records, available=available, resources=request.resources, request_text=request.text)
-            except PlanInvalid as e:  # e.g. a task depending on a later one: wait for more
-                log.debug("plan: no early start for the tasks so far (%s)", e.problem)
-                continue
-            for task in prefix:
-                if task.id not in started:
-                    started[task.id] = task
-                    yield TaskPlanned(task)
+            messages = planning_messages(request, available, problem=attempt.problem)
+            messages.insert(-1, {"role": "assistant", "content": attempt.raw[:4000]})
+        attempt = _Attempt()
+        stream = controller.stream_json(messages, stage="task-planning", schema_name="task_plan", schema=schema, usage=usage)
+        async with contextlib.aclosing(_early_tasks(stream, request, available, attempt)) as early:
+            async for planned in early:
+                yield planned
         try:
-            tasks = validate_plan(parse_plan(raw), available=available, resources=request.resources, request_text=request.text)
+            tasks = validate_plan(parse_plan(attempt.raw), available=available, resources=request.resources,
+                                  request_text=request.text)
         except PlanInvalid as e:
-            problem = e.problem
-            log.warning("plan rejected%s (%s); raw=%r", " after repair" if attempt == 2 else "", problem, raw[:500])
-            if started:
-                yield PlanDiscarded(problem, tuple(sorted(started)))
-            if attempt == 2:
+            attempt.problem = e.problem
+            log.warning("plan rejected%s (%s); raw=%r", " after repair" if number == 2 else "", e.problem, attempt.raw[:500])
+            if attempt.started:
+                yield PlanDiscarded(e.problem, tuple(sorted(attempt.started)))
+            if number == 2:
                 raise PlanError(
                     "I could not turn your request into a valid plan of tasks, even after asking the controller "
-                    f"to fix it: {problem}",
-                    f"plan invalid after repair: {problem}",
+                    f"to fix it: {e.problem}",
+                    f"plan invalid after repair: {e.problem}",
                 ) from None
             continue
-        changed = _changed(started, tasks)
+        changed = _changed(attempt.started, tasks)
         if changed:  # cannot happen for a prefix-valid plan, but never run a task the plan lost
             log.warning("plan: tasks %s changed after they started; restarting them", changed)
-            yield PlanDiscarded("the finished plan changed tasks that had started", tuple(sorted(started)))
+            yield PlanDiscarded("the finished plan changed tasks that had started", tuple(sorted(attempt.started)))
         yield PlanReady(tuple(tasks))
         return
+
+
+@dataclass
+class _Attempt:
+    """One planning answer as it streams: its text so far, the tasks handed out early, and the
+    problem the finished plan had (quoted in the repair round)."""
+
+    raw: str = ""
+    started: dict[int, Task] = field(default_factory=dict)
+    problem: str = ""
+
+
+async def _early_tasks(stream: AsyncIterator[str], request: Request, available: AbstractSet[str],
+                       attempt: _Attempt) -> AsyncIterator[TaskPlanned]:
+    """Read the controller's answer into ``attempt.raw``; each task of the complete records so far
+    that form a valid plan prefix is handed out once (``attempt.started``)."""
+    seen = deltas = 0
+    async for delta in stream:
+        attempt.raw += delta
+        deltas += 1
+        if deltas < 2:  # a whole answer in one piece (no streaming) is not "early"
+            continue
+        records = complete_records(attempt.raw)
+        if len(records) <= seen:
+            continue
+        seen = len(records)
+        try:
+            prefix = validate_plan(records, available=available, resources=request.resources, request_text=request.text)
+        except PlanInvalid as e:  # e.g. a task depending on a later one: wait for more
+            log.debug("plan: no early start for the tasks so far (%s)", e.problem)
+            continue
+        for task in prefix:
+            if task.id not in attempt.started:
+                attempt.started[task.id] = task
+                yield TaskPlanned(task)
 
 
 def _changed(started: dict[int, Task], tasks: Sequence[Task]) -> list[int]:

@@ -1,9 +1,12 @@
 """Stage 2, model selection (HuggingGPT §3.2).
 
 Candidates for a task come from the catalog, filtered by what the configured backends can serve
-right now, ranked by downloads, top-K kept. One candidate: taken without an LLM call. Several: the
-controller picks one from their descriptions ("in-context task-model assignment"); a pick that is
-not among the candidates falls back to the top-ranked one. The ``top`` strategy skips the LLM.
+right now, ranked by downloads, top-K kept. With expert servers (``[inference] experts_url``),
+the models they list come first (the paper's hybrid endpoint prefers local models) and every
+candidate says where it runs (:class:`pipeline.catalog.placement.Candidate`). One candidate:
+taken without an LLM call. Several: the controller picks one from their descriptions ("in-context
+task-model assignment"); a pick that is not among the candidates falls back to the top-ranked
+one. The ``top`` strategy skips the LLM.
 Tasks the controller serves itself and local tasks (canny edge maps) need no selection.
 """
 
@@ -17,6 +20,8 @@ from typing import Any, Protocol, Sequence
 import json_repair
 
 from . import prompts
+from .catalog.placement import Candidate, Mode, Placement
+from .catalog.servers import ExpertServers
 from .errors import ControllerError
 from .experts.local import LOCAL_MODEL
 from .llm import Controller, Usage
@@ -51,6 +56,8 @@ class Selector:
         strategy: ``"llm"`` or ``"top"``.
         top_k: candidates kept per task.
         controller_tasks: task names the controller serves itself.
+        servers: the team's expert servers (``None``: none).
+        mode: ``"hybrid"``, ``"local"`` or ``"providers"`` (``[inference] mode``).
     """
 
     def __init__(
@@ -62,6 +69,8 @@ class Selector:
         strategy: str = "llm",
         top_k: int = 5,
         controller_tasks: Sequence[str] = (),
+        servers: ExpertServers | None = None,
+        mode: Mode = "hybrid",
     ) -> None:
         self.catalog = catalog
         self.availability = availability
@@ -69,20 +78,29 @@ class Selector:
         self.strategy = strategy
         self.top_k = top_k
         self.controller_tasks = {t for t in controller_tasks if t in TASKS and TASKS[t].controller_capable}
+        self.placement = Placement(catalog, availability, servers, mode=mode)
 
-    async def candidates(self, task: str) -> list[Any]:
-        """Available candidates of ``task``, best first, at most ``top_k``."""
-        ranked = self.catalog.candidates(task)
-        if not ranked:
-            return []
-        # filter in slices so that a provider lookup is only made for models that may be used
-        out: list[Any] = []
-        step = max(self.top_k, 5)
-        for start in range(0, len(ranked), step):
-            out += await self.availability.filter(list(ranked[start : start + step]))
-            if len(out) >= self.top_k:
-                break
-        return out[: self.top_k]
+    async def candidates(self, task: str) -> list[Candidate]:
+        """Available candidates of ``task``, best first (local ones first), at most ``top_k``."""
+        return await self.placement.candidates(task, self.top_k)
+
+    def _none_left(self, task: str) -> LookupError:
+        """The sentence for a task with no candidate, naming expert servers that are down."""
+        down = self.placement.unreachable()
+        if down:
+            servers = " and ".join(down)
+            noun = "server" if len(down) == 1 else "servers"
+            return LookupError(f"No model that can run {task} is available right now: the expert {noun} "
+                               f"{servers} could not be reached.")
+        if self.placement.mode == "local" and self.placement.servers is not None:
+            return LookupError(f"No expert server ({', '.join(self.placement.servers.urls)}) lists a model that can "
+                               f"run {task}.")
+        return LookupError(f"No model that can run {task} is available right now.")
+
+    def placement_notes(self) -> list[str]:
+        """Sentences for the user about expert servers that could not be asked (one per server)."""
+        return [f"The expert server {url} could not be reached, so its models are not offered."
+                for url in self.placement.unreachable()]
 
     async def served_tasks(self) -> set[str]:
         """Task names that can run now: local ones, controller-served ones, and those with at
@@ -106,20 +124,24 @@ class Selector:
         """
         spec = TASKS[task.task]
         if spec.local:
-            sel = Selection(task.id, LOCAL_MODEL, "computed locally, no model needed", (), "local", runner="local")
+            sel = Selection(task.id, LOCAL_MODEL, "computed locally, no model needed", (), "local", runner="local",
+                            where="in-process")
             return sel, [LOCAL_MODEL]
         if task.task in self.controller_tasks:
             model = self.controller.model
-            sel = Selection(task.id, model, "the controller LLM does this text task itself", (), "controller", runner="controller")
+            sel = Selection(task.id, model, "the controller LLM does this text task itself", (), "controller",
+                            runner="controller", where="controller")
             return sel, [model]
         cands = await self.candidates(task.task)
         ids = [c.id for c in cands]
+        where = {c.id: c.where for c in cands}
         if not cands:
-            raise LookupError(f"No model that can run {task.task} is available right now.")
+            raise self._none_left(task.task)
         if len(cands) == 1:
-            return Selection(task.id, ids[0], "the only available model for this task", tuple(ids), "single"), ids
+            return Selection(task.id, ids[0], "the only available model for this task", tuple(ids), "single",
+                             where=where[ids[0]]), ids
         if self.strategy == "top":
-            return Selection(task.id, ids[0], "the most downloaded available model", tuple(ids), "top"), ids
+            return Selection(task.id, ids[0], _top_reason(cands[0]), tuple(ids), "top", where=where[ids[0]]), ids
         messages = [
             {"role": "system", "content": prompts.render("selection.system")},
             {
@@ -136,16 +158,28 @@ class Selector:
             raw = await self.controller.complete_json(messages, stage="model-selection", schema_name="model_choice", schema=SELECTION_SCHEMA, usage=usage)
         except ControllerError as e:
             log.warning("model selection for task %d fell back to the top model: %s", task.id, e)
-            return Selection(task.id, ids[0], "the controller could not be asked; took the most downloaded model", tuple(ids), "top"), ids
+            return Selection(task.id, ids[0], "the controller could not be asked; took " + _first(cands[0]), tuple(ids),
+                             "top", where=where[ids[0]]), ids
         choice, reason = _parse_choice(raw)
         if choice not in ids:
             log.info("task %d: controller picked %r, not a candidate; using %s", task.id, choice, ids[0])
             return (
-                Selection(task.id, ids[0], "the controller's pick was not a candidate; took the most downloaded model", tuple(ids), "top"),
+                Selection(task.id, ids[0], "the controller's pick was not a candidate; took " + _first(cands[0]), tuple(ids),
+                          "top", where=where[ids[0]]),
                 ids,
             )
         order = [choice] + [i for i in ids if i != choice]
-        return Selection(task.id, choice, reason or "chosen by the controller", tuple(ids), "llm"), order
+        return Selection(task.id, choice, reason or "chosen by the controller", tuple(ids), "llm", where=where[choice]), order
+
+
+def _first(first: Candidate) -> str:
+    return "the first-ranked model, on the team's expert server" if first.local else "the most downloaded model"
+
+
+def _top_reason(first: Candidate) -> str:
+    if first.local:
+        return "the first-ranked model on the team's expert server (local models are preferred)"
+    return "the most downloaded available model"
 
 
 def _parse_choice(raw: str) -> tuple[str | None, str]:

@@ -98,7 +98,12 @@ class Selection:
         strategy: ``"llm"`` (controller picked), ``"single"`` (one candidate, no LLM call),
             ``"top"`` (top-ranked by setting or fallback), ``"controller"`` or ``"local"``.
         runner: which expert runner serves it: ``"hub"`` (a Hugging Face model), ``"controller"``
-            (the controller LLM) or ``"local"`` (computed in-process).
+            (the controller LLM), ``"local"`` (computed in-process) or ``"mcp"`` (a tool of an MCP
+            server, :mod:`pipeline.mcp_tools`).
+        where: where it is meant to run (:attr:`pipeline.catalog.placement.Route.label`):
+            ``"local <expert server URL>"``, ``"provider <name>"``, ``"gateway <URL>"``,
+            ``"endpoint <URL>"``; ``"controller"`` or ``"in-process"`` for the other runners;
+            ``None`` when unknown.
     """
 
     task_id: int
@@ -106,7 +111,8 @@ class Selection:
     reason: str
     candidates: tuple[str, ...] = ()
     strategy: str = "top"
-    runner: Literal["hub", "controller", "local"] = "hub"
+    runner: Literal["hub", "controller", "local", "mcp"] = "hub"
+    where: str | None = None
 
 
 class TaskData(Protocol):
@@ -127,11 +133,14 @@ class Output:
         data: typed structured results (labels, scores, boxes ``(xmin, ymin, xmax, ymax)`` in
             pixels, ...; :mod:`pipeline.tasks.outputs`), or ``None``. Condensed before it reaches a
             prompt.
+        where: where the model actually ran (``"local <URL>"``, ``"provider <name>"``,
+            ``"controller"``, ``"in-process"``... as :attr:`Selection.where`), set by the runner.
     """
 
     text: str | None = None
     files: list[Resource] = field(default_factory=list)
     data: TaskData | None = None
+    where: str | None = None
 
     def modality(self, kind: Modality) -> str | Resource | None:
         """Return the output of ``kind``: the text for ``"text"``, else the first file of that kind."""
@@ -369,12 +378,13 @@ class RunRecord:
             "notes": list(self.notes),
             "tasks": [t.to_json() for t in self.tasks],
             "selections": {
-                str(k): {"model": s.model, "runner": s.runner, "reason": s.reason, "strategy": s.strategy,
-                         "candidates": list(s.candidates)}
+                str(k): {"model": s.model, "runner": s.runner, "where": s.where, "reason": s.reason,
+                         "strategy": s.strategy, "candidates": list(s.candidates)}
                 for k, s in sorted(self.selections.items())
             },
             "results": {
-                str(k): {"status": r.status, "model": r.model, "output": out(r.output), "error": r.error}
+                str(k): {"status": r.status, "model": r.model, "where": r.output.where if r.output else None,
+                         "output": out(r.output), "error": r.error}
                 for k, r in sorted(self.results.items())
             },
             "response": self.response,

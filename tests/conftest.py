@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "0")
+# A test that sets no data dir uses the per-user default (platformdirs): keep it out of the real one.
+if "XDG_DATA_HOME" not in os.environ or not os.environ["XDG_DATA_HOME"].startswith(tempfile.gettempdir()):
+    os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="hugginggpt-tests-xdg-")
 
 from bot.sandbox import Sandbox  # noqa: E402
 from bot.sandbox.inference import InferenceStandIn  # noqa: E402

@@ -13,7 +13,7 @@ import aiohttp
 from aiohttp import web
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.slack.app import create_bolt_app, get_bot
+from adapters.slack.app import SlackApp, create_bolt_app
 from bot.settings import Settings, SlackSettings
 from standins.slack_api import SlackStandIn, signed_headers
 
@@ -25,10 +25,10 @@ CHANNEL = "C0GENERAL"
 class Harness:
     """The bot served over HTTP like behind a load balancer, plus the stand-in Slack."""
 
-    def __init__(self, slack: SlackStandIn, app, runner: web.AppRunner, port: int, service) -> None:
+    def __init__(self, slack: SlackStandIn, front: SlackApp, runner: web.AppRunner, port: int, service) -> None:
         self.slack = slack
-        self.app = app
-        self.bot = get_bot(app)
+        self.app = front.app
+        self.bot = front.bot
         self.runner = runner
         self.url = f"http://127.0.0.1:{port}/slack/events"
         self.service = service
@@ -115,13 +115,13 @@ def bot_settings(service, **slack: object) -> Settings:
 async def start_harness(slack: SlackStandIn, service, tmp_path: Path, **slack_settings) -> Harness:
     settings = bot_settings(service, bot_token=slack.bot_token, signing_secret=SECRET, mode="http", **slack_settings)
     client = AsyncWebClient(token=slack.bot_token, base_url=slack.api_url)
-    app = create_bolt_app(settings, service, client, update_interval=0.05)
-    runner = web.AppRunner(app.web_app(path="/slack/events"), access_log=None)
+    front = create_bolt_app(settings, service, client, update_interval=0.05)
+    runner = web.AppRunner(front.app.web_app(path="/slack/events"), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]
-    return Harness(slack, app, runner, port, service)
+    return Harness(slack, front, runner, port, service)
 
 
 def png_file(slack: SlackStandIn, name: str = "chelsea.png", **kw) -> dict:

@@ -280,7 +280,7 @@ async def test_drawing_stops_when_its_task_is_cancelled(media_dir):
     """A timeout cancels the task; the worker thread drawing its boxes stops at the next box."""
     import threading
 
-    from pipeline.experts import render
+    from pipeline.tasks import drawing as render
 
     picture = (media_dir / "chelsea.png").read_bytes()
     boxes = [{"label": "x", "score": 0.5, "box": [1, 1, 50, 50]}] * 200_000
@@ -341,7 +341,8 @@ async def test_uploaded_bomb_is_refused_before_decoding(bomb):
     with pytest.raises(InputError) as ei:
         await inspect_upload(bomb, "huge.png", "image/png", max_bytes=25 * MiB)
     assert ei.value.user_message == (
-        "The image huge.png has too many pixels to process safely; the limit is 40 million pixels."
+        "The image huge.png has too many pixels to process safely; the limit is 40 million pixels "
+        "([inference] max_image_pixels)."
     )
     small = bomb_png(3000)
     with pytest.raises(InputError) as ei:

@@ -47,9 +47,10 @@ def test_run_prints_plan_models_answer_and_files(tmp_path):
     p = hugginggpt(["run", "--sandbox", "Generate an image of a cat on a red sofa, then tell me what breed it might be"], tmp_path)
     no_traceback(p)
     assert p.returncode == 0
-    out = p.stdout
-    assert "[0] text-to-image" in out and "[1] image-classification" in out and "(after 0)" in out
-    assert "running on" in out and "done" in out
+    out, err = p.stdout, p.stderr  # not a terminal: progress on stderr, only the answer on stdout
+    assert "[0] text-to-image" in err and "[1] image-classification" in err and "(after 0)" in err
+    assert "running on" in err and "done" in err
+    assert "running on" not in out and "Plan" not in out and out.startswith("*(Sandbox stand-in")
     assert "Files:" in out
     path = out.split("Files:")[1].strip().splitlines()[0].rsplit(": ", 1)[1]
     assert Image.open(path).size == (512, 512)
@@ -130,7 +131,7 @@ def test_ctrl_c_leaves_no_half_written_files(tmp_path):
     deadline = time.monotonic() + 60
     seen = ""
     while time.monotonic() < deadline and "running on" not in seen:
-        line = proc.stdout.readline()
+        line = proc.stderr.readline()  # progress goes to stderr when stdout is not a terminal
         if not line:
             break
         seen += line

@@ -71,11 +71,12 @@ def test_dockerfile_installs_every_package_runs_unprivileged_with_ffmpeg():
     _parses(yaml.safe_load(cmd.group(1)))
 
 
-def test_systemd_unit_runs_a_real_command_and_waits_for_the_grace_period():
+@pytest.mark.parametrize("unit_file", ["hugginggpt-slack.service", "hugginggpt-discord.service", "hugginggpt-serve.service"])
+def test_systemd_unit_runs_a_real_command_and_waits_for_the_grace_period(unit_file):
     unit = configparser.ConfigParser(strict=False, interpolation=None)
-    unit.read_string((DEPLOY / "hugginggpt-slack.service").read_text())
+    unit.read_string((DEPLOY / unit_file).read_text())
     argv = shlex.split(unit["Service"]["ExecStart"])
-    assert argv[0].endswith("/hugginggpt")
+    assert argv[0].endswith("/hugginggpt") and argv[1] == unit_file.split("-")[1].split(".")[0]
     _parses(argv[1:])
     assert unit["Service"]["KillSignal"] == "SIGTERM" and float(unit["Service"]["TimeoutStopSec"]) > GRACE_DEFAULT
     assert unit["Service"]["User"] != "root"
@@ -100,3 +101,70 @@ def test_docker_compose_accepts_the_file(tmp_path):
         if created:
             env.unlink()
     assert p.returncode == 0, p.stderr
+
+
+def _env_example(filled: bool) -> dict[str, str]:
+    """``deploy/env.example``'s variables; ``filled``: empty ones get a placeholder of the right
+    form, as an operator following the file's comments fills them in."""
+    forms = {"SLACK_BOT_TOKEN": "xoxb-1-2-placeholder", "SLACK_APP_TOKEN": "xapp-1-A1-2-placeholder"}
+    out = {}
+    for line in (DEPLOY / "env.example").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            out[key] = value or (forms.get(key, f"placeholder-{key.lower()}") if filled else "")
+    return out
+
+
+def _start(command: list[str], env_file: dict[str, str], service_env: dict[str, str], tmp_path: Path):
+    """Start ``hugginggpt COMMAND`` as compose would (the env file, then the service's environment),
+    without the database host compose provides (SQLite in ``tmp_path``) and with free ports."""
+    import os
+    import socket
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HUGGINGGPT_", "OPENAI_", "HF_", "SLACK_", "DISCORD_"))}
+    env.update(env_file)
+    env.update({k: v for k, v in service_env.items() if k != "DATABASE_URL"})
+    env.update(HUGGINGGPT_STORAGE__DATA_DIR=str(tmp_path / command[0]), HUGGINGGPT_DISCORD__API_BASE_URL="http://127.0.0.1:9/api/v10")
+    argv = list(command)
+    if "--port" in argv:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            argv[argv.index("--port") + 1] = str(s.getsockname()[1])
+    return subprocess.Popen([sys.executable, "-m", "bot.cli", *argv], cwd=tmp_path, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def _profile_services() -> dict[str, dict]:
+    services = yaml.safe_load((DEPLOY / "compose.yaml").read_text())["services"]
+    return {name: svc for name, svc in services.items() if svc.get("image") == "hugginggpt-bot" and svc.get("profiles")}
+
+
+def test_every_profile_starts_with_the_env_file_filled_in_as_it_says(tmp_path):
+    env_file = _env_example(filled=True)
+    settings_words = ["OPENAI_API_KEY", "HF_TOKEN", "SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "SLACK_SIGNING_SECRET",
+                      "DISCORD_BOT_TOKEN", "HUGGINGGPT_SERVER__API_KEYS", "POSTGRES_PASSWORD"]
+    procs = {}
+    for name, svc in _profile_services().items():
+        service_env = {k: str(v) for k, v in svc.get("environment", {}).items()}
+        procs[name] = _start(svc["command"], env_file, service_env, tmp_path)
+    for name, proc in procs.items():
+        try:
+            out, err = proc.communicate(timeout=8)
+        except subprocess.TimeoutExpired:  # still serving or connecting: past its settings
+            proc.kill()
+            out, err = proc.communicate()
+            continue
+        assert "Traceback" not in err, (name, err)
+        if proc.returncode == 2:  # refused at start: never because of a setting the env file should hold
+            assert not any(word in err for word in settings_words), (name, err)
+
+
+def test_the_api_profile_says_its_keys_are_required(tmp_path):
+    text = (DEPLOY / "env.example").read_text()
+    assert re.search(r"^# .*profile \"api\".*required", text, re.M | re.I) and "HUGGINGGPT_SERVER__API_KEYS=" in text
+    env_file = _env_example(filled=True)
+    env_file["HUGGINGGPT_SERVER__API_KEYS"] = ""  # left empty: the api profile refuses to start, saying why
+    api = _profile_services()["api"]
+    proc = _start(api["command"], env_file, {k: str(v) for k, v in api["environment"].items()}, tmp_path)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and "HUGGINGGPT_SERVER__API_KEYS" in err and "Traceback" not in err, err

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adapters.discord.components import MediaItem, media_view, progress_texts, progress_view, stop_custom_id
-from bot.progress import Progress
+from adapters.progress import Progress
 from pipeline.types import Done, PlanReady, ResponseDelta, RunRecord, Task, TaskStarted
 from tests.standins.discord_server import IS_COMPONENTS_V2, component_problem, components_text, walk_components
 

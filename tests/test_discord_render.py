@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adapters.discord.policy import AttachmentInfo, attachment_refusal, missing_permission
-from bot.progress import Progress
+from adapters.progress import Progress
 from adapters.discord.render import (
     missing_permission_sentence,
     render_progress,

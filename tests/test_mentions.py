@@ -1,17 +1,24 @@
-"""A request that relies on a file that is not there gets a sentence, before any LLM call
-(issue 15, "Inputs people give"): as a user types it, in a real process."""
+"""A request that clearly relies on a file that is not there gets a sentence before any LLM call,
+and a request a person can perfectly well make without a file is planned: as a user types it, in a
+real process, and over real TaskBench requests with hand-checked verdicts."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-from bot.mentions import check_mentions
+import pytest
+
+from bot.mentions import check_mentions, missing_file
 from bot.errors import InputError
+from pipeline.types import Resource
 
 MEDIA = Path(__file__).parent / "fixtures" / "media"
+VERDICTS = Path(__file__).parent / "fixtures" / "taskbench" / "mention_verdicts.jsonl"
+SAMPLE = [json.loads(line) for line in VERDICTS.read_text(encoding="utf-8").splitlines()]
 
 
 def hugginggpt(args, tmp_path, stdin=None):
@@ -39,9 +46,45 @@ def test_the_first_photo_after_new_is_not_invented(tmp_path):
 
 def test_generated_files_may_be_referred_to_in_the_same_request():
     check_mentions("Generate an image of a fox, then describe the image", [], [], "slack")
-    try:
-        check_mentions("describe the recording", [], [], "slack")
-    except InputError as e:
-        assert e.user_message == "There is no recording in this conversation yet: upload it with your message in this thread."
-    else:
-        raise AssertionError("a missing recording was not noticed")
+    check_mentions("describe the recording", [], [], "slack")  # a bare "the": planned, the answer says what is missing
+    with pytest.raises(InputError) as e:
+        check_mentions("describe this recording", [], [], "slack")
+    assert e.value.user_message == "There is no recording in this conversation yet: upload it with your message in this thread."
+
+
+@pytest.mark.parametrize("record", SAMPLE, ids=[f"{r['domain']}-{r['id'] or n}" for n, r in enumerate(SAMPLE)])
+def test_real_requests_without_files_get_their_checked_verdict(record):
+    sentence = missing_file(record["request"], [], [], None)
+    assert (sentence is not None) == (record["verdict"] == "refuse"), (record["note"], sentence)
+
+
+def test_the_sample_holds_both_verdicts_and_the_reported_false_refusals():
+    verdicts = [r["verdict"] for r in SAMPLE]
+    assert verdicts.count("refuse") >= 15 and verdicts.count("plan") >= 40
+    assert sum(r["note"].startswith("refused before") for r in SAMPLE) >= 30
+
+
+def test_a_named_file_is_fine_once_a_file_of_its_kind_is_there():
+    photo = Resource(id="image-1", kind="image", path=Path("/x/a.png"), mime="image/png", size=10, name="cat.png")
+    assert missing_file("identify the objects in example.jpg", [photo], [], None) is None
+    assert missing_file("identify the objects in example.jpg", [], ["image"], None) is None
+    assert missing_file("transcribe example.wav", [photo], [], "discord") == (
+        "You mention example.wav, but no such file is attached: attach it to your message (or to /ask's file option).")
+
+
+def test_output_names_and_described_inputs_are_told_apart():
+    assert missing_file("Read 'Good morning' aloud and save it as greeting.wav", [], [], None) is None
+    assert missing_file("Combine the two tracks into a single audio file called mix.wav", [], [], None) is None
+    assert missing_file("I have a meeting recording saved as meeting.wav; transcribe it", [], [], None) is not None
+    assert missing_file("Apply reverb to the audio file named 'voice.wav'", [], [], None) is not None
+    assert missing_file("Download https://example.com/cat.jpg and describe the photo", [], [], None) is None
+
+
+def test_a_request_that_produces_the_file_is_planned_in_a_real_process(tmp_path):
+    text = ("Please convert this text to speech: 'Welcome to our weekly team meeting.' "
+            "and save the generated audio as 'example.wav'.")
+    p = hugginggpt(["run", "--sandbox", "--json", text], tmp_path)
+    assert p.returncode == 0, p.stderr
+    record = json.loads(p.stdout)
+    assert [t["task"] for t in record["tasks"]] == ["text-to-speech"]
+    assert [r["status"] for r in record["results"].values()] == ["ok"] and len(record["files"]) == 1, record

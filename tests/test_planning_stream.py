@@ -73,7 +73,7 @@ def test_tasks_start_while_the_plan_is_still_being_written(controller, tmp_path)
     controller.plan, controller.chunks, controller.trickle = CHAIN, 30, 0.04  # the plan takes about 1.2 s to write
     p = _run(controller, tmp_path, "What is in this photo? Say it aloud, and describe it too.")
     assert p.returncode == 0, p.stderr
-    out = p.stdout
+    out = p.stderr  # the run's progress goes to stderr when stdout is not a terminal
     # task 0 was running before the whole plan was known
     assert out.index("[0] running on") < out.index("Plan: 3 tasks")
     assert "Plan (still being written" in out
@@ -104,7 +104,7 @@ def test_a_server_without_streaming_still_plans_and_answers(controller, tmp_path
     controller.answer = "All three are done."
     p = _run(controller, tmp_path, "What is in this photo? Say it aloud, and describe it too.")
     assert p.returncode == 0, p.stderr
-    assert "Plan: 3 tasks" in p.stdout and "Plan (still being written" not in p.stdout
+    assert "Plan: 3 tasks" in p.stderr and "Plan (still being written" not in p.stderr
     assert "All three are done." in p.stdout
 
 

@@ -1,4 +1,4 @@
-"""One progress model (bot.progress) behind the terminal, Discord and Slack: the same event
+"""One progress model (adapters.progress) behind the terminal, Discord and Slack: the same event
 sequence shows the same stages and task states on all three."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import re
 from adapters.discord.render import render_progress
 from adapters.slack.logic import render_status
 from adapters.terminal import TerminalRenderer
-from bot.progress import Progress
+from adapters.progress import Progress
 from pipeline.types import (
     Done,
     ModelSelected,

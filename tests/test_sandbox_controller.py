@@ -267,12 +267,9 @@ def _taskbench_resources(text: str) -> list[dict]:
 
 
 def test_taskbench_requests_give_valid_plans():
-    requests = [
-        json.loads(line)["user_request"]
-        for f in sorted((FIXTURES / "taskbench").glob("*.jsonl"))
-        for line in f.read_text().splitlines()
-        if line.strip()
-    ]
+    records = [json.loads(line) for f in sorted((FIXTURES / "taskbench").glob("*.jsonl"))
+               for line in f.read_text().splitlines() if line.strip()]
+    requests = [r["user_request"] for r in records if "user_request" in r]  # not the hand-checked verdicts
     assert len(requests) >= 300
     planned = 0
     for text in requests:

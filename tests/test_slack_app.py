@@ -19,7 +19,7 @@ import pytest
 from PIL import Image
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.slack.app import create_bolt_app, get_bot
+from adapters.slack.app import create_bolt_app
 from slack_harness import CHANNEL, Harness, bot_settings, png_file, start_harness
 from slack_service import make_service
 
@@ -287,7 +287,7 @@ async def test_long_answer_split_into_thread_messages(h: Harness):
     code = "```python\n" + "\n".join(f"print({i!r})  # step {i}" for i in range(150)) + "\n```"
     md = "# Requests\n\n" + "\n".join(f"- **{i}**: {r}" for i, r in enumerate(reqs)) + "\n\n" + code
     _, _, ts = h.mention("list the requests")
-    await h.bot._deliver(CHANNEL, ts, RunRecord("list the requests", response=md), md)
+    await h.bot.deliver(CHANNEL, ts, RunRecord("list the requests", response=md), md)
     answers = h.replies(ts)
     assert len(answers) >= 3
     for m in answers:
@@ -318,8 +318,8 @@ async def test_socket_mode_delivery_and_redelivery(slack, service, tmp_path):
 
     settings = bot_settings(service, bot_token=slack.bot_token, app_token=slack.app_token)
     client = AsyncWebClient(token=slack.bot_token, base_url=slack.api_url)
-    app = create_bolt_app(settings, service, client, update_interval=0.05)
-    handler = AsyncSocketModeHandler(app, app_token=slack.app_token)
+    front = create_bolt_app(settings, service, client, update_interval=0.05)
+    handler = AsyncSocketModeHandler(front.app, app_token=slack.app_token)
     await handler.connect_async()
     try:
         h = Harness.__new__(Harness)
@@ -330,14 +330,14 @@ async def test_socket_mode_delivery_and_redelivery(slack, service, tmp_path):
         e3 = await slack.socket_send(message)
         await slack.wait_for(lambda: all(e in slack.acks for e in (e1, e2, e3)))
         assert max(slack.acks[e] for e in (e1, e2, e3)) < 1.0
-        bot = get_bot(app)
+        bot = front.bot
         while bot.tasks:
             await asyncio.wait(set(bot.tasks), timeout=20)
         replies = [m for m in slack.thread(CHANNEL, ts) if m.user == slack.bot_user_id]
         assert len([m for m in replies if m.edits]) == 1
         assert len(slack.thread_files(CHANNEL, ts)) == 1
     finally:
-        await get_bot(app).close(timeout=5)
+        await front.bot.close(timeout=5)
         await handler.close_async()
 
 

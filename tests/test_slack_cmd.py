@@ -1,5 +1,5 @@
 """``hugginggpt slack``: settings checks, HTTP mode and Socket Mode end to end through
-``bot.cli.slack.main`` (real Service on sandbox backends, stand-in Slack), graceful stop."""
+``bot.cli.slack.main`` and :mod:`adapters.slack.serve` (real Service on sandbox backends, stand-in Slack), graceful stop."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import time
 import aiohttp
 import pytest
 
+from adapters.slack.serve import check_settings
 from bot.cli import slack as slack_cmd
 from bot.settings import load_settings
 from bot.sandbox import Sandbox
@@ -53,7 +54,7 @@ def test_parser():
 def test_missing_credentials_named(slack, mode, needle):
     settings = load_settings(env={}, overrides={"slack": slack})
     with pytest.raises(ConfigError) as e:
-        slack_cmd.check_settings(settings, mode)
+        check_settings(settings, mode)
     assert needle in e.value.user_message
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from bot.cli.common import record_exit_status
 from bot.incoming import ConversationKey
-from bot.progress import Progress
+from adapters.progress import Progress
 from bot.service import Service
 from bot.settings import load_settings
 from pipeline.types import Done, TaskFinished
@@ -96,12 +96,13 @@ def test_ctrl_c_once_stops_hugginggpt_run_with_what_finished(tmp_path):
         p = subprocess.Popen([sys.executable, "-m", "bot.cli", "run", "describe this photo", "--file", str(MEDIA_DIR / "chelsea.png")],
                              cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         seen = ""
-        for line in p.stdout:  # type: ignore[union-attr]
+        for line in p.stderr:  # type: ignore[union-attr]  (progress: stderr when stdout is not a terminal)
             seen += line
             if "running on" in line:
                 p.send_signal(signal.SIGINT)
                 break
-        out, err = p.communicate(timeout=60)
+        out, rest = p.communicate(timeout=60)
+        err = seen + rest
         assert p.returncode == 130, err
         assert "Stopping this run" in err and "Traceback" not in err
         assert "You stopped this run; here is what finished." in out

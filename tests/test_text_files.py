@@ -115,5 +115,6 @@ def test_a_named_or_referred_text_file_that_is_not_there_is_said():
     with pytest.raises(InputError, match="You mention example.txt, but no such file is attached"):
         check_mentions("Summarize the text in example.txt", [], [], None)
     with pytest.raises(InputError, match="no document or text file in this conversation"):
-        check_mentions("translate the document into German", [], [], "discord")
+        check_mentions("translate this document into German", [], [], "discord")
+    check_mentions("translate the document into German", [], [], "discord")  # a bare "the": planned
     check_mentions("Summarize the text in example.txt", [], ["text"], None)  # attached with the message

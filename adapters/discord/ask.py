@@ -1,7 +1,7 @@
 """``/ask``: defer, open a thread (or use the current thread or DM), run, and say in the channel
 how the run ended.
 
-What a user sees (issues 4 and 10):
+What a user sees:
 
 * in a server channel: "<user> asked: …" with "🧵 Working on it in the thread", a public thread
   named after the request, the run in it; when it ends, the channel message says "✅ Done — see
@@ -76,7 +76,7 @@ async def download(attachments: list[discord.Attachment]) -> list[IncomingFile]:
 async def on_ask(bot: Any, interaction: discord.Interaction, prompt: str,
                  attachments: list[discord.Attachment]) -> None:
     """Handle ``/ask``: refuse privately, or defer and start the run in the background."""
-    if not bot._seen.first_time(("interaction", interaction.id)):
+    if not bot.seen_events.first_time(("interaction", interaction.id)):
         log.info("ignored replayed interaction %s", interaction.id)
         return
     if not await bot.claim("interaction", interaction.id):  # another process (shard handover) took it
@@ -91,7 +91,7 @@ async def on_ask(bot: Any, interaction: discord.Interaction, prompt: str,
     if not prompt.strip() and not attachments:
         refusal: str | None = "Please tell me what you want in the prompt."
     else:
-        refusal = await bot._refusal(interaction.guild_id, channel_ids, interaction.user, attachments,
+        refusal = await bot.refusal_for(interaction.guild_id, channel_ids, interaction.user, attachments,
                                      permissions=interaction.app_permissions if in_guild else None, in_thread=in_thread)
     if refusal is not None:
         log.info("refused /%s from user %s in channel %s: %s", bot.cfg.command_name, interaction.user.id,
@@ -102,10 +102,10 @@ async def on_ask(bot: Any, interaction: discord.Interaction, prompt: str,
         await interaction.response.defer(thinking=True)
     except discord.HTTPException as e:  # e.g. 10062 Unknown interaction: the 3 s passed
         log.warning("could not defer interaction %s: %s", interaction.id, e)
-        bot._release(interaction.user.id)
+        bot.release_slot(interaction.user.id)
         return
     live = LiveRun(requester=interaction.user.id)
-    bot._spawn(_ask_run(bot, interaction, prompt, attachments, live), live)
+    bot.spawn(_ask_run(bot, interaction, prompt, attachments, live), live)
 
 
 async def _ask_run(bot: Any, interaction: discord.Interaction, prompt: str,
@@ -128,7 +128,7 @@ async def _ask_run(bot: Any, interaction: discord.Interaction, prompt: str,
     if opened is None:
         return
     thread, original = opened
-    limit = bot._threads.get(thread.id) or bot.upload_limit or interaction.filesize_limit
+    limit = bot.conversation_threads.get(thread.id) or bot.upload_limit or interaction.filesize_limit
     key = ConversationKey("discord", str(interaction.guild_id), str(thread.parent_id), str(thread.id))
     record = await bot.run_in(thread, prompt, files, key=key, user=str(interaction.user.id), live=live,
                               upload_limit=limit)
@@ -173,7 +173,7 @@ async def _open_thread(bot: Any, interaction: discord.Interaction, prompt: str, 
         log.warning("could not start thread for interaction %s: %s", interaction.id, e)
         await tell_privately(interaction, "Discord refused to open a thread for this request; please try again.")
         return None
-    bot._remember_thread(thread.id, bot.upload_limit or interaction.filesize_limit)
+    bot.remember_thread(thread.id, bot.upload_limit or interaction.filesize_limit)
     return thread, original
 
 

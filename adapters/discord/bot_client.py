@@ -1,7 +1,7 @@
 """The Discord client: ``/ask`` and ``/new`` slash commands, a thread per request, follow-ups in
 the thread, the bot's DM as a conversation, and the Stop button of runs in flight.
 
-What a user sees (issues 4 and 10):
+What a user sees:
 
 1. ``/ask prompt:<text> [file1..file3]``: the bot defers at once ("is thinking…"), then turns its
    response into a message "<user> asked: …" with a public thread named after the request (or, in
@@ -33,7 +33,7 @@ token lasts 15 minutes, so everything after the first edit is posted with the bo
 thread; slash commands are synced once in :meth:`HuggingGPTBot.setup_hook`, not on reconnects;
 events may be replayed, so interaction and message ids are de-duplicated.
 
-Sharding (issue 11; Discord API docs, "Gateway > Sharding",
+Sharding (Discord API docs, "Gateway > Sharding",
 https://discord.com/developers/docs/events/gateway#sharding): the bot is a
 ``discord.AutoShardedClient``; each process runs the shards ``shard_ids`` of ``shard_count``
 (default: all the shards ``GET /gateway/bot`` recommends), and Discord sends a guild's events to
@@ -49,7 +49,7 @@ import asyncio
 import logging
 import sys
 from datetime import timedelta
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import discord
 import yarl
@@ -70,6 +70,10 @@ from .policy import REQUIRED_IN_CHANNEL, AttachmentInfo, attachment_refusal, mis
 from .render import missing_permission_sentence
 from .runs import LiveRun
 from .stop import StopButton
+
+if TYPE_CHECKING:
+    from bot.incoming import ConversationKey
+    from bot.service import Service
 
 log = logging.getLogger("hugginggpt.discord")
 
@@ -124,7 +128,7 @@ class HuggingGPTBot(discord.AutoShardedClient):
 
     def __init__(
         self,
-        service: Any,
+        service: Service,
         settings: Settings,
         *,
         upload_limit: int | None = None,
@@ -146,12 +150,12 @@ class HuggingGPTBot(discord.AutoShardedClient):
         self.tree = app_commands.CommandTree(self)
         self.command_syncs = 0
         self.interaction_token_lifetime = INTERACTION_TOKEN_LIFETIME
-        self._seen = SeenKeys(ttl=3600.0)
-        self._told = SeenKeys(ttl=REFUSAL_QUIET_SECONDS)
-        self.admission = Admission(settings, "discord", getattr(service, "store", None))
+        self.seen_events = SeenKeys(ttl=3600.0)
+        self.quiet_refusals = SeenKeys(ttl=REFUSAL_QUIET_SECONDS)
+        self.admission = Admission(settings, "discord", service.store)
         self._runs: dict[asyncio.Task[Any], LiveRun] = {}
         self._live: dict[str, LiveRun] = {}  # run id -> run, for Stop presses
-        self._threads: dict[int, int] = {}  # conversation thread id -> upload limit seen there (bytes)
+        self.conversation_threads: dict[int, int] = {}  # conversation thread id -> upload limit seen there (bytes)
         self._closing = False
         self.start_error: BaseException | None = None  # why the first gateway connection failed
         self._start_failed = asyncio.Event()
@@ -202,7 +206,7 @@ class HuggingGPTBot(discord.AutoShardedClient):
         self.command_syncs += 1
         log.info("synced /%s", self.cfg.command_name)
 
-    async def _tell_interrupted(self, marked: list[tuple[Any, int]]) -> None:
+    async def _tell_interrupted(self, marked: list[tuple[ConversationKey, int]]) -> None:
         """Tell each Discord thread (or DM) whose turn a dead process left running that it stopped
         (``Service.events``; any process may do it, through the REST API)."""
         for key, _turn in marked:
@@ -301,15 +305,15 @@ class HuggingGPTBot(discord.AutoShardedClient):
     # ------------------------------------------------------------------------------------------
     # helpers
 
-    async def _refusal(self, guild_id: int | None, channel_ids: list[int], user: Any, attachments: list[Any], *,
+    async def refusal_for(self, guild_id: int | None, channel_ids: list[int], user: Any, attachments: list[Any], *,
                        permissions: discord.Permissions | None = None, in_thread: bool = True) -> str | None:
         """The one refusal chain of ``/ask`` and follow-ups, in order: access (``[discord]``
         allow-lists, :class:`bot.admission.Admission`), shutdown, the bot's permissions (``/ask``
         only), the attachments' declared size and type, then the user's rate and concurrency
-        budget (consumed only when all else passed; the run slot is given back by :meth:`_spawn`'s
-        task or :meth:`_release`). Returns the user's sentence, or ``None`` when it may run.
+        budget (consumed only when all else passed; the run slot is given back by :meth:`spawn`'s
+        task or :meth:`release_slot`). Returns the user's sentence, or ``None`` when it may run.
 
-        DMs and group DMs (``guild_id`` ``None``, issue 10) are allowed when no ``[discord]``
+        DMs and group DMs (``guild_id`` ``None``) are allowed when no ``[discord]``
         allow-list (guilds, channels, roles) is set, since none of them can be checked there;
         otherwise refused with :data:`DM_REFUSAL`."""
         cfg = self.cfg
@@ -337,7 +341,7 @@ class HuggingGPTBot(discord.AutoShardedClient):
             refusal = refused.sentence if refused else None
         return refusal
 
-    def _release(self, user_id: int) -> None:
+    def release_slot(self, user_id: int) -> None:
         self.admission.release(Requester("discord", str(user_id)))
 
     @staticmethod
@@ -345,12 +349,12 @@ class HuggingGPTBot(discord.AutoShardedClient):
         # getattr, not iteration: iteration yields canonical names only ("read_messages", not "view_channel")
         return {name for name in REQUIRED_IN_CHANNEL if getattr(perms, name, False)}
 
-    def _is_conversation_thread(self, thread: discord.Thread) -> bool:
-        return thread.id in self._threads or (self.user is not None and thread.owner_id == self.user.id)
+    def is_conversation_thread(self, thread: discord.Thread) -> bool:
+        return thread.id in self.conversation_threads or (self.user is not None and thread.owner_id == self.user.id)
 
-    def _spawn(self, coro: Any, live: LiveRun) -> asyncio.Task[Any]:
+    def spawn(self, coro: Any, live: LiveRun) -> asyncio.Task[Any]:
         """Run ``coro`` in the background as ``live``; the user's run slot (reserved by
-        :meth:`_refusal`) is released when it ends."""
+        :meth:`refusal_for`) is released when it ends."""
         task = asyncio.create_task(coro)
         live.task = task
         self._runs[task] = live
@@ -360,7 +364,7 @@ class HuggingGPTBot(discord.AutoShardedClient):
             run = self._runs.pop(t, None)
             if run is not None:
                 self._live.pop(run.run_id, None)
-                self._release(run.requester)
+                self.release_slot(run.requester)
             if not t.cancelled() and t.exception() is not None:
                 log.error("run failed", exc_info=t.exception())
 
@@ -389,11 +393,11 @@ class HuggingGPTBot(discord.AutoShardedClient):
         (:func:`adapters.discord.conversation.on_message`)."""
         await conversation.on_message(self, message)
 
-    def _remember_thread(self, thread_id: int, upload_limit: int) -> None:
-        self._threads.pop(thread_id, None)
-        self._threads[thread_id] = upload_limit
-        while len(self._threads) > 100_000:  # oldest first (dicts keep insertion order)
-            del self._threads[next(iter(self._threads))]
+    def remember_thread(self, thread_id: int, upload_limit: int) -> None:
+        self.conversation_threads.pop(thread_id, None)
+        self.conversation_threads[thread_id] = upload_limit
+        while len(self.conversation_threads) > 100_000:  # oldest first (dicts keep insertion order)
+            del self.conversation_threads[next(iter(self.conversation_threads))]
 
     def live_run(self, run_id: str) -> LiveRun | None:
         """The run in flight with id ``run_id``, or ``None`` (ended, or before a restart)."""

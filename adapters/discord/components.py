@@ -1,7 +1,7 @@
 """Discord Components V2 layouts for a run: the progress container with its Stop button, and the
 media message (a gallery of generated images, audio and video as file components).
 
-Builders only: no network I/O. What they show comes from :class:`bot.progress.Progress` (the
+Builders only: no network I/O. What they show comes from :class:`adapters.progress.Progress` (the
 single source of task states) through :func:`adapters.discord.render.task_line`.
 
 Limits (Discord API docs, "Component Reference", and discord.py 2.7 ``ui.LayoutView``): at most
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import discord
 from discord import ui
 
-from bot.progress import Progress
+from adapters.progress import Progress
 
 from .render import task_line
 
@@ -84,39 +84,8 @@ def progress_texts(progress: Progress, *, title: str | None = None, stopped_by: 
         are summarised as "… and N more tasks".
     """
     now = time.monotonic() if now is None else now
-    head: list[str] = []
-    if title:
-        head.append("> " + _clip(" ".join(title.split()), 300))
-    head += [f"ℹ️ {_clip(note, 300)}" for note in progress.notes]
-    n = len(progress.tasks)
-    if not progress.planned and not n:
-        head.append("🧭 Planning the tasks…" if not progress.finished else "🧭 No plan was made.")
-    elif not n:
-        head.append("🧭 Plan: no expert models needed, answering directly.")
-    else:
-        head.append(f"🧭 **Plan:** {n} task{'s' if n != 1 else ''}" + ("" if progress.planned else " so far…"))
-    secs = f" in {progress.elapsed:.1f} s" if progress.elapsed is not None else ""
-    if stopped_by and progress.stage == "failed":
-        tail = f"⏹️ Stopped by {stopped_by}{secs}: {_clip(progress.error or 'nothing had finished.', 400)}"
-    elif stopped_by and progress.finished:
-        tail = f"⏹️ Stopped by {stopped_by}{secs}; the answer covers what finished."
-    elif stopped_by:
-        tail = f"⏹️ Stopping (asked by {stopped_by})…"
-    elif progress.stage == "stopped":
-        tail = f"⚠️ {progress.error}"
-    elif progress.stage == "done":
-        tail = f"🏁 Finished{secs}."
-    elif progress.stage == "failed":
-        tail = f"⚠️ Stopped{secs}: {_clip(progress.error or 'the run failed.', 400)}"
-    elif progress.stage == "responding":
-        tail = "✍️ Writing the answer…"
-        if progress.answer.strip():
-            text = progress.answer.strip()
-            tail += "\n" + ("…" + text[-ANSWER_PREVIEW:].lstrip() if len(text) > ANSWER_PREVIEW else text)
-    else:
-        tail = ""
-    head_text = _clip("\n".join(head), limit // 3)
-    tail = _clip(tail, limit // 3)
+    head_text = _clip(_head_text(progress, title), limit // 3)
+    tail = _clip(_tail_text(progress, stopped_by), limit // 3)
     budget = limit - len(head_text) - len(tail)
     lines = [task_line(line, now) for line in progress.tasks.values()]
     shown: list[str] = []
@@ -130,6 +99,46 @@ def progress_texts(progress: Progress, *, title: str | None = None, stopped_by: 
         shown.append(line)
         used += len(line) + 1
     return head_text, _clip("\n".join(shown), max(0, budget)), tail
+
+
+def _head_text(progress: Progress, title: str | None) -> str:
+    """The request quoted, the notes, and the plan line."""
+    head: list[str] = []
+    if title:
+        head.append("> " + _clip(" ".join(title.split()), 300))
+    head += [f"ℹ️ {_clip(note, 300)}" for note in progress.notes]
+    n = len(progress.tasks)
+    if not progress.planned and not n:
+        head.append("🧭 Planning the tasks…" if not progress.finished else "🧭 No plan was made.")
+    elif not n:
+        head.append("🧭 Plan: no expert models needed, answering directly.")
+    else:
+        head.append(f"🧭 **Plan:** {n} task{'s' if n != 1 else ''}" + ("" if progress.planned else " so far…"))
+    return "\n".join(head)
+
+
+def _tail_text(progress: Progress, stopped_by: str | None) -> str:
+    """The final state, or the answer being written ("" while planning or executing)."""
+    secs = f" in {progress.elapsed:.1f} s" if progress.elapsed is not None else ""
+    if stopped_by and progress.stage == "failed":
+        return f"⏹️ Stopped by {stopped_by}{secs}: {_clip(progress.error or 'nothing had finished.', 400)}"
+    if stopped_by and progress.finished:
+        return f"⏹️ Stopped by {stopped_by}{secs}; the answer covers what finished."
+    if stopped_by:
+        return f"⏹️ Stopping (asked by {stopped_by})…"
+    if progress.stage == "stopped":
+        return f"⚠️ {progress.error}"
+    if progress.stage == "done":
+        return f"🏁 Finished{secs}."
+    if progress.stage == "failed":
+        return f"⚠️ Stopped{secs}: {_clip(progress.error or 'the run failed.', 400)}"
+    if progress.stage != "responding":
+        return ""
+    tail = "✍️ Writing the answer…"
+    if progress.answer.strip():
+        text = progress.answer.strip()
+        tail += "\n" + ("…" + text[-ANSWER_PREVIEW:].lstrip() if len(text) > ANSWER_PREVIEW else text)
+    return tail
 
 
 def _layout(*items: ui.Item) -> ui.LayoutView:
@@ -146,7 +155,7 @@ def progress_view(progress: Progress, *, run_id: str | None = None, title: str |
     models and states, and a Stop button below it while the run goes on.
 
     Args:
-        progress: the run's progress (:class:`bot.progress.Progress`).
+        progress: the run's progress (:class:`adapters.progress.Progress`).
         run_id: the run's id (hex) for the Stop button; ``None`` or a finished run: no button.
         title, stopped_by, now: see :func:`progress_texts`.
 

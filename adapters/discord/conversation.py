@@ -2,7 +2,7 @@
 message in the bot's DM continues the user's DM conversation, and ``new`` (or ``/new``) starts
 that over.
 
-DM conversations remember like threads (issue 10): files and results of earlier DMs stay
+DM conversations remember like threads: files and results of earlier DMs stay
 reachable, so "now make it black and white" works on the previous DM's picture. Starting over
 begins a new DM conversation; the earlier one is kept under its id (as on Slack).
 """
@@ -52,12 +52,12 @@ async def on_message(bot: Any, message: discord.Message) -> None:
         return
     channel = message.channel
     in_dm = isinstance(channel, discord.DMChannel)
-    if not in_dm and (not isinstance(channel, discord.Thread) or not bot._is_conversation_thread(channel)):
+    if not in_dm and (not isinstance(channel, discord.Thread) or not bot.is_conversation_thread(channel)):
         return
     mentioned = bot.user in message.mentions
     if not in_dm and bot.cfg.followups_need_mention and not mentioned:
         return
-    if not bot._seen.first_time(("message", message.id)):
+    if not bot.seen_events.first_time(("message", message.id)):
         log.info("ignored replayed message %s", message.id)
         return
     if not await bot.claim("message", message.id):  # another process (shard handover) took it
@@ -71,15 +71,15 @@ async def on_message(bot: Any, message: discord.Message) -> None:
         await reply_quietly(message, await start_over(bot, message.author.id))
         return
     channel_ids = [channel.id] if in_dm else [channel.id, channel.parent_id]  # type: ignore[union-attr]
-    refusal = await bot._refusal(message.guild.id if message.guild else None, channel_ids, message.author,
+    refusal = await bot.refusal_for(message.guild.id if message.guild else None, channel_ids, message.author,
                                  message.attachments)
     if refusal is not None:
         log.info("refused follow-up %s from user %s: %s", message.id, message.author.id, refusal)
-        if bot._told.first_time(("refused", message.author.id, channel.id, refusal)):
+        if bot.quiet_refusals.first_time(("refused", message.author.id, channel.id, refusal)):
             await reply_quietly(message, refusal)  # told once; the same refusal is then silent a while
         return
     live = LiveRun(requester=message.author.id)
-    bot._spawn(_followup_run(bot, message, text, live), live)
+    bot.spawn(_followup_run(bot, message, text, live), live)
 
 
 async def _followup_run(bot: Any, message: discord.Message, text: str, live: LiveRun) -> None:
@@ -95,9 +95,9 @@ async def _followup_run(bot: Any, message: discord.Message, text: str, live: Liv
         await reply_quietly(message, "I could not download your file from Discord; please attach it again.")
         return
     if isinstance(channel, discord.Thread):
-        limit = bot.upload_limit or bot._threads.get(channel.id) or channel.guild.filesize_limit
-        if channel.id not in bot._threads:
-            bot._remember_thread(channel.id, limit)
+        limit = bot.upload_limit or bot.conversation_threads.get(channel.id) or channel.guild.filesize_limit
+        if channel.id not in bot.conversation_threads:
+            bot.remember_thread(channel.id, limit)
         key = ConversationKey("discord", str(channel.guild.id), str(channel.parent_id), str(channel.id))
     else:  # the bot's DM; Discord's default upload limit applies there
         limit = bot.upload_limit or discord.utils.DEFAULT_FILE_SIZE_LIMIT_BYTES

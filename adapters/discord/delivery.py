@@ -11,19 +11,23 @@ import asyncio
 import logging
 import mimetypes
 import time
-from typing import Any
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
 
 import discord
 
 from adapters.editor import MessageEditor
 from bot.incoming import ConversationKey, IncomingFile
 from pipeline.errors import HuggingGPTError
-from pipeline.types import Done, Resource, RunRecord
+from pipeline.types import Done, Event, Resource, RunRecord
 
 from .components import MediaItem, media_view, progress_texts, progress_view
 from .media import fit_media
 from .render import split_message
 from .runs import LiveRun
+
+if TYPE_CHECKING:
+    from bot.service import Service
 
 log = logging.getLogger("hugginggpt.discord")
 
@@ -35,7 +39,7 @@ CRASH_SENTENCE = "Something went wrong on my side while answering; the details a
 
 
 async def run_in_channel(
-    service: Any,
+    service: Service,
     channel: Any,
     text: str,
     files: list[IncomingFile],
@@ -67,77 +71,120 @@ async def run_in_channel(
     Raises:
         asyncio.CancelledError: after marking the progress message as stopped (shutdown).
     """
-    progress = live.progress
-
-    def view() -> Any:
-        run_id = None if live.stop.is_set() else live.run_id  # no Stop button once pressed
-        return progress_view(progress, run_id=run_id, title=title, stopped_by=live.stopped_by)
-
-    def key_text() -> str:  # what the editor compares: the texts and whether Stop shows
-        texts = progress_texts(progress, title=title, stopped_by=live.stopped_by)
-        return "\n".join(texts) + f"|{progress.finished or live.stop.is_set()}"
-
-    try:
-        if reply_to is not None:
-            status = await reply_to.reply(view=view(), mention_author=False)
-        else:
-            status = await channel.send(view=view())
-    except discord.HTTPException as e:
-        log.warning("could not post in channel %s: %s", getattr(channel, "id", "?"), e)
+    run = ChannelRun(channel, live, title, edit_rate)
+    if not await run.post_status(reply_to):
         return None
-    shown_by_press: list[str] = []  # the final state, when the Stop press's interaction showed it
-
-    async def edit(key: str) -> None:
-        editor.interval = 1.0 / edit_rate  # the first change (the plan, usually) goes out at once
-        if key not in shown_by_press:
-            await status.edit(view=view())
-
-    editor = MessageEditor(edit, key_text(), interval=0.0, name=str(status.id))
-    live.editor = editor
-    record: RunRecord | None = None
     try:
-        try:
-            async for event in service.handle(text, files, key=key, user=user, stop=live.stop):
-                progress.apply(event)
-                editor.set(key_text())  # the editor skips texts already shown
-                if isinstance(event, Done):
-                    record = event.record
-        except HuggingGPTError as e:
-            log.info("run in channel %s refused: %s", getattr(channel, "id", "?"), e)
-            record = RunRecord(request=text, status="error", error=e.user_message)
-            progress.apply(Done(record))
-        if record is None:
-            record = RunRecord(request=text, status="error", error=CRASH_SENTENCE)
-            progress.apply(Done(record))
-        if not record.stopped:
-            live.stopped_by = None  # pressed too late: the run had finished anyway
-        elif live.press is not None:
-            await _show_through_press(live, view(), key_text(), shown_by_press)
-        await editor.close(key_text())
-        if live.pressed_at is not None:
-            log.info("run %s stopped %.0f ms after the press", live.run_id, (time.monotonic() - live.pressed_at) * 1000)
+        await run.follow(service.handle(text, files, key=key, user=user, stop=live.stop), text)
+        record = await run.settle()
         await post_files(channel, record, upload_limit)
-        if record.answered:
-            chunks = split_message(record.response or progress.answer)
-            if not chunks and not record.files:
-                chunks = ["The run finished without an answer text; please rephrase your request."]
-            for chunk in chunks:
-                await channel.send(chunk)
-        else:
-            await channel.send(f"⚠️ {record.error or CRASH_SENTENCE}")
+        await post_answer(channel, record, live.progress.answer)
         return record
     except asyncio.CancelledError:
-        progress.stop(SHUTDOWN_SENTENCE)
-        await asyncio.shield(mark_stopped(editor, key_text()))
+        live.progress.stop(SHUTDOWN_SENTENCE)
+        await asyncio.shield(mark_stopped(run.editor, run.key_text()))
         raise
     except discord.HTTPException as e:
         log.warning("could not post the result in channel %s: %s", getattr(channel, "id", "?"), e)
-        return record
+        return run.record
     except Exception:
         log.exception("run in channel %s crashed", getattr(channel, "id", "?"))
-        progress.stop(CRASH_SENTENCE)
-        await mark_stopped(editor, key_text())
+        live.progress.stop(CRASH_SENTENCE)
+        await mark_stopped(run.editor, run.key_text())
+        return run.record
+
+
+class ChannelRun:
+    """The progress message of one run in a channel, and the run's record once it is known.
+
+    Args:
+        channel: where the run is shown.
+        live: the run's shared state (progress, Stop button, press).
+        title: the request, quoted on top of the progress message.
+        edit_rate: progress message edits per second after the first change.
+    """
+
+    def __init__(self, channel: Any, live: LiveRun, title: str | None, edit_rate: float) -> None:
+        self.channel, self.live, self.title, self.edit_rate = channel, live, title, edit_rate
+        self.status: discord.Message | None = None
+        self.editor: MessageEditor  # set by post_status, which every other step follows
+        self.record: RunRecord | None = None
+        self.shown_by_press: list[str] = []  # the final state, when the Stop press's interaction showed it
+
+    def view(self) -> Any:
+        """The progress message's components (no Stop button once pressed)."""
+        live = self.live
+        run_id = None if live.stop.is_set() else live.run_id
+        return progress_view(live.progress, run_id=run_id, title=self.title, stopped_by=live.stopped_by)
+
+    def key_text(self) -> str:
+        """What the editor compares: the texts shown and whether Stop shows."""
+        live = self.live
+        texts = progress_texts(live.progress, title=self.title, stopped_by=live.stopped_by)
+        return "\n".join(texts) + f"|{live.progress.finished or live.stop.is_set()}"
+
+    async def post_status(self, reply_to: discord.Message | None) -> bool:
+        """Post the progress message (a reply to ``reply_to`` when given); ``False`` when Discord
+        refused it (logged)."""
+        try:
+            if reply_to is not None:
+                self.status = await reply_to.reply(view=self.view(), mention_author=False)
+            else:
+                self.status = await self.channel.send(view=self.view())
+        except discord.HTTPException as e:
+            log.warning("could not post in channel %s: %s", getattr(self.channel, "id", "?"), e)
+            return False
+        self.editor = MessageEditor(self._edit, self.key_text(), interval=0.0, name=str(self.status.id))
+        self.live.editor = self.editor
+        return True
+
+    async def _edit(self, key: str) -> None:
+        self.editor.interval = 1.0 / self.edit_rate  # the first change (the plan, usually) goes out at once
+        if key not in self.shown_by_press and self.status is not None:
+            await self.status.edit(view=self.view())
+
+    async def follow(self, events: AsyncIterator[Event], text: str) -> None:
+        """Fold the run's events into the progress (and the message); a refusal of the service
+        or a run that ended without ``Done`` becomes an error record."""
+        progress = self.live.progress
+        try:
+            async for event in events:
+                progress.apply(event)
+                self.editor.set(self.key_text())  # the editor skips texts already shown
+                if isinstance(event, Done):
+                    self.record = event.record
+        except HuggingGPTError as e:
+            log.info("run in channel %s refused: %s", getattr(self.channel, "id", "?"), e)
+            self.record = RunRecord(request=text, status="error", error=e.user_message)
+            progress.apply(Done(self.record))
+        if self.record is None:
+            self.record = RunRecord(request=text, status="error", error=CRASH_SENTENCE)
+            progress.apply(Done(self.record))
+
+    async def settle(self) -> RunRecord:
+        """Show the final state (through the Stop press when it stopped the run); the record."""
+        live, record = self.live, self.record
+        assert record is not None, "follow() sets the record"
+        if not record.stopped:
+            live.stopped_by = None  # pressed too late: the run had finished anyway
+        elif live.press is not None:
+            await _show_through_press(live, self.view(), self.key_text(), self.shown_by_press)
+        await self.editor.close(self.key_text())
+        if live.pressed_at is not None:
+            log.info("run %s stopped %.0f ms after the press", live.run_id, (time.monotonic() - live.pressed_at) * 1000)
         return record
+
+
+async def post_answer(channel: Any, record: RunRecord, streamed: str) -> None:
+    """Post the answer (split at 2,000 characters), or the failure sentence."""
+    if not record.answered:
+        await channel.send(f"⚠️ {record.error or CRASH_SENTENCE}")
+        return
+    chunks = split_message(record.response or streamed)
+    if not chunks and not record.files:
+        chunks = ["The run finished without an answer text; please rephrase your request."]
+    for chunk in chunks:
+        await channel.send(chunk)
 
 
 async def _show_through_press(live: LiveRun, view: Any, key: str, shown: list[str]) -> None:

@@ -1,4 +1,4 @@
-"""Pure functions that turn a run's progress (:mod:`bot.progress`) and answers into Discord text.
+"""Pure functions that turn a run's progress (:mod:`adapters.progress`) and answers into Discord text.
 
 No I/O and no discord.py imports: everything here is tested without a network.
 
@@ -12,7 +12,7 @@ import re
 import time
 
 from adapters.text import split_text
-from bot.progress import Progress, TaskProgress
+from adapters.progress import Progress, TaskProgress
 
 MESSAGE_LIMIT = 2000
 """Characters in one message's ``content`` (Discord API docs, "Create Message")."""
@@ -48,7 +48,7 @@ def render_progress(progress: Progress, *, title: str | None = None, now: float 
     """The progress message's text: the plan (tasks with dependencies), each task's model and state.
 
     Args:
-        progress: the run's progress (:class:`bot.progress.Progress`).
+        progress: the run's progress (:class:`adapters.progress.Progress`).
         title: an optional first line (e.g. the request, clipped).
         now: ``time.monotonic()`` seconds, for running times.
         limit: maximum characters (Discord: 2000); task lines that do not fit are summarised as

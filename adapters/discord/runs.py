@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from bot.progress import Progress
+from adapters.progress import Progress
 
 from adapters.editor import MessageEditor
 

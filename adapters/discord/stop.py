@@ -5,7 +5,7 @@ dynamic item (discord.py ``ui.DynamicItem``, ``Client.add_dynamic_items``), so a
 understood whatever message it comes from, also one posted before a restart: an unknown run is
 answered privately that it already ended.
 
-Who may stop (issue 10): the person who asked, or a member with the Manage Messages permission
+Who may stop: the person who asked, or a member with the Manage Messages permission
 in that channel (Discord's own right to moderate others' messages). Everyone else gets one
 private sentence. Pressing sets the run's ``stop`` event; the service cuts the tasks in flight and
 answers with what finished, and the progress message then shows them as stopped, without the

@@ -119,36 +119,47 @@ async def parse_messages(
                 raise ApiError(400, "A text part needs a 'text' field.", "invalid_content_part", param)
             texts.append(part.text)
         elif part.type == "image_url":
-            if part.image_url is None or not part.image_url.url:
-                raise ApiError(400, "An image_url part needs {'image_url': {'url': ...}}.", "invalid_content_part", param)
-            url = part.image_url.url
-            if url.lower().startswith("data:"):
-                data, mime = decode_data_url(url, param + ".image_url.url")
-            else:
-                data, mime = await fetch_url(url, allowed_hosts=allowed_hosts, max_bytes=max_file_bytes,
-                                             timeout=url_timeout, param=param + ".image_url.url")
-            files.append(IncomingFile(data, declared_mime=_plain(mime)))
+            files.append(await _image_part(part, param, allowed_hosts, max_file_bytes, url_timeout))
         elif part.type == "input_audio":
-            audio = part.input_audio
-            if audio is None:
-                raise ApiError(400, "An input_audio part needs {'input_audio': {'data': base64, 'format': ...}}.",
-                               "invalid_content_part", param)
-            fmt = audio.format.lower().strip()
-            if fmt not in _AUDIO_MIME:
-                raise ApiError(400, f"The audio format {audio.format!r} is not supported; use one of "
-                                    f"{', '.join(sorted(_AUDIO_MIME))}.", "invalid_content_part", param + ".input_audio.format")
-            try:
-                data = base64.b64decode(audio.data, validate=True)
-            except (binascii.Error, ValueError):
-                raise ApiError(400, "The input_audio data is not valid base64.", "invalid_content_part",
-                               param + ".input_audio.data") from None
-            if not data:
-                raise ApiError(400, "The input_audio data is empty.", "invalid_content_part", param + ".input_audio.data")
-            files.append(IncomingFile(data, declared_mime=_AUDIO_MIME[fmt]))
+            files.append(_audio_part(part, param))
         else:
             raise ApiError(400, f"The content part type {part.type!r} is not supported; use text, image_url or "
                                 "input_audio.", "invalid_content_part", param + ".type")
     return Turnless("\n\n".join(t for t in texts if t.strip()), files, chat_log_of(messages[:last], budget_tokens))
+
+
+async def _image_part(part: ContentPart, param: str, allowed_hosts: list[str], max_file_bytes: int,
+                      url_timeout: float) -> IncomingFile:
+    """An ``image_url`` part: a ``data:`` URL, or a download from an allowed host."""
+    if part.image_url is None or not part.image_url.url:
+        raise ApiError(400, "An image_url part needs {'image_url': {'url': ...}}.", "invalid_content_part", param)
+    url = part.image_url.url
+    if url.lower().startswith("data:"):
+        data, mime = decode_data_url(url, param + ".image_url.url")
+    else:
+        data, mime = await fetch_url(url, allowed_hosts=allowed_hosts, max_bytes=max_file_bytes,
+                                     timeout=url_timeout, param=param + ".image_url.url")
+    return IncomingFile(data, declared_mime=_plain(mime))
+
+
+def _audio_part(part: ContentPart, param: str) -> IncomingFile:
+    """An ``input_audio`` part: base64 data in one of the formats of :data:`_AUDIO_MIME`."""
+    audio = part.input_audio
+    if audio is None:
+        raise ApiError(400, "An input_audio part needs {'input_audio': {'data': base64, 'format': ...}}.",
+                       "invalid_content_part", param)
+    fmt = audio.format.lower().strip()
+    if fmt not in _AUDIO_MIME:
+        raise ApiError(400, f"The audio format {audio.format!r} is not supported; use one of "
+                            f"{', '.join(sorted(_AUDIO_MIME))}.", "invalid_content_part", param + ".input_audio.format")
+    try:
+        data = base64.b64decode(audio.data, validate=True)
+    except (binascii.Error, ValueError):
+        raise ApiError(400, "The input_audio data is not valid base64.", "invalid_content_part",
+                       param + ".input_audio.data") from None
+    if not data:
+        raise ApiError(400, "The input_audio data is empty.", "invalid_content_part", param + ".input_audio.data")
+    return IncomingFile(data, declared_mime=_AUDIO_MIME[fmt])
 
 
 def _plain(mime: str | None) -> str | None:

@@ -186,29 +186,40 @@ async def download_file(
     try:
         async with session.get(url, headers={"Authorization": f"Bearer {token}"}, allow_redirects=False,
                                timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
-            ctype = resp.headers.get("Content-Type", "").split(";")[0].strip().lower()
-            if resp.status != 200:
-                raise InputError(f"I could not download {name} from Slack (HTTP {resp.status}); please attach it again.",
-                                 f"download {file.get('id')} status {resp.status}")
-            if ctype == "text/html" and not str(file.get("mimetype", "")).startswith("text/html"):
-                raise InputError(
-                    f"I could not download {name}: Slack sent its sign-in page instead of the file, "
-                    "so this app probably lacks the `files:read` scope; ask a workspace admin to add it and reinstall the app.",
-                    f"download {file.get('id')} returned text/html (login page): missing token or files:read scope",
-                )
-            data = bytearray()
-            async for chunk in resp.content.iter_chunked(256 * 1024):
-                data += chunk
-                if len(data) > max_bytes:
-                    raise InputError(
-                        f"The file {name} is too large; the limit is {max_bytes / MiB:.0f} MB.",
-                        f"file {file.get('id')} exceeded {max_bytes} bytes while downloading",
-                    )
+            _check_response(resp, file, name)
+            data = await _read_bounded(resp, file, name, max_bytes)
     except (aiohttp.ClientError, asyncio.TimeoutError) as e:
         raise InputError(f"I could not download {name} from Slack; please try again.", f"download {file.get('id')}: {e!r}") from None
     if not data:
         raise InputError(f"The file {name} is empty.", f"file {file.get('id')} has 0 bytes")
     return IncomingFile(bytes(data), name=file.get("name"), declared_mime=file.get("mimetype"))
+
+
+def _check_response(resp: aiohttp.ClientResponse, file: dict[str, Any], name: str) -> None:
+    """Refuse an answer that is not the file: another status, or Slack's HTML sign-in page."""
+    ctype = resp.headers.get("Content-Type", "").split(";")[0].strip().lower()
+    if resp.status != 200:
+        raise InputError(f"I could not download {name} from Slack (HTTP {resp.status}); please attach it again.",
+                         f"download {file.get('id')} status {resp.status}")
+    if ctype == "text/html" and not str(file.get("mimetype", "")).startswith("text/html"):
+        raise InputError(
+            f"I could not download {name}: Slack sent its sign-in page instead of the file, "
+            "so this app probably lacks the `files:read` scope; ask a workspace admin to add it and reinstall the app.",
+            f"download {file.get('id')} returned text/html (login page): missing token or files:read scope",
+        )
+
+
+async def _read_bounded(resp: aiohttp.ClientResponse, file: dict[str, Any], name: str, max_bytes: int) -> bytearray:
+    """The body, refused as soon as it grows past ``max_bytes``."""
+    data = bytearray()
+    async for chunk in resp.content.iter_chunked(256 * 1024):
+        data += chunk
+        if len(data) > max_bytes:
+            raise InputError(
+                f"The file {name} is too large; the limit is {max_bytes / MiB:.0f} MB.",
+                f"file {file.get('id')} exceeded {max_bytes} bytes while downloading",
+            )
+    return data
 
 
 def upload_name(resource: Resource) -> str:

@@ -12,7 +12,7 @@ titles the plan, one ``task_update`` chunk per planned task (``pending`` → ``i
 reply while the run is going; feedback buttons (``context_actions`` with ``feedback_buttons``) end
 the finished answer.
 
-Nothing here decides about tasks: :class:`bot.progress.Progress` is the single source of what is
+Nothing here decides about tasks: :class:`adapters.progress.Progress` is the single source of what is
 shown.
 """
 
@@ -29,7 +29,7 @@ from slack_sdk.models.messages.chunk import BlocksChunk, MarkdownTextChunk, Plan
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.editor import MessageEditor
-from bot.progress import Progress, TaskProgress
+from adapters.progress import Progress, TaskProgress
 
 from .logic import escape_slack, render_status, split_text, to_mrkdwn
 
@@ -84,19 +84,21 @@ class LiveReply:
         interval: minimum seconds between two updates of the reply.
         limiter: the process's ``chat.update`` budget (used by the fallback).
         streaming: try a chat stream first (``[slack] streaming``); ``False``: status message only.
+        progress: the run's progress model (the event context's), shown as it changes.
 
     Attributes:
         mode: ``"stream"`` or ``"updates"`` (the fallback), once :meth:`start` returned.
     """
 
     def __init__(self, client: AsyncWebClient, channel: str, thread_ts: str, *, user: str, team: str, run_id: str,
-                 interval: float = 1.0, limiter: AsyncLimiter | None = None, streaming: bool = True) -> None:
+                 interval: float = 1.0, limiter: AsyncLimiter | None = None, streaming: bool = True,
+                 progress: Progress | None = None) -> None:
         self.client, self.channel, self.thread_ts = client, channel, thread_ts
         self.user, self.team, self.run_id = user, team, run_id
         self.interval, self.limiter = interval, limiter
         self.mode = "stream"
         self.streaming = streaming
-        self.progress = Progress()
+        self.progress = progress if progress is not None else Progress()
         self._stream: Any = None
         self._status: MessageEditor | None = None
         self._status_ts: str | None = None

@@ -21,7 +21,7 @@ from slackify_markdown import slackify_markdown
 from adapters.text import split_text as _split
 from adapters.text import utf8_len
 from bot.incoming import ConversationKey
-from bot.progress import Progress
+from adapters.progress import Progress
 
 Clock = Callable[[], float]
 
@@ -212,7 +212,7 @@ _STATE_ICON = {
 
 def render_status(progress: Progress) -> str:
     """The status message's text (mrkdwn, at most :data:`MESSAGE_LIMIT_BYTES` bytes) for a run's
-    progress (:class:`bot.progress.Progress`). Nothing here talks to Slack."""
+    progress (:class:`adapters.progress.Progress`). Nothing here talks to Slack."""
     n = len(progress.tasks)
     plural = "s" if n != 1 else ""
     secs = f" in {progress.elapsed:.1f} s" if progress.elapsed else ""

@@ -8,6 +8,7 @@
     hugginggpt discord [--sandbox] [--grace S] [--shard-ids IDS --shard-count N]
     hugginggpt slack [--mode socket|http] [--sandbox] [--grace S]
     hugginggpt serve [--host H] [--port N] [--sandbox] [--grace S]
+    hugginggpt mcp [--sandbox]
     hugginggpt eval taskbench --data FILE [--limit N] [--concurrency N] [--out FILE] [--resume] [--sandbox]
 
 One module per command, each with ``add_parser(subparsers)`` and ``async main(args, settings) ->
@@ -30,13 +31,14 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 from pipeline.errors import HuggingGPTError
 
-from . import catalog, chat, db, discord, run, serve, slack, store
+from ..paths import default_data_dir
+from . import catalog, chat, db, discord, mcp, run, serve, slack, store
 from . import eval as evaluation
 from .common import BROKEN_PIPE, INTERRUPTED, exit_status, open_settings
 
 log = logging.getLogger("hugginggpt")
 
-COMMANDS = (run, chat, store, db, catalog, discord, slack, serve, evaluation)
+COMMANDS = (run, chat, store, db, catalog, discord, slack, serve, mcp, evaluation)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hugginggpt", description="HuggingGPT chat bot: plan, select, execute, respond.")
     parser.add_argument("--config", help="TOML config file (default: $HUGGINGGPT_CONFIG or ./hugginggpt.toml)")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log to stderr too (-vv: debug)")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action=_Version, nargs=0, help="show the version and the default data dir, then exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for command in COMMANDS:
         command.add_parser(sub)
@@ -53,7 +55,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _version() -> str:
+class _Version(argparse.Action):
+    """``--version``: the version, and where data goes unless ``[storage] data_dir`` says otherwise."""
+
+    def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[no-untyped-def]
+        print(f"hugginggpt {package_version()}\ndata dir (unless [storage] data_dir is set): {default_data_dir()}")
+        parser.exit()
+
+
+def package_version() -> str:
     try:
         return importlib.metadata.version("hugginggpt-bot")
     except importlib.metadata.PackageNotFoundError:  # running from a source tree without installing

@@ -13,9 +13,12 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from pipeline.catalog import Availability, Catalog
+from pipeline.catalog.placement import Placement
+from pipeline.catalog.servers import ExpertServers
 from pipeline.catalog.refresh import refresh_catalog
 from pipeline.tasks import TASKS, canonical_task
 
+from ..backends import expert_servers
 from ..errors import InputError
 from ..settings import Settings, secret
 
@@ -104,15 +107,24 @@ async def _show(args: argparse.Namespace, settings: Any, out: TextIO) -> int:
         ttl=settings.catalog.availability_ttl,
         hub_endpoint=args.hub_endpoint,
     )
-    cards = catalog.candidates(task)[: max(args.limit, 0)]
+    servers = expert_servers(settings)
+    try:
+        local = await _show_servers(task, servers, out)
+    finally:
+        if servers is not None:
+            await servers.aclose()
+    placement = Placement(catalog, availability, None, mode="local" if inf.mode == "local" else "providers")
+    cards = catalog.candidates(task)[: max(args.limit, 0)] if placement.uses_providers else []
     served = {c.id for c in await availability.filter(cards)}
     backend = inf.base_url and f"gateway {inf.base_url}" or (f"provider {inf.provider}" if inf.provider else "no provider")
+    if not placement.uses_providers:
+        backend = 'no provider ([inference] mode = "local")'
     print(f"{task}: {len(catalog.candidates(task))} models in the catalog "
           f"(snapshot {catalog.snapshot or 'unknown'}); availability for {backend}.", file=out)
     if task in set(inf.controller_tasks) and spec.controller_capable:
         print("This task is also served by the controller LLM ([inference] controller_tasks).", file=out)
     if not cards:
-        print("No models.", file=out)
+        print("No models." if placement.uses_providers else "Providers are not used.", file=out)
         return 0
     hub_down = availability.hub_unreachable
     if hub_down:
@@ -126,6 +138,42 @@ async def _show(args: argparse.Namespace, settings: Any, out: TextIO) -> int:
             live = availability.looked_up(card.id)
             providers = "unknown" if live is None or hub_down else (",".join(live) or "-") + " (Hub now)"
         mark = "yes" if card.id in served else "?" if hub_down and card.providers is None else "no"
+        where = _where(card.id, local.get(card.id, []), placement if card.id in served else None)
         print(f"{rank:>3}  {card.id:<{width}}  {card.downloads:>10,} dl  {card.likes:>6,} likes  "
-              f"served: {mark:<3}  providers: {providers}", file=out)
+              f"served: {mark:<3}  providers: {providers}  where: {where}", file=out)
     return 0
+
+
+def _where(model: str, local: list[str], placement: Placement | None) -> str:
+    """Where a catalog model runs, first place first: its expert servers, then its provider route."""
+    places = [f"local {url}" for url in local]
+    route = placement.provider_route(model) if placement is not None else None
+    if route is not None:
+        places.append(route.label)
+    return ", then ".join(places) or "-"
+
+
+async def _show_servers(task: str, servers: ExpertServers | None, out: TextIO) -> dict[str, list[str]]:
+    """Print what the expert servers list for ``task`` (servable or refused, and why); returns
+    model id → URLs of the servers that can serve it, in configured order."""
+    if servers is None:
+        return {}
+    listings = await servers.listings()
+    servable: dict[str, list[str]] = {}
+    print(f"{task} on the expert servers (served first, in this order):", file=out)
+    for listing in listings:
+        if not listing.reachable:
+            print(f"  {listing.url}: could not be reached; nothing is served from it now.", file=out)
+            continue
+        models = [m for m in listing.models if m.task == task]
+        device = f" ({listing.device})" if listing.device else ""
+        if not models:
+            print(f"  {listing.url}{device}: lists no model for {task}.", file=out)
+        for m in models:
+            if m.servable:
+                servable.setdefault(m.id, []).append(listing.url)
+                size = f", {m.size_bytes / 1e6:,.0f} MB" if m.size_bytes else ""
+                print(f"  {m.id}  {m.state}{size}  where: local {listing.url}{device}", file=out)
+            else:
+                print(f"  {m.id}  refused: {m.reason or 'no reason given'}  ({listing.url})", file=out)
+    return servable

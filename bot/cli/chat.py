@@ -1,14 +1,19 @@
 """``hugginggpt chat``: a multi-turn conversation in the terminal.
 
-In a chat, each line is one turn of the same conversation; ``/file PATH`` attaches a file to the
-next message, ``/files`` lists the conversation's files, ``/new`` starts a new conversation,
-``/quit`` (or end of input) leaves. ``--conversation ID`` resumes a stored conversation after a
+In a chat, each message is one turn of the same conversation; ``/file PATH`` attaches a file to
+the next message, ``/files`` lists the conversation's files, ``/new`` starts a new conversation,
+``/quit`` (or Ctrl-D) leaves. ``--conversation ID`` resumes a stored conversation after a
 restart, with its history and files.
 
-In a terminal, Ctrl-C at the prompt clears the line (a second Ctrl-C in a row leaves, status 130).
+On a terminal the prompt edits lines, keeps a history across sessions in the data dir and takes
+multi-line messages (keys: :mod:`adapters.terminal_input`); a run is drawn live with each task's
+state and seconds, and the answer as Markdown (:mod:`adapters.terminal_live`). Ctrl-C at the
+prompt clears the line; two within 2 seconds leave (status 130), so does Ctrl-D (status 0).
 Ctrl-C during a run stops that run: tasks still running are cancelled, the answer covers what
-finished (written without the controller), the turn is stored with it and the prompt comes back; a
-second Ctrl-C abandons the run at once.
+finished (written without the controller), the turn is stored with it and the prompt comes back;
+a second Ctrl-C abandons the run at once.
+
+When stdin is not a terminal (a script, a test), messages are read as plain lines, one per turn.
 """
 
 from __future__ import annotations
@@ -16,13 +21,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import secrets
 import signal
 import sys
-from collections.abc import AsyncIterator
-from typing import Any, TextIO
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from adapters.terminal import TerminalRenderer, printable
+from adapters.terminal_renderers import terminal_renderer
 from pipeline.errors import HuggingGPTError
 
 from ..errors import InputError
@@ -31,7 +38,15 @@ from ..service import Service
 from ..settings import Settings
 from .common import INTERRUPTED, add_sandbox_option, clean_text, read_user_file
 
+if TYPE_CHECKING:  # prompt_toolkit and rich are imported when a chat starts, not by every command
+    from adapters.terminal_live import LiveRenderer
+
+    Renderer = LiveRenderer | TerminalRenderer
+
 HELP = "Type a request. /file PATH attaches a file, /files lists files, /new starts over, /quit leaves."
+COMMANDS = ("/file", "/files", "/new", "/quit", "/help")
+HISTORY_FILE = "chat_history"
+"""The prompt's history, in the data dir (``[storage] data_dir``)."""
 
 
 def add_parser(subparsers: Any) -> None:
@@ -46,82 +61,56 @@ def _new_key() -> ConversationKey:
     return ConversationKey("terminal", "local", "chat", secrets.token_hex(6))
 
 
-class Interrupts:
-    """Ctrl-C in an interactive chat: stops the run in progress, or clears the prompt (twice in a
-    row at the prompt: leave). Without a terminal, Ctrl-C keeps its usual meaning."""
+class Reader(Protocol):
+    """Where messages come from: ``read()`` is the next one, ``None`` at the end."""
 
-    def __init__(self, out: TextIO) -> None:
-        self.out = out
-        self.run: asyncio.Task | None = None
-        self.stop: asyncio.Event | None = None
-        self.prompt: asyncio.Future | None = None
-        self.at_prompt_count = 0
-        self.quit = False
+    interrupted: bool
+    notice: str | None
 
-    @contextlib.contextmanager
-    def installed(self) -> Any:
-        loop = asyncio.get_running_loop()
-        try:
-            loop.add_signal_handler(signal.SIGINT, self._on_sigint)
-        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signals
-            yield self
-            return
-        try:
-            yield self
-        finally:
-            loop.remove_signal_handler(signal.SIGINT)
-
-    def _on_sigint(self) -> None:
-        if self.run is not None and not self.run.done():
-            if self.stop is not None and not self.stop.is_set():
-                print("\nStopping this run… (Ctrl-C again to abandon it at once)", file=self.out, flush=True)
-                self.stop.set()
-            else:
-                print("\nAbandoning this run…", file=self.out, flush=True)
-                self.run.cancel()
-            return
-        self.at_prompt_count += 1
-        if self.at_prompt_count >= 2:
-            self.quit = True
-            if self.prompt is not None and not self.prompt.done():
-                self.prompt.set_result(None)
-            return
-        print("\n(Line cleared. Press Ctrl-C again to leave.)\nyou> ", end="", file=self.out, flush=True)
+    async def read(self, prompt: str = "you> ") -> str | None: ...
 
 
-async def _read_tty_line(prompt: str, out: TextIO, interrupts: Interrupts) -> str | None:
-    """One line from the terminal without a thread, so Ctrl-C is seen at once (the terminal's
-    line discipline drops the half-typed line on Ctrl-C)."""
+class PlainReader:
+    """Lines from a stdin that is not a terminal, without prompt or editing."""
+
+    interrupted = False
+    notice = None
+
+    async def read(self, prompt: str = "you> ") -> str | None:
+        def line() -> str | None:
+            try:
+                return input()
+            except EOFError:
+                return None
+
+        return await asyncio.to_thread(line)
+
+
+@contextlib.contextmanager
+def _ctrl_c_stops(run: asyncio.Future, stop: asyncio.Event, renderer: Renderer) -> Iterator[None]:
+    """While a run is going on: the first Ctrl-C (SIGINT) sets ``stop`` (the answer covers what
+    finished), the next one cancels ``run`` at once."""
     loop = asyncio.get_running_loop()
-    print(prompt, end="", file=out, flush=True)
-    fut: asyncio.Future = loop.create_future()
-    interrupts.prompt = fut
-    fd = sys.stdin.fileno()
 
-    def ready() -> None:
-        if not fut.done():
-            fut.set_result(sys.stdin.readline())
+    def on_sigint() -> None:
+        if run.done():
+            return
+        if not stop.is_set():
+            renderer.say("Stopping this run… (Ctrl-C again to abandon it at once)")
+            stop.set()
+        else:
+            renderer.say("Abandoning this run…")
+            run.cancel()
 
-    loop.add_reader(fd, ready)
     try:
-        line = await fut
+        loop.add_signal_handler(signal.SIGINT, on_sigint)
+    except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signals
+        yield
+        return
+    try:
+        yield
     finally:
-        loop.remove_reader(fd)
-        interrupts.prompt = None
-    if line is None or line == "":
-        return None
-    interrupts.at_prompt_count = 0
-    return line.rstrip("\n")
-
-
-async def _read_line(prompt: str) -> str | None:
-    def read() -> str | None:
-        try:
-            return input(prompt)
-        except EOFError:
-            return None
-
-    return await asyncio.to_thread(read)
+        loop.remove_signal_handler(signal.SIGINT)
 
 
 def _resume_listing(turns: list[dict[str, Any]]) -> list[str]:
@@ -134,101 +123,121 @@ def _resume_listing(turns: list[dict[str, Any]]) -> list[str]:
     return [line(turns[0]), f"  … {len(turns) - 4} more", *(line(t) for t in turns[-3:])]
 
 
-async def _events(service: Service, line: str, files: list[IncomingFile], key: ConversationKey,
-                  stop: asyncio.Event | None = None) -> AsyncIterator[Any]:
-    async for event in service.handle(line, files, key=key, user="terminal", stop=stop):
-        yield event
-
-
 async def main(args: argparse.Namespace, settings: Settings, out: TextIO = sys.stdout) -> int:
-    """The terminal conversation loop. Returns the exit status (0 when the user leaves)."""
+    """The terminal conversation loop. Returns the exit status (0 when the user leaves with
+    ``/quit`` or Ctrl-D, 130 after two Ctrl-C at the prompt).
 
+    Raises:
+        InputError: ``--conversation`` names no stored conversation.
+    """
     service = await Service.create(settings)
     try:
-        if args.conversation:
-            key = await service.store.find(args.conversation)
-            if key is None:
-                raise InputError(f"There is no conversation {args.conversation}.")
-            turns = await service.store.turns(args.conversation)
-            files = await service.store.resources(args.conversation)
-            print(f"Resuming conversation {args.conversation}: {len(turns)} earlier turns, {len(files)} files.", file=out)
-            for listed in _resume_listing(turns):
-                print(listed, file=out)
-        else:
-            key = _new_key()
-        conv = await service.conversation_id(key)
-        print(f"Conversation {conv} (resume later with: hugginggpt chat --conversation {conv}). {HELP}", file=out)
-        renderer = TerminalRenderer(out)
-        pending: list[IncomingFile] = []
+        key, conv = await _open(service, args, out)
         interactive = sys.stdin.isatty() and out.isatty()
-        with Interrupts(out).installed() if interactive else contextlib.nullcontext(None) as interrupts:
-            return await _loop(service, renderer, key, conv, pending, out, interrupts)
+        reader: Reader = PlainReader()
+        if interactive:
+            from adapters.terminal_input import KEYS_HELP, ChatPrompt
+
+            reader = ChatPrompt(settings.storage.data_dir / HISTORY_FILE, COMMANDS)
+        print(f"Conversation {conv} (resume later with: hugginggpt chat --conversation {conv}). {HELP}", file=out)
+        if interactive:
+            print(KEYS_HELP, file=out)
+            if reader.notice:
+                print(reader.notice, file=out)
+        renderer = terminal_renderer(out, out, os.environ)
+        return await _loop(service, renderer, reader, key, conv, out, interactive)
     finally:
         await service.close()
 
 
-async def _loop(
-    service: Service, renderer: TerminalRenderer, key: ConversationKey, conv: str, pending: list[IncomingFile],
-    out: TextIO, interrupts: Interrupts | None,
-) -> int:
+async def _open(service: Service, args: argparse.Namespace, out: TextIO) -> tuple[ConversationKey, str]:
+    if not args.conversation:
+        key = _new_key()
+        return key, await service.conversation_id(key)
+    key = await service.store.find(args.conversation)
+    if key is None:
+        raise InputError(f"There is no conversation {args.conversation}.")
+    turns = await service.store.turns(args.conversation)
+    files = await service.store.resources(args.conversation)
+    print(f"Resuming conversation {args.conversation}: {len(turns)} earlier turns, {len(files)} files.", file=out)
+    for listed in _resume_listing(turns):
+        print(listed, file=out)
+    return key, await service.conversation_id(key)
+
+
+async def _loop(service: Service, renderer: Renderer, reader: Reader, key: ConversationKey, conv: str, out: TextIO,
+                interactive: bool) -> int:
+    pending: list[IncomingFile] = []
     while True:
-        if interrupts is not None:
-            line = await _read_tty_line("you> ", out, interrupts)
-            if interrupts.quit:
-                print(f"\nBye. Resume with: hugginggpt chat --conversation {conv}", file=out)
-                return INTERRUPTED
-        else:
-            line = await _read_line("")
+        line = await reader.read("you> ")
         if line is None:
-            return 0
+            if interactive:
+                print(f"Bye. Resume with: hugginggpt chat --conversation {conv}", file=out)
+            return INTERRUPTED if reader.interrupted else 0
         line = clean_text(line).strip()
         if not line:
             continue
         if line in ("/quit", "/exit"):
             return 0
         if line == "/new":
-            left = conv
-            key = _new_key()
+            left, key = conv, _new_key()
             conv = await service.conversation_id(key)
             pending.clear()
             print(f"New conversation {conv}. (Resume the previous one with: hugginggpt chat --conversation {left})", file=out)
-            continue
-        if line == "/files":
+        elif line == "/files":
             for r in await service.store.resources(conv):
                 print(printable(f"  {r.id} ({r.kind}, {r.origin}): {r.description} — {r.path}"), file=out)
-            continue
-        if line.startswith("/file"):
-            path = line[len("/file") :].strip()
-            try:
-                f = read_user_file(path)
-                pending = await service.check_files([*pending, f])
-            except HuggingGPTError as e:
-                print(f"Error: {e.user_message}", file=out)
-                continue
-            print(f"Attached {f.name} to your next message.", file=out)
-            continue
-        if line.startswith("/"):
+        elif line.startswith("/file ") or line == "/file":
+            pending = await _attach(service, line[len("/file"):].strip(), pending, out)
+        elif line.startswith("/"):
             print(HELP, file=out)
-            continue
+            if interactive:
+                from adapters.terminal_input import KEYS_HELP
 
-        stop = asyncio.Event()
+                print(KEYS_HELP, file=out)
+        else:
+            await _turn(service, renderer, key, line, pending, out, interactive)
+            pending = []
 
-        async def turn(text: str = line, files: list[IncomingFile] = list(pending)) -> None:
-            async for event in _events(service, text, files, key, stop):
-                renderer.render(event)
 
-        run = asyncio.ensure_future(turn())
-        if interrupts is not None:
-            interrupts.run, interrupts.stop = run, stop
+async def _attach(service: Service, path: str, pending: list[IncomingFile], out: TextIO) -> list[IncomingFile]:
+    """``pending`` with the file at ``path`` added (checked now), or as it was after an error."""
+    try:
+        f = read_user_file(path)
+        checked = await service.check_files([*pending, f])
+    except HuggingGPTError as e:
+        print(f"Error: {e.user_message}", file=out)
+        return pending
+    print(f"Attached {f.name} to your next message.", file=out)
+    return checked
+
+
+async def _turn(service: Service, renderer: Renderer, key: ConversationKey, text: str, files: list[IncomingFile],
+                out: TextIO, interactive: bool) -> None:
+    """Run one turn, drawing it; Ctrl-C stops it (interactive only)."""
+    stop = asyncio.Event()
+
+    async def turn() -> None:
+        async for event in service.handle(text, files, key=key, user="terminal", stop=stop):
+            renderer.render(event)
+
+    run = asyncio.ensure_future(turn())
+    guard = _ctrl_c_stops(run, stop, renderer) if interactive else contextlib.nullcontext()
+    quiet: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+    if interactive:
+        from adapters.terminal_input import quiet_typing
+
+        quiet = quiet_typing(sys.stdin)
+    with guard, quiet:
         try:
             await run
         except asyncio.CancelledError:
             if not run.cancelled():  # the chat itself is being cancelled
                 raise
+            renderer.close()
             print("Abandoned this run; files it made so far stay in the conversation.", file=out)
         except HuggingGPTError as e:
+            renderer.close()
             print(f"Error: {e.user_message}", file=out)
         finally:
-            if interrupts is not None:
-                interrupts.run = interrupts.stop = None
-        pending = []
+            renderer.close()

@@ -83,11 +83,17 @@ def record_exit_status(record: RunRecord) -> int:
 # Options shared by several commands, each defined once
 
 
-def add_sandbox_option(parser: argparse.ArgumentParser) -> None:
-    """``--sandbox``: run on the stand-in backends (no credentials needed)."""
+def add_sandbox_option(parser: argparse.ArgumentParser, still_needed: str | None = None) -> None:
+    """``--sandbox``: run on the stand-in backends for the controller and the models.
+
+    Args:
+        still_needed: the credentials the command needs even then (a chat platform's tokens), said
+            in the help; ``None``: no credentials at all.
+    """
+    needed = f"{still_needed} still needed" if still_needed else "no credentials needed"
     parser.add_argument(
         "--sandbox", action="store_true",
-        help="use stand-in backends on 127.0.0.1 for the controller and the models (no credentials needed)",
+        help=f"use stand-in backends on 127.0.0.1 for the controller and the models ({needed})",
     )
 
 

@@ -1,5 +1,6 @@
-"""``hugginggpt eval taskbench --data FILE [--limit N] [--concurrency N] [--out FILE] [--resume]``:
-the planning benchmark (TaskBench's metrics for the configured controller with our prompts)."""
+"""``hugginggpt eval taskbench --data FILE [--tools huggingface|multimedia|FILE] [--limit N]
+[--concurrency N] [--out FILE] [--resume]``: the planning benchmark (TaskBench's metrics for the
+configured controller with our prompts)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from ..backends import build_controller
 from ..errors import InputError
 from ..evaluation.report import build_report, markdown
 from ..evaluation.runner import Outcome, PlanCache, plan_all, prompt_version
-from ..evaluation.taskbench import load_records, tool_types
+from ..evaluation import toollist
+from ..evaluation.taskbench import load_records
 from ..settings import Settings
 from .common import add_sandbox_option
 
@@ -38,11 +40,16 @@ def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser("eval", help="measure the controller's task planning (benchmarks)")
     benches = p.add_subparsers(dest="benchmark", metavar="BENCHMARK")
     t = benches.add_parser(
-        "taskbench", help="TaskBench's node, link and argument F1 for the configured controller",
+        "taskbench", help="TaskBench's planning metrics (node, t-, v- and link F1, edit distance, ROUGE) for the configured controller",
         description="Send TaskBench requests through task planning (our prompts, validation and repair round) "
         "and compare each plan with TaskBench's gold tool graph.",
     )
     t.add_argument("--data", required=True, metavar="FILE", help="TaskBench's data.json (JSON lines with user_request, tool_nodes)")
+    t.add_argument(
+        "--tools", type=toollist.argument, metavar="huggingface|multimedia|FILE",
+        help="the tool list to score against: TaskBench's Hugging Face (default) or multimedia tools, "
+        "or a tool_desc.json file; never guessed from the data's folder",
+    )
     t.add_argument("--limit", type=_positive, metavar="N", help="evaluate only the first N requests")
     t.add_argument("--concurrency", type=_positive, default=4, metavar="N", help="planning calls at a time (default 4)")
     t.add_argument("--out", metavar="FILE", help="write the report as JSON to FILE and as Markdown next to it (FILE.md)")
@@ -63,13 +70,17 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
     controller (the report still covers the others).
 
     Raises:
-        InputError: the data file is missing or not TaskBench's format (exit status 3).
+        InputError: the data file or the ``--tools`` file is missing or not TaskBench's format
+            (exit status 3).
         ConfigError: no controller API key (exit status 2).
         ControllerError: the controller failed five times in a row (exit status 4).
     """
     data = Path(args.data)
-    tools, outputs = tool_types(data)
-    records = load_records(data, tools, outputs)[: args.limit]
+    tools = toollist.resolve(args.tools or toollist.DEFAULT)
+    records = load_records(data, tools)[: args.limit]
+    warning = toollist.suggestion(tools, [n for r in records for n in r.graph.nodes])
+    if warning:
+        print(warning, file=sys.stderr)
     available = frozenset(TASKS)
     controller = build_controller(settings)
     # The sandbox's stand-in is free and changes with the code: never cache it.
@@ -93,6 +104,7 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
         "data": str(data),
         "controller": {"model": settings.llm.model, "host": host_of(settings.llm.base_url), "sandbox": bool(args.sandbox)},
         "prompt_version": prompt_version(available),
+        "tools": {"default": args.tools is None},
     }
     report = build_report(records, outcomes, tools, meta)
     table = markdown(report)

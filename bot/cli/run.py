@@ -1,5 +1,10 @@
 """``hugginggpt run TEXT [--file PATH]... [--json] [--sandbox]``: one request end to end.
 
+On a terminal the run is drawn live and the answer rendered as Markdown (the chat's renderer,
+:mod:`adapters.terminal_live`). When stdout is not a terminal, progress goes to stderr and stdout
+holds only the answer and its list of files (``hugginggpt run … > answer.md``); with ``--json``
+stdout holds only the JSON document (progress on stderr with ``-v``).
+
 Ctrl-C once stops the run: tasks still running are cancelled, the answer covers what finished
 (written without the controller) and the exit status is 130; a second Ctrl-C quits at once.
 """
@@ -10,11 +15,14 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from adapters.terminal import TerminalRenderer
+from adapters.terminal_renderers import terminal_renderer
 from pipeline.types import Done, RunRecord
 
 from ..service import Service
@@ -36,7 +44,8 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
     """Run one request, render its progress, and return the exit status of the run.
 
     Raises:
-        InputError: a ``--file`` cannot be read or is unusable (exit status 3).
+        InputError: a ``--file`` cannot be read or is unusable, or the request is longer than
+            ``[planning] max_request_chars`` (exit status 3).
         ConfigError, StorageError: settings or storage unusable.
     """
     args.text = clean_text(args.text)
@@ -44,9 +53,9 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
     service = await Service.create(settings, conversations=False)  # stores no turn: no store to open
     record: RunRecord | None = None
     stop = asyncio.Event()
+    renderer = TerminalRenderer(sys.stderr) if args.json else terminal_renderer(sys.stdout, sys.stderr, os.environ)
     try:
-        renderer = TerminalRenderer(sys.stderr if args.json else sys.stdout)
-        with _ctrl_c_stops(stop):
+        with _ctrl_c_stops(stop, renderer.say):
             async for event in service.handle(args.text, files, stop=stop):
                 if not args.json or args.verbose:
                     renderer.render(event)
@@ -55,6 +64,7 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
                 if isinstance(event, Done):
                     record = event.record
     finally:
+        renderer.close()
         await service.close()
     if record is None:  # the pipeline always ends with Done; a bug otherwise
         raise RuntimeError("the run ended without a record")
@@ -66,13 +76,14 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
 
 
 @contextlib.contextmanager
-def _ctrl_c_stops(stop: asyncio.Event) -> Any:
-    """While active, the first SIGINT sets ``stop`` and gives Ctrl-C back its usual meaning (a
-    second one raises ``KeyboardInterrupt``: exit status 130 at once)."""
+def _ctrl_c_stops(stop: asyncio.Event, say: Callable[[str], None]) -> Any:
+    """While active, the first SIGINT sets ``stop`` (``say`` tells the user, with the progress)
+    and gives Ctrl-C back its usual meaning (a second one raises ``KeyboardInterrupt``: exit
+    status 130 at once)."""
     loop = asyncio.get_running_loop()
 
     def first() -> None:
-        print("\nStopping this run… (Ctrl-C again to quit at once)", file=sys.stderr, flush=True)
+        say("Stopping this run… (Ctrl-C again to quit at once)")
         stop.set()
         loop.remove_signal_handler(signal.SIGINT)
 

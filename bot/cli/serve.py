@@ -3,7 +3,8 @@
     hugginggpt serve [--host 127.0.0.1] [--port 8000] [--sandbox] [--grace S]
 
 OpenAI-compatible ``/v1/chat/completions`` (model ``hugginggpt``), ``/v1/models``,
-``/v1/files/{id}``; the reference implementation's ``/hugginggpt``, ``/tasks``, ``/results``;
+``/v1/files/{id}``; the MCP server at ``/mcp`` (streamable HTTP); the reference
+implementation's ``/hugginggpt``, ``/tasks``, ``/results``;
 ``/healthz``, ``/readyz``, ``/openapi.json``. Clients send ``Authorization: Bearer KEY`` with a key
 of ``[server] api_keys`` (``HUGGINGGPT_SERVER__API_KEYS``). With no key configured the server only
 binds to a loopback address and only answers its own host (said in the log); nothing secret is
@@ -81,16 +82,18 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
     from adapters.http import create_app
+    from adapters.mcp.http import mount as mount_mcp
 
     from ..service import Service
-    from . import _version
+    from . import package_version
 
     host = args.host or settings.server.host
     port = settings.server.port if args.port is None else args.port
     check_binding(settings, host)
     sock = bind(host, port)
     service = await Service.create(settings)
-    app = create_app(settings, service, version=_version())
+    app = create_app(settings, service, version=package_version())
+    mcp = mount_mcp(app, version=package_version())  # the MCP server at /mcp: the same keys, limits and conversations
     config = uvicorn.Config(app, log_config=None, access_log=False, timeout_graceful_shutdown=args.grace,
                             server_header=False, lifespan="off")
     server = uvicorn.Server(config)
@@ -117,6 +120,7 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
         await server.serve(sockets=[sock])
     finally:
         app.state.hugginggpt.ready = False
+        await asyncio.shield(mcp.close())
         await asyncio.shield(service.close())
         for sig in installed:
             loop.remove_signal_handler(sig)

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.tasks import TASKS
 from pipeline.types import Resource, Task
 
 from ..errors import InputError
+from .toollist import ToolList
 
 TOOL_TASKS: dict[str, str] = {
     "Token Classification": "token-classification",
@@ -47,19 +47,6 @@ TOOL_TASKS: dict[str, str] = {
 }
 """TaskBench's Hugging Face-domain tool (``data_huggingface/tool_desc.json``) → our task (pipeline tag)."""
 
-TOOL_OUTPUT: dict[str, str] = {
-    "Token Classification": "text", "Translation": "text", "Summarization": "text",
-    "Question Answering": "text", "Conversational": "text", "Text Generation": "text",
-    "Sentence Similarity": "text", "Tabular Classification": "text", "Object Detection": "image",
-    "Image Classification": "text", "Image-to-Image": "image", "Image-to-Text": "text",
-    "Text-to-Image": "image", "Text-to-Video": "video", "Visual Question Answering": "text",
-    "Document Question Answering": "text", "Image Segmentation": "image", "Depth Estimation": "image",
-    "Text-to-Speech": "audio", "Automatic Speech Recognition": "text", "Audio-to-Audio": "audio",
-    "Audio Classification": "text", "Image Editing": "image",
-}
-"""Output type of each Hugging Face-domain tool (``output-type`` in ``tool_desc.json``), used when no
-``tool_desc.json`` lies next to the data file."""
-
 FILE_KINDS: dict[str, tuple[str, ...]] = {  # evaluate.py's get_content_type, by extension
     "image": ("jpg", "png", "jpeg", "gif", "bmp", "tiff", "svg", "ico"),
     "audio": ("mp3", "wav", "wma", "ogg", "aac", "flac", "aiff", "au"),
@@ -68,6 +55,7 @@ FILE_KINDS: dict[str, tuple[str, ...]] = {  # evaluate.py's get_content_type, by
 _MIME = {"image": "image/jpeg", "audio": "audio/wav", "video": "video/mp4", "text": "text/plain"}
 _FILE_NAME = re.compile(r"\b[\w.-]+\.(" + "|".join(e for exts in FILE_KINDS.values() for e in exts) + r"|txt)\b", re.I)
 _NODE_REF = re.compile(r"<node-(\d+)>")
+_RESOURCE_REF = re.compile(r"<resource>-(\d+)")
 
 
 def content_type(argument: str) -> str:
@@ -85,14 +73,29 @@ class Graph:
     """A tool graph in TaskBench's terms.
 
     Attributes:
-        nodes: tool names, in node order (duplicates kept; metrics compare them as sets).
-        links: ``(source tool, target tool)`` pairs (resource dependencies).
-        arguments: ``"<tool>-<argument kind>"`` strings (TaskBench's task-argument-name pairs).
+        nodes: tool names, in node order (duplicates kept; the F1 metrics compare them as sets,
+            the edit distance as a sequence).
+        links: ``(source tool, target tool)`` pairs, one per ``<node-j>`` argument.
+        arguments: ``(tool, argument name, value)`` per argument: the name is the literal's
+            kind (``image``/``audio``/``video``/``text``) or, for the output of another node,
+            that tool's output type; the value is the literal, or that tool's name.
+        steps: the request's steps in words (``None`` when the gold record has none).
     """
 
     nodes: tuple[str, ...]
     links: tuple[tuple[str, str], ...] = ()
-    arguments: tuple[str, ...] = ()
+    arguments: tuple[tuple[str, str, str], ...] = ()
+    steps: tuple[str, ...] | None = None
+
+    @property
+    def argument_names(self) -> tuple[str, ...]:
+        """``"{tool}-{argument name}"`` items (TaskBench's t-F1)."""
+        return tuple(f"{tool}-{name}" for tool, name, _ in self.arguments)
+
+    @property
+    def argument_values(self) -> tuple[str, ...]:
+        """``"{tool}-{argument name}-{value}"`` items (TaskBench's v-F1)."""
+        return tuple(f"{tool}-{name}-{value}" for tool, name, value in self.arguments)
 
 
 @dataclass
@@ -103,8 +106,9 @@ class GoldRecord:
         id: TaskBench's id (a string).
         request: ``user_request``.
         shape: ``"single" | "chain" | "dag"`` (TaskBench's ``type``; ``"unknown"`` when absent).
-        graph: the gold graph.
-        unknown_tools: gold tool names that are not tools of the domain (wrong gold records).
+        graph: the gold graph (with ``tool_steps`` as its steps when the record has them).
+        unknown_tools: gold tool names that are not tools of the list (wrong gold records, or the
+            wrong ``--tools``).
     """
 
     id: str
@@ -122,17 +126,23 @@ def _argument_text(argument: Any) -> str:
     return str(argument)
 
 
-def gold_graph(nodes: list[dict[str, Any]], outputs: dict[str, str]) -> Graph:
-    """The gold graph of ``tool_nodes``: links and argument kinds come from ``<node-j>`` arguments,
-    as ``evaluate.py`` does for resource dependencies (its ``tool_links`` are not read).
+def gold_graph(nodes: list[dict[str, Any]], tools: ToolList, steps: list[str] | None = None) -> Graph:
+    """The gold graph of ``tool_nodes`` as ``evaluate.py`` reads it: an argument containing
+    ``<node-j>`` is a link from node j's tool and an argument named by that tool's output type
+    whose value is that tool's name (a node referring to itself is skipped; ``tool_links`` are not
+    read); any other argument is named by :func:`content_type` and valued by its text. Where
+    ``evaluate.py`` trips on a wrong record this counts what is there instead: a reference to a node
+    that does not exist is skipped (``evaluate.py`` repeats the previous argument) and a node with
+    no ``arguments`` has none (``evaluate.py`` drops the whole record).
 
     Args:
         nodes: ``[{"task", "arguments"}]``.
-        outputs: tool name → output type.
+        tools: the tool list (output types).
+        steps: ``tool_steps`` of the record, if any.
     """
     names = [str(n.get("task", "")).replace("_", " ") for n in nodes]
     links: list[tuple[str, str]] = []
-    arguments: list[str] = []
+    arguments: list[tuple[str, str, str]] = []
     for i, node in enumerate(nodes):
         for raw in node.get("arguments") or []:
             text = _argument_text(raw)
@@ -142,40 +152,85 @@ def gold_graph(nodes: list[dict[str, Any]], outputs: dict[str, str]) -> Graph:
                 if j == i or j >= len(names):
                     continue
                 links.append((names[j], names[i]))
-                arguments.append(f"{names[i]}-{outputs.get(names[j], 'other')}")
+                arguments.append((names[i], tools.output_of(names[j]), names[j]))
             else:
-                arguments.append(f"{names[i]}-{content_type(text)}")
-    return Graph(tuple(names), tuple(links), tuple(arguments))
+                arguments.append((names[i], content_type(text), text))
+    return Graph(tuple(names), tuple(links), tuple(arguments), None if steps is None else tuple(steps))
 
 
-def tool_of(task: Task) -> str:
-    """The TaskBench tool name of one of our tasks (our pipeline tag when it has none).
-    ``image-to-image`` with a text argument is TaskBench's "Image Editing"."""
+MULTIMEDIA_TASKS: dict[str, str] = {
+    "Audio-to-Text": "automatic-speech-recognition",
+    "Text-to-Audio": "text-to-speech",
+    "Audio Noise Reduction": "audio-to-audio",
+    "Text Summarizer": "summarization",
+    "Text Translator": "translation",
+    "Text Sentiment Analysis": "text-classification",
+    "Image-to-Text": "image-to-text",
+    "Text-to-Image": "text-to-image",
+    "Text-to-Video": "text-to-video",
+}
+"""TaskBench's multimedia-domain tools (``data_multimedia/tool_desc.json``) that one of our tasks
+does; the others (downloaders, web search, video editing…) have no task of ours."""
+
+
+def tool_of(task: Task, tools: ToolList | None = None) -> str:
+    """The TaskBench tool name of one of our tasks: its Hugging Face-domain name, or its
+    multimedia-domain name when ``tools`` has that one and not the former; our pipeline tag when
+    it has none. ``image-to-image`` with a text argument is TaskBench's "Image Editing"."""
     if task.task == "image-to-image":
         return "Image Editing" if task.args.get("text") else "Image-to-Image"
-    for tool, name in TOOL_TASKS.items():
-        if name == task.task and tool != "Image Editing":
-            return tool
-    return task.task
+    name = next((tool for tool, tag in TOOL_TASKS.items() if tag == task.task and tool != "Image Editing"), task.task)
+    if tools is not None and name not in tools:
+        name = next((tool for tool, tag in MULTIMEDIA_TASKS.items() if tag == task.task and tool in tools), name)
+    return name
 
 
-def plan_graph(tasks: list[Task]) -> Graph:
-    """Our validated plan as a TaskBench graph: a link for each ``<resource>-N`` argument."""
-    names = {t.id: tool_of(t) for t in tasks}
+def covered(tools: ToolList) -> frozenset[str]:
+    """The tools of ``tools`` that some task of ours is scored as."""
+    return frozenset(t for t in tools.ids if t in TOOL_TASKS or t in MULTIMEDIA_TASKS)
+
+
+SETTINGS = frozenset({"src_lang", "tgt_lang"})
+"""Arguments that are settings of the call, not inputs (TaskBench's tools have none)."""
+
+
+def plan_graph(tasks: list[Task], tools: ToolList, files: dict[str, str] | None = None) -> Graph:
+    """Our validated plan as a TaskBench graph whose values compare with the gold's.
+
+    An argument holding ``<resource>-N`` (alone or inside text) is the output of task N: a link
+    from its tool, named by that tool's output type, valued by its name (as ``<node-j>``); any
+    other argument is a literal: a resource id of the conversation becomes the file name the
+    request named (``files``), and is then named by :func:`content_type` like the gold's literals.
+    The steps are one line per task, ``"{tool}: {value}, {value}"`` (our plans have no step texts;
+    this is a deterministic stand-in for TaskBench's ``task_steps``).
+
+    Args:
+        tasks: the plan, in its order.
+        tools: the tool list (output types).
+        files: resource id → file name (``{r.id: r.name for r in resources_for(request)}``).
+    """
+    files = files or {}
+    names = {t.id: tool_of(t, tools) for t in tasks}
     links: list[tuple[str, str]] = []
-    arguments: list[str] = []
+    arguments: list[tuple[str, str, str]] = []
+    steps: list[str] = []
     for t in tasks:
-        spec = TASKS[t.task]
+        values: list[str] = []
         for key, value in t.args.items():
-            kind = spec.allowed.get(key, "text")
-            if key in ("src_lang", "tgt_lang"):  # settings of the call, not inputs (TaskBench has none)
+            if key in SETTINGS:
                 continue
-            arguments.append(f"{names[t.id]}-{kind}")
-            for ref in re.finditer(r"<resource>-(\d+)", value):
-                n = int(ref.group(1))
-                if n in names:
-                    links.append((names[n], names[t.id]))
-    return Graph(tuple(names[t.id] for t in tasks), tuple(links), tuple(arguments))
+            ref = _RESOURCE_REF.search(value)
+            if ref and int(ref.group(1)) in names:
+                source = names[int(ref.group(1))]
+                links.append((source, names[t.id]))
+                arguments.append((names[t.id], tools.output_of(source), source))
+                values.append(f"the output of {source}")
+                continue
+            literal = files.get(value, value)
+            arguments.append((names[t.id], content_type(literal), literal))
+            values.append(literal)
+        steps.append(f"{names[t.id]}: {', '.join(values)}")
+    return Graph(tuple(names[t.id] for t in tasks), tuple(links), tuple(arguments), tuple(steps))
 
 
 def resources_for(request: str) -> list[Resource]:
@@ -199,31 +254,20 @@ def resources_for(request: str) -> list[Resource]:
     return out
 
 
-def tool_types(data: Path) -> tuple[frozenset[str], dict[str, str]]:
-    """The domain's tools and their output types: from ``tool_desc.json`` next to ``data`` (or its
-    parent) when there is one, else the Hugging Face domain's 23 tools (:data:`TOOL_OUTPUT`).
-
-    Raises:
-        InputError: a ``tool_desc.json`` exists but is not TaskBench's format.
-    """
-    for folder in (data.parent, data.parent.parent):
-        desc = folder / "tool_desc.json"
-        if desc.is_file():
-            try:
-                tools = json.loads(desc.read_text(encoding="utf-8"))["nodes"]
-                return frozenset(t["id"] for t in tools), {
-                    t["id"]: (t.get("output-type") or ["none"])[0] for t in tools
-                }
-            except (ValueError, KeyError, TypeError, IndexError, OSError) as e:
-                raise InputError(f"{desc} is not TaskBench's tool_desc.json ({e.__class__.__name__}).") from None
-    return frozenset(TOOL_OUTPUT), dict(TOOL_OUTPUT)
+def _steps(raw: dict[str, Any]) -> list[str] | None:
+    steps = raw.get("tool_steps", raw.get("task_steps"))
+    if not isinstance(steps, list) or not steps:
+        return None
+    return [s if isinstance(s, str) else json.dumps(s, ensure_ascii=False) for s in steps]
 
 
-def load_records(path: Path, tools: frozenset[str], outputs: dict[str, str]) -> list[GoldRecord]:
+def load_records(path: Path, tools: ToolList) -> list[GoldRecord]:
     """Read TaskBench's ``data.json`` (JSON lines, whatever the file is named).
 
-    Accepts ``tool_nodes``/``tool_links`` and the renamed ``task_nodes``/``task_links``; a record
-    naming a tool that is not in ``tools`` is kept (that node is counted in ``unknown_tools``).
+    Accepts ``tool_nodes``/``tool_links``/``tool_steps`` and the renamed
+    ``task_nodes``/``task_links``/``task_steps``; a record naming a tool that is not in ``tools`` is
+    kept (that node is counted in ``unknown_tools``). ``tool_links`` are not read: links come from
+    the nodes' ``<node-j>`` arguments, as in ``evaluate.py``.
 
     Raises:
         InputError: the file cannot be read, a line is not JSON, or a record has no
@@ -252,7 +296,7 @@ def load_records(path: Path, tools: frozenset[str], outputs: dict[str, str]) -> 
                 f"Line {number} of {path} is not a TaskBench record (it needs user_request and tool_nodes)."
             )
         nodes = [n if isinstance(n, dict) else {"task": str(n), "arguments": []} for n in nodes]
-        graph = gold_graph(nodes, outputs)
+        graph = gold_graph(nodes, tools, _steps(raw))
         records.append(GoldRecord(
             id=str(raw.get("id", number)), request=request, shape=str(raw.get("type") or "unknown"),
             graph=graph, unknown_tools=tuple(n for n in graph.nodes if n not in tools),

@@ -63,7 +63,11 @@ class Sandbox:
         await self.close()
 
     def overrides(self, data_dir: Path | str | None = None) -> dict[str, dict[str, Any]]:
-        """Settings overrides that point the bot at the stand-ins (for ``load_settings``)."""
+        """Settings overrides that point the bot at the stand-ins (for ``load_settings``).
+
+        ``[inference] experts_url`` and ``mode`` are left as configured: a team's own expert
+        server is still used (first, in hybrid mode), so its models can be tried without any key;
+        the stand-in planner plans the tasks it lists, as it plans every served task."""
         out: dict[str, dict[str, Any]] = {
             "llm": {"base_url": self.controller_url, "api_key": "sandbox", "model": "sandbox-controller", "max_retries": 0},
             "inference": {"base_url": self.inference_url, "provider": None, "token": None, "backoff_max": 0.2},

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
+from .mcp_intents import plan_tools
 from .more_intents import _h_similar, about_an_image, deferred
 from .planner import KIND_WORDS, LANGUAGES, Planner
 from .wording import SMALL_TALK, clause_end, mask_quotes, quotes
@@ -49,6 +50,10 @@ _INTENTS: list[tuple[str, str]] = [
     ("video", r"\b(?:generate|create|make|produce|render|animate)\b[^.?!;]{0,30}?\b(?:video|clip|animation|movie)s?\b"),
     ("generate", r"\b(?:generate|create|make|produce|render|design|give me|show me)\b\s+(?:me\s+)?(?:an?\s+|some\s+|the\s+|one\s+|two\s+|\d+\s+)?(?:new\s+|\w+\s+){0,2}?(?:image|picture|photo|photograph|drawing|painting|illustration|artwork|portrait|poster|logo|wallpaper|sketch)s?\b"),
     ("generate", r"\b(?:draw|paint|sketch|illustrate)\b(?!\s+(?:a\s+|the\s+)?(?:conclusion|attention|bounding|box(?:es)?|rectangles?|frames?|outlines?|labels?|circles?)\b)"),
+    ("hed", r"\b(?:hed|soft[- ]edges?|soft[- ]edge\s+map|holistic\s+edges?)\b"),
+    ("mlsd", r"\b(?:mlsd|straight[- ]lines?|line\s+segments?)\b"),
+    ("scribble", r"\bscribbles?\b"),
+    ("normal", r"\b(?:normal[- ]maps?|surface\s+normals?)\b"),
     ("canny", r"\b(?:edges?|edge\s+map|canny|outlines?|contours?)\b"),
     ("pose", r"\b(?:pose|poses|skeleton|keypoints?)\b"),
     ("depth", r"\bdepth\b"),
@@ -104,13 +109,16 @@ def _intent_matches(text: str, skip: frozenset[str] = frozenset()) -> list[tuple
     return found
 
 
-def plan_tasks(text: str, resources: list[dict[str, Any]], available_tasks: list[str]) -> list[dict[str, Any]]:
+def plan_tasks(text: str, resources: list[dict[str, Any]], available_tasks: list[str],
+               tools: dict[str, list[str]] | None = None) -> list[dict[str, Any]]:
     """Plan ``text`` as a task graph with keywords (the sandbox's stand-in for §3.1 task planning).
 
     Args:
         text: the user's request.
         resources: files of the conversation, ``{"id", "kind", "name"?, "origin", ...}``, newest last.
         available_tasks: task names that may appear in the plan; other tasks are left out.
+        tools: MCP task name → argument keys (:func:`bot.sandbox.mcp_intents.tool_args`); a tool
+            the request names is planned first.
 
     Returns:
         Tasks ``[{"task", "id", "dep", "args"}]`` with ids ``0..n-1`` in order, ``dep`` ``[-1]``
@@ -122,6 +130,7 @@ def plan_tasks(text: str, resources: list[dict[str, Any]], available_tasks: list
     p = Planner(text=text, resources=res, available=set(available_tasks))
     if not text.strip():
         return []
+    plan_tools(p, tools or {})
     # An intent whose only task is unavailable must not hide the others (a fill-in-the-blank
     # request still gets its question answered when no fill-mask model is offered).
     matches = _intent_matches(text, _unavailable_intents(p.available))
@@ -395,6 +404,10 @@ _HANDLERS: dict[str, Callable[..., None]] = {
     "classify": _h_classify,
     "segment": _single_image("image-segmentation", None),
     "depth": _single_image("depth-estimation", "image"),
+    "hed": _single_image("hed-control", "image"),
+    "mlsd": _single_image("mlsd-control", "image"),
+    "scribble": _single_image("scribble-control", "image"),
+    "normal": _single_image("normal-control", "image"),
     "canny": _single_image("canny-control", "image"),
     "pose": _single_image("openpose-control", "image"),
     "canny_draw": _h_canny_draw,

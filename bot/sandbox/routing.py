@@ -17,6 +17,7 @@ from typing import Any
 from pipeline.llm import STAGE_HEADER, TASK_HEADER
 
 from . import heuristics
+from .mcp_intents import tool_args
 
 STAGES: tuple[str, ...] = ("task-planning", "model-selection", "response-generation", "controller-task")
 """Stage names accepted in the ``X-HuggingGPT-Stage`` header (HuggingGPT §3 stages plus
@@ -121,7 +122,7 @@ def answer_for(body: dict[str, Any], headers: Mapping[str, str] | None) -> tuple
             raise ProtocolError("the last user message has no <request> block")
         resources = _json_tag(user, "resources", list)
         available = _json_tag(user, "available_tasks", list)
-        plan = heuristics.plan_tasks(request, resources, [str(a) for a in available])
+        plan = heuristics.plan_tasks(request, resources, [str(a) for a in available], tool_args(msgs))
         # A <problem> block (repair round) gets the same deterministic plan: it is already valid.
         return stage, json.dumps({"tasks": plan}, ensure_ascii=False)
 

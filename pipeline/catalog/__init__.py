@@ -2,6 +2,8 @@
 
 * :mod:`.models`: :class:`Catalog` and :class:`ModelCard`, loading and ranking by downloads;
 * :mod:`.availability`: :class:`Availability`, which models the configured backends serve now;
+* :mod:`.servers`: :class:`~.servers.ExpertServers`, what the team's expert servers list now;
+* :mod:`.placement`: :class:`~.placement.Placement`, candidates with where they run (local first);
 * :mod:`.refresh`: the Hub crawl behind ``hugginggpt catalog refresh``.
 """
 

@@ -12,9 +12,9 @@ from ..media import check_pixels, extension_for, image_size_checked, sniff
 from ..tasks import TaskSpec
 from ..tasks.base import Inputs, OutputLimits
 from ..types import Modality, Output, Resource, ResourceSink
-from . import render
+from ..tasks import drawing as render
 
-RunnerKind = Literal["hub", "controller", "local"]
+RunnerKind = Literal["hub", "controller", "local", "mcp"]
 """Which runner serves a selection (:attr:`pipeline.types.Selection.runner`)."""
 
 

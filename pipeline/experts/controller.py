@@ -50,4 +50,6 @@ class ControllerRunner:
                                                        tgt_lang=text.get("tgt_lang"))},
         ]
         answer = await self.controller.complete_text(messages, stage="controller-task", task=task, usage=usage or Usage())
-        return await condense(Output(text=answer.strip()), TaskSaver(sink, task, task_id, self.limits))
+        out = await condense(Output(text=answer.strip()), TaskSaver(sink, task, task_id, self.limits))
+        out.where = "controller"
+        return out

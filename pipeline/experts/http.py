@@ -30,6 +30,7 @@ import functools
 import heapq
 import json
 import ssl
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -37,7 +38,7 @@ from dataclasses import dataclass, field
 import httpx2
 from huggingface_hub import constants
 from huggingface_hub.utils import set_async_client_factory
-from huggingface_hub.utils._http import async_hf_request_event_hook, async_hf_response_event_hook
+from huggingface_hub.errors import OfflineModeIsEnabled
 
 from ..bounded import BoundedStream, bound_body
 from ..tasks.base import ReplyKind
@@ -78,6 +79,9 @@ class CallScope:
         max_items: a JSON list reply of objects longer than this is cut to this many before the
             client parses it (:func:`cap_items`); ``None``: no cap.
         dropped: filled in during the call: how many items :func:`cap_items` dropped.
+        send_token: ``False`` for a team's expert server: the ``Authorization`` header (the
+            Hugging Face token, which the client adds to every call) is removed from requests to
+            ``gateway``.
     """
 
     reply: ReplyKind
@@ -86,6 +90,7 @@ class CallScope:
     gateway: str | None = None
     max_items: int | None = None
     dropped: list[int] = field(default_factory=list)
+    send_token: bool = True
 
     def limit_for(self, content_type: str) -> tuple[int, str]:
         """``(limit in bytes, TOML key)`` for a reply of ``content_type``."""
@@ -193,13 +198,30 @@ async def bound_reply(response: httpx2.Response) -> None:
 
 
 async def allow_gateway_offline(request: httpx2.Request) -> None:
-    """Request hook: ``huggingface_hub``'s own (request id; refuses every request when
-    ``HF_HUB_OFFLINE`` is set), except that a request to the current call's configured gateway
-    is let through offline."""
+    """Request hook doing what ``huggingface_hub``'s own does (refuse every request when
+    ``HF_HUB_OFFLINE`` is set; a request id in ``X-Amzn-Trace-Id`` for server-side debugging),
+    except that a request to the current call's configured gateway is let through offline, and
+    loses its ``Authorization`` header when the scope says so (expert servers never get the token).
+
+    Raises:
+        OfflineModeIsEnabled: offline, and not the gateway.
+    """
     scope = _scope.get()
-    if constants.is_offline_mode() and scope is not None and scope.gateway and origin_of(request.url) == scope.gateway:
-        return
-    await async_hf_request_event_hook(request)
+    to_gateway = scope is not None and scope.gateway is not None and origin_of(request.url) == scope.gateway
+    if to_gateway and scope is not None and not scope.send_token:
+        request.headers.pop("authorization", None)
+    if constants.is_offline_mode() and not to_gateway:
+        raise OfflineModeIsEnabled(f"Cannot reach {request.url}: offline mode is enabled (HF_HUB_OFFLINE).")
+    request.headers.setdefault("X-Amzn-Trace-Id", request.headers.get("X-Request-Id") or str(uuid.uuid4()))
+
+
+async def read_error_body(response: httpx2.Response) -> None:
+    """Response hook: an error reply's body (under 1 MB, as ``huggingface_hub``'s own hook reads it)
+    is read before the client raises, so the error carries the server's message."""
+    if response.status_code >= 400:
+        length = response.headers.get("content-length", "")
+        if length.isdigit() and int(length) < 1_000_000:
+            await response.aread()
 
 
 @functools.cache
@@ -215,7 +237,7 @@ def bounded_async_client() -> httpx2.AsyncClient:
     :func:`allow_gateway_offline`; asks only for gzip or deflate encoded replies."""
     return httpx2.AsyncClient(
         verify=tls_context(),
-        event_hooks={"request": [allow_gateway_offline], "response": [bound_reply, async_hf_response_event_hook]},
+        event_hooks={"request": [allow_gateway_offline], "response": [bound_reply, read_error_body]},
         follow_redirects=True,
         timeout=None,
         headers={"Accept-Encoding": "gzip, deflate"},

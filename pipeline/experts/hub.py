@@ -2,6 +2,7 @@
 
 Routing of model ``M`` (ARCHITECTURE.md, "Backends"):
 
+0. a URL given by the caller (a team's expert server, chosen by :mod:`.routing`);
 1. ``endpoints[M]`` (a dedicated Inference Endpoint URL): the client POSTs straight to it;
 2. ``base_url``: ``{base_url}/models/{M}`` in the Hugging Face inference wire format;
 3. otherwise the model id with the configured Inference Provider (``hf-inference``, ``auto``...).
@@ -98,6 +99,18 @@ class ExpertSettings:
         )
 
 
+def refused_connection(exc: BaseException) -> bool:
+    """Whether ``exc`` or one of its causes is a refused or failed TCP connection (nothing listens)."""
+    seen: list[BaseException] = []
+    e: BaseException | None = exc
+    while e is not None and e not in seen:
+        if isinstance(e, (httpx2.ConnectError, ConnectionRefusedError)):
+            return True
+        seen.append(e)
+        e = e.__cause__ or e.__context__
+    return False
+
+
 class ClientCalls:
     """What a registry entry's ``call`` gets: the ``AsyncInferenceClient``'s task methods, plus
     :meth:`post_raw` for tasks the client has no method or provider for.
@@ -174,7 +187,7 @@ class HubRunner:
 
     async def run(
         self, task: str, model: str, args: dict[str, str | Resource], sink: ResourceSink, *, task_id: int,
-        usage: Usage | None = None,
+        usage: Usage | None = None, url: str | None = None, expert_server: bool = False,
     ) -> Output:
         """Run ``task`` on ``model`` and return its normalised :class:`Output`.
 
@@ -186,6 +199,11 @@ class HubRunner:
             sink: where generated files are saved (origin ``"task:<task_id>"``).
             task_id: the task's id in the plan.
             usage: the run's controller-call counter (unused here: no controller call is made).
+            url: call ``model`` at this URL instead of its configured route (a team's expert
+                server: ``{experts_url}/models/{model}``, :mod:`pipeline.experts.routing`).
+            expert_server: ``url`` is an expert server: no ``Authorization`` header is sent to it
+                (the Hugging Face token stays with Hugging Face), and a server that refuses the
+                connection is not retried (the caller moves on to the next route at once).
 
         Returns:
             :class:`Output` with ``text``, typed ``data`` and ``files``.
@@ -210,7 +228,7 @@ class HubRunner:
             raise ExpertError(f"No Hugging Face model serves the task {task}.", reason="unavailable")
         inputs = await read_inputs(spec, args)
         call = spec.call
-        target = self.endpoint_for(model) or model
+        target = url or self.endpoint_for(model) or model
         settings = self.settings
         expo = wait_random_exponential(multiplier=0.5, max=settings.backoff_max)
 
@@ -230,12 +248,14 @@ class HubRunner:
 
         gateway = http.origin_of(target) if target.startswith(("http://", "https://")) else None
         scope = http.CallScope(
-            spec.reply, settings.max_json_bytes, settings.max_media_bytes, gateway, max_items=settings.max_items
+            spec.reply, settings.max_json_bytes, settings.max_media_bytes, gateway, max_items=settings.max_items,
+            send_token=not expert_server,
         )
         raw: Any = None
         began = time.monotonic()
         async for attempt in AsyncRetrying(
-            retry=retry_if_exception(lambda e: isinstance(e, ExpertError) and e.retryable),
+            retry=retry_if_exception(lambda e: isinstance(e, ExpertError) and e.retryable
+                                     and not (expert_server and refused_connection(e))),
             stop=stop_after_attempt(max(1, settings.max_attempts)),
             wait=wait,
             before_sleep=before_sleep,

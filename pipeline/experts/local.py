@@ -12,7 +12,7 @@ from ..media import PixelLimitError
 from ..tasks import TASKS
 from ..tasks.outputs import ImageSize
 from ..types import Output, ResourceSink
-from . import render
+from ..tasks import drawing as render
 from .base import TaskSaver, read_inputs
 
 LOCAL_MODEL = "opencv-canny"
@@ -53,4 +53,4 @@ class LocalRunner:
             raise ExpertError("The image has too many pixels to process safely.", str(exc), reason="too_large") from exc
         w, h = await asyncio.to_thread(render.image_size, png)
         res = await TaskSaver(sink, task, task_id).file(png, "image", "image/png", f"canny edge map, {w}x{h} pixels")
-        return Output(files=[res], data=ImageSize(w, h))
+        return Output(files=[res], data=ImageSize(w, h), where="in-process")

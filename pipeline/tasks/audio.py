@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import base64
-from typing import Any
+
+from huggingface_hub import AudioToAudioOutputElement
 
 from ..media import sniff
 from ..types import Output
@@ -13,17 +14,17 @@ from .outputs import AudioParts
 AUDIO = {"audio": "audio"}
 
 
-async def _text_to_speech(raw: Any, inputs: Inputs, saver: Saver) -> Output:
+async def _text_to_speech(raw: bytes, inputs: Inputs, saver: Saver) -> Output:
     s = sniff(raw)
     if s is None or s.kind != "audio":
         raise ValueError("text-to-speech output is not audio")
     return Output(files=[await saver.file(raw, "audio", s.mime, f"speech of {inputs.text['text'][:60]!r}")])
 
 
-async def _audio_to_audio(raw: Any, inputs: Inputs, saver: Saver) -> Output:
+async def _audio_to_audio(raw: list[AudioToAudioOutputElement], inputs: Inputs, saver: Saver) -> Output:
     files = []
-    raw = list(raw)[: saver.limits.max_items]
-    for x in raw:
+    parts = list(raw)[: saver.limits.max_items]
+    for x in parts:
         blob = x.blob if isinstance(x.blob, bytes) else base64.b64decode(x.blob)
         s = sniff(blob)
         if s is None or s.kind != "audio":
@@ -31,7 +32,7 @@ async def _audio_to_audio(raw: Any, inputs: Inputs, saver: Saver) -> Output:
         files.append(await saver.file(blob, "audio", s.mime, f"{x.label} from {inputs.resources['audio'].id}"))
     if not files:
         raise ValueError("no audio returned")
-    labels = tuple(str(x.label) for x in raw)
+    labels = tuple(str(x.label) for x in parts)
     return Output(text=", ".join(labels), files=files, data=AudioParts(labels))
 
 

@@ -12,7 +12,20 @@ from __future__ import annotations
 import heapq
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar, Union
+
+from huggingface_hub import (
+    AudioClassificationOutputElement,
+    AutomaticSpeechRecognitionOutput,
+    ImageClassificationOutputElement,
+    ImageToTextOutput,
+    SummarizationOutput,
+    TextClassificationOutputElement,
+    TextGenerationOutput,
+    TranslationOutput,
+    ZeroShotClassificationOutputElement,
+    ZeroShotImageClassificationOutputElement,
+)
 
 from ..types import Modality, Output, Resource
 from .outputs import Label, Labels
@@ -155,7 +168,14 @@ def best(items: Iterable[T], limit: int, score: Callable[[T], float | None]) -> 
     return [x for _, x in top]
 
 
-async def labels_output(raw: Any, inputs: Inputs, saver: Saver) -> Output:
+Classified = Union[
+    ImageClassificationOutputElement, TextClassificationOutputElement, AudioClassificationOutputElement,
+    ZeroShotClassificationOutputElement, ZeroShotImageClassificationOutputElement,
+]
+"""One label with its score, as the client's classification methods answer it."""
+
+
+async def labels_output(raw: Classified | list[Classified] | list[list[Classified]], inputs: Inputs, saver: Saver) -> Output:
     """Normalise a classification answer (elements with ``label`` and ``score``) into :class:`Labels`,
     best first, at most ``saver.limits.max_items``."""
     items = [Label(str(x.label), float(x.score) if x.score is not None else None) for x in flatten(raw)]
@@ -164,8 +184,14 @@ async def labels_output(raw: Any, inputs: Inputs, saver: Saver) -> Output:
     return Output(text=text, data=Labels(tuple(items)))
 
 
-async def text_output(raw: Any, inputs: Inputs, saver: Saver, attribute: str) -> Output:
-    """Normalise an answer whose text is in ``attribute`` (or that is a plain string)."""
+TextAnswer = Union[str, ImageToTextOutput, SummarizationOutput, TranslationOutput, AutomaticSpeechRecognitionOutput,
+                   TextGenerationOutput]
+"""An answer that is one text: a string, or the client's output type holding it in one field."""
+
+
+async def text_output(raw: TextAnswer, inputs: Inputs, saver: Saver, attribute: str) -> Output:
+    """Normalise an answer whose text is in ``attribute`` (the field of the client's output type:
+    ``generated_text``, ``summary_text``, ``translation_text``, ``text``) or that is a plain string."""
     value = raw if isinstance(raw, str) else getattr(raw, attribute)
     return Output(text=str(value).strip())
 
@@ -173,7 +199,7 @@ async def text_output(raw: Any, inputs: Inputs, saver: Saver, attribute: str) ->
 def text_of(attribute: str) -> Normalise:
     """A normaliser taking the answer's ``attribute`` as the output text."""
 
-    async def normalise(raw: Any, inputs: Inputs, saver: Saver) -> Output:
+    async def normalise(raw: TextAnswer, inputs: Inputs, saver: Saver) -> Output:
         return await text_output(raw, inputs, saver, attribute)
 
     return normalise

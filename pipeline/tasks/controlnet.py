@@ -7,24 +7,24 @@ extracts a condition image, ``<cond>-text-to-image`` draws a new image from it a
 
 from __future__ import annotations
 
-from typing import Any
+from PIL import Image
 
 from ..types import Output
-from .base import Inputs, Saver, TaskSpec, entry
+from .base import Inputs, Normalise, Saver, TaskSpec, entry
 
 CONTROLNET_CONDITIONS: tuple[str, ...] = ("canny", "depth", "hed", "mlsd", "normal", "openpose", "scribble", "seg")
 """The conditions of the reference implementation."""
 
 
-def _condition_image(cond: str):
-    async def normalise(raw: Any, inputs: Inputs, saver: Saver) -> Output:
+def _condition_image(cond: str) -> Normalise:
+    async def normalise(raw: Image.Image | bytes, inputs: Inputs, saver: Saver) -> Output:
         return Output(files=[await saver.image(raw, f"{cond} condition image")])
 
     return normalise
 
 
-def _drawn_image(cond: str):
-    async def normalise(raw: Any, inputs: Inputs, saver: Saver) -> Output:
+def _drawn_image(cond: str) -> Normalise:
+    async def normalise(raw: Image.Image, inputs: Inputs, saver: Saver) -> Output:
         what = f"image drawn from the {cond} condition: {inputs.text.get('text', '')[:60]}"
         return Output(files=[await saver.image(raw, what)])
 

@@ -6,6 +6,13 @@ import csv
 import io
 from typing import Any
 
+from huggingface_hub import (
+    ChatCompletionOutput,
+    FillMaskOutputElement,
+    QuestionAnsweringOutputElement,
+    TokenClassificationOutputElement,
+)
+
 from ..errors import ExpertError
 from ..types import Output
 from . import languages
@@ -16,27 +23,27 @@ TEXT = {"text": "text"}
 TEXT_AND_CONTEXT = {"text": "text", "context": "text"}
 
 
-async def _token_classification(raw: Any, inputs: Inputs, saver: Saver) -> Output:
+async def _token_classification(raw: list[TokenClassificationOutputElement], inputs: Inputs, saver: Saver) -> Output:
     ents = []
     found = flatten(raw)
     if len(found) > saver.limits.max_items:  # keep the best-scored, in text order
         kept = {id(x) for x in best(found, saver.limits.max_items, lambda x: float(x.score))}
         found = [x for x in found if id(x) in kept]
     for x in found:
-        group = getattr(x, "entity_group", None) or getattr(x, "entity", None) or ""
+        group = x.entity_group or x.entity or ""
         ents.append(Entity(str(x.word), str(group), float(x.score), x.start, x.end))
     text = ", ".join(f"{e.word} ({e.entity})" for e in ents) or "no entities found"
     return Output(text=text, data=Entities(tuple(ents)))
 
 
-async def _conversational(raw: Any, inputs: Inputs, saver: Saver) -> Output:
+async def _conversational(raw: ChatCompletionOutput, inputs: Inputs, saver: Saver) -> Output:
     content = raw.choices[0].message.content
     if content is None:
         raise ValueError("chat completion without content")
     return Output(text=str(content))
 
 
-async def _question_answering(raw: Any, inputs: Inputs, saver: Saver) -> Output:
+async def _question_answering(raw: QuestionAnsweringOutputElement | list[QuestionAnsweringOutputElement], inputs: Inputs, saver: Saver) -> Output:
     x = raw[0] if isinstance(raw, list) else raw
     span = Span(str(x.answer), None if x.score is None else float(x.score), x.start, x.end)
     return Output(text=span.answer, data=span)
@@ -49,7 +56,7 @@ def _sentences(inputs: Inputs) -> list[str]:
     return others
 
 
-async def _sentence_similarity(raw: Any, inputs: Inputs, saver: Saver) -> Output:
+async def _sentence_similarity(raw: list[float], inputs: Inputs, saver: Saver) -> Output:
     sentences: list[str] = inputs.prepared
     scores = [float(s) for s in raw]
     if len(scores) != len(sentences):
@@ -100,7 +107,7 @@ def csv_table(inputs: Inputs) -> dict[str, list[str]]:
     return {h: [r[i].strip() for r in rows[1:]] for i, h in enumerate(header)}
 
 
-async def _tabular_classification(raw: Any, inputs: Inputs, saver: Saver) -> Output:
+async def _tabular_classification(raw: list[str], inputs: Inputs, saver: Saver) -> Output:
     rows = len(next(iter(inputs.prepared.values())))
     preds = [str(p) for p in raw]
     if len(preds) != rows:
@@ -109,7 +116,7 @@ async def _tabular_classification(raw: Any, inputs: Inputs, saver: Saver) -> Out
     return Output(text=text, data=Predictions(tuple(preds)))
 
 
-async def _fill_mask(raw: Any, inputs: Inputs, saver: Saver) -> Output:
+async def _fill_mask(raw: list[FillMaskOutputElement], inputs: Inputs, saver: Saver) -> Output:
     items = best(flatten(raw), saver.limits.max_items, lambda x: float(x.score))
     if not items:
         raise ValueError("no completions")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+
 from ..media import sniff
 from ..types import Output
 from .base import Inputs, Saver, TaskSpec, entry
@@ -16,7 +17,7 @@ def _text_to_video(c: Any, model: str, inputs: Inputs) -> Any:
     return c.text_to_video(inputs.text["text"], model=model)
 
 
-async def _video(raw: Any, inputs: Inputs, saver: Saver) -> Output:
+async def _video(raw: bytes | tuple[bytes, str], inputs: Inputs, saver: Saver) -> Output:
     body = raw[0] if isinstance(raw, tuple) else raw
     s = sniff(body)
     if s is None or s.kind != "video":

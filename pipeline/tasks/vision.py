@@ -5,21 +5,33 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from typing import Any
+from typing import Union
 
 import numpy as np
+from huggingface_hub import (
+    DocumentQuestionAnsweringOutputElement,
+    ImageSegmentationOutputElement,
+    ObjectDetectionOutputElement,
+    VisualQuestionAnsweringOutputElement,
+)
+from PIL import Image
 
-from ..experts import render
 from ..media import check_pixels
+from . import drawing
 from ..types import Output
 from .base import Inputs, Saver, TaskSpec, best, entry, flatten, labels_output, summary, text_of
 from .outputs import Answer, Answers, DetectedObject, Label, Objects, Segments
 
 IMAGE = {"image": "image"}
+QuestionAnswers = Union[
+    VisualQuestionAnsweringOutputElement, DocumentQuestionAnsweringOutputElement,
+    list[VisualQuestionAnsweringOutputElement], list[DocumentQuestionAnsweringOutputElement],
+]
+"""What the client answers for a question about an image or a document image."""
 IMAGE_AND_TEXT = {"image": "image", "text": "text"}
 
 
-async def _object_detection(raw: Any, inputs: Inputs, saver: Saver) -> Output:
+async def _object_detection(raw: list[ObjectDetectionOutputElement], inputs: Inputs, saver: Saver) -> Output:
     limits = saver.limits
     found = best(raw, limits.max_items, lambda x: float(x.score))
     objects = [
@@ -27,38 +39,38 @@ async def _object_detection(raw: Any, inputs: Inputs, saver: Saver) -> Output:
         for x in found
     ]
     drawable = [{"label": o.label, "score": o.score, "box": list(o.box)} for o in objects]
-    png = await render.in_thread(render.draw_boxes, inputs.media["image"], drawable, max_pixels=limits.max_image_pixels)
+    png = await drawing.in_thread(drawing.draw_boxes, inputs.media["image"], drawable, max_pixels=limits.max_image_pixels)
     pairs = [(o.label, o.score) for o in objects]
     short = summary(pairs, limit=3) if objects else "none"
     res = await saver.image(png, f"{inputs.resources['image'].id} with {len(objects)} boxes drawn: {short}")
     return Output(text=summary(pairs) if objects else "no objects found", files=[res], data=Objects(tuple(objects)))
 
 
-async def _text_to_image(raw: Any, inputs: Inputs, saver: Saver) -> Output:
+async def _text_to_image(raw: Image.Image, inputs: Inputs, saver: Saver) -> Output:
     return Output(files=[await saver.image(raw, f"image of {inputs.text['text'][:60]!r}")])
 
 
-async def _image_to_image(raw: Any, inputs: Inputs, saver: Saver) -> Output:
+async def _image_to_image(raw: Image.Image, inputs: Inputs, saver: Saver) -> Output:
     prompt = inputs.text.get("text")
     what = f"{inputs.resources['image'].id} edited" + (f" as {prompt[:60]!r}" if prompt else "")
     return Output(files=[await saver.image(raw, what)])
 
 
-async def _image_segmentation(raw: Any, inputs: Inputs, saver: Saver) -> Output:
+async def _image_segmentation(raw: list[ImageSegmentationOutputElement], inputs: Inputs, saver: Saver) -> Output:
     limits = saver.limits
     found = best(raw, limits.max_items, lambda x: None if x.score is None else float(x.score))
     segments = [(str(x.label), None if x.score is None else float(x.score), x.mask) for x in found]
-    png = await render.in_thread(render.overlay_masks, inputs.media["image"], segments, max_pixels=limits.max_image_pixels)
+    png = await drawing.in_thread(drawing.overlay_masks, inputs.media["image"], segments, max_pixels=limits.max_image_pixels)
     pairs = [(label, score) for label, score, _ in segments]
     short = summary(pairs, limit=3) if segments else "none"
-    drawn = min(len(segments), render.MASKS_DRAWN)
+    drawn = min(len(segments), drawing.MASKS_DRAWN)
     shown = f"{len(segments)} masks" if drawn == len(segments) else f"the best {drawn} of {len(segments)} masks"
     res = await saver.image(png, f"{inputs.resources['image'].id} with {shown}: {short}")
     text = summary(pairs) if segments else "no segments found"
     return Output(text=text, files=[res], data=Segments(tuple(Label(label, score) for label, score in pairs)))
 
 
-async def _depth_estimation(raw: Any, inputs: Inputs, saver: Saver) -> Output:
+async def _depth_estimation(raw: tuple[bytes, str], inputs: Inputs, saver: Saver) -> Output:
     body, ctype = raw
     if ctype.startswith("image/"):
         img = body
@@ -73,15 +85,15 @@ async def _depth_estimation(raw: Any, inputs: Inputs, saver: Saver) -> Output:
             if depth.ndim != 2:
                 raise ValueError(f"predicted_depth of shape {depth.shape}, not a 2-D map")
             check_pixels((depth.shape[1], depth.shape[0]), saver.limits.max_image_pixels)
-            img = await asyncio.to_thread(render.depth_to_png, depth)
+            img = await asyncio.to_thread(drawing.depth_to_png, depth)
         else:
             raise ValueError("depth output without 'depth' or 'predicted_depth'")
     pixels = saver.limits.max_image_pixels
-    png = await asyncio.to_thread(lambda: render.to_png(render.open_rgb(img, pixels)))
+    png = await asyncio.to_thread(lambda: drawing.to_png(drawing.open_rgb(img, pixels)))
     return Output(files=[await saver.image(png, f"depth map of {inputs.resources['image'].id}")])
 
 
-async def _answers(raw: Any, inputs: Inputs, saver: Saver) -> Output:
+async def _answers(raw: QuestionAnswers, inputs: Inputs, saver: Saver) -> Output:
     answers = [Answer(str(x.answer), None if x.score is None else float(x.score)) for x in flatten(raw)]
     answers = answers[: saver.limits.max_items]
     if not answers:

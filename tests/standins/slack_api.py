@@ -34,7 +34,7 @@ from aiohttp import WSMsgType, web
 
 ALL_SCOPES = frozenset(
     {
-        "app_mentions:read", "chat:write", "files:read", "files:write", "channels:history",
+        "app_mentions:read", "assistant:write", "chat:write", "files:read", "files:write", "channels:history",
         "groups:history", "im:history", "mpim:history", "im:read", "channels:read",
     }
 )
@@ -51,8 +51,9 @@ METHOD_SCOPES = {
     "chat.appendStream": "chat:write",
     "chat.stopStream": "chat:write",
     "chat.postEphemeral": "chat:write",
-    "assistant.threads.setStatus": "chat:write",
-    "assistant.threads.setSuggestedPrompts": "chat:write",
+    "assistant.threads.setStatus": "chat:write",  # or assistant:write (docs.slack.dev changelog 2026-03-05)
+    "assistant.threads.setSuggestedPrompts": "assistant:write",
+    "auth.test": "",
 }
 
 MARKDOWN_TEXT_LIMIT = 12_000

@@ -22,7 +22,7 @@ depends_on = None
 
 SQL = """
 --
--- Several processes sharing one data directory (issue 14; rules in bot/store/lease.py and
+-- Several processes sharing one data directory (rules in bot/store/lease.py and
 -- bot/store/retention.py):
 -- * owners: one row per open store (process), with its heartbeat lease;
 -- * turns.owner: the owner that began a running turn (NULL for turns from earlier versions,

@@ -25,6 +25,7 @@ from pipeline.types import (
     PlanDiscarded,
     PlanReady,
     ResponseDelta,
+    RunRecord,
     Task,
     TaskFailed,
     TaskFinished,
@@ -112,30 +113,10 @@ class Progress:
             if event.text in self.notes:
                 return False
             self.notes.append(event.text)
-        elif isinstance(event, TaskPlanned):  # the plan is still being written; this task starts
-            self.tasks.setdefault(event.task.id, TaskProgress(event.task))
-            self.stage = "executing"
-        elif isinstance(event, PlanDiscarded):  # the early tasks were stopped; planning goes on
-            for tid in event.task_ids:
-                self.tasks.pop(tid, None)
-            self.stage = "planning"
-        elif isinstance(event, PlanReady):
-            self.planned = True
-            for task in event.tasks:
-                self.tasks.setdefault(task.id, TaskProgress(task))
-            self.stage = "executing" if event.tasks else "responding"
-        elif isinstance(event, ModelSelected):
-            line = self.tasks.get(event.selection.task_id)
-            if line is None:
-                return False
-            line.model = event.selection.model
-        elif isinstance(event, TaskStarted):
-            line = self.tasks.get(event.task_id)
-            if line is None:
-                return False
-            line.state, line.model = "running", event.model
-            if line.started is None:
-                line.started = now
+        elif isinstance(event, (TaskPlanned, PlanDiscarded, PlanReady)):
+            self._apply_plan(event)
+        elif isinstance(event, (ModelSelected, TaskStarted)):
+            return self._apply_task(event, now)
         elif isinstance(event, (TaskFinished, TaskFailed, TaskSkipped)):
             self._finish_task(event.result.task_id, event.result.status, event.result.model, event.result.error, now)
         elif isinstance(event, ResponseDelta):
@@ -144,28 +125,60 @@ class Progress:
                 return False
             self.stage = "responding"
         elif isinstance(event, Done):
-            record = event.record
-            for task in record.tasks:
-                self.tasks.setdefault(task.id, TaskProgress(task))
-            self.planned = self.planned or bool(record.tasks)
-            for tid, sel in record.selections.items():
-                if tid in self.tasks and self.tasks[tid].model is None:
-                    self.tasks[tid].model = sel.model
-            for tid, res in record.results.items():
-                if tid in self.tasks and self.tasks[tid].state in ("waiting", "running"):
-                    self._finish_task(tid, res.status, res.model, res.error, now)
-                    if record.stopped and res.status == "failed":  # cut short by the user's Stop
-                        self.tasks[tid].state = "stopped"
-            for line in self.tasks.values():  # started early, then the run ended without them
-                if line.state in ("waiting", "running"):
-                    line.state, line.finished = "stopped", now
-            self.stage = "done" if record.answered else "failed"
-            self.error = record.error
-            total = record.timings_ms.get("total")
-            self.elapsed = total / 1000 if total else now - self.started
+            self._apply_done(event.record, now)
         else:
             return False
         return True
+
+    def _apply_plan(self, event: TaskPlanned | PlanDiscarded | PlanReady) -> None:
+        if isinstance(event, TaskPlanned):  # the plan is still being written; this task starts
+            self.tasks.setdefault(event.task.id, TaskProgress(event.task))
+            self.stage = "executing"
+        elif isinstance(event, PlanDiscarded):  # the early tasks were stopped; planning goes on
+            for tid in event.task_ids:
+                self.tasks.pop(tid, None)
+            self.stage = "planning"
+        else:
+            self.planned = True
+            for task in event.tasks:
+                self.tasks.setdefault(task.id, TaskProgress(task))
+            self.stage = "executing" if event.tasks else "responding"
+
+    def _apply_task(self, event: ModelSelected | TaskStarted, now: float) -> bool:
+        if isinstance(event, ModelSelected):
+            line = self.tasks.get(event.selection.task_id)
+            if line is None:
+                return False
+            line.model = event.selection.model
+            return True
+        line = self.tasks.get(event.task_id)
+        if line is None:
+            return False
+        line.state, line.model = "running", event.model
+        if line.started is None:
+            line.started = now
+        return True
+
+    def _apply_done(self, record: RunRecord, now: float) -> None:
+        """The final state from the run's record (tasks the events did not finish included)."""
+        for task in record.tasks:
+            self.tasks.setdefault(task.id, TaskProgress(task))
+        self.planned = self.planned or bool(record.tasks)
+        for tid, sel in record.selections.items():
+            if tid in self.tasks and self.tasks[tid].model is None:
+                self.tasks[tid].model = sel.model
+        for tid, res in record.results.items():
+            if tid in self.tasks and self.tasks[tid].state in ("waiting", "running"):
+                self._finish_task(tid, res.status, res.model, res.error, now)
+                if record.stopped and res.status == "failed":  # cut short by the user's Stop
+                    self.tasks[tid].state = "stopped"
+        for line in self.tasks.values():  # started early, then the run ended without them
+            if line.state in ("waiting", "running"):
+                line.state, line.finished = "stopped", now
+        self.stage = "done" if record.answered else "failed"
+        self.error = record.error
+        total = record.timings_ms.get("total")
+        self.elapsed = total / 1000 if total else now - self.started
 
     def _finish_task(self, task_id: int, status: str, model: str | None, error: str | None, now: float) -> None:
         line = self.tasks.get(task_id)

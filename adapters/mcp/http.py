@@ -1,0 +1,136 @@
+"""The MCP server over streamable HTTP at ``/mcp`` inside ``hugginggpt serve``.
+
+The same rules as the OpenAI-compatible API (:mod:`adapters.http.auth`): ``Authorization: Bearer
+KEY`` with a key of ``[server] api_keys`` (401 without one, before the MCP layer sees the request;
+with no key configured, loopback peers only), the per-key rate and concurrency limits, and the
+per-key conversations (a ``conversation_id`` here is the API's conversation name, so a
+conversation may go on through either). Without keys, the SDK's DNS-rebinding protection only
+lets loopback ``Host``/``Origin`` headers through; with keys the bearer key is the protection.
+
+The SDK's session manager needs a running task group: it is started by the first request (the
+API runs without an ASGI lifespan) and stopped by :meth:`McpEndpoint.close`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from mcp import types
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
+from starlette.routing import Route
+
+from adapters.http.auth import Caller, Keys
+from adapters.http.common import PLATFORM, State
+from adapters.http.errors import ApiError
+
+from .server import build_server
+
+log = logging.getLogger("adapters.mcp")
+PATH = "/mcp"
+
+
+class KeyAccess:
+    """:class:`adapters.mcp.server.Access` by the HTTP API's keys and limits."""
+
+    platform = PLATFORM
+
+    def __init__(self, keys: Keys) -> None:
+        self.keys = keys
+
+    async def caller(self, ctx: Any) -> str:
+        """The key id of the request's ``Authorization`` header (checked again: a session id
+        alone never stands for a key).
+
+        Raises:
+            MCPError: no or a wrong key.
+        """
+        request = getattr(ctx, "request", None)
+        headers = getattr(request, "headers", None) or {}
+        client = getattr(request, "client", None)
+        try:
+            return self.keys.authenticate(headers.get("authorization"), client.host if client else None).key_id
+        except ApiError as e:
+            raise MCPError(types.INVALID_REQUEST, e.message) from None
+
+    async def admit(self, caller: str) -> Callable[[], None]:
+        """Count the call against the key's rate and reserve one of its concurrent runs.
+
+        Raises:
+            MCPError: over a limit (the API's 429 sentence).
+        """
+        who = Caller(caller, None)
+        try:
+            await self.keys.count_request(who)
+            return await self.keys.reserve(who)
+        except ApiError as e:
+            raise MCPError(types.INVALID_REQUEST, e.message) from None
+
+
+class McpEndpoint:
+    """The ASGI application at ``/mcp``: authenticates, then hands the request to the SDK's
+    streamable HTTP session manager.
+
+    Args:
+        state: the API's state (settings, service, keys).
+        version: shown to clients as the server's version.
+    """
+
+    def __init__(self, state: State, *, version: str = "") -> None:
+        self.keys = state.keys
+        server = build_server(state.service, KeyAccess(state.keys), version=version)
+        security = (TransportSecuritySettings(enable_dns_rebinding_protection=False) if self.keys.required else
+                    TransportSecuritySettings(allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
+                                              allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]))
+        self.manager = StreamableHTTPSessionManager(app=server, security_settings=security,
+                                                    max_request_body_size=state.settings.server.max_body_bytes)
+        self._runner: asyncio.Task[None] | None = None
+        self._stop = asyncio.Event()
+        self._lock = asyncio.Lock()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":  # pragma: no cover - only HTTP reaches a route
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        client = scope.get("client")
+        try:
+            self.keys.authenticate(headers.get("authorization"), client[0] if client else None)
+        except ApiError as e:
+            log.info("%s %s -> 401: %s", scope.get("method"), PATH, e.message)
+            await e.response()(scope, receive, send)
+            return
+        await self._started()
+        await self.manager.handle_request(scope, receive, send)
+
+    async def _started(self) -> None:
+        async with self._lock:
+            if self._runner is None:
+                ready = asyncio.Event()
+                self._runner = asyncio.create_task(self._run(ready), name="mcp-http-sessions")
+                await ready.wait()
+
+    async def _run(self, ready: asyncio.Event) -> None:
+        async with self.manager.run():
+            ready.set()
+            await self._stop.wait()
+
+    async def close(self) -> None:
+        """Stop the session manager (open MCP sessions end; their runs are cancelled)."""
+        self._stop.set()
+        if self._runner is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._runner, 10)
+
+
+def mount(app: Any, *, version: str = "") -> McpEndpoint:
+    """Serve the MCP endpoint at ``/mcp`` of the API ``app`` (built by
+    :func:`adapters.http.create_app`, whose ``app.state.hugginggpt`` it uses); returns it (close
+    it when the server stops)."""
+    endpoint = McpEndpoint(app.state.hugginggpt, version=version)
+    app.router.routes.append(Route(PATH, endpoint=endpoint, methods=["GET", "POST", "DELETE"]))
+    return endpoint

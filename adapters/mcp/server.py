@@ -1,0 +1,249 @@
+"""HuggingGPT as an MCP server (the official ``mcp`` SDK's low-level ``Server``: our tools and
+their input schemas are generated from the task registry, which the decorator-based
+``MCPServer`` derives from Python signatures instead).
+
+Tools:
+
+- ``hugginggpt(request, files?, conversation_id?)``: one turn of the four stages; the answer as
+  text, generated images/audio as image/audio content, the plan, selections and results as
+  structured content, and the conversation id to continue with. Progress notifications follow
+  the stages; a cancelled call stops the run as a Stop button does (the answer covers what
+  finished and the turn is stored as stopped);
+- ``plan(request, files?)``: task planning only;
+- one tool per registry task (``object-detection``, ``image-to-text``, ...): model selection
+  and execution of that task alone.
+
+Who may call and how often is the transport's :class:`Access`: over stdio the local user (no
+limits, conversations of their own); over HTTP the API keys, rate and concurrency limits and
+conversations of the OpenAI-compatible API (:mod:`adapters.mcp.http`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import anyio
+from mcp import types
+from mcp.server.lowlevel import Server
+from mcp.shared.exceptions import MCPError
+
+from bot.direct import plan_only, run_task
+from bot.errors import InputError, StorageError
+from bot.incoming import ConversationKey, IncomingFile
+from bot.service import Service
+from pipeline.errors import HuggingGPTError
+from pipeline.tasks import TASKS
+from pipeline.types import Done, RunRecord
+
+from .arguments import REQUEST_SCHEMA, RUN_SCHEMA, BadArguments, RunArguments, run_arguments, task_arguments, task_schema
+from .results import Progress, plan_result, run_result, task_result
+
+log = logging.getLogger("adapters.mcp")
+
+STOP_GRACE = 30.0
+"""Seconds a cancelled run may take to write its stopped answer and store the turn."""
+INSTRUCTIONS = (
+    "HuggingGPT plans a request as AI tasks, runs Hugging Face models for them and answers. Call `hugginggpt` "
+    "with the request and any files (data: URIs); pass the returned conversation_id to continue. `plan` only "
+    "plans; the other tools run one task (a Hugging Face pipeline tag) on its own."
+)
+_END = object()
+
+
+class Access(Protocol):
+    """Who calls, within which limits (one per transport)."""
+
+    platform: str
+    """``ConversationKey.platform`` of the conversations made through it."""
+
+    async def caller(self, ctx: Any) -> str:
+        """The caller's id (an API key id) for the request of ``ctx``.
+
+        Raises:
+            MCPError: the caller may not call (no or a wrong key).
+        """
+        ...
+
+    async def admit(self, caller: str) -> Callable[[], None]:
+        """Count one call against the caller's limits and reserve a run; returns the release.
+
+        Raises:
+            MCPError: over the rate or concurrency limit (one sentence).
+        """
+        ...
+
+
+class LocalAccess:
+    """Over stdio: the local user who started the process; no keys, no limits."""
+
+    platform = "mcp"
+
+    async def caller(self, ctx: Any) -> str:
+        """``"stdio"``."""
+        return "stdio"
+
+    async def admit(self, caller: str) -> Callable[[], None]:
+        """Nothing to count."""
+        return lambda: None
+
+
+def invalid(sentence: str) -> MCPError:
+    """The MCP error of bad arguments (-32602, "Invalid params") with ``sentence``."""
+    return MCPError(types.INVALID_PARAMS, sentence)
+
+
+class Tools:
+    """The tool handlers over one service.
+
+    Args:
+        service: the running service.
+        access: the transport's :class:`Access`.
+    """
+
+    def __init__(self, service: Service, access: Access) -> None:
+        self.service = service
+        self.access = access
+
+    async def list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
+        """``hugginggpt``, ``plan`` and one tool per registry task (MCP tools bridged in are left out)."""
+        tools = [
+            types.Tool(name="hugginggpt", description="Answer a request with HuggingGPT: plan it as AI tasks, run "
+                       "Hugging Face models for them, and answer with text and generated images or audio.",
+                       input_schema=RUN_SCHEMA),
+            types.Tool(name="plan", description="Task planning only: the graph of AI tasks HuggingGPT would run "
+                       "for a request (nothing is run).", input_schema=REQUEST_SCHEMA),
+        ]
+        tools += [types.Tool(name=name, description=f"{spec.description} (one HuggingGPT expert task: a model is "
+                             "selected and run, no planning)", input_schema=task_schema(spec))
+                  for name, spec in sorted(TASKS.items()) if spec.domain != "mcp"]
+        return types.ListToolsResult(tools=tools)
+
+    async def call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        """Dispatch a call; bad arguments and refusals are MCP errors with one sentence, a run
+        that fails is a result with ``is_error``.
+
+        Raises:
+            MCPError: unknown tool, bad arguments, over a limit, storage unavailable.
+        """
+        name, args = params.name, params.arguments
+        try:
+            if name == "hugginggpt":
+                return await self._run(ctx, run_arguments(args, name, conversations=True))
+            if name == "plan":
+                return await self._plan(ctx, run_arguments(args, name, conversations=False))
+            spec = TASKS.get(name)
+            if spec is None or spec.domain == "mcp":
+                raise invalid(f"There is no tool called {name!r}; list the tools to see them.")
+            text, files = task_arguments(args, spec)
+            return await self._task(ctx, name, text, files)
+        except BadArguments as e:
+            raise invalid(str(e)) from None
+        except InputError as e:
+            raise invalid(e.user_message) from None
+        except StorageError as e:
+            raise MCPError(types.INTERNAL_ERROR, e.user_message) from None
+        except (MCPError, asyncio.CancelledError):
+            raise
+        except Exception as e:  # one line for the operator, one sentence for the client
+            log.error("MCP tool %s failed: %s: %s", name, e.__class__.__name__, e, exc_info=e)
+            raise MCPError(types.INTERNAL_ERROR, "The server failed while answering; the operator's log has the details.") from None
+
+    async def _run(self, ctx: Any, a: RunArguments) -> types.CallToolResult:
+        caller = await self.access.caller(ctx)
+        release = await self.access.admit(caller)
+        try:
+            files = await self.service.check_files(a.files)
+            name = a.conversation_id or uuid.uuid4().hex
+            key = ConversationKey(self.access.platform, caller, "chat", name)
+            progress = Progress(ctx.session)
+            await progress.say("Task planning: reading the request")
+            record = await self._drive(a.text, files, key, caller, progress)
+        finally:
+            release()
+        return await run_result(record, name)
+
+    async def _drive(self, text: str, files: list[IncomingFile], key: ConversationKey, caller: str,
+                     progress: Progress) -> RunRecord:
+        """Run the turn in a task of its own, reporting its events; cancelled, it stops the run
+        (``stop``) and waits for the stopped answer to be stored."""
+        stop = asyncio.Event()
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+
+        async def drive() -> None:
+            try:
+                async for event in self.service.handle(text, files, key=key, user=caller, stop=stop):
+                    queue.put_nowait(event)
+            except Exception as e:  # handed to the caller below
+                queue.put_nowait(e)
+            finally:
+                queue.put_nowait(_END)
+
+        driver = asyncio.create_task(drive(), name=f"mcp-run-{key.thread}")
+        record: RunRecord | None = None
+        try:
+            while (item := await queue.get()) is not _END:
+                if isinstance(item, BaseException):
+                    raise item
+                if isinstance(item, Done):
+                    record = item.record
+                await progress.event(item)
+        except asyncio.CancelledError:
+            stop.set()
+            log.info("MCP call cancelled: stopping the run of %s", key.thread)
+            with anyio.CancelScope(shield=True):
+                await asyncio.wait({driver}, timeout=STOP_GRACE)
+            if not driver.done():
+                driver.cancel()
+            raise
+        return record or RunRecord(request=text, status="error", error="The run ended without an answer.")
+
+    async def _plan(self, ctx: Any, a: RunArguments) -> types.CallToolResult:
+        release = await self.access.admit(await self.access.caller(ctx))
+        try:
+            await Progress(ctx.session).say("Task planning")
+            tasks = await plan_only(self.service, a.text, a.files)
+        except (InputError, StorageError):
+            raise
+        except HuggingGPTError as e:  # the plan could not be made: the tool's error, said
+            return types.CallToolResult(content=[types.TextContent(type="text", text=e.user_message)], is_error=True)
+        finally:
+            release()
+        return plan_result(tasks)
+
+    async def _task(self, ctx: Any, task: str, text: dict[str, str], files: dict[str, IncomingFile]) -> types.CallToolResult:
+        release = await self.access.admit(await self.access.caller(ctx))
+        progress = Progress(ctx.session)
+        events: asyncio.Queue[Any] = asyncio.Queue()
+
+        async def report() -> None:
+            while (event := await events.get()) is not None:
+                await progress.event(event)
+
+        reporter = asyncio.create_task(report())
+        try:
+            outcome = await run_task(self.service, task, text, files, emit=events.put_nowait)
+        finally:
+            release()
+            events.put_nowait(None)
+            await asyncio.wait({reporter}, timeout=5)
+            reporter.cancel()
+        return await task_result(task, outcome.selection, outcome.result)
+
+
+def build_server(service: Service, access: Access | None = None, *, version: str = "") -> Server:
+    """The MCP server over ``service`` (stdio access unless ``access`` is given)."""
+    tools = Tools(service, access or LocalAccess())
+    return Server("hugginggpt", version=version, title="HuggingGPT", instructions=INSTRUCTIONS,
+                  on_list_tools=tools.list_tools, on_call_tool=tools.call_tool)
+
+
+async def serve_stdio(server: Server) -> None:
+    """Serve ``server`` on this process's stdin/stdout until the client closes them."""
+    from mcp.server.stdio import stdio_server
+
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options())

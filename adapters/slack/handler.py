@@ -1,0 +1,368 @@
+"""The Slack front end's request handling: one :class:`SlackBot` per process behind the listeners
+(:mod:`adapters.slack.app` builds the app and registers them); each accepted event becomes one
+:class:`adapters.slack.context.EventContext` that every step works from.
+
+What a user sees: ``@bot <request>`` (files attached or not) in a channel gets a status message in
+that message's thread, edited as the run progresses (plan, model and state per task), then the
+answer (Markdown converted to mrkdwn, split under Slack's size limit) and the generated files.
+A mention inside a thread continues that thread's conversation; in a thread the bot takes part
+in, follow-ups need no mention (``[slack] followups_without_mention``). Direct messages work too.
+
+Delivery rules (docs.slack.dev/apis/events-api): bolt acknowledges each event before our listener
+runs (``process_before_response=False``); the listener does its checks without awaiting and hands
+the work to a tracked task, so the acknowledgement never waits for the pipeline. Repeated
+deliveries (retries, ``app_mention`` plus ``message``, Socket Mode redelivery) are answered once
+(:class:`bot.limits.SeenKeys`); the bot's own messages and edits are ignored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+from aiolimiter import AsyncLimiter
+from cachetools import TTLCache
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.admission import Admission, Requester
+from bot.limits import SeenKeys
+from bot.settings import Settings
+from bot.incoming import IncomingFile
+from bot.errors import InputError
+from pipeline.errors import HuggingGPTError
+from pipeline.types import Done, RunRecord
+
+from . import io as slack_io
+from .context import EventContext, FileLimits
+from .live import LiveReply, answer_messages
+from .logic import classify_message, escape_slack, strip_mentions, unescape_slack, wants_new_conversation
+
+if TYPE_CHECKING:
+    from bot.service import Service
+
+log = logging.getLogger("adapters.slack.app")
+
+BACKEND_DOWN = "Something went wrong on my side and the request stopped; please try again in a few minutes."
+RESTARTING = ":warning: I was restarted before finishing this request; please ask again."
+STARTED_OVER = ("Starting a new conversation: the files and answers of our earlier messages are no longer used. "
+                "Send a request (with files if it needs them).")
+EMPTY_REQUEST = "Mention me with a request, for example: `@HuggingGPT describe this photo` with an image attached."
+
+
+@dataclass
+class Stats:
+    """Counters for operators and the benchmark."""
+
+    events: int = 0
+    duplicates: int = 0
+    ignored: int = 0
+    runs: int = 0
+    answers: int = 0
+    errors: int = 0
+
+
+class SlackBot:
+    """State and request handling behind the listeners (one per process); the listeners are plain
+    functions registered by :func:`register_listeners`, the buttons' in :mod:`adapters.slack.controls`.
+
+    Args:
+        settings: all settings (``[slack]`` and ``[storage] max_files`` / ``max_file_bytes`` are used here).
+        service: the service the requests go to.
+        client: the bot's ``AsyncWebClient`` (the app's client).
+        update_interval: minimum seconds between two edits of one status message (default 1.0).
+        file_hosts: extra origins (``https://host[:port]`` URLs) the bot token may be sent to when
+            downloading user files; scheme, host and port must match exactly.
+
+    Attributes:
+        runs: run id -> (its stop event, the requester), for the Stop button.
+        tasks: the runs in flight (tracked tasks).
+        stats: counters for operators and the benchmark.
+    """
+
+    def __init__(self, settings: Settings, service: Service, client: AsyncWebClient, *, update_interval: float = 1.0,
+                 file_hosts: tuple[str, ...] = ()) -> None:
+        self.settings = settings
+        self.slack = settings.slack
+        self.service = service
+        self.client = client
+        self.update_interval = update_interval
+        self.poster = slack_io.Poster(client)
+        self.update_limiter = AsyncLimiter(50, 60)  # chat.update: Tier 3, about 50 per minute
+        self.dedup = SeenKeys()
+        self.admission = Admission(settings, "slack", service.store)
+        # (channel, thread_ts) -> whether the bot takes part in that thread
+        self.threads: TTLCache[tuple[str, str], bool] = TTLCache(maxsize=20_000, ttl=7 * 24 * 3600)
+        self.stats = Stats()
+        self.tasks: set[asyncio.Task] = set()
+        self.runs: dict[str, tuple[asyncio.Event, str]] = {}
+        self.closing = False
+        api = slack_io.origin_of(client.base_url)
+        extra = {o for o in map(slack_io.origin_of, file_hosts) if o is not None}
+        self.file_origins = set(slack_io.DEFAULT_FILE_ORIGINS) | extra | ({api} if api and api[1] != "slack.com" else set())
+        self.session: aiohttp.ClientSession | None = None
+
+    @property
+    def file_limits(self) -> FileLimits:
+        """The file limits of a request (``[storage]``), read when an event's context is built."""
+        return FileLimits(self.settings.storage.max_files, self.settings.storage.max_file_bytes)
+
+    # ------------------------------------------------------------------ entry from the listeners
+
+    def on_event(self, body: dict[str, Any], event: dict[str, Any], bot_user_id: str | None, bot_id: str | None) -> None:
+        """Decide about one delivered event without awaiting anything, then start the work.
+
+        Called for ``app_mention`` and ``message`` events after bolt acknowledged them.
+        """
+        self.stats.events += 1
+        decision = classify_message(
+            event, bot_user_id=bot_user_id, bot_id=bot_id, followups_without_mention=self.slack.followups_without_mention
+        )
+        if decision.verdict == "ignore":
+            self.stats.ignored += 1
+            log.debug("ignored %s event %s: %s", event.get("type"), body.get("event_id"), decision.reason)
+            return
+        message = (event.get("channel"), event.get("ts")) if event.get("channel") and event.get("ts") else None
+        if not self.dedup.first_time(body.get("event_id"), message):
+            self.stats.duplicates += 1
+            log.info("duplicate delivery of %s ts=%s (event %s) ignored", event.get("type"), event.get("ts"), body.get("event_id"))
+            return
+        if self.closing:
+            log.warning("event %s arrived during shutdown; not started", body.get("event_id"))
+            return
+        self.start(EventContext.of(body, event, bot_user_id=bot_user_id, bot_id=bot_id,
+                                   needs_thread_check=decision.needs_thread_check, limits=self.file_limits))
+
+    def start(self, ctx: EventContext) -> None:
+        """Handle ``ctx`` in a tracked task (:meth:`close` waits for it)."""
+        name = f"slack-adopted-{ctx.delivery}" if ctx.adopted else f"slack-{ctx.channel}-{ctx.ts}"
+        task = asyncio.create_task(self.handle(ctx), name=name)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def handle(self, ctx: EventContext) -> None:
+        """Claim, answer and settle one event; an unexpected error is logged, never raised."""
+        try:
+            await self._process(ctx)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            self.stats.errors += 1
+            log.exception("unexpected error while handling a Slack event")
+
+    # ------------------------------------------------------------------ one request
+
+    async def _process(self, ctx: EventContext) -> None:
+        if not ctx.adopted and not await self._claim(ctx):
+            return
+        try:
+            await self._respond(ctx)
+        except asyncio.CancelledError:  # shutdown: an unstarted delivery is left for another process
+            raise
+        except BaseException:
+            await self.service.settle_delivery(ctx.delivery)
+            raise
+        await self.service.settle_delivery(ctx.delivery)  # answered (already settled by its turn), refused or ignored
+
+    async def _respond(self, ctx: EventContext) -> None:
+        if ctx.needs_thread_check and not await self._bot_in_thread(ctx):
+            log.debug("thread reply in %s/%s without mention, bot not in thread: ignored", ctx.channel, ctx.thread_ts)
+            return
+        if not await self._admitted(ctx):
+            return
+        text = strip_mentions(unescape_slack(ctx.event.get("text") or ""), ctx.bot_user_id)
+        if not text and not ctx.files:
+            await self.say(ctx.channel, ctx.thread_ts, EMPTY_REQUEST)
+            return
+        if wants_new_conversation(dict(ctx.event), text):
+            await self._start_over(ctx)
+            return
+        await self._run_reply(ctx, text)
+
+    async def _admitted(self, ctx: EventContext) -> bool:
+        """Admission (access, rate): says a refusal in the thread (not to every thread reply)."""
+        who = Requester("slack", ctx.user, (ctx.channel,), ctx.team, is_dm=ctx.is_dm)
+        refusal = await self.admission.admit(who)
+        if refusal is None:
+            return True
+        if refusal.reason == "rate":
+            log.info("rate limited user=%s", ctx.user)
+            await self.say(ctx.channel, ctx.thread_ts, ":hourglass: " + refusal.sentence)
+        else:
+            log.info("refused user=%s channel=%s: %s", ctx.user, ctx.channel, refusal.reason)
+            if not ctx.needs_thread_check:  # say it to mentions and DMs, not to every reply in a thread
+                await self.say(ctx.channel, ctx.thread_ts, ":no_entry: " + refusal.sentence)
+        return False
+
+    async def _start_over(self, ctx: EventContext) -> None:
+        try:
+            await self.service.start_over(ctx.key)
+        except HuggingGPTError as e:
+            log.error("starting over in %s failed: %s", ctx.channel, e)
+            await self.say(ctx.channel, ctx.thread_ts, ":warning: " + escape_slack(e.user_message))
+            return
+        await self.say(ctx.channel, ctx.thread_ts, STARTED_OVER)
+
+    async def _run_reply(self, ctx: EventContext, text: str) -> None:
+        """Open the live reply (status message or stream) and run the request into it."""
+        self.stats.runs += 1
+        self.threads[(ctx.channel, ctx.thread_ts)] = True
+        stop = asyncio.Event()
+        self.runs[ctx.run_id] = (stop, ctx.user)
+        reply = LiveReply(self.client, ctx.channel, ctx.thread_ts, user=ctx.user, team=ctx.team, run_id=ctx.run_id,
+                          interval=self.update_interval, limiter=self.update_limiter, streaming=self.slack.streaming,
+                          progress=ctx.progress)
+        try:
+            await reply.start()
+        except SlackApiError as e:
+            self.runs.pop(ctx.run_id, None)
+            log.error("cannot post in channel=%s: %s", ctx.channel, slack_io.map_slack_error(e, "post a message"))
+            return
+        if reply.ts:  # a process taking this delivery over after a crash replaces this message
+            await self.service.note_delivery(ctx.delivery, ctx.payload(status_ts=reply.ts))
+        try:
+            await self._run(reply, ctx, text, stop)
+        finally:
+            self.runs.pop(ctx.run_id, None)
+
+    async def _run(self, reply: LiveReply, ctx: EventContext, text: str, stop: asyncio.Event) -> None:
+        record = await self._follow(reply, ctx, text, stop)
+        if record is None:
+            return
+        reply.show(ctx.progress)
+        if not record.answered:
+            self.stats.errors += 1
+            log.warning("run failed in %s/%s: %s", ctx.channel, ctx.thread_ts, record.error)
+            await reply.finish(False, {})
+            return
+        outputs = {tid: (r.output.text or "") for tid, r in record.results.items() if r.output is not None}
+        ref = f"{record.conversation_id}:{record.turn}" if record.conversation_id is not None else None
+        rest = await reply.finish(True, outputs, ref)
+        await self.deliver(ctx.channel, ctx.thread_ts, record, rest)
+
+    async def _follow(self, reply: LiveReply, ctx: EventContext, text: str, stop: asyncio.Event) -> RunRecord | None:
+        """Run the request through the service, showing its progress; the run's record, or
+        ``None`` after the failure was said in the reply."""
+        record: RunRecord | None = None
+        try:
+            files = await self.service.check_files(await self.download_files(ctx))
+            async for ev in self.service.handle(text, files, key=ctx.key, user=ctx.user, stop=stop, delivery=ctx.delivery):
+                if isinstance(ev, Done):
+                    record = ev.record
+                if ctx.progress.apply(ev) and not isinstance(ev, Done):
+                    reply.show(ctx.progress)
+        except HuggingGPTError as e:
+            self.stats.errors += 1
+            log.warning("request in %s/%s failed: %s", ctx.channel, ctx.thread_ts, e)
+            await reply.close_failed(":warning: " + escape_slack(e.user_message))
+            return None
+        except asyncio.CancelledError:
+            await asyncio.shield(reply.close_failed(RESTARTING))
+            raise
+        except Exception:
+            self.stats.errors += 1
+            log.exception("service failed on request in %s/%s", ctx.channel, ctx.thread_ts)
+            await reply.close_failed(":warning: " + BACKEND_DOWN)
+            return None
+        if record is None:
+            self.stats.errors += 1
+            log.error("service ended without Done for %s/%s", ctx.channel, ctx.thread_ts)
+            await reply.close_failed(":warning: " + BACKEND_DOWN)
+        return record
+
+    async def deliver(self, channel: str, thread_ts: str, record: RunRecord, text: str) -> None:
+        """Post what the stream did not carry of the answer (mrkdwn, split), then upload the
+        generated files into the thread."""
+        try:
+            for chunk in answer_messages(text):
+                await self.poster.post(channel, thread_ts, chunk)
+            self.stats.answers += 1
+        except HuggingGPTError as e:
+            log.error("posting the answer in %s/%s failed: %s", channel, thread_ts, e)
+            return
+        if record.files:
+            try:
+                await slack_io.upload_files(self.client, channel, thread_ts, record.files)
+            except HuggingGPTError as e:
+                log.error("uploading %d files in %s/%s failed: %s", len(record.files), channel, thread_ts, e)
+                await self.say(channel, thread_ts, ":warning: " + escape_slack(e.user_message))
+
+    async def _claim(self, ctx: EventContext) -> bool:
+        """Take the delivery for this process, against the others on the store (the in-memory
+        check in :meth:`on_event` only covers this one); the event is kept with it until the turn
+        begins, so another process runs the event if this one dies first."""
+        event_id = ctx.body.get("event_id")
+        try:
+            first = await self.service.claim_delivery(ctx.delivery, ctx.message_key, payload=ctx.payload())
+        except HuggingGPTError as e:  # the run itself will say what is wrong with the store
+            log.warning("could not record delivery %s: %s", event_id, e)
+            return True
+        if not first:
+            self.stats.duplicates += 1
+            log.info("delivery of %s ts=%s (event %s) already taken by another process", ctx.channel, ctx.ts, event_id)
+        return first
+
+    async def say(self, channel: str, thread_ts: str | None, text: str) -> None:
+        """Post ``text`` in the thread (or the channel); a failure is logged, never raised."""
+        try:
+            await self.poster.post(channel, thread_ts, text)
+        except HuggingGPTError as e:
+            log.error("cannot post in channel=%s: %s", channel, e)
+
+    async def download_files(self, ctx: EventContext) -> list[IncomingFile]:
+        """Download the files attached to the event (within its limits).
+
+        Raises:
+            InputError: too many files, or one cannot be downloaded (:func:`adapters.slack.io.download_file`).
+        """
+        files = ctx.files
+        if not files:
+            return []
+        if len(files) > ctx.limits.max_files:
+            raise InputError(f"Please attach at most {ctx.limits.max_files} files at a time.")
+        if self.session is None or self.session.closed:
+            self.session = aiohttp.ClientSession()
+        token = self.client.token or ""
+        return list(await asyncio.gather(*(
+            slack_io.download_file(self.session, f, token=token, max_bytes=ctx.limits.max_file_bytes,
+                                   allowed_origins=self.file_origins)
+            for f in files
+        )))
+
+    async def _bot_in_thread(self, ctx: EventContext) -> bool:
+        """Whether the bot takes part in the thread: remembered, else read with ``conversations.replies``."""
+        channel, thread_ts = ctx.channel, ctx.thread_ts
+        known = self.threads.get((channel, thread_ts))
+        if known is not None:
+            return bool(known)
+        try:
+            resp = await self.client.conversations_replies(channel=channel, ts=thread_ts, limit=200)
+        except SlackApiError as e:
+            err = slack_io.map_slack_error(e, "read the thread")
+            log.warning("cannot check thread %s/%s: %s", channel, thread_ts, err)
+            return False
+        present = any(m.get("user") == ctx.bot_user_id or (ctx.bot_id and m.get("bot_id") == ctx.bot_id)
+                      for m in resp.get("messages") or [])
+        self.threads[(channel, thread_ts)] = present
+        return present
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def close(self, timeout: float = 30.0) -> None:
+        """Graceful shutdown: take no new work, let runs in flight finish for ``timeout`` seconds,
+        then cancel the rest (their status message says so). Does not close the service."""
+        self.closing = True
+        pending = set(self.tasks)
+        if pending:
+            log.info("waiting up to %.0f s for %d Slack runs in flight", timeout, len(pending))
+            _, still = await asyncio.wait(pending, timeout=timeout)
+            for t in still:
+                t.cancel()
+            if still:
+                # each cancelled run edits its status message once more ("restarted"); bounded wait
+                await asyncio.wait(still, timeout=5.0)
+        if self.session is not None:
+            await self.session.close()

@@ -1,0 +1,113 @@
+"""A small stand-in MCP tool server (the official ``mcp`` SDK's ``MCPServer``, over stdio), so
+the MCP expert path can be tried offline::
+
+    [mcp.servers.standin]
+    command = "python"          # the interpreter of the bot's environment
+    args = ["-m", "bot.sandbox.mcp_tools"]
+
+Tools (their outputs are derived from their inputs and say they come from a stand-in):
+
+- ``stamp(image, text)``: the image with ``text`` written on a banner across its top (PNG, same
+  size), and a sentence saying so;
+- ``count_words(text)``: how many words the text has.
+
+``--mode`` makes ``stamp`` misbehave, for tests of failures: ``hang`` never answers, ``crash``
+exits the process mid-call, ``garbage`` returns "image" content that is not an image, ``link``
+returns links (a local path, a web address) instead of the image.
+Imports nothing of ``bot/`` or ``adapters/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import io
+import os
+from typing import Annotated
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ImageContent, ResourceLink, TextContent
+from PIL import Image, ImageDraw
+from pydantic import Field
+
+MAX_PIXELS = 40_000_000
+
+
+def stamped(data: bytes, text: str) -> tuple[bytes, tuple[int, int]]:
+    """``data`` (an image) with ``text`` on a dark banner across its top, as PNG; and its size.
+
+    Raises:
+        ValueError: not an image, or larger than 40 million pixels.
+    """
+    try:
+        image = Image.open(io.BytesIO(data))
+        if image.width * image.height > MAX_PIXELS:
+            raise ValueError("the image is too large")
+        image = image.convert("RGB")
+    except (OSError, Image.DecompressionBombError) as e:
+        raise ValueError(f"not an image ({e.__class__.__name__})") from None
+    draw = ImageDraw.Draw(image)
+    band = max(12, image.height // 10)
+    draw.rectangle((0, 0, image.width, band), fill=(20, 20, 20))
+    draw.text((4, max(0, band // 2 - 6)), f"{text[:80]} [stand-in stamp]", fill=(255, 230, 0))
+    out = io.BytesIO()
+    image.save(out, "PNG")
+    return out.getvalue(), image.size
+
+
+def _bytes_of(value: str) -> bytes:
+    """The bytes of a ``data:`` URI or of plain base64."""
+    if value.startswith("data:"):
+        value = value.split(",", 1)[1] if "," in value else ""
+    try:
+        return base64.b64decode(value, validate=True)
+    except ValueError:
+        raise ValueError("the image must be a data: URI or base64") from None
+
+
+def build(mode: str = "ok") -> MCPServer:
+    """The stand-in server; ``mode`` as ``--mode`` (see the module docstring)."""
+    server = MCPServer("hugginggpt-standin-tools", instructions="Stand-in tools for trying HuggingGPT's MCP experts.")
+
+    @server.tool(description="Write a short text on a banner across the top of an image (a stamp or watermark).")
+    async def stamp(
+        image: Annotated[str, Field(description="the image, as a data: URI", json_schema_extra={"contentMediaType": "image/*"})],
+        text: Annotated[str, Field(description="the words to stamp on it")],
+    ) -> list[TextContent | ImageContent | ResourceLink]:
+        if mode == "hang":
+            await asyncio.sleep(3600)
+        if mode == "crash":
+            os._exit(3)
+        if mode == "link":
+            return [TextContent(type="text", text="The stamped image is at file:///etc/passwd"),
+                    ResourceLink(type="resource_link", uri="file:///etc/passwd", name="stamped.png", mime_type="image/png"),
+                    ResourceLink(type="resource_link", uri="http://127.0.0.1:9/stamped.png", name="mirror")]
+        if mode == "garbage":
+            junk = base64.b64encode(b"this is not a picture at all").decode()
+            return [ImageContent(type="image", data=junk, mime_type="image/png")]
+        try:
+            png, (w, h) = await asyncio.to_thread(stamped, _bytes_of(image), text)
+        except ValueError as e:
+            raise ToolError(f"Cannot stamp: {e}.") from None
+        return [TextContent(type="text", text=f"Stamped {text[:80]!r} on a {w}x{h} image (stand-in tool)."),
+                ImageContent(type="image", data=base64.b64encode(png).decode(), mime_type="image/png")]
+
+    @server.tool(description="Count the words of a text.")
+    def count_words(text: Annotated[str, Field(description="the text")]) -> str:
+        return f"{len(text.split())} words (stand-in tool)"
+
+    return server
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve the stand-in tools over stdio until the client closes the connection."""
+    parser = argparse.ArgumentParser(prog="python -m bot.sandbox.mcp_tools", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mode", choices=("ok", "hang", "crash", "garbage", "link"), default="ok")
+    args = parser.parse_args(argv)
+    asyncio.run(build(args.mode).run_stdio_async())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

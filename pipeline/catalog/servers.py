@@ -1,0 +1,223 @@
+"""The team's own expert servers (``hugginggpt experts serve``): which models each one can serve now.
+
+Each server answers ``GET {url}/models`` with ``{"models": [{"id", "task", "state", "reason",
+"size_bytes", "library"}], "device", "memory_budget_bytes"}`` (the expert server contract,
+``docs/experts.md``). A model counts as served for its task when its ``state`` is ``"loaded"`` or
+``"on_disk"``; ``"refused"`` models are kept for ``hugginggpt catalog show`` but never offered.
+
+The answers are remote output, hence untrusted: ids must look like Hub ids (or a task name, the
+ControlNet annotators' address), tasks must be registry names, the body is read up to
+:data:`MAX_LISTING_BYTES` and at most :data:`MAX_MODELS` entries are kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpx2
+from cachetools import TTLCache
+
+from ..tasks import TASKS
+
+log = logging.getLogger(__name__)
+
+SERVABLE_STATES = frozenset({"loaded", "on_disk"})
+"""States of a listed model that the bot may call (the contract: ``refused`` cannot be served)."""
+MAX_LISTING_BYTES = 4 * 1024 * 1024
+"""Largest ``GET /models`` body read, in bytes."""
+MAX_MODELS = 10_000
+"""Models kept from one listing."""
+_MODEL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?$")
+
+
+@dataclass(frozen=True)
+class ServerModel:
+    """One model an expert server lists.
+
+    Attributes:
+        id: Hub id (``google/vit-base-patch16-224``) or, for a ControlNet annotator, the task name.
+        task: registry task name.
+        state: ``"loaded"``, ``"on_disk"`` or ``"refused"``.
+        reason: one sentence when refused, else ``None``.
+        size_bytes: bytes of weights on disk, or ``None``.
+        library: ``"transformers"``, ``"diffusers"``, ``"controlnet_aux"``, ``"opencv"`` (as listed).
+    """
+
+    id: str
+    task: str
+    state: str
+    reason: str | None = None
+    size_bytes: int | None = None
+    library: str | None = None
+
+    @property
+    def servable(self) -> bool:
+        """Whether the bot may call it (``loaded`` or ``on_disk``)."""
+        return self.state in SERVABLE_STATES
+
+
+@dataclass(frozen=True)
+class Listing:
+    """One server's answer (or its absence).
+
+    Attributes:
+        url: the server's base URL as configured (no trailing slash).
+        models: what it lists, in its order; ``()`` when it could not be asked.
+        reachable: whether the last ``GET /models`` succeeded.
+        device: the device it reports (``"cpu"``, ``"cuda:0"``), or ``None``.
+    """
+
+    url: str
+    models: tuple[ServerModel, ...] = ()
+    reachable: bool = True
+    device: str | None = None
+
+
+def parse_listing(url: str, body: Any) -> Listing:
+    """A ``GET /models`` JSON body as a :class:`Listing`; entries that break the contract are
+    dropped (debug log), never raised.
+
+    Raises:
+        ValueError: the body is not an object with a ``models`` list.
+    """
+    if not isinstance(body, dict) or not isinstance(body.get("models"), list):
+        raise ValueError('the answer is not an object with a "models" list')
+    kept: list[ServerModel] = []
+    for item in body["models"][:MAX_MODELS]:
+        model = _model(item)
+        if model is None:
+            log.debug("expert server %s: entry %.200r left out (not in the contract's shape)", url, item)
+            continue
+        kept.append(model)
+    device = body.get("device")
+    return Listing(url, tuple(kept), True, device if isinstance(device, str) else None)
+
+
+def _model(item: Any) -> ServerModel | None:
+    if not isinstance(item, dict):
+        return None
+    mid, task, state = item.get("id"), item.get("task"), item.get("state")
+    if not isinstance(mid, str) or not _MODEL_ID.match(mid) or ".." in mid:
+        return None
+    if not isinstance(task, str) or task not in TASKS or state not in ("loaded", "on_disk", "refused"):
+        return None
+    reason = item.get("reason")
+    size = item.get("size_bytes")
+    library = item.get("library")
+    return ServerModel(
+        mid, task, state,
+        reason=reason[:300] if isinstance(reason, str) else None,
+        size_bytes=size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None,
+        library=library[:40] if isinstance(library, str) else None,
+    )
+
+
+class ExpertServers:
+    """The configured expert servers and what they list, asked concurrently and cached briefly.
+
+    Args:
+        urls: base URLs, in the order they are preferred (``[inference] experts_url``).
+        ttl: seconds one server's answer is reused (``[inference] experts_ttl``); a server that
+            could not be asked counts as listing nothing for as long.
+        timeout: seconds for one ``GET /models`` (``[inference] experts_timeout``).
+
+    A server that is down is logged once (a warning when it goes down, an info line when it is
+    back), never raised: it serves nothing until it answers again. Close with :meth:`aclose`.
+    """
+
+    def __init__(self, urls: list[str], *, ttl: float = 10.0, timeout: float = 3.0) -> None:
+        self.urls = list(dict.fromkeys(u.rstrip("/") for u in urls))
+        self.ttl = ttl
+        self.timeout = timeout
+        self._cache: TTLCache[str, Listing] = TTLCache(maxsize=max(1, len(self.urls)), ttl=max(ttl, 1e-6),
+                                                      timer=time.monotonic)
+        self._inflight: dict[str, asyncio.Task[Listing]] = {}
+        self._down: set[str] = set()
+        self._client: httpx2.AsyncClient | None = None
+
+    async def listings(self) -> list[Listing]:
+        """Every server's listing, in configured order (fresh ones from the cache, the others
+        asked concurrently; one request per server however many callers wait)."""
+        return list(await asyncio.gather(*(self._listing(url) for url in self.urls)))
+
+    def unreachable(self) -> list[str]:
+        """URLs whose last ``GET /models`` failed."""
+        return [u for u in self.urls if u in self._down]
+
+    async def servers_of(self, task: str, model: str) -> list[str]:
+        """URLs that list ``model`` as servable for ``task``, in configured order."""
+        return [lst.url for lst in await self.listings()
+                if any(m.id == model and m.task == task and m.servable for m in lst.models)]
+
+    async def models_for(self, task: str) -> dict[str, tuple[ServerModel, list[str]]]:
+        """Servable models of ``task``: id → (its entry on the first server listing it, every URL
+        listing it in configured order). Insertion order: first server first, its own order."""
+        out: dict[str, tuple[ServerModel, list[str]]] = {}
+        for lst in await self.listings():
+            for m in lst.models:
+                if m.task != task or not m.servable:
+                    continue
+                if m.id in out:
+                    out[m.id][1].append(lst.url)
+                else:
+                    out[m.id] = (m, [lst.url])
+        return out
+
+    def forget(self, url: str) -> None:
+        """Drop ``url``'s cached listing (its server refused a connection): the next question asks it again."""
+        self._cache.pop(url.rstrip("/"), None)
+
+    async def _listing(self, url: str) -> Listing:
+        cached = self._cache.get(url)
+        if cached is not None:
+            return cached
+        task = self._inflight.get(url)
+        if task is None:
+            task = self._inflight[url] = asyncio.ensure_future(self._fetch(url))
+            task.add_done_callback(lambda _t, u=url: self._inflight.pop(u, None))
+        return await asyncio.shield(task)
+
+    async def _fetch(self, url: str) -> Listing:
+        try:
+            listing = parse_listing(url, await self._get_json(f"{url}/models"))
+        except Exception as e:  # noqa: BLE001 - a server that is down or broken serves nothing
+            if url not in self._down:
+                self._down.add(url)
+                log.warning("expert server %s cannot be asked which models it serves (%s: %s); its models are "
+                            "not offered until it answers", url, type(e).__name__, str(e)[:200])
+            listing = Listing(url, (), False)
+        else:
+            if url in self._down:
+                self._down.discard(url)
+                log.info("expert server %s answers again (%d models)", url, len(listing.models))
+        if self.ttl > 0:
+            self._cache[url] = listing
+        return listing
+
+    async def _get_json(self, url: str) -> Any:
+        if self._client is None:
+            self._client = httpx2.AsyncClient(timeout=self.timeout, follow_redirects=False)
+        async with self._client.stream("GET", url, headers={"accept": "application/json"}) as response:
+            if response.status_code != 200:
+                raise ValueError(f"HTTP {response.status_code}")
+            chunks, size = [], 0
+            async for chunk in response.aiter_bytes():
+                size += len(chunk)
+                if size > MAX_LISTING_BYTES:
+                    raise ValueError(f"the answer is larger than {MAX_LISTING_BYTES} bytes")
+                chunks.append(chunk)
+        return json.loads(b"".join(chunks))
+
+    async def aclose(self) -> None:
+        """Close the HTTP client and stop fetches under way."""
+        for task in list(self._inflight.values()):
+            task.cancel()
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None

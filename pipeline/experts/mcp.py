@@ -1,0 +1,172 @@
+"""The ``mcp`` runner: a task of the plan executed as a tool call on a configured MCP server
+(:mod:`pipeline.mcp_tools`), its result normalised into an :class:`~pipeline.types.Output`.
+
+Result content (MCP specification, "Tools", tool result content): text becomes the output text;
+image and audio content (base64) become files of the conversation once their bytes prove to be
+an image or audio (sniffed, never the server's label) within the size and pixel limits; embedded
+resources the same (text or a blob); resource links are not followed (noted in the text);
+``structuredContent`` is kept as data (and is the text when there is no other). A result marked
+``isError``, a lost connection, an answer that breaks the protocol or media that are not what
+they claim end the task as failed with one sentence.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ExpertError
+from ..llm import Usage
+from ..media import PixelLimitError, sniff
+from ..mcp_tools import McpTool, Toolbox, call_arguments
+from ..tasks.base import OutputLimits
+from ..types import Output, Resource, ResourceSink
+from .base import TaskSaver, condense, read_inputs
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ToolData:
+    """The structured content of a tool's result (:class:`pipeline.types.TaskData`)."""
+
+    structured: Any
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"structured": ...}`` as the tool returned it."""
+        return {"structured": self.structured}
+
+
+class McpRunner:
+    """:class:`pipeline.experts.base.ExpertRunner` for MCP tasks.
+
+    Args:
+        toolbox: the configured MCP servers.
+        limits: what a result may keep (text characters, pixels).
+        max_media_bytes: bytes, largest file taken from a result.
+    """
+
+    def __init__(self, toolbox: Toolbox, limits: OutputLimits | None = None, max_media_bytes: int = 50 << 20) -> None:
+        self.toolbox = toolbox
+        self.limits = limits or OutputLimits()
+        self.max_media_bytes = max_media_bytes
+
+    async def run(
+        self, task: str, model: str, args: dict[str, Any], sink: ResourceSink, *, task_id: int, usage: Usage | None = None
+    ) -> Output:
+        """Call the tool behind ``task`` with ``args`` (text or :class:`Resource`); ``model`` is its label.
+
+        Returns:
+            The tool's text, files (images, audio) and structured content.
+
+        Raises:
+            ExpertError: ``"unavailable"`` (no such tool, server unreachable), ``"refused"``
+                (arguments), ``"server"`` (the tool reported an error, the connection failed),
+                ``"bad_output"`` (a result that is not what it claims), ``"too_large"``.
+            HuggingGPTError: the sink's error, unchanged.
+        """
+        tool = self.toolbox.tool(task)
+        if tool is None:
+            raise ExpertError(f"No configured MCP server offers {task}.", reason="unavailable")
+        inputs = await read_inputs(tool.spec, args)
+        try:
+            arguments = call_arguments(tool, inputs.text,
+                                       {k: (v, inputs.resources[k].mime) for k, v in inputs.media.items()})
+        except ValueError as e:
+            raise ExpertError(str(e), reason="refused") from None
+        result = await self._call(tool, arguments)
+        saver = TaskSaver(sink, task, task_id, self.limits)
+        return await condense(await self._output(tool, result, saver), saver)
+
+    async def _call(self, tool: McpTool, arguments: dict[str, Any]) -> Any:
+        try:
+            session = await self.toolbox.session_for(tool)
+        except ConnectionError as e:
+            raise ExpertError(f"The MCP server {tool.server} cannot be reached right now.", str(e),
+                              reason="unavailable") from None
+        try:
+            result = await session.call_tool(tool.name, arguments)
+        except Exception as e:  # noqa: BLE001 - whatever the server or transport did is this task's failure
+            log.warning("MCP tool %s failed: %s: %s", tool.label, e.__class__.__name__, e)
+            if not _is_tool_error(e):
+                await self.toolbox.drop(tool)  # the next call starts a fresh connection
+            raise ExpertError(f"The tool {tool.label} failed ({_short(e)}).", f"{e.__class__.__name__}: {e}",
+                              reason="server") from None
+        if getattr(result, "is_error", False):
+            said = " ".join(getattr(b, "text", "") for b in result.content if getattr(b, "type", "") == "text")
+            raise ExpertError(f"The tool {tool.label} reported an error: {_one_line(said or 'no details', 200)}",
+                              reason="server")
+        return result
+
+    async def _output(self, tool: McpTool, result: Any, saver: TaskSaver) -> Output:
+        texts: list[str] = []
+        files: list[Resource] = []
+        for block in getattr(result, "content", None) or []:
+            kind = getattr(block, "type", None)
+            if kind == "text":
+                texts.append(str(block.text))
+            elif kind in ("image", "audio"):
+                files.append(await self._media(tool, str(block.data), kind, saver))
+            elif kind == "resource":
+                res = block.resource
+                if getattr(res, "blob", None) is not None:
+                    files.append(await self._media(tool, str(res.blob), None, saver))
+                elif getattr(res, "text", None) is not None:
+                    texts.append(str(res.text))
+            elif kind == "resource_link":
+                texts.append(f"(The tool returned a link, {_one_line(getattr(block, 'name', ''), 60)!r}, that was not followed.)")
+        structured = getattr(result, "structured_content", None)
+        if not texts and structured is not None:
+            texts.append(json.dumps(structured, ensure_ascii=False)[: self.limits.max_text_chars])
+        if not texts and not files:
+            raise ExpertError(f"The tool {tool.label} returned nothing usable.", reason="bad_output")
+        data = ToolData(structured) if structured is not None else None
+        return Output(text="\n".join(texts).strip() or None, files=files, data=data)
+
+    async def _media(self, tool: McpTool, encoded: str, claimed: str | None, saver: TaskSaver) -> Resource:
+        if len(encoded) > self.max_media_bytes * 4 // 3 + 4:
+            raise ExpertError(f"The tool {tool.label} returned a file larger than {self.max_media_bytes:,} bytes.",
+                              reason="too_large")
+        try:
+            data = base64.b64decode(encoded, validate=True)
+        except (binascii.Error, ValueError):
+            raise ExpertError(f"The tool {tool.label} returned a file that is not valid base64.", reason="bad_output") from None
+        found = sniff(data)
+        if found is None or (claimed is not None and found.kind != claimed):
+            what = f"{claimed} that is not one" if claimed else "file that is not an image, audio or video"
+            raise ExpertError(f"The tool {tool.label} returned an {what}.", reason="bad_output")
+        what = f"{found.kind} returned by {tool.label}"
+        if found.kind == "image":
+            try:
+                return await saver.image(data, what)
+            except PixelLimitError as e:
+                raise ExpertError("The tool's image has too many pixels to process safely.", str(e),
+                                  reason="too_large") from None
+            except (OSError, ValueError, SyntaxError) as e:  # Pillow could not read the header
+                raise ExpertError(f"The tool {tool.label} returned an image that cannot be read.", str(e),
+                                  reason="bad_output") from None
+        return await saver.file(data, found.kind, found.mime, f"{what} ({len(data):,} bytes)")
+
+
+def _is_tool_error(e: Exception) -> bool:
+    """An error answer to the call (the connection itself is fine)."""
+    from mcp.shared.exceptions import MCPError
+
+    return isinstance(e, MCPError) and "closed" not in str(e).lower()
+
+
+def _short(e: BaseException) -> str:
+    from mcp.shared.exceptions import MCPError
+
+    if isinstance(e, MCPError):
+        return _one_line(e.message, 120) or "an error answer"
+    return "the connection to its server failed" if isinstance(e, (OSError, EOFError)) else "an unusable answer"
+
+
+def _one_line(text: Any, limit: int) -> str:
+    words = " ".join(str(text or "").split())
+    return words if len(words) <= limit else words[: limit - 1] + "…"

@@ -1,0 +1,409 @@
+"""MCP tools as experts: the configured Model Context Protocol servers, their tools as tasks.
+
+Each configured server (a command spoken to over stdio, or a streamable HTTP URL) is connected
+with the official ``mcp`` SDK's client (``ClientSession``); each of its tools becomes a task of
+the registry (:data:`pipeline.tasks.TASKS`) named ``mcp.<server>.<tool>`` (lower case,
+``_`` written ``-``, as every task name): the namespace keeps them apart from the pipeline tags
+of the registry's own tasks (which never contain a dot). The planner sees them with their
+description and input schema, plans them like any task (dependencies, ``<resource>-N``), the
+selection gives them to the ``mcp`` runner (:mod:`pipeline.experts.mcp`), and their text, image
+and audio results become resources.
+
+Trust: only the configured servers are contacted. What a server says (tool descriptions,
+results) is untrusted like the controller's output: no URL is fetched and no path is read
+because of it; media are taken only from the bytes in the result, sniffed and size-checked.
+
+Argument kinds from an input schema (the registry's argument kinds, HuggingGPT §3.1): a property
+whose ``contentMediaType`` is ``image/*``, ``audio/*`` or ``video/*`` (JSON Schema 2020-12,
+"contentMediaType"), or that is named ``image``, ``audio`` or ``video``, takes a file of that
+kind, sent as a ``data:`` URI (plain base64 when the property says ``contentEncoding: base64``);
+every other property takes text, converted to the property's JSON type (integer, number,
+boolean, array, object) when called.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import json_repair
+
+from .llm import Usage
+from .selection import Selector
+from .tasks import TASKS, TaskSpec
+from .types import Modality, Selection, Task
+
+log = logging.getLogger(__name__)
+
+PREFIX = "mcp."
+"""Every MCP task name starts with this (registry tasks never contain a dot)."""
+TOOL_OUTPUTS: tuple[Modality, ...] = ("text", "image", "audio")
+"""What an MCP tool may return (MCP text, image and audio content); a later task needing a kind
+the tool did not return fails with a sentence."""
+RETRY_AFTER = 30.0
+"""Seconds before a server that could not be reached is tried again."""
+_MEDIA = ("image", "audio", "video")
+_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class McpServerConfig:
+    """One MCP server to use as experts (from ``[mcp] servers``).
+
+    Attributes:
+        name: short name, part of its task names (``[a-z0-9-]``).
+        command: the program to start (stdio transport), or ``None`` for ``url``.
+        args: its arguments.
+        env: extra environment of the program (only the SDK's safe defaults are inherited).
+        url: the streamable HTTP endpoint, or ``None`` for ``command``.
+        headers: HTTP headers sent to ``url`` (``Authorization``).
+        tools: the tools to offer (``[]``: all the server lists).
+        connect_timeout: seconds to start, initialise and list tools.
+        errlog: file the program's stderr is appended to (``None``: this process's stderr).
+    """
+
+    name: str
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    url: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    tools: tuple[str, ...] = ()
+    connect_timeout: float = 20.0
+    errlog: Path | None = None
+
+
+@dataclass(frozen=True)
+class ToolArg:
+    """One argument of a tool: the schema property ``name``, its ``kind`` and JSON ``type``."""
+
+    name: str
+    kind: Modality
+    type: str = "string"
+    base64: bool = False
+
+
+@dataclass(frozen=True)
+class McpTool:
+    """A tool of a connected server, as a task.
+
+    Attributes:
+        task: its task name, ``mcp.<server>.<tool>``.
+        server: the server's configured name.
+        name: the tool's own name (what ``tools/call`` takes).
+        args: plan argument key (lower case) → :class:`ToolArg`.
+        spec: its registry entry.
+    """
+
+    task: str
+    server: str
+    name: str
+    args: Mapping[str, ToolArg]
+    spec: TaskSpec
+
+    @property
+    def label(self) -> str:
+        """How selections and results name it: ``mcp:<server>/<tool>``."""
+        return f"mcp:{self.server}/{self.name}"
+
+
+def task_name(server: str, tool: str) -> str:
+    """The task name of ``tool`` of ``server`` (canonical: lower case, ``-`` for ``_`` and spaces)."""
+    return PREFIX + server + "." + "-".join(tool.strip().lower().replace("_", " ").split())
+
+
+def _arg_of(name: str, schema: Any) -> ToolArg:
+    prop = schema if isinstance(schema, dict) else {}
+    media = str(prop.get("contentMediaType") or "").split("/")[0].lower()
+    kind: Modality = media if media in _MEDIA else (name.lower() if name.lower() in _MEDIA else "text")  # type: ignore[assignment]
+    typ = prop.get("type")
+    typ = typ if isinstance(typ, str) else "string"
+    return ToolArg(name, kind, typ, str(prop.get("contentEncoding") or "").lower() == "base64")
+
+
+def _one_line(text: Any, limit: int) -> str:
+    words = " ".join(str(text or "").split())
+    return words if len(words) <= limit else words[: limit - 1] + "…"
+
+
+def tool_from_listing(server: str, tool: Any) -> McpTool | None:
+    """The task of one listed tool (``mcp.types.Tool``); ``None`` when its name or schema cannot
+    be used (logged)."""
+    name = str(getattr(tool, "name", "") or "")
+    task = task_name(server, name)
+    schema = getattr(tool, "input_schema", None) or {}
+    props = schema.get("properties") if isinstance(schema, dict) else None
+    if not _NAME.match(task[len(PREFIX):]) or (props is not None and not isinstance(props, dict)):
+        log.warning("MCP server %s: tool %r skipped (unusable name or input schema)", server, name[:80])
+        return None
+    args: dict[str, ToolArg] = {}
+    for key, prop in (props or {}).items():
+        low = str(key).lower()
+        if low in args:
+            log.warning("MCP server %s: tool %s has two arguments named %r; the second is left out", server, name, low)
+            continue
+        args[low] = _arg_of(str(key), prop)
+    needed = {str(k).lower() for k in (schema.get("required") or []) if isinstance(k, str)}
+    required = {k: a.kind for k, a in args.items() if k in needed}
+    optional = {k: a.kind for k, a in args.items() if k not in needed}
+    shown = "; ".join(
+        f"{k}: {a.kind if a.kind != 'text' else a.type}"
+        + (f" ({_one_line((props or {}).get(a.name, {}).get('description'), 80)})"
+           if isinstance((props or {}).get(a.name), dict) and (props or {})[a.name].get("description") else "")
+        for k, a in args.items()
+    )
+    description = (f"{_one_line(getattr(tool, 'description', '') or name, 300)} [tool {name} of the MCP server "
+                   f"{server}; returns text, an image or audio; arguments: {shown or 'none'}]")
+    spec = TaskSpec(task, "mcp", required, TOOL_OUTPUTS, description, None, None, optional=optional)
+    return McpTool(task, server, name, args, spec)
+
+
+def call_arguments(tool: McpTool, text: Mapping[str, str], media: Mapping[str, tuple[bytes, str]]) -> dict[str, Any]:
+    """The ``tools/call`` arguments: text converted to each property's JSON type, files as
+    ``data:`` URIs (or plain base64).
+
+    Args:
+        text: plan key → text.
+        media: plan key → (bytes, MIME type).
+
+    Raises:
+        ValueError: a text cannot be converted to the property's type (one sentence).
+    """
+    out: dict[str, Any] = {}
+    for key, value in text.items():
+        arg = tool.args[key]
+        v = value.strip()
+        try:
+            if arg.type == "integer":
+                out[arg.name] = int(float(v))
+            elif arg.type == "number":
+                out[arg.name] = float(v)
+            elif arg.type == "boolean":
+                if v.lower() not in ("true", "false", "yes", "no", "1", "0"):
+                    raise ValueError(v)
+                out[arg.name] = v.lower() in ("true", "yes", "1")
+            elif arg.type in ("array", "object"):
+                out[arg.name] = json_repair.loads(v)
+            else:
+                out[arg.name] = value
+        except ValueError:
+            raise ValueError(f"The argument '{arg.name}' of {tool.label} must be {arg.type}, not {v[:40]!r}.") from None
+    for key, (data, mime) in media.items():
+        arg = tool.args[key]
+        encoded = base64.b64encode(data).decode("ascii")
+        out[arg.name] = encoded if arg.base64 else f"data:{mime};base64,{encoded}"
+    return out
+
+
+class ToolServer:
+    """One configured server, connected in a task of its own (the SDK's transports are context
+    managers that must be left in the task that entered them).
+
+    Args:
+        config: the server's settings.
+    """
+
+    def __init__(self, config: McpServerConfig) -> None:
+        self.config = config
+        self.session: Any = None
+        self.tools: dict[str, McpTool] = {}
+        self.failed_at = float("-inf")
+        self._holder: asyncio.Task[None] | None = None
+        self._closing: asyncio.Event | None = None
+
+    @property
+    def connected(self) -> bool:
+        """Whether a session is open."""
+        return self.session is not None and self._holder is not None and not self._holder.done()
+
+    def _transport(self) -> Any:
+        c = self.config
+        if c.command:
+            from mcp.client.stdio import StdioServerParameters, stdio_client
+
+            params = StdioServerParameters(command=c.command, args=list(c.args), env=dict(c.env) or None)
+            if c.errlog is None:
+                return stdio_client(params)
+            c.errlog.parent.mkdir(parents=True, exist_ok=True)
+            return _logging_to(c.errlog, lambda errlog: stdio_client(params, errlog=errlog))
+        import httpx2
+        from mcp.client.streamable_http import streamable_http_client
+
+        client = httpx2.AsyncClient(headers=dict(c.headers), timeout=httpx2.Timeout(c.connect_timeout, read=None))
+        return _owning(client, streamable_http_client(str(c.url), http_client=client))
+
+    async def _hold(self, ready: asyncio.Future[list[Any]]) -> None:
+        from mcp import ClientSession
+
+        closing = self._closing
+        assert closing is not None
+        try:
+            async with self._transport() as (read, write), ClientSession(read, write) as session:
+                await session.initialize()
+                listed: list[Any] = []
+                cursor = None
+                while True:
+                    page = await session.list_tools(params={"cursor": cursor} if cursor else None)
+                    listed += page.tools
+                    cursor = page.next_cursor
+                    if not cursor or len(listed) > 500:
+                        break
+                self.session = session
+                ready.set_result(listed)
+                await closing.wait()
+        except BaseException as e:  # noqa: BLE001 - any failure of a server is that server's, logged
+            if not ready.done():
+                ready.set_exception(e if isinstance(e, Exception) else ConnectionError("cancelled"))
+            elif not isinstance(e, asyncio.CancelledError):
+                log.warning("MCP server %s: connection lost: %s: %s", self.config.name, e.__class__.__name__, e)
+        finally:
+            self.session = None
+
+    async def connect(self) -> bool:
+        """Start (or restart) the connection and read the tool list; ``False`` when the server
+        could not be reached within ``connect_timeout`` (logged; tried again after
+        :data:`RETRY_AFTER` seconds)."""
+        await self.aclose()
+        self._closing = asyncio.Event()
+        ready: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+        self._holder = asyncio.create_task(self._hold(ready), name=f"mcp-{self.config.name}")
+        try:
+            listed = await asyncio.wait_for(asyncio.shield(ready), self.config.connect_timeout)
+        except (Exception, asyncio.TimeoutError) as e:  # noqa: BLE001 - reported, the server is left out
+            log.warning("MCP server %s could not be used: %s: %s", self.config.name, e.__class__.__name__, e)
+            self.failed_at = time.monotonic()
+            await self.aclose()
+            return False
+        wanted = set(self.config.tools)
+        tools = [t for t in (tool_from_listing(self.config.name, x) for x in listed) if t is not None]
+        self.tools = {t.task: t for t in tools if not wanted or t.name in wanted}
+        log.info("MCP server %s: %d tool(s): %s", self.config.name, len(self.tools), ", ".join(self.tools))
+        return True
+
+    async def aclose(self) -> None:
+        """Close the session (and stop the program of a stdio server)."""
+        holder, self._holder = self._holder, None
+        if self._closing is not None:
+            self._closing.set()
+        if holder is not None and not holder.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(holder), 5.0)
+            except (Exception, asyncio.TimeoutError):  # noqa: BLE001 - a stuck server is cancelled
+                holder.cancel()
+                await asyncio.gather(holder, return_exceptions=True)
+        self.session = None
+
+
+@contextlib.asynccontextmanager
+async def _logging_to(path: Path, transport: Any) -> Any:
+    """The streams of ``transport(errlog)``, the program's stderr appended to ``path``."""
+    with path.open("a", encoding="utf-8") as errlog:
+        async with transport(errlog) as streams:
+            yield streams
+
+
+@contextlib.asynccontextmanager
+async def _owning(client: Any, transport: Any) -> Any:
+    """``transport``'s streams, closing the HTTP ``client`` it uses afterwards."""
+    async with client:
+        async with transport as streams:
+            yield streams
+
+
+class Toolbox:
+    """Every configured MCP server and its tools (see the module docstring).
+
+    Args:
+        servers: the servers' settings.
+    """
+
+    def __init__(self, servers: list[McpServerConfig]) -> None:
+        self.servers = {s.name: ToolServer(s) for s in servers}
+        self._lock = asyncio.Lock()
+
+    async def task_names(self) -> frozenset[str]:
+        """Task names of the tools of the connected servers; connects those not connected yet (or
+        lost, at most every :data:`RETRY_AFTER` seconds), concurrently. Registers their tasks in
+        :data:`pipeline.tasks.TASKS`."""
+        async with self._lock:
+            due = [s for s in self.servers.values()
+                   if not s.connected and time.monotonic() - s.failed_at >= RETRY_AFTER]
+            await asyncio.gather(*(s.connect() for s in due))
+            names: set[str] = set()
+            for server in self.servers.values():
+                if not server.connected:
+                    continue
+                for tool in server.tools.values():
+                    existing = TASKS.get(tool.task)
+                    if existing is not None and existing.domain != "mcp":
+                        continue  # never shadows a registry task (cannot happen: no dot in their names)
+                    TASKS[tool.task] = tool.spec
+                    names.add(tool.task)
+            return frozenset(names)
+
+    def tool(self, task: str) -> McpTool | None:
+        """The tool behind ``task``, if it belongs to a configured server."""
+        if not task.startswith(PREFIX):
+            return None
+        server = self.servers.get(task[len(PREFIX):].split(".", 1)[0])
+        return server.tools.get(task) if server is not None else None
+
+    async def session_for(self, tool: McpTool) -> Any:
+        """The open session of ``tool``'s server, reconnecting a lost one.
+
+        Raises:
+            ConnectionError: the server cannot be reached now.
+        """
+        server = self.servers[tool.server]
+        if not server.connected:
+            async with self._lock:
+                if not server.connected and not await server.connect():
+                    raise ConnectionError(f"the MCP server {tool.server} cannot be reached")
+        return server.session
+
+    async def aclose(self) -> None:
+        """Close every connection and take the tools out of the registry."""
+        for server in self.servers.values():
+            for task in server.tools:
+                if TASKS.get(task) is not None and TASKS[task].domain == "mcp":
+                    TASKS.pop(task, None)
+            await server.aclose()
+
+    async def drop(self, tool: McpTool) -> None:
+        """Close the connection of ``tool``'s server after it failed (the next call reconnects)."""
+        await self.servers[tool.server].aclose()
+
+
+class ToolSelector(Selector):
+    """Model selection that gives MCP tasks to the ``mcp`` runner and offers the tools of the
+    connected servers to the planner; every other task as :class:`pipeline.selection.Selector`.
+
+    Args:
+        toolbox: the configured MCP servers.
+        *args, **kwargs: as :class:`pipeline.selection.Selector`.
+    """
+
+    def __init__(self, toolbox: Toolbox, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.toolbox = toolbox
+
+    async def served_tasks(self) -> set[str]:
+        """The served registry tasks and the tools of the connected MCP servers."""
+        served, tools = await asyncio.gather(super().served_tasks(), self.toolbox.task_names())
+        return set(served) | set(tools)
+
+    async def select(self, task: Task, request_text: str, usage: Usage) -> tuple[Selection, list[str]]:
+        """The tool itself for an MCP task (no candidates, no controller call); else as the base class."""
+        tool = self.toolbox.tool(task.task)
+        if tool is None:
+            return await super().select(task, request_text, usage)
+        why = f"the tool {tool.name} of the MCP server {tool.server}"
+        return Selection(task.id, tool.label, why, (), "mcp", runner="mcp", where=f"MCP server {tool.server}"), [tool.label]

@@ -1,0 +1,143 @@
+"""MCP tools as experts: ``hugginggpt run --sandbox`` (a real subprocess) with ``[mcp] servers``
+pointing at the sandbox's stand-in MCP tool server (a real ``mcp`` SDK server over stdio).
+
+The sandbox planner plans the tool the request names; its image result feeds a later Hub task;
+a tool server that hangs, crashes or returns garbage ends as that task's failure with a
+sentence while the rest of the run finishes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from pipeline.mcp_tools import McpServerConfig, Toolbox, call_arguments, tool_from_listing
+from pipeline.tasks import TASKS
+
+MEDIA = Path(__file__).parent / "fixtures" / "media"
+
+
+def run(tmp_path: Path, text: str, modes: dict[str, str], task_timeout: float = 60) -> tuple[subprocess.CompletedProcess, dict]:
+    """``hugginggpt run --sandbox --json TEXT --file chelsea.png`` with one stand-in tool server
+    per entry of ``modes`` (server name → its ``--mode``) in ``[mcp] servers``."""
+    config = tmp_path / "hugginggpt.toml"
+    lines = [f"[inference]\ntask_timeout = {task_timeout}\n"]
+    for name, mode in modes.items():
+        lines.append(f"[mcp.servers.{name}]\ncommand = {json.dumps(sys.executable)}\nconnect_timeout = 90\n"
+                     f'args = ["-m", "bot.sandbox.mcp_tools", "--mode", "{mode}"]\n')
+    config.write_text("\n".join(lines), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HUGGINGGPT_", "OPENAI_", "HF_TOKEN"))}
+    env["HUGGINGGPT_STORAGE__DATA_DIR"] = str(tmp_path / "data")
+    p = subprocess.run([sys.executable, "-m", "bot.cli", "--config", str(config), "run", "--sandbox", "--json", text,
+                        "--file", str(MEDIA / "chelsea.png")], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert "Traceback" not in p.stdout, p.stdout
+    return p, json.loads(p.stdout)
+
+
+@pytest.mark.slow
+def test_a_planned_tool_stamps_the_photo_and_a_hub_task_detects_objects_in_its_result(tmp_path):
+    p, doc = run(tmp_path, 'Stamp "HELLO" on chelsea.png, then detect the objects in the stamped picture.',
+                 {"standin": "ok"})
+    assert p.returncode == 0, p.stderr
+    stamp, detect = doc["tasks"]
+    assert stamp["task"] == "mcp.standin.stamp" and stamp["args"] == {"image": "image-1", "text": "HELLO"}
+    assert detect["task"] == "object-detection" and detect["dep"] == [0] and detect["args"] == {"image": "<resource>-0"}
+    assert doc["selections"]["0"]["runner"] == "mcp" and doc["selections"]["0"]["model"] == "mcp:standin/stamp"
+    assert doc["selections"]["1"]["runner"] == "hub"
+    out = doc["results"]["0"]["output"]
+    assert "Stamped 'HELLO' on a 451x300 image" in out["text"]
+    [stamped] = out["files"]
+    original = Image.open(MEDIA / "chelsea.png").convert("RGB")
+    image = Image.open(stamped["path"]).convert("RGB")
+    assert image.size == original.size and image.getpixel((2, 2)) != original.getpixel((2, 2))  # the banner
+    assert image.getpixel((200, 200)) == original.getpixel((200, 200))  # the rest untouched
+    # the Hub task got the tool's image: its annotated picture is the stamped photo with boxes
+    [boxes] = doc["results"]["1"]["output"]["files"]
+    assert doc["results"]["1"]["status"] == "ok" and Image.open(boxes["path"]).size == (451, 300)
+    assert doc["response"]
+
+
+@pytest.mark.slow
+def test_tool_servers_that_hang_crash_or_return_garbage_fail_their_tasks_and_the_rest_of_the_run_goes_on(tmp_path):
+    modes = {"hangs": "hang", "crashes": "crash", "garbles": "garbage"}
+    p, doc = run(tmp_path, 'Stamp "HI" on chelsea.png. Also describe chelsea.png.', modes, task_timeout=3)
+    assert p.returncode == 6, p.stderr  # answered, but tasks failed
+    tasks = {t["task"]: str(t["id"]) for t in doc["tasks"]}
+    assert set(tasks) == {"mcp.hangs.stamp", "mcp.crashes.stamp", "mcp.garbles.stamp", "image-to-text"}
+    sentences = {
+        "mcp.hangs.stamp": "mcp:hangs/stamp did not answer within 3 seconds",
+        "mcp.crashes.stamp": "The tool mcp:crashes/stamp failed",
+        "mcp.garbles.stamp": "The tool mcp:garbles/stamp returned an image that is not one",
+    }
+    for task, sentence in sentences.items():
+        result = doc["results"][tasks[task]]
+        assert result["status"] == "failed" and sentence in result["error"], result["error"]
+        assert result["error"].endswith(".") and "\n" not in result["error"]
+    caption = doc["results"][tasks["image-to-text"]]
+    assert caption["status"] == "ok" and caption["output"]["text"]
+    assert doc["status"] == "partial" and doc["response"]
+
+
+async def test_tools_of_a_server_become_tasks_with_argument_kinds_from_their_schema():
+    box = Toolbox([McpServerConfig("standin", command=sys.executable, args=("-m", "bot.sandbox.mcp_tools"))])
+    try:
+        names = await box.task_names()
+        assert names == {"mcp.standin.stamp", "mcp.standin.count-words"}
+        stamp = box.tool("mcp.standin.stamp")
+        assert TASKS["mcp.standin.stamp"] is stamp.spec
+        assert stamp.spec.required == {"image": "image", "text": "text"}
+        assert "words to stamp" in stamp.spec.description and "MCP server standin" in stamp.spec.description
+        assert box.tool("object-detection") is None and box.tool("mcp.other.stamp") is None
+    finally:
+        await box.aclose()
+    assert "mcp.standin.stamp" not in TASKS  # taken out of the registry on close
+
+
+async def test_links_a_tool_returns_are_never_followed(sink):
+    from pipeline.experts.mcp import McpRunner
+    from tests.conftest import stored_upload
+
+    box = Toolbox([McpServerConfig("linky", command=sys.executable, args=("-m", "bot.sandbox.mcp_tools", "--mode", "link"),
+                                   connect_timeout=90)])
+    try:
+        await box.task_names()
+        photo = await stored_upload(sink, (MEDIA / "chelsea.png").read_bytes(), "chelsea.png", "image/png")
+        out = await McpRunner(box).run("mcp.linky.stamp", "mcp:linky/stamp", {"image": photo, "text": "HI"}, sink, task_id=0)
+    finally:
+        await box.aclose()
+    assert out.files == []  # neither the path nor the URL was read
+    assert "file:///etc/passwd" in out.text and "'stamped.png', that was not followed" in out.text
+    assert "root:" not in out.text
+
+
+async def test_unreachable_server_offers_no_tool_and_says_why_in_the_log(caplog):
+    box = Toolbox([McpServerConfig("gone", command=sys.executable, args=("-c", "import sys; sys.exit(1)"),
+                                   connect_timeout=5)])
+    try:
+        assert await box.task_names() == frozenset()
+    finally:
+        await box.aclose()
+    assert any("MCP server gone could not be used" in r.getMessage() for r in caplog.records)
+
+
+def test_text_arguments_are_converted_to_the_schema_types_and_files_sent_as_data_uris():
+    class Listed:
+        name = "Resize_Image"
+        description = "Resize an image."
+        input_schema = {"type": "object", "required": ["photo", "width"], "properties": {
+            "photo": {"type": "string", "contentMediaType": "image/png", "contentEncoding": "base64"},
+            "width": {"type": "integer"}, "keepRatio": {"type": "boolean"}, "tags": {"type": "array"}}}
+
+    tool = tool_from_listing("imgs", Listed())
+    assert tool.task == "mcp.imgs.resize-image" and tool.spec.required == {"photo": "image", "width": "text"}
+    assert tool.spec.optional == {"keepratio": "text", "tags": "text"}
+    args = call_arguments(tool, {"width": "64", "keepratio": "yes", "tags": '["a", "b"]'}, {"photo": (b"\x89PNG", "image/png")})
+    assert args == {"width": 64, "keepRatio": True, "tags": ["a", "b"], "photo": "iVBORw=="}
+    with pytest.raises(ValueError, match="'width' of mcp:imgs/Resize_Image must be integer"):
+        call_arguments(tool, {"width": "wide"}, {})
