@@ -11,6 +11,10 @@ Prints the median (and min/max) wall time over ``--repeat`` runs of:
   ``[storage]`` with :func:`bot.store.open_store` (what ``Service.create`` does for ``slack`` and
   ``discord``) and closes it; on a current SQLite file and, with ``--postgres``, on PostgreSQL.
 
+Each line gives wall seconds and CPU seconds (user + system of the command's process, from
+``getrusage``; for the store open, the child's own ``process_time``): on a shared, loaded machine
+the wall time swings by seconds while the CPU time stays put, so compare the CPU figures there.
+
 Run: ``python -m benchmarks.bench_startup [--repeat N] [--postgres] [--code DIR]`` (``--code``: time
 the code of another checkout, e.g. the main branch, with this interpreter).
 """
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -33,17 +38,17 @@ HG = [sys.executable, "-m", "bot.cli"]
 
 OPEN_STORE = """
 import asyncio, time
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 from bot.settings import Settings
 from bot.store import MediaStore, open_store
 async def main():
     s = Settings().storage
     store = await open_store(s, MediaStore(s.data_dir))
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
     await store.close()
-    return t1
-t1 = asyncio.run(main())
-print(f"{t1 - t0:.4f}")
+    return t1, c1
+t1, c1 = asyncio.run(main())
+print(f"{t1 - t0:.4f} {c1 - c0:.4f}")
 """
 
 
@@ -55,17 +60,24 @@ def _env(data_dir: Path, url: str | None = None) -> dict[str, str]:
     return env
 
 
-def time_run(data_dir: Path) -> float:
-    """Seconds of one ``hugginggpt run --sandbox`` (a text-only request)."""
-    t = time.perf_counter()
+def children_cpu() -> float:
+    """CPU seconds (user + system) of this process's waited-for children so far."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def time_run(data_dir: Path) -> tuple[float, float]:
+    """Wall and CPU seconds of one ``hugginggpt run --sandbox`` (a text-only request)."""
+    t, c = time.perf_counter(), children_cpu()
     subprocess.run([*HG, "run", "--sandbox", "Say hello"], env=_env(data_dir), cwd=CODE, check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
-    return time.perf_counter() - t
+    return time.perf_counter() - t, children_cpu() - c
 
 
-def time_chat(data_dir: Path) -> float:
-    """Seconds until ``hugginggpt chat --sandbox`` prints its first line (then it is closed)."""
-    t = time.perf_counter()
+def time_chat(data_dir: Path) -> tuple[float, float]:
+    """Wall seconds until ``hugginggpt chat --sandbox`` prints its first line (then its input is
+    closed and it leaves), and the CPU seconds of the whole process."""
+    t, c = time.perf_counter(), children_cpu()
     p = subprocess.Popen([*HG, "chat", "--sandbox"], env=_env(data_dir), cwd=CODE, stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
@@ -76,19 +88,22 @@ def time_chat(data_dir: Path) -> float:
     finally:
         p.stdin.close()
         p.wait(timeout=60)
-    return took
+    return took, children_cpu() - c
 
 
-def time_open(data_dir: Path, url: str | None = None) -> float:
-    """Seconds from interpreter start of the store module's import to an open store (fresh process)."""
+def time_open(data_dir: Path, url: str | None = None) -> tuple[float, float]:
+    """Wall and CPU seconds from the start of the store module's import to an open store (fresh process)."""
     out = subprocess.run([sys.executable, "-c", OPEN_STORE], env=_env(data_dir, url), cwd=CODE, check=True,
                          capture_output=True, text=True, timeout=120)
-    return float(out.stdout.strip().splitlines()[-1])
+    wall, cpu = out.stdout.strip().splitlines()[-1].split()
+    return float(wall), float(cpu)
 
 
-def show(name: str, values: list[float]) -> None:
-    print(f"{name:<58} median {statistics.median(values):6.3f} s  (min {min(values):.3f}, max {max(values):.3f},"
-          f" n={len(values)})")
+def show(name: str, values: list[tuple[float, float]]) -> None:
+    """Print the median (min, max) of the wall and of the CPU seconds of ``values``."""
+    walls, cpus = [w for w, _ in values], [c for _, c in values]
+    print(f"{name:<58} wall median {statistics.median(walls):6.3f} s (min {min(walls):.3f}, max {max(walls):.3f});"
+          f" CPU median {statistics.median(cpus):6.3f} s (min {min(cpus):.3f}, max {max(cpus):.3f}); n={len(values)}")
 
 
 def main(argv: list[str] | None = None) -> int:
