@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
+from .sentences import record_error
 from pipeline.types import (
     Done,
     Event,
@@ -176,7 +177,7 @@ class Progress:
             if line.state in ("waiting", "running"):
                 line.state, line.finished = "stopped", now
         self.stage = "done" if record.answered else "failed"
-        self.error = record.error
+        self.error = record_error(record)
         total = record.timings_ms.get("total")
         self.elapsed = total / 1000 if total else now - self.started
 

@@ -1,6 +1,6 @@
 """Fault benchmark (issue 14): a fixed set of faults, each a real ``hugginggpt run`` process.
 
-    python -m benchmarks.bench_faults [--deadline S] [--only NAME ...]
+    python -m benchmarks.bench_faults [--deadline S] [--only NAME ...] [--no-serve | --serve-only]
 
 Faults: a trickling, a hanging and a 429-storming controller (``Retry-After: 50``), a 1 GiB
 controller reply and an HTML page; hanging, slow, garbage-answering and 1 GiB-answering experts;
@@ -16,6 +16,12 @@ minus a trivial run's start-up) passed deadline + 1 s. *peak RSS*: the largest r
 missing from the store afterwards. *secrets shown*: occurrences of the API key, the Hugging Face
 token or a URL password in any output, log file or the database.
 Target: ``clean M/M, T 0, O 0 (worst ≤ +1 s), R ≤ 400 MB with a 1 GiB reply, L 0, S 0``.
+
+Then the ``hugginggpt serve`` cases (:mod:`benchmarks.faults_serve`): a full disk, a database
+corrupted under the server, a browser page; one line each with requests tried, statuses,
+tracebacks in the logs and recovery. Target: storage faults only 503 (or an error event in a
+stream), tracebacks 0, the full disk recovered; the browser's other origin blocked, rebinding 421,
+the allowed origin 200.
 """
 
 from __future__ import annotations
@@ -230,7 +236,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--deadline", type=float, default=5.0, help="[inference] deadline of each run, seconds (default 5)")
     ap.add_argument("--only", nargs="*", help="run only faults whose name contains one of these words")
+    ap.add_argument("--no-serve", action="store_true", help="skip the hugginggpt serve cases")
+    ap.add_argument("--serve-only", action="store_true", help="only the hugginggpt serve cases")
     args = ap.parse_args(argv)
+    if args.serve_only:
+        return _serve_cases(args.only)
     startup = _startup()
     print(f"start-up of a trivial run: {startup:.2f} s; deadline {args.deadline:g} s")
     faults = [f for f in FAULTS if not args.only or any(w in f.name for w in args.only)]
@@ -254,7 +264,17 @@ def main(argv: list[str] | None = None) -> int:
         f"over-deadline {over_n} (worst {worst:+.1f} s), peak RSS {rss_mb:.0f} MB, "
         f"turns lost {sum(o.lost for o in outcomes)}, secrets shown {sum(o.secrets for o in outcomes)}"
     )
-    return 0 if clean_n == len(outcomes) else 1
+    served_ok = args.no_serve or _serve_cases(args.only) == 0
+    return 0 if clean_n == len(outcomes) and served_ok else 1
+
+
+def _serve_cases(only: list[str] | None) -> int:
+    import asyncio
+
+    from benchmarks.faults_serve import run_all
+
+    cases = asyncio.run(run_all(only))
+    return 0 if all(c.tracebacks == 0 for c in cases) else 1
 
 
 if __name__ == "__main__":

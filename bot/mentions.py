@@ -187,6 +187,8 @@ def missing_file(
         when the request may go to task planning.
     """
     have = {r.kind for r in resources} | set(attached)
+    if "video" in have:  # a video's sound and frames are resources of their own (pipeline.video_parts)
+        have |= {"audio", "image"}
     if sentence := _missing_id(text, resources, attached):
         return sentence
     if name := _missing_name(text, resources, have):
@@ -194,9 +196,6 @@ def missing_file(
     kind = _missing_kind(text, have)
     if kind is None:
         return None
-    if kind == "audio" and "video" in have:
-        return ("There is no recording in this conversation: the sound of a video cannot be used on its own yet, so "
-                f"send the audio as a file ({attach_hint(platform)}).")
     return f"There is no {_NOUNS[kind]} in this conversation yet: {attach_hint(platform)}."
 
 

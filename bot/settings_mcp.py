@@ -18,11 +18,12 @@ or ``HUGGINGGPT_MCP__SERVERS='{"stamps": {"command": "python", "args": [...]}}'`
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
-from pipeline.mcp_tools import McpServerConfig
+if TYPE_CHECKING:  # the MCP runner (and the Hub client under it) loads only when servers are used
+    from pipeline.mcp_tools import McpServerConfig
 
 
 class McpServerSettings(BaseModel):
@@ -65,6 +66,8 @@ class McpSettings(BaseModel):
     def configs(self, logs: Path | None = None) -> list[McpServerConfig]:
         """The servers as the pipeline takes them (secrets in plain text); a stdio server's stderr
         goes to ``<logs>/mcp-<name>.log`` when ``logs`` is given."""
+        from pipeline.mcp_tools import McpServerConfig
+
         return [
             McpServerConfig(
                 name=name, command=s.command, args=tuple(s.args),

@@ -5,6 +5,7 @@ config file."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
@@ -110,13 +111,44 @@ class ServerSettings(Section):
     )
     public_url: str | None = Field(
         None, pattern=r"^https?://", description="base URL clients reach the server at, for file links (default: the "
-                                                 "request's own host)",
+                                                 "address the server is bound to; never the request's Host header)",
+    )
+    cors_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="browser origins ('https://chat.example.org') whose pages may call the API; "
+                                          "empty: none (CORS off, cross-origin requests refused)",
+    )
+    allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="names clients may reach the server by (Host header; '*.example.org' for "
+                                          "subdomains, '*' any); empty: the bound address, its loopback names and "
+                                          "public_url's host (any name when bound to 0.0.0.0 or ::)",
+    )
+    link_ttl: float = Field(7 * DAY, ge=60, le=3650 * DAY, description="seconds a signed file link stays valid (410 after)")
+    ready_min_free_bytes: int = Field(
+        256 * MiB, ge=0, description="bytes the data directory's file system must have free for /readyz to say ready",
+    )
+    external_images: Literal["link", "drop"] = Field(
+        "link", description="images the controller's answer points at elsewhere than this server's files: shown as a "
+                            "plain link naming the host, or dropped",
     )
 
-    @field_validator("api_keys", "allowed_url_hosts", mode="before")
+    @field_validator("api_keys", "allowed_url_hosts", "cors_origins", "allowed_hosts", mode="before")
     @classmethod
     def _split_list(cls, v: Any) -> Any:
         return env_list(v)
+
+    @field_validator("cors_origins", mode="after")
+    @classmethod
+    def _origins(cls, v: list[str]) -> list[str]:
+        out = [o.strip().lower().rstrip("/") for o in v if o.strip()]
+        for o in out:
+            if not re.fullmatch(r"https?://[a-z0-9.\-\[\]:]+", o):
+                raise ValueError(f"{o!r} is not an origin: write scheme://host[:port], without a path")
+        return out
+
+    @field_validator("allowed_hosts", mode="after")
+    @classmethod
+    def _hosts(cls, v: list[str]) -> list[str]:
+        return [h.strip().lower().rstrip(".").strip("[]") for h in v if h.strip()]
 
     @field_validator("allowed_url_hosts", mode="after")
     @classmethod

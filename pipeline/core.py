@@ -12,7 +12,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from . import prompts
 from .catalog.availability import Availability
@@ -23,6 +23,7 @@ from .llm import Controller, Usage
 from .response import fallback_answer, response_messages
 from .selection import Selector
 from .planning_stream import plan_stream
+from .run_events import events_until, next_or_stop
 from .types import (
     Done,
     Event,
@@ -175,6 +176,9 @@ class Pipeline:
         record = RunRecord(request=request.text, conversation_id=request.conversation_id, turn=request.turn)
         st = _RunState(request, stop, loop, loop.time() + self.limits.deadline, record)
         try:
+            async with contextlib.aclosing(self._video_parts(st, sink)) as notices:
+                async for event in notices:
+                    yield event
             async with contextlib.aclosing(self._available_tasks(st)) as notices:
                 async for event in notices:
                     yield event
@@ -194,6 +198,20 @@ class Pipeline:
             log.warning("run failed during %s: %s", st.stage, e)
         st.close_record()
         yield Done(record)
+
+    async def _video_parts(self, st: _RunState, sink: ResourceSink) -> AsyncIterator[Event]:
+        """The sound and a few frames of each video of this turn become resources of their own
+        (:func:`pipeline.video_parts.add_video_parts`), added to ``st.request.files``; a video that
+        cannot be read is said in a notice. Given at most a quarter of the time left."""
+        if not any(f.kind == "video" for f in st.request.files):
+            return
+        from .video_parts import add_video_parts  # PyAV is imported only when a video comes
+
+        parts, notes = await add_video_parts(st.request.files, sink, timeout=max(1.0, min(60.0, st.left() / 4)))
+        st.request = replace(st.request, files=[*st.request.files, *parts])
+        for note in notes:
+            st.record.notes.append(note)
+            yield Notice(note)
 
     async def _available_tasks(self, st: _RunState) -> AsyncIterator[Event]:
         """Wait (within the deadline) for the served tasks, saying so when it takes a while or the
@@ -236,9 +254,9 @@ class Pipeline:
         planner = asyncio.create_task(self._plan(st.request, st.available, st.usage, run, queue.put_nowait, st.end, record))
         work: asyncio.Task | None = None
         try:
-            async for event in _events_until(queue, planner, stop):
+            async for event in events_until(queue, planner, stop):
                 yield event
-            if planner.cancelled():  # the user stopped it (_events_until cancelled it)
+            if planner.cancelled():  # the user stopped it (events_until cancelled it)
                 raise StoppedError("You stopped this run before its plan was ready.")
             st.tasks = record.tasks = planner.result()
             record.timings_ms["planning"] = (time.monotonic() - st.t0) * 1000
@@ -249,7 +267,7 @@ class Pipeline:
             for t in st.tasks:
                 run.start(t)
             work = asyncio.create_task(run.finish(stop))
-            async for event in _events_until(queue, work):
+            async for event in events_until(queue, work):
                 yield event
             record.selections, record.results = work.result()
             record.timings_ms["execution"] = (time.monotonic() - (run.first_start or time.monotonic())) * 1000
@@ -303,7 +321,7 @@ class Pipeline:
         try:
             while True:
                 try:
-                    delta = await _next_or_stop(stream, st.left(), st.stop)
+                    delta = await next_or_stop(stream, st.left(), st.stop)
                 except StopAsyncIteration:
                     break
                 if delta is None:
@@ -387,54 +405,3 @@ def _discarded_note(item: PlanDiscarded) -> str:
     n = len(item.task_ids)
     return (f"The finished plan was invalid ({item.problem}); the {n} task{'s' if n != 1 else ''} started "
             "early were stopped and the controller was asked to fix the plan.")
-
-
-async def _events_until(
-    queue: asyncio.Queue[Event], job: asyncio.Task, stop: asyncio.Event | None = None
-) -> AsyncIterator[Event]:
-    """Events put on ``queue`` until ``job`` is done and the queue is empty; if ``stop`` is set
-    first, ``job`` is cancelled (awaited) and the events so far are still yielded."""
-    stopping = asyncio.ensure_future(stop.wait()) if stop is not None else None
-    try:
-        while not job.done() or not queue.empty():
-            getter = asyncio.ensure_future(queue.get())
-            await asyncio.wait([f for f in (getter, job, stopping) if f is not None], return_when=asyncio.FIRST_COMPLETED)
-            if getter.done():
-                yield getter.result()
-            else:
-                getter.cancel()
-            if stopping is not None and stopping.done() and not job.done():
-                job.cancel()
-                await asyncio.gather(job, return_exceptions=True)
-                while not queue.empty():
-                    yield queue.get_nowait()
-                return
-    finally:
-        if stopping is not None:
-            stopping.cancel()
-
-
-async def _next_or_stop(stream: AsyncIterator[str], timeout: float, stop: asyncio.Event | None) -> str | None:
-    """The stream's next delta; ``None`` when ``stop`` is set first.
-
-    Raises:
-        StopAsyncIteration: the stream ended.
-        TimeoutError: ``timeout`` seconds passed first.
-    """
-    if stop is None:
-        return await asyncio.wait_for(anext(stream), timeout=max(0.0, timeout))
-    if stop.is_set():
-        return None
-    getting = asyncio.ensure_future(anext(stream))
-    stopping = asyncio.ensure_future(stop.wait())
-    try:
-        done, _ = await asyncio.wait({getting, stopping}, timeout=max(0.0, timeout), return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stopping.cancel()
-    if getting in done:
-        return getting.result()
-    getting.cancel()
-    await asyncio.gather(getting, return_exceptions=True)
-    if stopping in done:
-        return None
-    raise TimeoutError

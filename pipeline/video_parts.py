@@ -11,10 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import io
+import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import av
 from PIL import Image
+
+from .types import Resource, ResourceSink
+
+log = logging.getLogger(__name__)
 
 SOUND_RATE = 16_000
 """Hz: the sample rate of the extracted sound (what speech recognition models take)."""
@@ -142,3 +148,40 @@ async def video_parts(data: bytes, *, timeout: float = 60.0, **options: float) -
         return await asyncio.wait_for(asyncio.to_thread(extract_parts, data, **options), timeout)  # type: ignore[arg-type]
     except TimeoutError:
         raise ValueError(f"Reading the video's sound and frames took longer than {timeout:g} s.") from None
+
+
+async def add_video_parts(files: Sequence[Resource], sink: ResourceSink, *, timeout: float = 60.0,
+                          frames: int = 3) -> tuple[list[Resource], list[str]]:
+    """Store the sound and a few frames of each video in ``files`` as resources of their own, so
+    task planning can give them to audio and image tasks (a video's speech transcribed, its scenes
+    captioned or searched for objects).
+
+    Args:
+        files: the files of this turn; only ``kind == "video"`` ones are read.
+        sink: where the parts are stored; each part's ``origin`` is its video's id (``"video-1"``).
+        timeout: seconds allowed per video.
+        frames: frames per video, at the middles of equal slices of its length.
+
+    Returns:
+        ``(parts, notes)``: the new resources (sound first, then frames in time order, per video)
+        and one sentence per video that could not be read (the video itself stays usable, by
+        ``video-classification`` for one).
+    """
+    parts: list[Resource] = []
+    notes: list[str] = []
+    for video in (f for f in files if f.kind == "video"):
+        try:
+            data = await asyncio.to_thread(video.path.read_bytes)
+            got = await video_parts(data, timeout=timeout, frames=frames)
+        except (OSError, ValueError) as e:
+            log.warning("could not read the parts of %s (%s): %s", video.id, video.path, e)
+            notes.append(f"The sound and frames of {video.id} could not be read, so only the video itself can be used.")
+            continue
+        if got.sound is not None:
+            cut = f", cut at {got.sound_seconds:.0f} s" if got.sound_cut else ""
+            parts.append(await sink.add(got.sound, kind="audio", mime="audio/flac", origin=video.id,
+                                        description=f"sound of {video.id}, {got.sound_seconds:.1f} s{cut}"))
+        for frame in got.frames:
+            parts.append(await sink.add(frame.png, kind="image", mime="image/png", origin=video.id,
+                                        description=f"frame of {video.id} at {frame.at:.1f} s, {frame.width}x{frame.height} pixels"))
+    return parts, notes

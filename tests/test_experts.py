@@ -7,6 +7,7 @@ decoded and checked as a user would see them (images opened, audio decoded, vide
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import time
 import wave
@@ -296,6 +297,8 @@ async def test_every_task_has_a_working_path(experts, sink, media_dir, task):
             args[key] = await upload(sink, media_dir, "chelsea.png")
         elif kind == "audio":
             args[key] = await upload(sink, media_dir, "speech_weather.mp3")
+        elif kind == "video":
+            args[key] = await upload(sink, media_dir, "rocket_speech.mp4")
     runner = LocalRunner() if spec.local else experts
     out = await runner.run(task, LOCAL_MODEL if spec.local else MODELS[task], args, sink, task_id=7)
     for kind in spec.outputs:
@@ -479,3 +482,29 @@ def test_settings_from_inference_settings():
     st = ExpertSettings.from_inference(inf)
     assert (st.max_media_bytes, st.max_json_bytes) == (5 << 20, 3 << 20)
     assert (st.limits.max_image_pixels, st.limits.max_items, st.limits.max_text_chars) == (123_456, 7, 999)
+
+
+async def test_video_classification_names_what_the_video_shows(experts, sink, media_dir):
+    zoom = await upload(sink, media_dir, "rocket_zoom.mp4")
+    out = await experts.run("video-classification", MODELS["video-classification"], {"video": zoom}, sink, task_id=1)
+    labels = [x.label for x in out.data.items]
+    assert labels == ["moving scene", "still scene"]  # the clip zooms in: its first and last frames differ
+    assert out.text.startswith("moving scene")
+    still = await stored_upload(sink, _still_video(), "still.mp4", None)
+    out = await experts.run("video-classification", MODELS["video-classification"], {"video": still}, sink, task_id=2)
+    assert [x.label for x in out.data.items] == ["still scene", "moving scene"]
+
+
+def _still_video() -> bytes:
+    """Two seconds of one grey picture, H.264 in MP4, written with PyAV."""
+    import av
+
+    buf = io.BytesIO()
+    with av.open(buf, "w", format="mp4") as out:
+        stream = out.add_stream("libx264", rate=10)
+        stream.width, stream.height, stream.pix_fmt = 64, 64, "yuv420p"
+        picture = av.VideoFrame.from_image(Image.new("RGB", (64, 64), (120, 120, 120)))
+        for _ in range(20):
+            out.mux(stream.encode(picture))
+        out.mux(stream.encode(None))
+    return buf.getvalue()

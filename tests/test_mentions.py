@@ -88,3 +88,11 @@ def test_a_request_that_produces_the_file_is_planned_in_a_real_process(tmp_path)
     record = json.loads(p.stdout)
     assert [t["task"] for t in record["tasks"]] == ["text-to-speech"]
     assert [r["status"] for r in record["results"].values()] == ["ok"] and len(record["files"]) == 1, record
+
+
+def test_a_video_brings_its_sound_and_frames():
+    video = Resource(id="video-1", kind="video", path=Path("/x/a.mp4"), mime="video/mp4", size=10, name="talk.mp4")
+    assert missing_file("transcribe this recording", [video], [], None) is None
+    assert missing_file("caption this photo", [], ["video"], None) is None
+    assert missing_file("transcribe this recording", [], [], None) == (
+        "There is no recording in this conversation yet: attach it with --file PATH.")

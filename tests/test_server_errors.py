@@ -85,10 +85,16 @@ async def test_a_file_that_is_not_what_it_claims_is_400(served):
     assert_error_object(e.value, 400, "invalid_file")
 
 
-async def test_not_json_is_400_and_oversized_body_is_413(served):
+async def test_not_json_is_400_other_types_415_and_oversized_body_is_413(served):
     async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {KEY}"}) as http:
-        async with http.post(served.url + "/v1/chat/completions", data=b"{not json") as r:
+        async with http.post(served.url + "/v1/chat/completions", data=b"{not json",
+                             headers={"Content-Type": "application/json"}) as r:
             assert r.status == 400 and (await r.json())["error"]["code"] == "invalid_json"
+        for ctype in ("text/plain", "application/x-www-form-urlencoded", None):
+            headers = {"Content-Type": ctype} if ctype else {}
+            async with http.post(served.url + "/v1/chat/completions", data=b'{"model": "hugginggpt"}',
+                                 headers=headers, skip_auto_headers=["Content-Type"]) as r:
+                assert r.status == 415 and (await r.json())["error"]["code"] == "unsupported_media_type", ctype
     with pytest.raises(openai.APIStatusError) as e:  # rocket and chelsea together exceed the 400 kB limit
         await served.client().chat.completions.create(model="hugginggpt", messages=[
             image_message("Describe this", "rocket.jpg"), image_message("and this", "chelsea.png")])

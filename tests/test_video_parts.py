@@ -4,13 +4,18 @@ spread over its length."""
 from __future__ import annotations
 
 import io
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import av
 import pytest
 from PIL import Image
 
-from pipeline.video_parts import SOUND_RATE, extract_parts, video_parts
+from pipeline.types import Resource
+from pipeline.video_parts import SOUND_RATE, add_video_parts, extract_parts, video_parts
 
 MEDIA = Path(__file__).parent / "fixtures" / "media"
 
@@ -44,3 +49,62 @@ def test_a_long_sound_is_cut_at_the_limit():
 async def test_garbage_is_one_sentence():
     with pytest.raises(ValueError, match="could not be decoded"):
         await video_parts(b"\x00\x00\x00\x18ftypmp42" + b"\x00" * 500)
+
+
+class _Folder:
+    """A resource sink writing into a folder, numbering ids per kind as the stores do."""
+
+    def __init__(self, root: Path) -> None:
+        self.root, self.count = root, {}
+
+    async def add(self, data, *, kind, mime, origin, description, name=None):
+        self.count[kind] = self.count.get(kind, 0) + 1
+        path = self.root / f"{kind}-{self.count[kind]}"
+        path.write_bytes(data)
+        return Resource(id=path.name, kind=kind, path=path, mime=mime, size=len(data), origin=origin,
+                        description=description, name=name)
+
+
+async def test_a_video_of_the_turn_adds_its_sound_and_frames_as_resources(tmp_path):
+    src = tmp_path / "talk.mp4"
+    src.write_bytes((MEDIA / "rocket_speech.mp4").read_bytes())
+    video = Resource(id="video-1", kind="video", path=src, mime="video/mp4", size=src.stat().st_size)
+    photo = Resource(id="image-9", kind="image", path=MEDIA / "chelsea.png", mime="image/png", size=1)
+    parts, notes = await add_video_parts([photo, video], _Folder(tmp_path))
+    assert notes == []
+    assert [(p.id, p.kind, p.origin) for p in parts] == [
+        ("audio-1", "audio", "video-1"), ("image-1", "image", "video-1"), ("image-2", "image", "video-1"),
+        ("image-3", "image", "video-1")]
+    assert parts[0].description == "sound of video-1, 5.1 s"
+    assert parts[2].description == "frame of video-1 at 2.9 s, 320x400 pixels"
+    with av.open(str(parts[0].path)) as c:
+        assert c.format.name == "flac"
+    assert Image.open(parts[3].path).size == (320, 400)
+
+
+async def test_an_unreadable_video_is_said_and_the_rest_goes_on(tmp_path):
+    bad = tmp_path / "bad.mp4"
+    bad.write_bytes(b"\x00\x00\x00\x18ftypmp42" + b"\x00" * 200)
+    silent = tmp_path / "zoom.mp4"
+    silent.write_bytes((MEDIA / "rocket_zoom.mp4").read_bytes())
+    files = [Resource(id="video-1", kind="video", path=bad, mime="video/mp4", size=1),
+             Resource(id="video-2", kind="video", path=silent, mime="video/mp4", size=1)]
+    parts, notes = await add_video_parts(files, _Folder(tmp_path), frames=2)
+    assert notes == ["The sound and frames of video-1 could not be read, so only the video itself can be used."]
+    assert [(p.kind, p.origin) for p in parts] == [("image", "video-2"), ("image", "video-2")]  # no sound track
+
+
+def test_run_transcribes_the_sound_of_a_video_and_captions_its_frames(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HUGGINGGPT_", "OPENAI_", "HF_"))}
+    env["HUGGINGGPT_STORAGE__DATA_DIR"] = str(tmp_path / "data")
+    p = subprocess.run([sys.executable, "-m", "bot.cli", "run", "--sandbox", "--json",
+                        "Transcribe what is said in this video and describe what it shows",
+                        "--file", str(MEDIA / "rocket_speech.mp4")],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    assert p.returncode == 0, p.stderr
+    record = json.loads(p.stdout)
+    args = {t["task"]: t["args"] for t in record["tasks"]}
+    assert args["automatic-speech-recognition"] == {"audio": "audio-1"}  # the video's sound, not the video
+    assert args["image-to-text"]["image"].startswith("image-")
+    texts = [r["output"]["text"] for r in record["results"].values() if r["status"] == "ok"]
+    assert any("5.1 s of audio" in t for t in texts), texts  # the stand-in transcribes the 5.05 s sound track

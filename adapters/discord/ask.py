@@ -26,6 +26,7 @@ from typing import Any  # ``bot`` arguments: the HuggingGPTBot (not imported: no
 
 import discord
 
+from adapters.sentences import record_error, user_sentence
 from bot.incoming import ConversationKey, IncomingFile
 from pipeline.errors import HuggingGPTError
 from pipeline.types import RunRecord
@@ -51,7 +52,7 @@ def outcome_line(record: RunRecord | None, where: str) -> str:
         return f"⏹️ Stopped — see {where}."
     if record.answered:
         return f"✅ Done — see {where}."
-    return f"⚠️ Failed: {record.error or 'the run did not finish.'}"
+    return f"⚠️ Failed: {record_error(record) or 'the run did not finish.'}"
 
 
 class FollowupChannel:
@@ -148,7 +149,7 @@ async def _checked_files(bot: Any, interaction: discord.Interaction,
         return await bot.service.check_files(files)
     except HuggingGPTError as e:
         log.info("files refused for interaction %s: %s", interaction.id, e)
-        await tell_privately(interaction, e.user_message)
+        await tell_privately(interaction, user_sentence(e))
         return None
 
 

@@ -14,6 +14,7 @@ from typing import Any  # ``bot``: the HuggingGPTBot (not imported: no import cy
 
 import discord
 
+from adapters.sentences import user_sentence
 from bot.incoming import ConversationKey
 from pipeline.errors import HuggingGPTError
 
@@ -38,7 +39,7 @@ async def start_over(bot: Any, user_id: int) -> str:
         had = await bot.service.start_over(dm_key(user_id))
     except HuggingGPTError as e:
         log.warning("could not start the DM conversation of user %s over: %s", user_id, e)
-        return e.user_message
+        return user_sentence(e)
     log.info("user %s started their DM conversation over", user_id)
     return STARTED_OVER if had else NOTHING_TO_FORGET
 
@@ -88,7 +89,7 @@ async def _followup_run(bot: Any, message: discord.Message, text: str, live: Liv
         files = await bot.service.check_files(await download(message.attachments))
     except HuggingGPTError as e:
         log.info("files refused for message %s: %s", message.id, e)
-        await reply_quietly(message, e.user_message)
+        await reply_quietly(message, user_sentence(e))
         return
     except (discord.HTTPException, OSError) as e:
         log.warning("could not download attachments of message %s: %s", message.id, e)

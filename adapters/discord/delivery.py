@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import discord
 
 from adapters.editor import MessageEditor
+from adapters.sentences import record_error, user_sentence
 from bot.incoming import ConversationKey, IncomingFile
 from pipeline.errors import HuggingGPTError
 from pipeline.types import Done, Event, Resource, RunRecord
@@ -155,7 +156,7 @@ class ChannelRun:
                     self.record = event.record
         except HuggingGPTError as e:
             log.info("run in channel %s refused: %s", getattr(self.channel, "id", "?"), e)
-            self.record = RunRecord(request=text, status="error", error=e.user_message)
+            self.record = RunRecord(request=text, status="error", error=user_sentence(e))
             progress.apply(Done(self.record))
         if self.record is None:
             self.record = RunRecord(request=text, status="error", error=CRASH_SENTENCE)
@@ -176,15 +177,17 @@ class ChannelRun:
 
 
 async def post_answer(channel: Any, record: RunRecord, streamed: str) -> None:
-    """Post the answer (split at 2,000 characters), or the failure sentence."""
+    """Post the answer (split at 2,000 characters), or the failure sentence. Link previews are
+    suppressed (message flag ``SUPPRESS_EMBEDS``): the links are the controller's, and a preview
+    would make Discord's servers fetch whatever URL it wrote."""
     if not record.answered:
-        await channel.send(f"⚠️ {record.error or CRASH_SENTENCE}")
+        await channel.send(f"⚠️ {record_error(record) or CRASH_SENTENCE}", suppress_embeds=True)
         return
     chunks = split_message(record.response or streamed)
     if not chunks and not record.files:
         chunks = ["The run finished without an answer text; please rephrase your request."]
     for chunk in chunks:
-        await channel.send(chunk)
+        await channel.send(chunk, suppress_embeds=True)
 
 
 async def _show_through_press(live: LiveRun, view: Any, key: str, shown: list[str]) -> None:

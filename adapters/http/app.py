@@ -13,23 +13,32 @@ from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 
-from bot.errors import StorageError
+from bot.readiness import Readiness
 from bot.service import Service
 from bot.settings import Settings
 
 from . import jarvis, openai_api
 from .auth import Keys
-from .common import CONVERSATION_HEADER, State, state_of
+from .common import CONVERSATION_HEADER, OPEN_WEBUI_CHAT_HEADER, State, state_of
 from .errors import install_error_handlers
+from .guard import BrowserGuard, default_hosts
+
+CORS_HEADERS = ["Authorization", "Content-Type", CONVERSATION_HEADER, OPEN_WEBUI_CHAT_HEADER, "Mcp-Session-Id",
+                "Mcp-Protocol-Version", "Last-Event-ID"]
+"""Request headers a page of a ``[server] cors_origins`` origin may send."""
 
 
-def create_app(settings: Settings, service: Service, *, version: str = "unknown") -> FastAPI:
+def create_app(settings: Settings, service: Service, *, version: str = "unknown",
+               bound_host: str | None = None) -> FastAPI:
     """The ASGI application of ``hugginggpt serve``.
 
     Args:
-        settings: all settings (``[server]`` for keys and limits, ``[storage]`` for file limits).
+        settings: all settings (``[server]`` for keys, limits, hosts and origins; ``[storage]`` for
+            file limits).
         service: the running service (its lifecycle is the caller's).
         version: shown in the OpenAPI description.
+        bound_host: the address the server is bound to (``--host``); default ``[server] host``.
+            Names the default ``allowed_hosts`` (:func:`adapters.http.guard.default_hosts`).
 
     Returns:
         A FastAPI application; ``app.state.hugginggpt`` is its :class:`adapters.http.common.State`.
@@ -42,10 +51,14 @@ def create_app(settings: Settings, service: Service, *, version: str = "unknown"
         docs_url="/docs", redoc_url=None,
     )
     app.state.hugginggpt = State(settings=settings, service=service, keys=Keys(settings.server, service.store))
-    # Browser clients (the reference web demo, chat UIs) call from another origin; access is by
-    # bearer key, never by cookie, so any origin may call.
-    app.add_middleware(CORSMiddleware, allow_origins=["*"], allow_methods=["GET", "POST", "OPTIONS"],
-                       allow_headers=["*"], expose_headers=[CONVERSATION_HEADER])
+    server = settings.server
+    if server.cors_origins:  # only the pages the operator named (a chat UI calling from the browser)
+        app.add_middleware(CORSMiddleware, allow_origins=server.cors_origins, allow_credentials=False,
+                           allow_methods=["GET", "POST", "DELETE", "OPTIONS"], allow_headers=CORS_HEADERS,
+                           expose_headers=[CONVERSATION_HEADER, "Mcp-Session-Id"])
+    # outermost: refuse foreign hosts, origins and body types before anything else runs
+    app.add_middleware(BrowserGuard, cors_origins=server.cors_origins,
+                       allowed_hosts=server.allowed_hosts or default_hosts(server, bound_host or server.host))
     install_error_handlers(app)
     app.include_router(openai_api.router, tags=["OpenAI-compatible"])
     app.include_router(jarvis.router)
@@ -55,17 +68,19 @@ def create_app(settings: Settings, service: Service, *, version: str = "unknown"
         """200 while the process serves requests."""
         return {"status": "ok"}
 
+    readiness = Readiness(settings, service.store)
+
     @app.get("/readyz", summary="Readiness", tags=["operations"])
     async def readyz(request: Request) -> Any:
-        """200 when the service is up and its conversation store answers; 503 otherwise (and while
-        shutting down)."""
+        """200 when the service is up, the data directory has ``[server] ready_min_free_bytes``
+        free and the conversation store answers and passes its integrity probe
+        (:mod:`bot.readiness`); 503 with ``problems`` (sentences without paths) otherwise, and
+        while shutting down."""
         st = state_of(request)
         if not st.ready:
             return JSONResponse({"status": "stopping"}, status_code=503)
-        try:
-            await st.service.store.find("0")
-        except StorageError as e:
-            return JSONResponse({"status": "storage unavailable", "detail": e.user_message}, status_code=503)
+        if problems := await readiness.problems():
+            return JSONResponse({"status": "not ready", "problems": problems}, status_code=503)
         return {"status": "ready", "model": openai_api.MODEL_ID, "controller": st.settings.llm.model}
 
     return app

@@ -5,9 +5,10 @@
   budgets, so the secret itself is never stored or logged.
 * No key configured: the server only binds to loopback (checked at start, ``bot/cli/serve.py``)
   and only answers loopback peers; the key id is then ``"local"``. Nothing secret is generated.
-* File links: ``/v1/files/{id}?sig=...`` carries an HMAC-SHA256 of the file id under the owning
-  key, so a chat UI's ``<img>`` (which sends no ``Authorization`` header) can show the file while
-  nobody without the key can forge a link to another file.
+* File links: ``/v1/files/{id}?exp=...&sig=...`` carries an HMAC-SHA256 of the file id and the
+  link's expiry under the owning key, so a chat UI's ``<img>`` (which sends no ``Authorization``
+  header) can show the file until ``[server] link_ttl`` has passed, while nobody without the key
+  can forge a link to another file or extend one (:mod:`adapters.http.links`).
 * Budgets per key: ``rate_limit_per_minute`` and ``max_concurrent_runs``; both answer 429 with
   ``Retry-After``. Kept in the conversation store, so several server processes share them
   (``ConversationStore.take_rate``/``take_slot``); without a store, in this process
@@ -19,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
+import logging
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +30,8 @@ from bot.limits import RateLimiter
 from bot.settings import ServerSettings
 
 from .errors import ApiError
+
+log = logging.getLogger("adapters.http")
 
 LOCAL_KEY_ID = "local"
 """Key id of every request when no API key is configured (loopback only)."""
@@ -109,16 +113,19 @@ class Keys:
             raise ApiError(401, "Incorrect API key provided.", "invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
         return Caller(kid, known)
 
-    def sign(self, caller_key_id: str, file_id: str) -> str | None:
-        """The link signature of ``file_id`` for the key ``caller_key_id`` (``None`` without keys)."""
+    def sign(self, caller_key_id: str, file_id: str, expires: int) -> str | None:
+        """The link signature of ``file_id`` valid until ``expires`` (Unix seconds) for the key
+        ``caller_key_id``: HMAC-SHA256 of ``"<file id>.<expires>"`` under the key, 32 hex digits
+        (``None`` without keys). The expiry is inside the MAC, so it cannot be extended."""
         key = self._by_id.get(caller_key_id)
         if key is None:
             return None
-        return hmac.new(key.encode(), file_id.encode(), hashlib.sha256).hexdigest()[:32]
+        return hmac.new(key.encode(), f"{file_id}.{expires}".encode(), hashlib.sha256).hexdigest()[:32]
 
-    def signature_ok(self, owner_key_id: str, file_id: str, sig: str | None) -> bool:
-        """Whether ``sig`` is the link signature of ``file_id`` under its owner's key."""
-        expected = self.sign(owner_key_id, file_id)
+    def signature_ok(self, owner_key_id: str, file_id: str, expires: int, sig: str | None) -> bool:
+        """Whether ``sig`` is the link signature of ``file_id`` and ``expires`` under its owner's key
+        (constant-time comparison; says nothing about whether ``expires`` has passed)."""
+        expected = self.sign(owner_key_id, file_id, expires)
         return bool(sig) and expected is not None and hmac.compare_digest(expected, sig or "")
 
     async def reserve(self, caller: Caller) -> Callable[[], None]:
@@ -141,7 +148,7 @@ class Keys:
             def give_back() -> None:
                 task = asyncio.get_running_loop().create_task(store.release_slot(slot))
                 self._releasing.add(task)
-                task.add_done_callback(self._releasing.discard)
+                task.add_done_callback(self._released)
             return give_back
         n = self._active.get(caller.key_id, 0)
         if n >= self.max_concurrent:
@@ -155,6 +162,12 @@ class Keys:
             else:
                 self._active.pop(caller.key_id, None)
         return release
+
+    def _released(self, task: asyncio.Task) -> None:
+        """A slot went back (or could not: one log line; its lease expires it anyway)."""
+        self._releasing.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.warning("could not give back a run slot: %s: %s", type(exc).__name__, exc)
 
     async def count_request(self, caller: Caller) -> None:
         """Count one request against the caller's rate budget.

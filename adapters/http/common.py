@@ -4,6 +4,7 @@ the conversation of a request and file links."""
 from __future__ import annotations
 
 import re
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,8 @@ from pipeline.types import Resource
 
 from .auth import Caller, Keys
 from .errors import ApiError, validation_error
+from .guard import media_type
+from .safe_markdown import StreamGuard, sanitize
 
 CONVERSATION_HEADER = "X-HuggingGPT-Conversation"
 """Request/response header naming the conversation (multi-turn); echoed back on every reply."""
@@ -55,9 +58,13 @@ async def read_json(request: Request, model: type[BaseModel]) -> Any:
     """Read the body (at most ``[server] max_body_bytes``) and validate it as ``model``.
 
     Raises:
-        ApiError: 413 when the body is larger than the limit (stops reading there), 400 when it is
-            not JSON or not valid.
+        ApiError: 415 when its ``Content-Type`` is not ``application/json`` (a browser's form or
+            ``text/plain`` request, see :mod:`adapters.http.guard`), 413 when the body is larger than
+            the limit (stops reading there), 400 when it is not JSON or not valid.
     """
+    if media_type(request.headers.get("content-type")) != "application/json":
+        raise ApiError(415, "Send the request body as application/json (Content-Type: application/json).",
+                       "unsupported_media_type")
     limit = state_of(request).settings.server.max_body_bytes
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
@@ -114,14 +121,42 @@ def parse_file_id(fid: str) -> tuple[str, str] | None:
 
 
 def base_url(request: Request) -> str:
-    """``[server] public_url``, else the URL the request came to (scheme, host and port)."""
-    public = state_of(request).settings.server.public_url
-    return (public or str(request.base_url)).rstrip("/")
+    """``[server] public_url``, else ``scheme://<bound address>:<port>`` of the connection (its
+    local socket address), else ``[server] host`` and ``port``; never the ``Host`` header, which
+    the client chooses."""
+    server = state_of(request).settings.server
+    if server.public_url:
+        return server.public_url.rstrip("/")
+    bound = request.scope.get("server")
+    host, port = (str(bound[0]), bound[1]) if bound else (server.host, server.port)
+    host = f"[{host}]" if ":" in host else host
+    return f"{request.url.scheme}://{host}" + (f":{port}" if port else "")
+
+
+def safe_answer(request: Request, markdown: str) -> str:
+    """The controller's answer with only this server's file links left as images
+    (:func:`adapters.http.safe_markdown.sanitize`, ``[server] external_images``)."""
+    return sanitize(markdown, own_files(request), state_of(request).settings.server.external_images)
+
+
+def answer_guard(request: Request) -> StreamGuard:
+    """:func:`safe_answer` for a streamed answer."""
+    return StreamGuard(own_files(request), state_of(request).settings.server.external_images)
+
+
+def own_files(request: Request) -> str:
+    """The start of this server's file links (``<base>/v1/files/``)."""
+    return base_url(request) + "/v1/files/"
 
 
 def file_url(request: Request, caller: Caller, conversation_id: str, resource: Resource) -> str:
-    """The link of a generated file: ``<base>/v1/files/<id>`` plus its signature when keys are
-    configured (so a chat UI's image tag can load it; see :mod:`adapters.http.auth`)."""
+    """The link of a generated file: ``<base>/v1/files/<id>``, plus ``?exp=<Unix seconds>&sig=...``
+    when keys are configured, so a chat UI's image tag can load it until ``[server] link_ttl`` has
+    passed (see :mod:`adapters.http.links`)."""
+    st = state_of(request)
     fid = file_id(conversation_id, resource)
-    sig = state_of(request).keys.sign(caller.key_id, fid)
-    return f"{base_url(request)}/v1/files/{fid}" + (f"?sig={sig}" if sig else "")
+    expires = int(time.time() + st.settings.server.link_ttl)
+    sig = st.keys.sign(caller.key_id, fid, expires)
+    if sig is None:  # no keys: loopback callers read the bytes at the files API's content path
+        return f"{base_url(request)}/v1/files/{fid}/content"
+    return f"{base_url(request)}/v1/files/{fid}?exp={expires}&sig={sig}"

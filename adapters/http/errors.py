@@ -12,6 +12,7 @@ ready. Never a traceback: unexpected errors become one sentence for the client a
 
 from __future__ import annotations
 
+import errno
 import logging
 from typing import Any
 
@@ -19,6 +20,10 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
+
+from bot.errors import StorageError
+from bot.readiness import storage_sentence
 
 log = logging.getLogger("adapters.http")
 
@@ -76,6 +81,18 @@ def validation_error(errors: list[dict[str, Any]]) -> ApiError:
     return ApiError(400, f"The request body is invalid{where}: {msg}.", "invalid_request", param)
 
 
+def storage_error(exc: BaseException) -> ApiError:
+    """The 503 ``storage_unavailable`` of a storage failure: a sentence naming no path
+    (:func:`bot.readiness.storage_sentence`)."""
+    return ApiError(503, storage_sentence(exc), "storage_unavailable", headers={"Retry-After": "30"})
+
+
+def storage_response(request: Request, exc: BaseException) -> JSONResponse:
+    """Log one line (no traceback) and answer :func:`storage_error`."""
+    log.warning("%s %s -> 503 storage_unavailable: %s: %s", request.method, request.url.path, type(exc).__name__, exc)
+    return storage_error(exc).response()
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Make every error of ``app`` an OpenAI error object (including 404/405 of unknown routes and
     FastAPI's own validation errors, which would otherwise be 422 with another shape)."""
@@ -99,8 +116,19 @@ def install_error_handlers(app: FastAPI) -> None:
             err = ApiError(exc.status_code, str(exc.detail), None)
         return await _api_error(request, err)
 
+    @app.exception_handler(ClientDisconnect)
+    async def _gone(request: Request, exc: ClientDisconnect) -> JSONResponse:
+        return await _api_error(request, ApiError(400, "The request body ended before its declared length "
+                                                       "(the client went away).", "incomplete_body"))
+
+    @app.exception_handler(StorageError)
+    async def _storage(request: Request, exc: StorageError) -> JSONResponse:
+        return storage_response(request, exc)
+
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:  # a full disk outside the store
+            return storage_response(request, exc)
         log.error("%s %s failed: %s: %s", request.method, request.url.path, exc.__class__.__name__, exc, exc_info=exc)
         return ApiError(500, "The server failed while handling this request; the operator's log has the details.",
                         "internal_error").response()

@@ -23,7 +23,7 @@ from fastapi import APIRouter, Request
 
 from pipeline.types import PlanReady, RunRecord
 
-from .common import caller_of, conversation_of, file_url, read_json
+from .common import caller_of, conversation_of, file_url, read_json, safe_answer
 from .errors import ApiError
 from .models import JarvisRequest, Message, schema_of
 from .openai_api import run_error, start_run
@@ -62,7 +62,7 @@ async def hugginggpt(request: Request) -> dict[str, Any]:
     if not record.answered:
         return {"message": record.error or "The request could not be answered."}
     links = file_links(record.files, lambda f: file_url(request, caller, run.conversation_id or "", f))
-    return {"message": record.response + links}
+    return {"message": safe_answer(request, record.response) + links}
 
 
 @router.post("/tasks", summary="Plan a request (reference implementation)", openapi_extra=schema_of(JarvisRequest))

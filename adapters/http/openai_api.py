@@ -1,6 +1,6 @@
 """The OpenAI-compatible routes: ``POST /v1/chat/completions`` (streaming and not), ``GET
-/v1/models``, ``GET /v1/models/{id}``, ``GET /v1/files/{id}`` (and ``/v1/files/{id}/content``,
-the path the OpenAI SDK's ``files.content`` uses).
+/v1/models``, ``GET /v1/models/{id}``; the files routes (:mod:`adapters.http.files`) are part of
+this router.
 
 Wire format: the OpenAI API reference (Chat Completions, the chat completion and chunk objects,
 Server-Sent Events ``data: {json}\\n\\n`` ending with ``data: [DONE]\\n\\n``, error objects). A
@@ -12,29 +12,32 @@ from __future__ import annotations
 
 import json
 import logging
-import mimetypes
 import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from bot.errors import InputError
+from bot.errors import InputError, StorageError
 from pipeline.errors import ControllerError, DeadlineError, PlanError
 from pipeline.types import Done, PlanReady, ResponseDelta, RunRecord
 
 from .auth import Caller
-from .common import CONVERSATION_HEADER, PLATFORM, caller_of, conversation_of, file_url, parse_file_id, read_json, state_of
+from . import files
+from .common import (
+    CONVERSATION_HEADER, answer_guard, caller_of, conversation_of, file_url, read_json, safe_answer, state_of,
+)
 from .content import parse_messages, text_of
-from .errors import ApiError
+from .errors import ApiError, storage_error
 from .models import ChatCompletionRequest, schema_of
 from .render import MODEL_ID, Completion, file_links, preamble, progress_line, usage
 from .runs import Run
 
 log = logging.getLogger("adapters.http")
 router = APIRouter()
+router.include_router(files.router)
 _STARTED = int(time.time())
 
 
@@ -47,6 +50,8 @@ def run_error(record: RunRecord) -> ApiError:
         return ApiError(504, sentence, "deadline_exceeded")
     if isinstance(failure, InputError):
         return ApiError(400, sentence, "invalid_request")
+    if isinstance(failure, StorageError):
+        return storage_error(failure)
     if isinstance(failure, ControllerError):
         return ApiError(502, sentence, "controller_error")
     if isinstance(failure, PlanError):
@@ -88,24 +93,32 @@ async def start_run(request: Request, caller: Caller, messages: list[Any], conve
     return run
 
 
+def model_object() -> dict[str, Any]:
+    """The OpenAI model object of ``hugginggpt``, the one model a client can choose."""
+    return {"id": MODEL_ID, "object": "model", "created": _STARTED, "owned_by": "hugginggpt-bot"}
+
+
+def unknown_model(model_id: str) -> ApiError:
+    """The 404 for a model a client cannot choose (the controller's name included: the controller
+    is the server's own, not a model to chat with directly)."""
+    return ApiError(404, f"The model '{model_id}' does not exist or you do not have access to it; "
+                         f"the one model here is '{MODEL_ID}'.", "model_not_found", "model")
+
+
 @router.get("/v1/models", summary="List models")
 async def list_models(request: Request) -> dict[str, Any]:
-    """``hugginggpt`` (what clients ask for) and, for information, the controller it plans with."""
+    """The models a client can choose: only ``hugginggpt``."""
     await caller_of(request)
-    controller = state_of(request).settings.llm.model
-    return {"object": "list", "data": [
-        {"id": MODEL_ID, "object": "model", "created": _STARTED, "owned_by": "hugginggpt-bot"},
-        {"id": controller, "object": "model", "created": _STARTED, "owned_by": "controller (information only)"},
-    ]}
+    return {"object": "list", "data": [model_object()]}
 
 
 @router.get("/v1/models/{model_id:path}", summary="Retrieve a model")
 async def get_model(model_id: str, request: Request) -> dict[str, Any]:
-    """The model object of ``hugginggpt``; 404 for any other id."""
+    """The model object of ``hugginggpt``; 404 (``model_not_found``) for any other id."""
     await caller_of(request)
     if model_id != MODEL_ID:
-        raise ApiError(404, f"The model '{model_id}' does not exist; use '{MODEL_ID}'.", "model_not_found", "model")
-    return {"id": MODEL_ID, "object": "model", "created": _STARTED, "owned_by": "hugginggpt-bot"}
+        raise unknown_model(model_id)
+    return model_object()
 
 
 @router.post("/v1/chat/completions", summary="Create a chat completion", openapi_extra=schema_of(ChatCompletionRequest))
@@ -115,7 +128,7 @@ async def chat_completions(request: Request) -> Response:
     caller = await caller_of(request)
     body: ChatCompletionRequest = await read_json(request, ChatCompletionRequest)
     if body.model != MODEL_ID:
-        raise ApiError(404, f"The model '{body.model}' does not exist; use '{MODEL_ID}'.", "model_not_found", "model")
+        raise unknown_model(body.model)
     name, key = conversation_of(request, caller, body.user)
     # A stream starts as soon as the request and its files passed their checks (its first byte
     # must not wait for the conversation store); a refusal after that ends the stream with an
@@ -146,7 +159,7 @@ async def chat_completions(request: Request) -> Response:
     record = run.record
     if record is None or not record.answered:
         raise run_error(record or RunRecord(request=""))
-    content = (record.response or answer) if mode != "preamble" else answer
+    content = safe_answer(request, (record.response or answer) if mode != "preamble" else answer)
     content += file_links(record.files, lambda f: file_url(request, caller, run.conversation_id or "", f))
     doc = completion.whole(content, "\n".join(reasoning) or None, usage(prompt, content))
     return JSONResponse(doc, headers=headers)
@@ -159,6 +172,7 @@ def _data(obj: Any) -> str:
 async def _sse(request: Request, caller: Caller, run: Run, completion: Completion, mode: str, include_usage: bool,
                prompt: str) -> AsyncIterator[str]:
     sent = ""
+    guard = answer_guard(request)  # only our own file links stay images
     try:
         yield _data(completion.chunk({"role": "assistant", "content": ""}))
         try:
@@ -170,8 +184,9 @@ async def _sse(request: Request, caller: Caller, run: Run, completion: Completio
         record: RunRecord | None = None
         async for event in run.events():
             if isinstance(event, ResponseDelta):
-                sent += event.text
-                yield _data(completion.chunk({"content": event.text}))
+                if text := guard.feed(event.text):
+                    sent += text
+                    yield _data(completion.chunk({"content": text}))
             elif isinstance(event, Done):
                 record = event.record
             elif isinstance(event, PlanReady) and mode == "preamble":
@@ -184,13 +199,17 @@ async def _sse(request: Request, caller: Caller, run: Run, completion: Completio
             yield _data(run_error(record or RunRecord(request="")).body())
             yield "data: [DONE]\n\n"
             return
-        links = file_links(record.files, lambda f: file_url(request, caller, run.conversation_id or "", f))
+        links = guard.end() + file_links(record.files, lambda f: file_url(request, caller, run.conversation_id or "", f))
         if links:
             sent += links
             yield _data(completion.chunk({"content": links}))
         yield _data(completion.chunk({}, finish_reason="stop"))
         if include_usage:
             yield _data(completion.chunk(usage_=usage(prompt, sent), choices=False))
+        yield "data: [DONE]\n\n"
+    except StorageError as e:  # one line, no traceback: the operator knows what a full disk is
+        log.warning("stream of run %s/%d: storage failed: %s", run.conversation_id, run.turn, e)
+        yield _data(storage_error(e).body())
         yield "data: [DONE]\n\n"
     except Exception as e:  # one line for the operator, one error object for the client
         log.error("stream of run %s/%d failed: %s: %s", run.conversation_id, run.turn, e.__class__.__name__, e, exc_info=e)
@@ -201,34 +220,3 @@ async def _sse(request: Request, caller: Caller, run: Run, completion: Completio
         if not run.done:
             log.info("client went away; run %s/%d cancelled", run.conversation_id, run.turn)
             await run.cancel()
-
-
-@router.get("/v1/files/{fid}", summary="Download a generated file", response_class=FileResponse)
-@router.get("/v1/files/{fid}/content", summary="Download a generated file (OpenAI SDK path)", response_class=FileResponse)
-async def file_content(fid: str, request: Request, sig: str | None = None) -> FileResponse:
-    """A file of one of the caller's conversations, with its sniffed content type.
-
-    Access: the API key that owns the conversation, or the link's ``sig`` (see
-    :mod:`adapters.http.auth`). Another key's file is a 404, as an unknown one.
-    """
-    st = state_of(request)
-    missing = ApiError(404, f"No such file: {fid}.", "file_not_found", "file_id")
-    ids = parse_file_id(fid)
-    if ids is None:
-        raise missing
-    conv, resource_id = ids
-    key = await st.service.store.find(conv)
-    if key is None or key.platform != PLATFORM:
-        if not sig:
-            await caller_of(request)  # unauthenticated callers learn nothing, not even that it is missing
-        raise missing
-    if not (sig and st.keys.signature_ok(key.workspace, fid, sig)):
-        caller = await caller_of(request)
-        if caller.key_id != key.workspace:
-            raise missing
-    found = next((r for r in await st.service.store.resources(conv) if r.id == resource_id), None)
-    if found is None or not found.path.is_file():
-        raise missing
-    ext = mimetypes.guess_extension(found.mime) or ""
-    return FileResponse(found.path, media_type=found.mime, filename=f"{found.id}{ext}", content_disposition_type="inline",
-                        headers={"Cache-Control": "private, max-age=86400", "X-Content-Type-Options": "nosniff"})

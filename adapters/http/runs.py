@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 
 from bot.errors import InputError, StorageError
@@ -18,7 +19,9 @@ from bot.incoming import ConversationKey, IncomingFile
 from bot.service import Service
 from pipeline.types import Done, Event, RunRecord, Turn
 
-from .errors import ApiError
+from .errors import ApiError, storage_error
+
+log = logging.getLogger("adapters.http")
 
 _END = object()
 
@@ -79,7 +82,8 @@ class Run:
         except InputError as e:
             raise ApiError(400, e.user_message, "invalid_request") from None
         except StorageError as e:
-            raise ApiError(503, e.user_message, "storage_unavailable") from None
+            log.warning("run not accepted: %s", e)
+            raise storage_error(e) from None
 
     async def events(self) -> AsyncIterator[Event]:
         """The run's events until :class:`Done`; an error the run ended with is raised here."""

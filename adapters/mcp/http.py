@@ -4,8 +4,10 @@ The same rules as the OpenAI-compatible API (:mod:`adapters.http.auth`): ``Autho
 KEY`` with a key of ``[server] api_keys`` (401 without one, before the MCP layer sees the request;
 with no key configured, loopback peers only), the per-key rate and concurrency limits, and the
 per-key conversations (a ``conversation_id`` here is the API's conversation name, so a
-conversation may go on through either). Without keys, the SDK's DNS-rebinding protection only
-lets loopback ``Host``/``Origin`` headers through; with keys the bearer key is the protection.
+conversation may go on through either). ``Host``, ``Origin`` and ``Content-Type`` are checked by
+the application's :class:`adapters.http.guard.BrowserGuard` before this endpoint sees a request
+(``[server] allowed_hosts`` and ``cors_origins``, the same for every route), so the SDK's own
+DNS-rebinding check is off rather than a second, differently configured list.
 
 The SDK's session manager needs a running task group: it is started by the first request (the
 API runs without an ASGI lifespan) and stopped by :meth:`McpEndpoint.close`.
@@ -84,9 +86,7 @@ class McpEndpoint:
     def __init__(self, state: State, *, version: str = "") -> None:
         self.keys = state.keys
         server = build_server(state.service, KeyAccess(state.keys), version=version)
-        security = (TransportSecuritySettings(enable_dns_rebinding_protection=False) if self.keys.required else
-                    TransportSecuritySettings(allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
-                                              allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]))
+        security = TransportSecuritySettings(enable_dns_rebinding_protection=False)  # BrowserGuard's job
         self.manager = StreamableHTTPSessionManager(app=server, security_settings=security,
                                                     max_request_body_size=state.settings.server.max_body_bytes)
         self._runner: asyncio.Task[None] | None = None

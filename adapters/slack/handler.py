@@ -28,6 +28,7 @@ from cachetools import TTLCache
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from adapters.sentences import user_sentence
 from bot.admission import Admission, Requester
 from bot.limits import SeenKeys
 from bot.settings import Settings
@@ -202,7 +203,7 @@ class SlackBot:
             await self.service.start_over(ctx.key)
         except HuggingGPTError as e:
             log.error("starting over in %s failed: %s", ctx.channel, e)
-            await self.say(ctx.channel, ctx.thread_ts, ":warning: " + escape_slack(e.user_message))
+            await self.say(ctx.channel, ctx.thread_ts, ":warning: " + escape_slack(user_sentence(e)))
             return
         await self.say(ctx.channel, ctx.thread_ts, STARTED_OVER)
 
@@ -257,7 +258,7 @@ class SlackBot:
         except HuggingGPTError as e:
             self.stats.errors += 1
             log.warning("request in %s/%s failed: %s", ctx.channel, ctx.thread_ts, e)
-            await reply.close_failed(":warning: " + escape_slack(e.user_message))
+            await reply.close_failed(":warning: " + escape_slack(user_sentence(e)))
             return None
         except asyncio.CancelledError:
             await asyncio.shield(reply.close_failed(RESTARTING))
@@ -288,7 +289,7 @@ class SlackBot:
                 await slack_io.upload_files(self.client, channel, thread_ts, record.files)
             except HuggingGPTError as e:
                 log.error("uploading %d files in %s/%s failed: %s", len(record.files), channel, thread_ts, e)
-                await self.say(channel, thread_ts, ":warning: " + escape_slack(e.user_message))
+                await self.say(channel, thread_ts, ":warning: " + escape_slack(user_sentence(e)))
 
     async def _claim(self, ctx: EventContext) -> bool:
         """Take the delivery for this process, against the others on the store (the in-memory

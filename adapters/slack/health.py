@@ -22,6 +22,8 @@ from slack_bolt.async_app import AsyncApp
 
 from bot.errors import ConfigError, StorageError
 
+from .intake import intake
+
 log = logging.getLogger("adapters.slack.serve")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -134,9 +136,12 @@ class Replica:
         await asyncio.sleep(0.05)
 
 
-async def serve_http(app: AsyncApp, replica: Replica, host: str, port: int, path: str) -> web.AppRunner:
+async def serve_http(app: AsyncApp, replica: Replica, host: str, port: int, path: str,
+                     signing_secret: str | None = None) -> web.AppRunner:
     """Serve the bolt app's Events API at ``path`` plus ``/healthz`` and ``/readyz`` on
-    ``host:port``; returns the started ``aiohttp.web.AppRunner`` (``cleanup()`` stops it).
+    ``host:port``; returns the started ``aiohttp.web.AppRunner`` (``cleanup()`` stops it). With
+    ``signing_secret``, deliveries are checked before bolt sees them (:mod:`adapters.slack.intake`:
+    401 unsigned, 400 malformed, one log line each).
 
     Raises:
         ConfigError: the port cannot be opened (in use, not allowed).
@@ -148,6 +153,8 @@ async def serve_http(app: AsyncApp, replica: Replica, host: str, port: int, path
         return await replica.middleware(request, handler)
 
     web_app.middlewares.append(drain_gate)
+    if signing_secret:
+        web_app.middlewares.append(intake(signing_secret, path))
     web_app.router.add_get("/healthz", replica.healthz)
     web_app.router.add_get("/readyz", replica.readyz)
     runner = web.AppRunner(web_app, access_log=None)

@@ -33,7 +33,7 @@ from bot.errors import InputError
 from pipeline.errors import HuggingGPTError
 from pipeline.types import Resource
 
-from .logic import missing_scope_sentence
+from .logic import NO_PREVIEWS, missing_scope_sentence
 
 log = logging.getLogger(__name__)
 
@@ -121,9 +121,7 @@ class Poster:
         """
         async with self._limiter(channel):
             try:
-                resp = await self.client.chat_postMessage(
-                    channel=channel, thread_ts=thread_ts, text=text, unfurl_links=False, unfurl_media=False
-                )
+                resp = await self.client.chat_postMessage(channel=channel, thread_ts=thread_ts, text=text, **NO_PREVIEWS)
             except SlackApiError as e:
                 raise map_slack_error(e, "post a message") from None
         return str(resp["ts"])
@@ -131,7 +129,7 @@ class Poster:
     async def update(self, channel: str, ts: str, text: str) -> None:
         """Replace the text of message ``ts`` (``chat.update``). Raises like :meth:`post`."""
         try:
-            await self.client.chat_update(channel=channel, ts=ts, text=text)
+            await self.client.chat_update(channel=channel, ts=ts, text=text, **NO_PREVIEWS)
         except SlackApiError as e:
             raise map_slack_error(e, "update my status message") from None
 

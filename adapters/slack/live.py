@@ -31,7 +31,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from adapters.editor import MessageEditor
 from adapters.progress import Progress, TaskProgress
 
-from .logic import escape_slack, render_status, split_text, to_mrkdwn
+from .logic import NO_PREVIEWS, escape_slack, render_status, split_text, to_mrkdwn
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,8 @@ class LiveReply:
         try:
             self._stream = await self.client.chat_stream(
                 channel=self.channel, thread_ts=self.thread_ts, recipient_user_id=self.user or None,
-                recipient_team_id=self.team or None, task_display_mode="plan", buffer_size=MARKDOWN_LIMIT)
+                recipient_team_id=self.team or None, task_display_mode="plan", buffer_size=MARKDOWN_LIMIT,
+                **NO_PREVIEWS)
             self._plan_title = "Planning the tasks…"
             await self._stream.append(chunks=[PlanUpdateChunk(title=self._plan_title), BlocksChunk(blocks=stop_blocks(self.run_id))])
         except SlackApiError as e:
@@ -237,7 +238,7 @@ class LiveReply:
             return
         text = render_status(self.progress)
         resp = await self.client.chat_postMessage(channel=self.channel, thread_ts=self.thread_ts, text=text,
-                                                  blocks=self._status_blocks(text, running=True))
+                                                  blocks=self._status_blocks(text, running=True), **NO_PREVIEWS)
         self._status_ts = str(resp["ts"])
         self._status = MessageEditor(self._update_status, text, interval=self.interval, limiter=self.limiter,
                                      name=f"{self.channel}/{self._status_ts}")
@@ -249,7 +250,7 @@ class LiveReply:
     async def _update_status(self, text: str) -> None:
         running = not self.progress.finished
         await self.client.chat_update(channel=self.channel, ts=self._status_ts, text=text,
-                                      blocks=self._status_blocks(text, running=running))
+                                      blocks=self._status_blocks(text, running=running), **NO_PREVIEWS)
 
     async def _keep_status(self) -> None:
         """``assistant.threads.setStatus`` now and every :data:`STATUS_REFRESH` seconds."""

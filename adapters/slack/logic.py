@@ -287,3 +287,9 @@ def key_for(team: str, channel: str, thread_ts: str, event: dict[str, Any]) -> C
 def wants_new_conversation(event: dict[str, Any], text: str) -> bool:
     """Whether a direct message asks to start over (:data:`NEW_WORDS`, files not attached)."""
     return is_dm(event) and not event.get("files") and text.strip().lower().rstrip(".!") in NEW_WORDS
+
+
+NO_PREVIEWS = {"unfurl_links": False, "unfurl_media": False}
+"""Arguments of every message the bot posts or edits (``chat.postMessage``, ``chat.update``,
+``chat.startStream``): no link or media previews. The answer's links are the controller's (untrusted
+text); a preview would make Slack's servers fetch whatever URL it wrote."""

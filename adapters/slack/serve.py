@@ -263,7 +263,8 @@ async def _receiving(front: SlackApp, settings: Settings, service: Service,
                 await handler.close_async()
         return
     replica = Replica(service.store, settings.slack.path)
-    runner: web.AppRunner = await serve_http(front.app, replica, options.host, options.port, settings.slack.path)
+    runner: web.AppRunner = await serve_http(front.app, replica, options.host, options.port, settings.slack.path,
+                                             secret(settings.slack.signing_secret))
     try:
         yield replica.start_drain
     finally:

@@ -9,6 +9,7 @@
     hugginggpt slack [--mode socket|http] [--sandbox] [--grace S]
     hugginggpt serve [--host H] [--port N] [--sandbox] [--grace S]
     hugginggpt mcp [--sandbox]
+    hugginggpt doctor [--json] [--timeout S] [--min-free-mb MIB]
     hugginggpt eval taskbench --data FILE [--limit N] [--concurrency N] [--out FILE] [--resume] [--sandbox]
 
 One module per command, each with ``add_parser(subparsers)`` and ``async main(args, settings) ->
@@ -32,13 +33,13 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 from pipeline.errors import HuggingGPTError
 
 from ..paths import default_data_dir
-from . import catalog, chat, db, discord, mcp, run, serve, slack, store
+from . import catalog, chat, db, discord, doctor, mcp, run, serve, slack, store
 from . import eval as evaluation
 from .common import BROKEN_PIPE, INTERRUPTED, exit_status, open_settings
 
 log = logging.getLogger("hugginggpt")
 
-COMMANDS = (run, chat, store, db, catalog, discord, slack, serve, mcp, evaluation)
+COMMANDS = (run, chat, store, db, catalog, discord, slack, serve, mcp, evaluation, doctor)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -83,6 +84,8 @@ def _forgiving_streams() -> None:
 
 
 async def _main(args: argparse.Namespace) -> int:
+    if getattr(args, "loads_settings", False):  # doctor: a settings problem is one of its checks
+        return await args.handler(args, None)
     async with open_settings(args) as settings:
         return await args.handler(args, settings)
 

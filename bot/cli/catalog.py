@@ -10,15 +10,12 @@ import argparse
 import logging
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from pipeline.catalog import Availability, Catalog
-from pipeline.catalog.placement import Placement
-from pipeline.catalog.servers import ExpertServers
-from pipeline.catalog.refresh import refresh_catalog
-from pipeline.tasks import TASKS, canonical_task
+if TYPE_CHECKING:
+    from pipeline.catalog.placement import Placement
+    from pipeline.catalog.servers import ExpertServers
 
-from ..backends import expert_servers
 from ..errors import InputError
 from ..settings import Settings, secret
 
@@ -68,6 +65,8 @@ async def main(args: argparse.Namespace, settings: Settings, *, stdout: TextIO |
 
 
 async def _refresh(args: argparse.Namespace, settings: Any, out: TextIO) -> int:
+    from pipeline.catalog.refresh import refresh_catalog  # the Hub client only when the command runs
+
     target = args.out or settings.catalog.path or Path(settings.storage.data_dir) / "catalog.jsonl"
     provider = None if str(args.provider).lower() == "none" else args.provider
     summary = await refresh_catalog(
@@ -90,6 +89,12 @@ async def _refresh(args: argparse.Namespace, settings: Any, out: TextIO) -> int:
 
 
 async def _show(args: argparse.Namespace, settings: Any, out: TextIO) -> int:
+    from pipeline.catalog import Availability, Catalog  # the Hub client only when the command runs
+    from pipeline.catalog.placement import Placement
+    from pipeline.tasks import TASKS, canonical_task
+
+    from ..backends import expert_servers
+
     task = canonical_task(args.task)
     if task is None:
         raise InputError(f"The task {args.task!r} is not a known task; known tasks: {', '.join(sorted(TASKS))}.")

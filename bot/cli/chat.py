@@ -34,12 +34,13 @@ from pipeline.errors import HuggingGPTError
 
 from ..errors import InputError
 from ..incoming import ConversationKey, IncomingFile
-from ..service import Service
 from ..settings import Settings
 from .common import INTERRUPTED, add_sandbox_option, clean_text, read_user_file
 
 if TYPE_CHECKING:  # prompt_toolkit and rich are imported when a chat starts, not by every command
     from adapters.terminal_live import LiveRenderer
+
+    from ..service import Service
 
     Renderer = LiveRenderer | TerminalRenderer
 
@@ -130,6 +131,8 @@ async def main(args: argparse.Namespace, settings: Settings, out: TextIO = sys.s
     Raises:
         InputError: ``--conversation`` names no stored conversation.
     """
+    from ..service import Service  # the pipeline and its clients load when the command runs, not for --help
+
     service = await Service.create(settings)
     try:
         key, conv = await _open(service, args, out)

@@ -8,19 +8,13 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tqdm import tqdm
-
-from pipeline.redact import host_of
-from pipeline.tasks import TASKS
-
-from ..backends import build_controller
 from ..errors import InputError
-from ..evaluation.report import build_report, markdown
-from ..evaluation.runner import Outcome, PlanCache, plan_all, prompt_version
 from ..evaluation import toollist
-from ..evaluation.taskbench import load_records
+
+if TYPE_CHECKING:
+    from ..evaluation.runner import Outcome
 from ..settings import Settings
 from .common import add_sandbox_option
 
@@ -75,6 +69,16 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
         ConfigError: no controller API key (exit status 2).
         ControllerError: the controller failed five times in a row (exit status 4).
     """
+    from tqdm import tqdm  # the planner and its clients load when the benchmark runs, not for --help
+
+    from pipeline.redact import host_of
+    from pipeline.tasks import TASKS
+
+    from ..backends import build_controller
+    from ..evaluation.report import build_report
+    from ..evaluation.runner import PlanCache, plan_all, prompt_version
+    from ..evaluation.taskbench import load_records
+
     data = Path(args.data)
     tools = toollist.resolve(args.tools or toollist.DEFAULT)
     records = load_records(data, tools)[: args.limit]
@@ -107,14 +111,25 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
         "tools": {"default": args.tools is None},
     }
     report = build_report(records, outcomes, tools, meta)
+    _print_report(report, args.out)
+    return 4 if report["controller_errors"] else 0
+
+
+def _print_report(report: dict[str, Any], out_name: str | None) -> None:
+    """Print the Markdown table; with ``--out``, write the JSON report and the table beside it.
+
+    Raises:
+        InputError: a file cannot be written.
+    """
+    from ..evaluation.report import markdown
+
     table = markdown(report)
     print(table)
-    if args.out:
-        out = Path(args.out)
+    if out_name:
+        out = Path(out_name)
         try:
             out.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
             out.with_name(out.name + ".md").write_text(table + "\n", encoding="utf-8")
         except OSError as e:
-            raise InputError(f"The report cannot be written to {args.out} ({e.strerror}).") from None
+            raise InputError(f"The report cannot be written to {out_name} ({e.strerror}).") from None
         print(f"\nReport: {out} (JSON), {out.name}.md (Markdown).", file=sys.stderr)
-    return 4 if report["controller_errors"] else 0

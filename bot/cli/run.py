@@ -25,7 +25,6 @@ from adapters.terminal import TerminalRenderer
 from adapters.terminal_renderers import terminal_renderer
 from pipeline.types import Done, RunRecord
 
-from ..service import Service
 from ..settings import Settings
 from .common import add_sandbox_option, clean_text, read_user_file, record_exit_status
 
@@ -50,6 +49,8 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
     """
     args.text = clean_text(args.text)
     files = [read_user_file(p) for p in args.file]
+    from ..service import Service  # the pipeline and its clients load when the command runs, not for --help
+
     service = await Service.create(settings, conversations=False)  # stores no turn: no store to open
     record: RunRecord | None = None
     stop = asyncio.Event()

@@ -92,7 +92,7 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
     check_binding(settings, host)
     sock = bind(host, port)
     service = await Service.create(settings)
-    app = create_app(settings, service, version=package_version())
+    app = create_app(settings, service, version=package_version(), bound_host=host)
     mcp = mount_mcp(app, version=package_version())  # the MCP server at /mcp: the same keys, limits and conversations
     config = uvicorn.Config(app, log_config=None, access_log=False, timeout_graceful_shutdown=args.grace,
                             server_header=False, lifespan="off")

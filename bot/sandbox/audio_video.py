@@ -140,3 +140,22 @@ async def make_video(prompt: str, frames: int = 16, size: tuple[int, int] = (160
             return f.read()
     finally:
         os.unlink(name)
+
+
+async def motion_labels(video: bytes) -> list[dict[str, float | str]]:
+    """The stand-in's ``video-classification`` answer, read from the video itself: how much its
+    first and last frames differ (mean absolute difference of 64-pixel grey thumbnails, 0-1) as
+    ``"moving scene"`` against ``"still scene"``, best first (HF wire format: ``[{label, score}]``).
+
+    Raises:
+        ValueError: the video cannot be decoded.
+    """
+    from pipeline.video_parts import video_parts
+
+    parts = await video_parts(video, timeout=30.0, frames=2, max_side=64, max_sound_seconds=0)
+    if len(parts.frames) < 2:
+        raise ValueError("the video has fewer than two frames")
+    first, last = (np.asarray(Image.open(io.BytesIO(f.png)).convert("L"), dtype="float32") / 255 for f in parts.frames)
+    moving = round(min(0.99, float(np.abs(first - last).mean()) * 20), 4)
+    return sorted([{"label": "moving scene", "score": moving}, {"label": "still scene", "score": round(1 - moving, 4)}],
+                  key=lambda x: -float(x["score"]))

@@ -153,8 +153,8 @@ def _direct_answer(request: str) -> str:
         return "Hello! How can I help you today? You can send a picture, a recording or a request."
     if re.search(r"\bvideo\b", req, re.I) and re.search(r"transcri|speech|said|say|sound|audio", req, re.I):
         return (
-            f"You asked: “{_clip(req, 200)}”. No task here takes the sound of a video (speech recognition "
-            "needs an audio file), so nothing was run: send the audio as a file of its own."
+            f"You asked: “{_clip(req, 200)}”. There is no sound to work on here, so nothing was run: send "
+            "the video itself (its sound track is read from it) or the recording as a file."
         )
     if _TASK_WORDS.search(req):
         return (

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from aiohttp import web
 
-from .audio_video import SAMPLE_RATE, decode_audio, make_video, make_wav, pcm_to_wav, wav_comment
+from .audio_video import SAMPLE_RATE, decode_audio, make_video, make_wav, motion_labels, pcm_to_wav, wav_comment
 from .faults import Fault
 from .imaging import (
     boxes, colour_shares, condition, controlnet_draw, depth_map, describe_image, draw_prompt, open_image, png, segments,
@@ -57,6 +57,8 @@ _MODEL_HINTS: tuple[tuple[str, str], ...] = (
     ("espnet", "text-to-speech"),
     ("enhance", "audio-to-audio"),
     ("sepformer", "audio-to-audio"),
+    ("videomae", "video-classification"),
+    ("timesformer", "video-classification"),
     ("video", "text-to-video"),
     ("stable-diffusion", "text-to-image"),
     ("diffusion", "text-to-image"),
@@ -382,6 +384,11 @@ class InferenceStandIn:
             return web.Response(body=await asyncio.to_thread(make_wav, text_in()), content_type="audio/wav")
         if task == "text-to-video":
             return web.Response(body=await make_video(text_in()), content_type="video/mp4")
+        if task == "video-classification":
+            try:
+                return J(await motion_labels(body))
+            except ValueError as e:
+                raise Fault(400, {"error": f"[sandbox] {e}"}) from None
         if task in ("automatic-speech-recognition", "audio-classification", "audio-to-audio"):
             audio = body if payload is None else base64.b64decode(str(inputs or ""))
             if task == "automatic-speech-recognition":

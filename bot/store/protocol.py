@@ -25,6 +25,7 @@ from typing import Any, Protocol
 from pipeline.types import Modality, Resource, ResourceSink, RunRecord, Turn
 
 from ..incoming import ConversationKey
+from .listing import Order, Origin, StoredFile
 
 
 class MediaWriter(Protocol):
@@ -123,6 +124,26 @@ class Conversations(Protocol):
 
     async def resources(self, conversation_id: str) -> list[Resource]:
         """All resources of the conversation, oldest first."""
+        ...
+
+    async def files_of(
+        self, platform: str, workspace: str, *, limit: int, order: Order = "desc",
+        after: tuple[str, str] | None = None, origin: Origin | None = None, only: tuple[str, str] | None = None,
+    ) -> list[StoredFile]:
+        """The files of every conversation of ``platform`` + ``workspace`` (an API key's, say).
+
+        Args:
+            platform, workspace: whose conversations (:class:`ConversationKey` fields).
+            limit: at most this many files.
+            order: ``"desc"`` newest first, ``"asc"`` oldest first (by the time they were stored).
+            after: ``(conversation id, resource id)`` of the last file of the previous page: only
+                files after it in ``order``; an unknown one gives an empty list.
+            origin: ``"user"`` (sent by users) or ``"task"`` (generated) only; ``None``: both.
+            only: ``(conversation id, resource id)``: that one file, if it is one of theirs.
+
+        Returns:
+            :class:`bot.store.listing.StoredFile` objects in ``order``.
+        """
         ...
 
     async def finish_turn(self, conversation_id: str, turn: int, record: RunRecord) -> None:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from huggingface_hub import VideoClassificationOutputElement
 
 from ..media import sniff
 from ..types import Output
-from .base import Inputs, Saver, TaskSpec, entry
+from .base import Inputs, Saver, TaskSpec, entry, labels_output
 
 
 def _text_to_video(c: Any, model: str, inputs: Inputs) -> Any:
@@ -25,7 +26,23 @@ async def _video(raw: bytes | tuple[bytes, str], inputs: Inputs, saver: Saver) -
     return Output(files=[await saver.file(body, "video", s.mime, f"video of {inputs.text['text'][:60]!r}")])
 
 
+async def _video_labels(raw: tuple[bytes, str], inputs: Inputs, saver: Saver) -> Output:
+    """The labels of a ``video-classification`` answer: a JSON list of ``{label, score}``
+    (Hugging Face inference wire format, ``VideoClassificationOutputElement``).
+
+    Raises:
+        ValueError: the answer is not such a list.
+    """
+    body, ctype = raw
+    if "json" not in ctype:
+        raise ValueError(f"video-classification answered {ctype or 'no content type'}, not JSON labels")
+    return await labels_output(VideoClassificationOutputElement.parse_obj_as_list(body), inputs, saver)
+
+
 TASKS: list[TaskSpec] = [
     entry("text-to-video", "video", {"text": "text"}, ("video",), "make a short video from a description",
           _text_to_video, _video, reply="media"),
+    # No client method and no provider serves it today: a local expert server or a dedicated endpoint does.
+    entry("video-classification", "video", {"video": "video"}, ("text",), "name what happens in a video",
+          lambda c, m, i: c.post_raw("video-classification", m, data=i.media["video"]), _video_labels),
 ]

@@ -47,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -61,6 +62,10 @@ IS_COMPONENTS_V2 = 1 << 15
 LAYOUT_TYPES = {9, 10, 11, 12, 13, 14, 17}  # section, text display, thumbnail, gallery, file, separator, container
 MAX_COMPONENTS = 40
 MAX_TEXT = 4000
+
+
+SUPPRESS_EMBEDS = 1 << 2
+"""Message flag: no link previews (discord.com/developers/docs/resources/message#message-object-message-flags)."""
 
 
 def walk_components(components: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -191,6 +196,14 @@ class StoredMessage:
     @property
     def components(self) -> list[dict[str, Any]]:
         return self.payload.get("components") or []
+
+    @property
+    def previews(self) -> list[str]:
+        """The links Discord would fetch to show link previews (embeds) under the message: every
+        http(s) link of its content, unless the message has the ``SUPPRESS_EMBEDS`` flag (1 << 2)."""
+        if self.flags & SUPPRESS_EMBEDS:
+            return []
+        return re.findall(r"https?://[^\s<>()\[\]]+", self.content)
 
     @property
     def text(self) -> str:

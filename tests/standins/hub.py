@@ -10,6 +10,9 @@ Wire format as the real Hub speaks it to huggingface_hub 2.4:
 * ``GET /api/models/{repo_id}?expand=inferenceProviderMapping`` returns one object whose
   ``inferenceProviderMapping`` is a *dict* keyed by provider; an unknown repo is 404 with
   ``X-Error-Code: RepoNotFound``.
+* ``GET /api/whoami-v2`` returns :attr:`HubStandIn.account` (the real body's fields: ``name``,
+  ``isPro``, ``canPay``, ``auth.accessToken.role`` and, for fine-grained tokens, its
+  ``fineGrained.global`` permissions); without a token, 401.
 * a wrong ``Authorization`` token gets 401 with ``X-Error-Message: Invalid credentials in
   Authorization header``.
 
@@ -60,12 +63,18 @@ def reference_hub_models(path: Path = FIXTURE) -> list[dict[str, Any]]:
         dicts with ``id, pipeline_tag, downloads, likes, tags, cardData, mappings, readme``.
     """
     by_task: dict[str, list[dict[str, Any]]] = {}
-    # today's Hub also has tasks the 2023 snapshot lacks (fill-mask), with download counts
+    # today's Hub also has tasks the 2023 snapshot lacks (fill-mask, video-classification), with stand-in download counts
     newer = [
         {"id": "google-bert/bert-base-uncased", "pipeline_tag": "fill-mask", "task": "fill-mask", "downloads": 55_000_000,
          "likes": 2400, "meta": {"tags": ["exbert"]}, "description": "BERT base model (uncased)."},
         {"id": "FacebookAI/roberta-base", "pipeline_tag": "fill-mask", "task": "fill-mask", "downloads": 9_000_000,
          "likes": 500, "meta": {"tags": ["exbert"]}, "description": "RoBERTa base model."},
+        {"id": "MCG-NJU/videomae-base-finetuned-kinetics", "pipeline_tag": "video-classification",
+         "task": "video-classification", "downloads": 40_000, "likes": 40, "meta": {"tags": []},
+         "description": "VideoMAE base fine-tuned on Kinetics-400."},
+        {"id": "facebook/timesformer-base-finetuned-k400", "pipeline_tag": "video-classification",
+         "task": "video-classification", "downloads": 20_000, "likes": 30, "meta": {"tags": []},
+         "description": "TimeSformer base fine-tuned on Kinetics-400."},
     ]
     for line in [*path.read_text(encoding="utf-8").splitlines(), *(json.dumps(r) for r in newer)]:
         rec = json.loads(line)
@@ -134,6 +143,16 @@ def reference_hub_models(path: Path = FIXTURE) -> list[dict[str, Any]]:
     return models
 
 
+def whoami_body(*, name: str = "ada", role: str = "fineGrained", permissions: tuple[str, ...] = (
+        "inference.serverless.write", "repo.content.read"), can_pay: bool = True, pro: bool = False) -> dict[str, Any]:
+    """A ``/api/whoami-v2`` body as the Hub sends it for a user's access token."""
+    token: dict[str, Any] = {"displayName": "bot", "role": role, "createdAt": "2026-01-01T00:00:00.000Z"}
+    if role == "fineGrained":
+        token["fineGrained"] = {"canReadGatedRepos": False, "global": list(permissions), "scoped": []}
+    return {"type": "user", "id": "64f0c0ffee", "name": name, "fullname": name.title(), "isPro": pro,
+            "canPay": can_pay, "orgs": [], "auth": {"type": "access_token", "accessToken": token}}
+
+
 class HubStandIn:
     """The stand-in Hub server. Use as ``async with HubStandIn(models) as hub: hub.url``.
 
@@ -150,6 +169,7 @@ class HubStandIn:
         self.requests: list[RecordedRequest] = []
         self.fail_status: int | None = None  # set to make every request answer this status
         self.delay: float = 0.0  # seconds each /api/models/{id} answer waits (concurrency tests)
+        self.account: dict[str, Any] = whoami_body()  # what /api/whoami-v2 answers for the token
         self._runner: web.AppRunner | None = None
         self.url = ""
 
@@ -157,6 +177,7 @@ class HubStandIn:
     async def __aenter__(self) -> HubStandIn:
         app = web.Application(middlewares=[self._middleware])
         app.router.add_get("/api/models", self._list)
+        app.router.add_get("/api/whoami-v2", self._whoami)
         app.router.add_get(r"/api/models/{repo_id:.+}", self._info)
         app.router.add_get(r"/{repo_id:.+}/resolve/{revision}/{filename}", self._resolve)
         self._runner = web.AppRunner(app, access_log=None)
@@ -189,6 +210,11 @@ class HubStandIn:
                 headers={"X-Error-Message": "Invalid credentials in Authorization header"},
             )
         return await handler(request)
+
+    async def _whoami(self, request: web.Request) -> web.Response:
+        if not request.headers.get("Authorization"):
+            return web.json_response({"error": "Invalid credentials in Authorization header"}, status=401)
+        return web.json_response(self.account)
 
     def _public(self, m: dict[str, Any], expand: list[str], mapping_as_dict: bool) -> dict[str, Any]:
         full = {

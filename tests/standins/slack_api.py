@@ -25,6 +25,7 @@ import hashlib
 import hmac
 import itertools
 import json
+import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -98,6 +99,20 @@ class Message:
     tasks: dict[str, dict[str, Any]] = field(default_factory=dict)  # task card id -> its latest fields
     task_updates: list[tuple[float, str, str]] = field(default_factory=list)  # (time.monotonic(), id, status)
     appends: int = 0
+    unfurl_off: bool = False  # posted with unfurl_links=false and unfurl_media=false
+
+    @property
+    def previews(self) -> list[str]:
+        """The links Slack would fetch to unfurl under the message: every http(s) link of its text,
+        unless it was posted with ``unfurl_links`` and ``unfurl_media`` both false."""
+        if self.unfurl_off:
+            return []
+        return re.findall(r"https?://[^\s<>|()\[\]]+", self.text)
+
+
+def _no_unfurls(args: dict[str, Any]) -> bool:
+    """Whether a call's arguments turn both kinds of unfurls off (JSON booleans or form strings)."""
+    return all(str(args.get(k)).lower() in ("false", "0") for k in ("unfurl_links", "unfurl_media"))
 
 
 @dataclass
@@ -348,6 +363,7 @@ class SlackStandIn:
             msg = Message(channel, ts, text, self.bot_user_id, thread_ts=args.get("thread_ts") or None,
                           bot_id=self.bot_id, posted_at=time.monotonic(),
                           blocks=json.loads(blocks) if isinstance(blocks, str) else list(blocks))
+            msg.unfurl_off = _no_unfurls(args)
             self.messages[(channel, ts)] = msg
             return ok(channel=channel, ts=ts, message={"type": "message", "text": text, "user": self.bot_user_id,
                                                         "bot_id": self.bot_id, "ts": ts, "thread_ts": msg.thread_ts})
@@ -365,6 +381,7 @@ class SlackStandIn:
                 return web.json_response({"ok": False, "error": "ratelimited"}, status=429, headers={"Retry-After": "1"})
             msg.edits.append((now, text))
             msg.text = text
+            msg.unfurl_off = msg.unfurl_off or _no_unfurls(args)
             if "blocks" in args:
                 blocks = args["blocks"]
                 msg.blocks = json.loads(blocks) if isinstance(blocks, str) else list(blocks or [])
@@ -455,6 +472,7 @@ class SlackStandIn:
             ts = self.new_ts()
             msg = Message(channel, ts, "", self.bot_user_id, thread_ts=args["thread_ts"], bot_id=self.bot_id,
                           posted_at=time.monotonic(), streaming=True, display_mode=mode)
+            msg.unfurl_off = _no_unfurls(args)
             self.messages[(channel, ts)] = msg
         else:
             msg = self.messages.get((args["channel"], args["ts"]))

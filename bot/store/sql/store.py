@@ -14,11 +14,10 @@ the planner trace resources the user mentioned earlier). This store keeps that l
   origin (``"user"`` or ``"task:N"``, and the turn) and a one-line description.
 
 Media files live in a directory every process shares (:class:`bot.store.media.MediaStore`; paths
-are recorded relative to the data directory). Sharing rules: :mod:`bot.store.lease` (owners,
-leases), :mod:`bot.store.retention`; where the databases differ: :mod:`bot.store.sql.dialect`
-(a turn's index and a resource's number are taken while holding the conversation's row, deliveries
-are claimed with a unique key, run slots under an advisory lock; on SQLite every write transaction
-holds the file). The schema: :mod:`bot.store.sql.migrate` (Alembic).
+relative to the data directory). Sharing rules: :mod:`bot.store.lease`, :mod:`bot.store.retention`;
+where the databases differ: :mod:`bot.store.sql.dialect` (a turn's index and a resource's number
+are taken holding the conversation's row, deliveries claimed with a unique key, run slots under an
+advisory lock; on SQLite every write transaction holds the file). Schema: :mod:`bot.store.sql.migrate`.
 """
 
 from __future__ import annotations
@@ -45,9 +44,10 @@ from .. import lease
 from ..chatlog import select_history, turn_views
 from ..handover import Handover
 from ..lease import RECENT_SECONDS, new_owner_id
+from ..listing import Order, Origin, StoredFile
 from ..protocol import MediaWriter, PruneReport, TurnSink
 from ..text import clip_summary, valid_utf8
-from . import retention, upkeep
+from . import listing, retention, upkeep
 from .database import Database
 from .dialect import greatest, insert, lock_conversation, upsert
 from .schema import conversations as C, deliveries as D, feedback as F, resources as R, run_slots as S
@@ -55,11 +55,10 @@ from .schema import turn_records as TR, turns as T
 
 log = logging.getLogger(__name__)
 
-_RES = (R.c.id, R.c.kind, R.c.path, R.c.mime, R.c.size, R.c.origin, R.c.description, R.c.turn, R.c.name)
 _CONTEXT = (  # the chat log's two queries, built once (the hot path of every turn)
     select(T.c.idx, T.c.user_text, T.c.summary, T.c.status, T.c.tokens)
     .where(T.c.conversation_id == bindparam("cid"), T.c.status != "running").order_by(T.c.idx.desc()),
-    select(*_RES, R.c.tokens).where(R.c.conversation_id == bindparam("cid")).order_by(R.c.n),
+    select(*listing.RESOURCE_COLUMNS, R.c.tokens).where(R.c.conversation_id == bindparam("cid")).order_by(R.c.n),
 )
 _TURNS = (select(T.c.idx, T.c.user, T.c.user_text, func.coalesce(TR.c.answer, ""), T.c.summary, T.c.status,
                  T.c.error, T.c.created, T.c.finished, TR.c.record)
@@ -383,9 +382,23 @@ class SQLStore:
 
     async def resources(self, conversation_id: str) -> list[Resource]:
         """See :meth:`Conversations.resources` (never another conversation's)."""
-        rows = await self.database.read("reading resources", select(*_RES).where(R.c.conversation_id == conversation_id)
-                                        .order_by(R.c.n))
+        rows = await self.database.read("reading resources", select(*listing.RESOURCE_COLUMNS)
+                                        .where(R.c.conversation_id == conversation_id).order_by(R.c.n))
         return [self._resource(r) for r in rows]
+
+    async def files_of(self, platform: str, workspace: str, *, limit: int, order: Order = "desc",
+                       after: tuple[str, str] | None = None, origin: Origin | None = None,
+                       only: tuple[str, str] | None = None) -> list[StoredFile]:
+        """See :meth:`Conversations.files_of` (keyset pagination, :mod:`bot.store.sql.listing`)."""
+        mark = None
+        if after is not None:
+            found = await self.database.read("listing files", listing.position_of(*after))
+            if not found:
+                return []
+            mark = tuple(found[0])
+        rows = await self.database.read("listing files", listing.files_query(
+            platform, workspace, limit=limit, order=order, origin=origin, only=only, after=mark))
+        return [StoredFile(r[0], self._resource(r[1:10]), float(r[10])) for r in rows]
 
     async def context(self, conversation_id: str, budget_tokens: int) -> tuple[list[Turn], list[Resource]]:
         """See :meth:`Conversations.context` (paper §3.1; both queries on one connection): finished
