@@ -24,8 +24,7 @@ from typing import Any
 
 from .errors import StorageError
 from .settings import Settings
-from .store.sql.database import DB_NAME
-from .store.sql.probes import quick_check
+from .store.sql.probes import DB_NAME, quick_check
 
 log = logging.getLogger("bot.readiness")
 

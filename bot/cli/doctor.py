@@ -205,8 +205,7 @@ async def check_store(storage: StorageSettings, timeout: float) -> Check:
     data dir opens (or the data dir can be created and written)."""
     if storage.database_url is not None:
         return await _check_postgres(storage, timeout)
-    from ..store.sql.database import DB_NAME
-    from ..store.sql.probes import count_conversations
+    from ..store.sql.probes import DB_NAME, count_conversations
 
     data = storage.data_dir
     problem = _unwritable(data)

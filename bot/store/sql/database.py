@@ -29,14 +29,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from ...errors import StorageError
 from .dialect import sqlite_prebuilt
 from .errors import POOL_TIMEOUT, message
+from .probes import DB_NAME
 from .revisions import HEAD, REVISIONS, SQLITE_STATE, Refused, check_sqlite
 
 log = logging.getLogger(__name__)
 
 SCHEMES = {"postgresql", "postgres", "postgresql+asyncpg"}
 """URL schemes of ``[storage] database_url`` this store takes (``postgres://`` as Heroku writes it)."""
-DB_NAME = "conversations.sqlite3"
-"""The SQLite file's name in the data directory."""
 
 
 def parse_url(url: str) -> URL:

@@ -1,12 +1,16 @@
-"""Read-only health probes of the SQLite conversation file, for ``/readyz``
-(:mod:`bot.readiness`) and ``hugginggpt doctor``. Each opens its own read-only connection
-(``mode=ro``), never the store's, so a probe can neither write nor hold the file's write lock.
+"""The SQLite conversation file's name, and read-only health probes of it for ``/readyz``
+(:mod:`bot.readiness`) and ``hugginggpt doctor``. Each probe opens its own read-only connection
+(``mode=ro``), never the store's, so it can neither write nor hold the file's write lock. This
+module imports no SQLAlchemy: the doctor's checks run side by side within one deadline.
 """
 
 from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
+
+DB_NAME = "conversations.sqlite3"
+"""The SQLite file of the store, in the data directory."""
 
 
 def quick_check(path: Path) -> str:
