@@ -13,7 +13,7 @@ system-deps:
 	@$(call apt,ffmpeg,command -v ffmpeg && command -v ffprobe)
 
 test-system-deps:
-	@$(call apt,postgresql nginx,ls /usr/lib/postgresql/*/bin/postgres && { command -v nginx || [ -x /usr/sbin/nginx ]; })
+	@$(call apt,postgresql nginx chromium,ls /usr/lib/postgresql/*/bin/postgres && { command -v nginx || [ -x /usr/sbin/nginx ]; } && command -v chromium)
 
 # $(call apt,PACKAGES,CHECK): apt-get install PACKAGES unless the shell CHECK succeeds
 define apt

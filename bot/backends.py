@@ -18,6 +18,7 @@ from pipeline.execution import ExecutionLimits
 from pipeline.experts.controller import ControllerRunner
 from pipeline.experts.hub import ExpertSettings, HubRunner
 from pipeline.experts.local import LocalRunner
+from pipeline.experts.providers import ProviderPolicy
 from pipeline.experts.routing import RoutingRunner
 from pipeline.experts.mcp import McpRunner
 from pipeline.llm import Controller
@@ -120,6 +121,7 @@ def build_pipeline(settings: Settings) -> tuple[Pipeline, list[Callable[[], Awai
         endpoints=inf.endpoints,
         token=secret(inf.token),
         ttl=settings.catalog.availability_ttl,
+        policy=ProviderPolicy(inf.provider, dict(inf.providers)),
     )
     experts = ExpertSettings.from_inference(inf)
     hub = HubRunner(experts)

@@ -16,6 +16,7 @@ from pipeline.core import Pipeline
 from pipeline.types import Done, Event, Request, Resource, RunRecord, Turn
 
 from .backends import build_pipeline
+from .documents import expand_documents
 from .errors import InputError, StorageError
 from .incoming import ConversationKey, IncomingFile
 from .limits import check_request_size
@@ -128,6 +129,7 @@ class Service:
             InputError: too many files, or one is empty, too large, undecodable, of an unsupported
                 type or labelled as another kind than its content.
         """
+        files = await expand_documents(files, self.settings.documents)  # a PDF: its text and image-only pages
         infos = await self._inspect(files)
         return [replace(f, checked=info) for f, info in zip(files, infos)]
 
@@ -232,6 +234,7 @@ class Service:
         if not text and not files:
             raise InputError("Please write a request (and attach files if it needs them).")
         text = text or "What can you tell me about these files?"
+        files = await expand_documents(files, self.settings.documents)  # a PDF: its text and image-only pages
         if key is None:
             infos = await self._inspect(files)
             check_mentions(text, [], [i.kind for i in infos], None)

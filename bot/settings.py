@@ -31,6 +31,7 @@ from pydantic_settings.sources.utils import parse_env_vars
 
 from .errors import ConfigError
 from .paths import default_data_dir
+from .settings_inference import DocumentSettings, ProviderKeys
 from .settings_mcp import McpSettings
 
 from .settings_sections import (  # noqa: F401 (re-exported: settings users import them from here)
@@ -53,10 +54,10 @@ class LLMSettings(Section):
     )
 
 
-class InferenceSettings(Section):
-    """``[inference]``: expert models, model selection and execution limits."""
+class InferenceSettings(ProviderKeys, Section):
+    """``[inference]``: expert models, model selection and execution limits (provider keys:
+    :class:`bot.settings_inference.ProviderKeys`)."""
 
-    provider: str | None = Field("hf-inference", description="Inference Providers name, 'auto', or none")
     token: SecretStr | None = None
     base_url: str | None = Field(None, description="gateway: every call for M goes to {base_url}/models/{M}")
     endpoints: dict[str, str] = Field(default_factory=dict, description="model id -> dedicated endpoint URL")
@@ -80,19 +81,14 @@ class InferenceSettings(Section):
     max_media_bytes: int = Field(
         64 * MiB, ge=1024, le=4 * GiB, description="bytes, largest media reply of an expert (enforced while it arrives)"
     )
-    max_json_bytes: int = Field(
-        8 * MiB, ge=1024, le=GiB, description="bytes, largest JSON or text reply of an expert"
-    )
+    max_json_bytes: int = Field(8 * MiB, ge=1024, le=GiB, description="bytes, largest JSON or text reply of an expert")
     max_image_pixels: int = Field(
         40_000_000, ge=10_000, le=1_000_000_000, description="pixels, largest image decoded (input or output)"
     )
-    max_items: int = Field(
-        1000, ge=1, le=1_000_000, description="structured items (boxes, segments, labels) kept from one reply"
-    )
+    max_items: int = Field(1000, ge=1, le=1_000_000, description="structured items (boxes, masks, labels) kept per reply")
     max_text_chars: int = Field(
         20_000, ge=100, le=10_000_000, description="characters of a text result kept in the record and shown"
     )
-
 
     @field_validator("experts_url", mode="before")
     @classmethod
@@ -179,9 +175,11 @@ class Settings(BaseSettings):
     discord: DiscordSettings = Field(default_factory=DiscordSettings)
     slack: SlackSettings = Field(default_factory=SlackSettings)
     server: ServerSettings = Field(default_factory=ServerSettings)
+    documents: DocumentSettings = Field(default_factory=DocumentSettings)
     mcp: McpSettings = Field(default_factory=McpSettings)
 
-    @field_validator("llm", "inference", "planning", "catalog", "storage", "discord", "slack", "server", "mcp", mode="before")
+    @field_validator("llm", "inference", "planning", "catalog", "storage", "discord", "slack", "server", "documents",
+                     "mcp", mode="before")
     @classmethod
     def _none_is_default(cls, v: Any) -> Any:
         return {} if v is None else v

@@ -24,6 +24,7 @@ from .media import decode_text
 from .planning import MAX_TEXT_ARG, PLACEHOLDER, placeholder_id
 from .selection import Selector
 from .tasks import TASKS
+from .tasks.multimodal import vlm_args
 from .types import (
     Event,
     ModelSelected,
@@ -181,12 +182,15 @@ class Executor:
         if runner is None:
             return TaskResult(task.id, "failed", error=f"{task.task} failed: no {selection.runner} runner is configured.",
                               started=started, finished=time.monotonic())
+        run_as, run_args = task.task, args
+        if selection.runs_as is not None:  # a VLM standing in for a vision task: ask it the task's question
+            run_as, run_args = selection.runs_as, vlm_args(task.task, args)
         for model in order[: self.limits.max_candidates_tried]:
             tried.append(model)
             emit(TaskStarted(task.id, model))
             try:
                 async with asyncio.timeout(self.limits.task_timeout):
-                    output = await runner.run(task.task, model, args, sink, task_id=task.id, usage=usage)
+                    output = await runner.run(run_as, model, run_args, sink, task_id=task.id, usage=usage)
                 return TaskResult(task.id, "ok", output=output, model=model, attempts=tried, started=started, finished=time.monotonic())
             except TimeoutError:
                 last_error = f"{model} did not answer within {self.limits.task_timeout:g} seconds"
@@ -194,6 +198,8 @@ class Executor:
             except ExpertError as e:
                 last_error = e.user_message.rstrip(".")
                 log.warning("task %d: model %s failed (%s): %s", task.id, model, e.reason, e)
+                if e.reason == "billing":  # no credits: every other model would be refused alike
+                    break
             except ControllerError as e:
                 last_error = e.user_message.rstrip(".")
                 log.warning("task %d: controller task failed: %s", task.id, e)

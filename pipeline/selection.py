@@ -8,6 +8,8 @@ taken without an LLM call. Several: the controller picks one from their descript
 task-model assignment"); a pick that is not among the candidates falls back to the top-ranked
 one. The ``top`` strategy skips the LLM.
 Tasks the controller serves itself and local tasks (canny edge maps) need no selection.
+A captioning, VQA or document-QA task none of whose models is available goes to a vision-language
+model (``image-text-to-text``) when one is, and its selection reason says so.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from .errors import ControllerError
 from .experts.local import LOCAL_MODEL
 from .llm import Controller, Usage
 from .tasks import TASKS
+from .tasks.multimodal import STANDS_IN_FOR, VLM_TASK
 from .types import Selection, Task
 
 log = logging.getLogger(__name__)
@@ -97,6 +100,25 @@ class Selector:
                                f"run {task}.")
         return LookupError(f"No model that can run {task} is available right now.")
 
+    async def _vlm_instead(self, task: Task) -> tuple[Selection, list[str]]:
+        """A vision-language model for a captioning / VQA / document-QA task none of whose own
+        models is live (:data:`pipeline.tasks.multimodal.STANDS_IN_FOR`); the reason says so.
+
+        Raises:
+            LookupError: the task has no stand-in, or no VLM is live either.
+        """
+        if task.task not in STANDS_IN_FOR:
+            raise self._none_left(task.task)
+        vlms = await self.candidates(VLM_TASK)
+        if not vlms:
+            raise self._none_left(task.task)
+        ids = [c.id for c in vlms]
+        log.info("task %d: no %s model is live; %s (%s) answers instead", task.id, task.task, ids[0], VLM_TASK)
+        reason = (f"no {task.task} model is available right now, so the vision-language model {ids[0]} "
+                  f"({VLM_TASK}) answers instead")
+        return Selection(task.id, ids[0], reason, tuple(ids), "vlm-instead", where=vlms[0].where,
+                         runs_as=VLM_TASK), ids
+
     def placement_notes(self) -> list[str]:
         """Sentences for the user about expert servers that could not be asked (one per server)."""
         return [f"The expert server {url} could not be reached, so its models are not offered."
@@ -108,6 +130,8 @@ class Selector:
         names = [n for n, s in TASKS.items() if not s.local and n not in self.controller_tasks]
         found = await asyncio.gather(*(self.candidates(n) for n in names))
         served = {n for n, c in zip(names, found) if c}
+        if VLM_TASK in served:  # a VLM answers these when no model of theirs is live
+            served |= set(STANDS_IN_FOR)
         served |= {n for n, s in TASKS.items() if s.local}
         served |= self.controller_tasks
         return served
@@ -136,7 +160,7 @@ class Selector:
         ids = [c.id for c in cands]
         where = {c.id: c.where for c in cands}
         if not cands:
-            raise self._none_left(task.task)
+            return await self._vlm_instead(task)
         if len(cands) == 1:
             return Selection(task.id, ids[0], "the only available model for this task", tuple(ids), "single",
                              where=where[ids[0]]), ids

@@ -104,6 +104,9 @@ class Selection:
             ``"local <expert server URL>"``, ``"provider <name>"``, ``"gateway <URL>"``,
             ``"endpoint <URL>"``; ``"controller"`` or ``"in-process"`` for the other runners;
             ``None`` when unknown.
+        runs_as: the task the model actually runs when it stands in for the planned one (a
+            vision-language model, ``"image-text-to-text"``, answering a captioning or VQA task
+            no dedicated model serves now); ``None`` when it runs the planned task.
     """
 
     task_id: int
@@ -113,6 +116,7 @@ class Selection:
     strategy: str = "top"
     runner: Literal["hub", "controller", "local", "mcp"] = "hub"
     where: str | None = None
+    runs_as: str | None = None
 
 
 class TaskData(Protocol):

@@ -5,6 +5,7 @@ rebinding; and what an origin of ``[server] cors_origins`` can do: call it and r
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -15,7 +16,9 @@ from aiohttp import web
 from tests.fixtures.server.harness import Served
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium (apt-get install chromium)")
+# CI (.ci/run sets HUGGINGGPT_REQUIRE_REAL_PARTS=1, make test installs chromium) fails instead of skipping.
+pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists() and os.environ.get("HUGGINGGPT_REQUIRE_REAL_PARTS") != "1",
+                                reason="needs Debian's chromium (apt-get install chromium)")
 
 BODY = {"model": "hugginggpt", "messages": [{"role": "user", "content": "Say hello"}]}
 PAGE = "<!doctype html><title>elsewhere</title><p>a page of another site</p>"

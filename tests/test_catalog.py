@@ -182,7 +182,8 @@ def test_shipped_catalog_covers_every_task_that_needs_a_model() -> None:
     assert SHIPPED_CATALOG.stat().st_size < 1_000_000
     cat = Catalog.load()
     assert cat.snapshot and cat.snapshot.startswith("2023-03")
-    needed = {name for name, s in TASKS.items() if not s.local}
+    # tasks younger than the 2023 snapshot are found by `catalog refresh` (no recorded listing of them is shipped)
+    needed = {name for name, s in TASKS.items() if not s.local} - {"image-text-to-text", "image-to-video"}
     assert needed <= cat.tasks(), needed - cat.tasks()
     assert "canny-control" not in cat.tasks()
     assert [c.id for c in cat.candidates("canny-text-to-image")] == ["lllyasviel/sd-controlnet-canny"]
@@ -281,9 +282,10 @@ async def test_refresh_writes_a_catalog_that_loads_and_ranks(hub: HubStandIn, tm
     cat = Catalog.load(out)
     assert cat.snapshot == dt.datetime.now(dt.UTC).date().isoformat() == summary.snapshot
     assert cat.source == hub.url
-    assert summary.models == len(cat) and summary.missing == []
+    younger = {"image-text-to-text", "image-to-video"} & set(TASKS)  # the 2023 Hub fixture has none of them
+    assert summary.models == len(cat) and sorted(summary.missing) == sorted(younger)
     needed = {name for name, s in TASKS.items() if not s.local}
-    assert cat.tasks() == needed
+    assert cat.tasks() == needed - younger
 
     ranked = cat.candidates("object-detection")
     assert [c.id for c in ranked[:4]] == ["hustvl/yolos-tiny", "facebook/detr-resnet-50", "google/owlvit-base-patch32", "facebook/detr-resnet-101"]
@@ -364,13 +366,16 @@ async def test_cli_refresh_then_show(hub: HubStandIn, tmp_path: Path) -> None:
     assert await main(args, settings, stdout=stdout) == 0
     assert "Wrote 3 models for 1 tasks" in stdout.getvalue() and "[catalog] path" in stdout.getvalue()
 
-    settings = load_settings(env={}, overrides={"inference": {"provider": "fal-ai"}, "catalog": {"path": str(out)}})
-    stdout = io.StringIO()
-    assert await main(parse(["catalog", "show", "object-detection"]), settings, stdout=stdout) == 0
-    rows = [line for line in stdout.getvalue().splitlines() if "served:" in line]
-    assert len(rows) == 3
-    assert "facebook/detr-resnet-50" in rows[1] and "served: yes" in rows[1]
-    assert "hustvl/yolos-tiny" in rows[0] and "served: no" in rows[0]
+    # the stand-in maps detr (rank 1) live on fal-ai, but the installed huggingface_hub has no fal-ai
+    # helper for object detection, so the provider policy does not count it as served there
+    for provider, served in (("fal-ai", []), ("hf-inference", ["hustvl/yolos-tiny"])):
+        settings = load_settings(env={}, overrides={"inference": {"provider": provider}, "catalog": {"path": str(out)}})
+        stdout = io.StringIO()
+        assert await main(parse(["catalog", "show", "object-detection"]), settings, stdout=stdout) == 0
+        rows = [line for line in stdout.getvalue().splitlines() if "served:" in line]
+        assert len(rows) == 3
+        assert "hustvl/yolos-tiny" in rows[0] and "facebook/detr-resnet-50" in rows[1]
+        assert [r.split()[1] for r in rows if "served: yes" in r] == served
 
 
 async def test_cli_show_checks_the_shipped_catalog_on_the_hub(hub: HubStandIn) -> None:

@@ -23,6 +23,15 @@ def test_every_imported_package_is_declared():
     assert p.returncode == 0, p.stdout + p.stderr
 
 
+ALLOWED_PRIVATE = {
+    # huggingface_hub has no public view of its provider helpers: which providers and tasks the
+    # installed client can call (PROVIDERS) and its cached, synchronous Hub look-up of a model's
+    # provider mapping (get_provider_helper), which pipeline/experts/providers.py runs in a thread
+    # so that it does not block the event loop inside the async call. Remove when it has one.
+    ("pipeline/experts/providers.py", "huggingface_hub.inference._providers"),
+}
+
+
 def _private(name: str) -> bool:
     return any(p.startswith("_") and not p.startswith("__") for p in name.split(".")[1:])
 
@@ -42,7 +51,7 @@ def private_imports(root: Path = ROOT) -> list[str]:
                     parts = name.split(".")
                     if parts[0] in PRODUCT or parts[0] == "__future__":
                         continue
-                    if _private(name):
+                    if _private(name) and (str(path.relative_to(root)), name) not in ALLOWED_PRIVATE:
                         found.append(f"{path.relative_to(root)}:{node.lineno} {name}")
     return found
 

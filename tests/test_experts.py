@@ -475,7 +475,7 @@ def test_settings_from_inference_settings():
 
     inf = InferenceSettings(token="hf_abc", base_url="http://gw", endpoints={"a/b": "http://e"}, task_timeout=9)
     st = ExpertSettings.from_inference(inf)
-    assert (st.token, st.base_url, st.endpoints, st.task_timeout, st.provider) == ("hf_abc", "http://gw", {"a/b": "http://e"}, 9.0, "hf-inference")
+    assert (st.token, st.base_url, st.endpoints, st.task_timeout, st.provider) == ("hf_abc", "http://gw", {"a/b": "http://e"}, 9.0, "auto")
     assert (st.max_attempts, st.backoff_max) == (inf.max_attempts, inf.backoff_max)
     inf = InferenceSettings(max_media_bytes=5 << 20, max_json_bytes=3 << 20, max_image_pixels=123_456, max_items=7,
                             max_text_chars=999)

@@ -225,7 +225,6 @@ LONG_FUNCTIONS_OWNED_ELSEWHERE = {
     # is emptied then. Nothing else may be added here.
     "pipeline.catalog.refresh.refresh_catalog",
     "pipeline.experts.hub.HubRunner.run",
-    "pipeline.experts.hub.HubRunner._map_error",
     "bot.sandbox.heuristics.compose_response",
     "bot.sandbox.inference.InferenceStandIn._serve",
     "bot.sandbox.routing.answer_for",

@@ -91,6 +91,7 @@ async def _refresh(args: argparse.Namespace, settings: Any, out: TextIO) -> int:
 async def _show(args: argparse.Namespace, settings: Any, out: TextIO) -> int:
     from pipeline.catalog import Availability, Catalog  # the Hub client only when the command runs
     from pipeline.catalog.placement import Placement
+    from pipeline.experts.providers import ProviderPolicy
     from pipeline.tasks import TASKS, canonical_task
 
     from ..backends import expert_servers
@@ -98,8 +99,7 @@ async def _show(args: argparse.Namespace, settings: Any, out: TextIO) -> int:
     task = canonical_task(args.task)
     if task is None:
         raise InputError(f"The task {args.task!r} is not a known task; known tasks: {', '.join(sorted(TASKS))}.")
-    spec = TASKS[task]
-    if spec.local:
+    if TASKS[task].local:
         print(f"{task} is computed locally and needs no model.", file=out)
         return 0
     catalog = Catalog.load(settings.catalog.path)
@@ -111,6 +111,7 @@ async def _show(args: argparse.Namespace, settings: Any, out: TextIO) -> int:
         token=secret(inf.token),
         ttl=settings.catalog.availability_ttl,
         hub_endpoint=args.hub_endpoint,
+        policy=ProviderPolicy(inf.provider, dict(inf.providers)),
     )
     servers = expert_servers(settings)
     try:
@@ -126,7 +127,7 @@ async def _show(args: argparse.Namespace, settings: Any, out: TextIO) -> int:
         backend = 'no provider ([inference] mode = "local")'
     print(f"{task}: {len(catalog.candidates(task))} models in the catalog "
           f"(snapshot {catalog.snapshot or 'unknown'}); availability for {backend}.", file=out)
-    if task in set(inf.controller_tasks) and spec.controller_capable:
+    if task in set(inf.controller_tasks) and TASKS[task].controller_capable:
         print("This task is also served by the controller LLM ([inference] controller_tasks).", file=out)
     if not cards:
         print("No models." if placement.uses_providers else "Providers are not used.", file=out)

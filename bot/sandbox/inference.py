@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 from aiohttp import web
 
+from . import providers
 from .audio_video import SAMPLE_RATE, decode_audio, make_video, make_wav, motion_labels, pcm_to_wav, wav_comment
 from .faults import Fault
 from .imaging import (
@@ -57,6 +58,8 @@ _MODEL_HINTS: tuple[tuple[str, str], ...] = (
     ("espnet", "text-to-speech"),
     ("enhance", "audio-to-audio"),
     ("sepformer", "audio-to-audio"),
+    ("i2v", "image-to-video"),
+    ("image-to-video", "image-to-video"),
     ("videomae", "video-classification"),
     ("timesformer", "video-classification"),
     ("video", "text-to-video"),
@@ -103,6 +106,9 @@ class Record:
     end: float
     status: int
     answer: bytes = b""
+    provider: str | None = None
+    bill_to: str = ""
+    asked: str = ""  # the request's text input (``inputs`` or ``prompt``), if any
 
 
 # ----------------------------------------------------------------------------------------------
@@ -141,6 +147,8 @@ class InferenceStandIn:
         self.estimated_time = estimated_time
         self.hang_seconds = hang_seconds
         self.records: list[Record] = []
+        self.no_credits: set[str] = set()  # accounts ("" = the token's owner) answered 402
+        self.fal = providers.FalQueue(self._note)
         self.url: str | None = None
         self._runner: web.AppRunner | None = None
 
@@ -148,6 +156,11 @@ class InferenceStandIn:
         """Start serving; returns the base URL ``http://127.0.0.1:PORT``."""
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/models/{model_id:.+}", self._handle)
+        self.fal.add_routes(app)
+        app.router.add_post("/v1/chat/completions", self._handle)  # the router's auto route
+        app.router.add_post("/{provider}/v1/chat/completions", self._handle)
+        app.router.add_post("/{provider}/models/{model_id:.+}", self._handle)
+        app.router.add_post("/{provider}/v1/images/generations", self._handle)  # together's text-to-image
         self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -155,6 +168,10 @@ class InferenceStandIn:
         port = self._runner.addresses[0][1]
         self.url = f"http://127.0.0.1:{port}"
         return self.url
+
+    def _note(self, model: str, task: str, status: int, provider: str, bill_to: str, asked: str) -> None:
+        now = time.monotonic()
+        self.records.append(Record(model, task, now, now, status, b"", provider, bill_to, asked))
 
     async def close(self) -> None:
         """Stop serving."""
@@ -211,11 +228,13 @@ class InferenceStandIn:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         start = time.monotonic()
-        model = request.match_info["model_id"]
-        chat = False
+        model = request.match_info.get("model_id", "")
+        provider = request.match_info.get("provider", "hf-inference" if model else "auto")
+        chat = request.path.endswith("/chat/completions")
+        images = request.path.endswith("/v1/images/generations")
         for suffix in ("/v1/chat/completions", "/chat/completions"):
             if model.endswith(suffix):
-                model, chat = model[: -len(suffix)], True
+                model = model[: -len(suffix)]
         body = await request.read()
         ctype = request.headers.get("Content-Type", "")
         payload: Any = None
@@ -224,13 +243,18 @@ class InferenceStandIn:
                 payload = json.loads(body or b"null")
             except ValueError:
                 payload = None
-        task = "conversational" if chat else self._guess(model, ctype, body, payload, request.headers.get("Accept", ""))
+        if not model and isinstance(payload, dict):  # router and OpenAI-style routes: the model is in the body
+            model, suffix = providers.split_router_model(str(payload.get("model", "")))
+            provider = request.match_info.get("provider") or (f"auto:{suffix}" if suffix else "auto")
+        task = "conversational" if chat else "text-to-image:b64" if images else self._guess(model, ctype, body, payload, request.headers.get("Accept", ""))
         status = 499
         answer = b""
+        bill_to = request.headers.get(providers.BILL_HEADER, "")
         try:
+            providers.check_credits(request.headers, self.no_credits)
             if model in self.gone:
                 raise Fault(404, {"error": f"Model {model} does not exist"})
-            queue = self.faults.get(model)
+            queue = self.faults.get(f"{provider}:{model}") or self.faults.get(model)
             if queue:
                 fault = queue.pop(0)
                 if fault == "timeout":
@@ -254,7 +278,9 @@ class InferenceStandIn:
             status = f.status
             return web.json_response(f.body, status=f.status)
         finally:
-            self.records.append(Record(model, task, start, time.monotonic(), status, answer))
+            asked = payload.get("inputs") or payload.get("prompt") if isinstance(payload, dict) else ""
+            self.records.append(Record(model, task, start, time.monotonic(), status, answer, provider, bill_to,
+                                       asked if isinstance(asked, str) else ""))
 
     async def _serve(self, task: str, model: str, body: bytes, payload: Any, request: web.Request) -> web.Response:
         inputs = payload.get("inputs") if isinstance(payload, dict) else None
@@ -285,7 +311,10 @@ class InferenceStandIn:
         if task == "conversational":
             msgs = payload.get("messages") if isinstance(payload, dict) else None
             last = next((m.get("content") for m in reversed(msgs or []) if m.get("role") == "user"), "")
-            if isinstance(last, list):
+            seen = await providers.vlm_reply(last)
+            if seen is not None:
+                last = seen
+            elif isinstance(last, list):
                 last = " ".join(p.get("text", "") for p in last if isinstance(p, dict))
             return J({
                 "id": "sandbox-1", "object": "chat.completion", "created": int(time.time()), "model": model,
@@ -374,6 +403,9 @@ class InferenceStandIn:
                 out = await asyncio.to_thread(controlnet_draw, im, str(prompt or ""))
             return web.Response(body=await asyncio.to_thread(png, out), content_type="image/png")
 
+        if task == "text-to-image:b64":  # together's OpenAI-style images route, base64 in JSON
+            drawn = await asyncio.to_thread(draw_prompt, str(payload.get("prompt", "")), 256, 256, "PNG")
+            return J({"data": [{"b64_json": base64.b64encode(drawn).decode()}]})
         if task == "text-to-image":
             t = text_in()
             w = int(params.get("width") or 512)
@@ -382,6 +414,8 @@ class InferenceStandIn:
             return web.Response(body=await asyncio.to_thread(draw_prompt, t, w, h, "JPEG"), content_type="image/jpeg")
         if task == "text-to-speech":
             return web.Response(body=await asyncio.to_thread(make_wav, text_in()), content_type="audio/wav")
+        if task == "image-to-video":
+            return web.Response(body=await providers.image_to_video(image_in()), content_type="video/mp4")
         if task == "text-to-video":
             return web.Response(body=await make_video(text_in()), content_type="video/mp4")
         if task == "video-classification":

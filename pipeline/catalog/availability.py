@@ -10,6 +10,7 @@ from typing import Any
 
 from cachetools import LRUCache, TLRUCache
 
+from ..experts.providers import ProviderPolicy
 from .models import LIVE, ModelCard
 
 log = logging.getLogger(__name__)
@@ -24,7 +25,10 @@ class Availability:
     1. ``base_url`` set: every model is served (a gateway in the inference wire format);
     2. the model has a dedicated endpoint in ``endpoints``: served;
     3. no ``provider``: not served;
-    4. the card knows its live providers: served iff ``provider`` is among them (``"auto"``: any);
+    4. the card knows its live providers: served iff the provider policy can run the card's task
+       on one of them (:meth:`pipeline.experts.providers.ProviderPolicy.serves`: a provider name
+       must be among them, a per-task override or pin applies, a policy needs one the installed
+       client can call for the task); without a policy, ``provider`` among them (``"auto"``: any);
     5. otherwise the Hub is asked (``HfApi.model_info(id, expand=["inferenceProviderMapping"])``),
        the answer is cached per model for ``ttl`` seconds, and only mappings with status
        ``"live"`` count (:func:`live_providers`; a renamed repo's redirect is followed). When the
@@ -46,6 +50,8 @@ class Availability:
         error_ttl: seconds a failed look-up is remembered.
         max_concurrency: Hub look-ups in flight at once.
         max_cached: models whose Hub answer is remembered at once (least recently used dropped first).
+        policy: the provider policy (``[inference] provider`` and ``[inference.providers]``), or
+            ``None`` for the bare ``provider`` rule.
     """
 
     def __init__(
@@ -61,8 +67,10 @@ class Availability:
         error_ttl: float = 60.0,
         max_concurrency: int = 8,
         max_cached: int = 4096,
+        policy: ProviderPolicy | None = None,
     ) -> None:
         self.provider = provider
+        self.policy = policy
         self.base_url = base_url
         self.endpoints = dict(endpoints)
         self.ttl = ttl
@@ -73,12 +81,12 @@ class Availability:
         self._api: Any = None
         # model id -> (live providers, seconds to trust them); each answer expires after its own
         # seconds (``ttl`` for answers, ``error_ttl`` for failed look-ups).
-        self._cache: TLRUCache[str, tuple[frozenset[str], float]] = TLRUCache(
+        self._cache: TLRUCache[str, tuple[tuple[str, ...], float]] = TLRUCache(
             maxsize=max_cached, ttu=lambda _key, value, now: now + value[1], timer=time.monotonic
         )
         # model id -> the Hub's last answer, kept past its ttl for when the Hub is unreachable
-        self._last_known: LRUCache[str, frozenset[str]] = LRUCache(maxsize=max_cached)
-        self._inflight: dict[str, asyncio.Future[frozenset[str]]] = {}
+        self._last_known: LRUCache[str, tuple[str, ...]] = LRUCache(maxsize=max_cached)
+        self._inflight: dict[str, asyncio.Future[tuple[str, ...]]] = {}
         self._semaphore = asyncio.Semaphore(max_concurrency)
         self._quiet_until = 0.0
         self._unreachable_until = 0.0
@@ -94,23 +102,30 @@ class Availability:
             return True
         if card.id in self.endpoints:
             return True
-        if not self.provider:
+        if not self.provider and not (self.policy and self.policy.per_task):
             return False
-        providers = card.providers
+        providers = self.providers_of(card)
         if providers is None:
-            cached = self._cache.get(card.id)
-            if cached is None:
-                return None
-            providers = tuple(cached[0])
-        return self._serves(providers)
+            return None
+        return self._serves(card, providers)
+
+    def providers_of(self, card: ModelCard) -> tuple[str, ...] | None:
+        """``card``'s live providers in the Hub's order (the card's, else a still-valid Hub
+        answer), or ``None`` when not known yet."""
+        if card.providers is not None:
+            return tuple(card.providers)
+        cached = self._cache.get(card.id)
+        return None if cached is None else cached[0]
 
     def looked_up(self, model_id: str) -> tuple[str, ...] | None:
         """Live providers of ``model_id`` from a still-valid Hub answer, or ``None`` if not looked up."""
         cached = self._cache.get(model_id)
         return None if cached is None else tuple(sorted(cached[0]))
 
-    def _serves(self, providers: Iterable[str]) -> bool:
+    def _serves(self, card: ModelCard, providers: Iterable[str]) -> bool:
         providers = tuple(providers)
+        if self.policy is not None:
+            return self.policy.serves(card.task, card.id, providers)
         if self.provider == "auto":
             return bool(providers)
         return self.provider in providers
@@ -126,17 +141,17 @@ class Availability:
         if unknown:
             answers = await asyncio.gather(*(self._live_providers(model_id) for model_id in unknown))
             live = dict(zip(unknown, answers))
-            decided = [self._serves(live[card.id]) if ok is None else ok for card, ok in zip(cards, decided)]
+            decided = [self._serves(card, live[card.id]) if ok is None else ok for card, ok in zip(cards, decided)]
         return [card for card, ok in zip(cards, decided) if ok]
 
-    async def _live_providers(self, model_id: str) -> frozenset[str]:
+    async def _live_providers(self, model_id: str) -> tuple[str, ...]:
         cached = self._cache.get(model_id)
         if cached is not None:
             return cached[0]
         pending = self._inflight.get(model_id)
         if pending is not None:
             return await asyncio.shield(pending)
-        future: asyncio.Future[frozenset[str]] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[tuple[str, ...]] = asyncio.get_running_loop().create_future()
         self._inflight[model_id] = future
         try:
             async with self._semaphore:
@@ -160,13 +175,13 @@ class Availability:
         else:
             log.debug(message, model_id)
 
-    async def _look_up(self, model_id: str) -> tuple[frozenset[str], float]:
+    async def _look_up(self, model_id: str) -> tuple[tuple[str, ...], float]:
         """Live providers of ``model_id`` from the Hub and how long to trust the answer (seconds)."""
         from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
 
         if self.hub_unreachable:
             log.debug("availability: the Hub was unreachable moments ago; last known state of %s used", model_id)
-            return self._last_known.get(model_id, frozenset()), self.error_ttl
+            return self._last_known.get(model_id, ()), self.error_ttl
         if self._api is None:
             from huggingface_hub import HfApi
 
@@ -177,22 +192,31 @@ class Availability:
             )
         except RepositoryNotFoundError:
             log.info("availability: %s is not on the Hub (gone, private or gated); not offered", model_id)
-            self._last_known[model_id] = frozenset()
-            return frozenset(), self.ttl
+            self._last_known[model_id] = ()
+            return (), self.ttl
         except HfHubHTTPError as e:
             status = e.response.status_code if e.response is not None else "?"
             why = "refused the token" if status in (401, 403) else "failed"
             self._warn(f"availability: the Hub {why} ({status}) when checking %s; last known state used", model_id)
-            return self._last_known.get(model_id, frozenset()), self.error_ttl
+            return self._last_known.get(model_id, ()), self.error_ttl
         except Exception as e:  # connection refused, timeout, bad JSON: the Hub is unusable
             self._unreachable_until = time.monotonic() + self.error_ttl
             self._warn(
                 f"availability: the Hub cannot be reached to check %s ({e.__class__.__name__}); last known state used",
                 model_id,
             )
-            return self._last_known.get(model_id, frozenset()), self.error_ttl
-        live = self._last_known[model_id] = live_providers(info)
+            return self._last_known.get(model_id, ()), self.error_ttl
+        live = self._last_known[model_id] = live_in_order(info)
         return live, self.ttl
+
+
+def live_in_order(info: Any) -> tuple[str, ...]:
+    """:func:`live_providers` in the Hub's order (the order the account prefers, which the
+    client's ``provider="auto"`` follows)."""
+    mapping = info.inference_provider_mapping
+    if mapping is None:
+        return ("hf-inference",) if getattr(info, "inference", None) == "warm" else ()
+    return tuple(dict.fromkeys(m.provider for m in mapping if getattr(m, "status", None) == LIVE))
 
 
 def live_providers(info: Any) -> frozenset[str]:

@@ -138,6 +138,21 @@ class Placement:
         provider = getattr(av, "provider", "hf-inference")
         return Route("provider", provider) if provider else None
 
+    def provider_routes(self, task: str, model: str) -> list[Route]:
+        """Every place off the expert servers that runs ``model`` for ``task``, first first: its
+        endpoint or the gateway (one route), else one route per provider in the provider
+        policy's order (:meth:`pipeline.experts.providers.ProviderPolicy.order`, from the
+        model's live providers as last looked up); empty when none serves it."""
+        first = self.provider_route(model)
+        policy = getattr(self.availability, "policy", None)
+        if first is None and policy is None:
+            return []
+        if first is not None and first.kind != "provider" or policy is None:
+            return [first] if first is not None else []
+        card = self.catalog.get(model, task) or ModelCard(model, task, 0, 0, "", None, ())
+        live = self.availability.providers_of(card) or ()
+        return [Route("provider", p) for p in policy.order(task, model, live)]
+
     async def local_candidates(self, task: str) -> list[Candidate]:
         """Models of ``task`` the expert servers list: loaded before on disk, then by the
         catalog's ranking (downloads), then id. Empty unless :attr:`uses_servers`."""
@@ -157,14 +172,22 @@ class Placement:
         if not self.uses_providers or want <= 0:
             return []
         ranked = [c for c in self.catalog.candidates(task) if c.id not in skip]
+        pinned = self.pinned(task)
+        if pinned is not None:  # [inference.providers] "task" = "model:provider": that model only
+            ranked = [c for c in ranked if c.id == pinned] or [ModelCard(pinned, task, 0, 0, "", None, ())]
         out: list[ModelCard] = []
         step = max(want, 5)
         for start in range(0, len(ranked), step):
             out += await self.availability.filter(list(ranked[start : start + step]))
             if len(out) >= want:
                 break
-        routed = [(card, self.provider_route(card.id)) for card in out[:want]]
-        return [Candidate(card, (route,)) for card, route in routed if route is not None]
+        routed = [(card, self.provider_routes(task, card.id)) for card in out[:want]]
+        return [Candidate(card, tuple(routes)) for card, routes in routed if routes]
+
+    def pinned(self, task: str) -> str | None:
+        """The model a per-task ``model:provider`` setting pins for ``task``, if any."""
+        policy = getattr(self.availability, "policy", None)
+        return policy.pinned_model(task) if policy is not None else None
 
     async def candidates(self, task: str, top_k: int) -> list[Candidate]:
         """At most ``top_k`` candidates of ``task``: local ones first (the paper's rule), then
@@ -191,7 +214,17 @@ class Placement:
         card = self.catalog.get(model, task) or ModelCard(model, task, 0, 0, "", None, ())
         if not await self.availability.filter([card]):
             return None
-        return self.provider_route(model)
+        routes = self.provider_routes(task, model)
+        return routes[0] if routes else None
+
+    async def provider_fallbacks(self, task: str, model: str) -> list[Route]:
+        """:meth:`provider_fallback`, every provider route in the policy's order."""
+        if not self.uses_providers or model == task:
+            return []
+        card = self.catalog.get(model, task) or ModelCard(model, task, 0, 0, "", None, ())
+        if not await self.availability.filter([card]):
+            return []
+        return self.provider_routes(task, model)
 
     def server_failed(self, url: str) -> None:
         """An expert server refused a connection: its listing is asked again before it is used."""

@@ -31,7 +31,7 @@ import heapq
 import json
 import ssl
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
@@ -232,20 +232,53 @@ def tls_context() -> ssl.SSLContext:
     return httpx2.create_ssl_context()
 
 
-def bounded_async_client() -> httpx2.AsyncClient:
+ROUTER = "https://router.huggingface.co"
+"""The Inference Providers router as ``huggingface_hub`` builds its URLs
+(``constants.INFERENCE_PROXY_TEMPLATE`` and the auto-router)."""
+
+
+def to_router(router_url: str) -> Callable[[httpx2.Request], Awaitable[None]]:
+    """A request hook sending every request for :data:`ROUTER` to ``router_url`` instead, path and
+    query kept (``[inference] router_url``: an operator's egress proxy, or a stand-in that
+    forwards by path). Requests to any other host are left alone."""
+    base = httpx2.URL(router_url.rstrip("/"))
+    prefix = base.path.rstrip("/")
+
+    async def hook(request: httpx2.Request) -> None:
+        if origin_of(request.url) != origin_of(ROUTER):
+            return
+        request.url = request.url.copy_with(scheme=base.scheme, host=base.host, port=base.port,
+                                            path=prefix + request.url.path)
+        request.headers["Host"] = base.netloc.decode("ascii")
+
+    return hook
+
+
+def bounded_async_client(*, router_url: str | None = None,
+                         transport: httpx2.AsyncBaseTransport | None = None) -> httpx2.AsyncClient:
     """``huggingface_hub``'s default async session plus :func:`bound_reply` and
-    :func:`allow_gateway_offline`; asks only for gzip or deflate encoded replies."""
+    :func:`allow_gateway_offline`; asks only for gzip or deflate encoded replies.
+
+    Args:
+        router_url: requests for the router go there (:func:`to_router`), or ``None``.
+        transport: the ``httpx2`` transport (``None``: the default, TLS as :func:`tls_context`);
+            an HTTP proxy's or a test stand-in's.
+    """
+    hooks: list[Callable[[httpx2.Request], Awaitable[None]]] = [allow_gateway_offline]
+    if router_url:
+        hooks.insert(0, to_router(router_url))
     return httpx2.AsyncClient(
         verify=tls_context(),
-        event_hooks={"request": [allow_gateway_offline], "response": [bound_reply, read_error_body]},
+        event_hooks={"request": hooks, "response": [bound_reply, read_error_body]},
         follow_redirects=True,
         timeout=None,
         headers={"Accept-Encoding": "gzip, deflate"},
+        transport=transport,
     )
 
 
-def install() -> None:
-    """Make :func:`bounded_async_client` the session factory of ``huggingface_hub``'s async
-    clients (process-wide; idempotent). Outside a :class:`CallScope` the session behaves as the
-    library's default one."""
-    set_async_client_factory(bounded_async_client)
+def install(*, router_url: str | None = None, transport: httpx2.AsyncBaseTransport | None = None) -> None:
+    """Make :func:`bounded_async_client` (with ``router_url`` and ``transport``) the session
+    factory of ``huggingface_hub``'s async clients (process-wide; the last call wins). Outside a
+    :class:`CallScope` the session behaves as the library's default one."""
+    set_async_client_factory(functools.partial(bounded_async_client, router_url=router_url, transport=transport))

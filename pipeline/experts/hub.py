@@ -5,7 +5,13 @@ Routing of model ``M`` (ARCHITECTURE.md, "Backends"):
 0. a URL given by the caller (a team's expert server, chosen by :mod:`.routing`);
 1. ``endpoints[M]`` (a dedicated Inference Endpoint URL): the client POSTs straight to it;
 2. ``base_url``: ``{base_url}/models/{M}`` in the Hugging Face inference wire format;
-3. otherwise the model id with the configured Inference Provider (``hf-inference``, ``auto``...).
+3. otherwise the model id on the Inference Provider the caller names (:mod:`.providers` orders
+   them by the provider policy); chat tasks go through the router's auto route with a
+   ``model:policy`` or ``model:provider`` suffix, which the router resolves and fails over itself.
+
+Every call names ``[inference] bill_to`` (the client's ``bill_to``, the ``X-HF-Bill-To`` header)
+when it is set; a 402 (out of credits) is one sentence naming the account to top up
+(``reason="billing"``), never retried nor handed to another provider or model.
 
 How each task is called and how its answer is normalised comes from its registry entry
 (:mod:`pipeline.tasks`); this module adds routing, retries (tenacity, honouring a 503's
@@ -14,7 +20,6 @@ How each task is called and how its answer is normalised comes from its registry
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
@@ -22,19 +27,21 @@ from typing import Any
 
 import httpx2
 from huggingface_hub import AsyncInferenceClient
-from huggingface_hub.errors import HfHubHTTPError, InferenceTimeoutError, OfflineModeIsEnabled
+from huggingface_hub.errors import InferenceTimeoutError
 from huggingface_hub.utils import build_hf_headers, get_async_session, hf_raise_for_status
-from PIL import Image
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from ..errors import ExpertError, HuggingGPTError
 from ..llm import Usage
 from ..tasks import TASKS
-from ..media import PixelLimitError
 from ..tasks.base import OutputLimits
 from ..types import Output, Resource, ResourceSink
-from . import http
+from . import failures, http
 from .base import TaskSaver, condense, read_inputs
+from .failures import refused_connection
+from .providers import CHAT_TASKS, client_knows, warm_mapping
+
+__all__ = ["ClientCalls", "ExpertSettings", "HubRunner", "refused_connection"]
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +51,12 @@ class ExpertSettings:
     """What the experts need from ``[inference]`` (built by the service from ``InferenceSettings``).
 
     Attributes:
-        provider: Inference Providers name (``"hf-inference"``, ``"auto"``, ``"fal-ai"`` ...) or
-            ``None`` (the client's default, ``auto``).
+        provider: Inference Providers name (``"hf-inference"``, ``"fal-ai"`` ...), a policy
+            (``"auto"``, ``"fastest"``, ``"cheapest"``, ``"preferred"``) or ``None``.
         token: Hugging Face token, or ``None``.
+        bill_to: organisation whose credits pay the calls (``X-HF-Bill-To``), or ``None``.
+        router_url: where requests for ``https://router.huggingface.co`` go instead (an egress
+            proxy or a stand-in forwarding by path), or ``None``.
         base_url: gateway; model ``M`` is called at ``{base_url}/models/{M}``.
         endpoints: model id -> dedicated endpoint URL (wins over ``base_url``).
         task_timeout: seconds per HTTP call.
@@ -59,8 +69,10 @@ class ExpertSettings:
         max_text_chars: characters of a text result kept in the output.
     """
 
-    provider: str | None = "hf-inference"
+    provider: str | None = "auto"
     token: str | None = None
+    bill_to: str | None = None
+    router_url: str | None = None
     base_url: str | None = None
     endpoints: dict[str, str] = field(default_factory=dict)
     task_timeout: float = 120.0
@@ -86,6 +98,8 @@ class ExpertSettings:
         return cls(
             provider=inference.provider,
             token=token,
+            bill_to=getattr(inference, "bill_to", None),
+            router_url=getattr(inference, "router_url", None),
             base_url=inference.base_url,
             endpoints=dict(inference.endpoints or {}),
             task_timeout=float(inference.task_timeout),
@@ -97,18 +111,6 @@ class ExpertSettings:
             max_items=int(inference.max_items),
             max_text_chars=int(inference.max_text_chars),
         )
-
-
-def refused_connection(exc: BaseException) -> bool:
-    """Whether ``exc`` or one of its causes is a refused or failed TCP connection (nothing listens)."""
-    seen: list[BaseException] = []
-    e: BaseException | None = exc
-    while e is not None and e not in seen:
-        if isinstance(e, (httpx2.ConnectError, ConnectionRefusedError)):
-            return True
-        seen.append(e)
-        e = e.__cause__ or e.__context__
-    return False
 
 
 class ClientCalls:
@@ -157,15 +159,25 @@ class HubRunner:
         await hub.aclose()
     """
 
-    def __init__(self, settings: ExpertSettings) -> None:
+    def __init__(self, settings: ExpertSettings, *, transport: httpx2.AsyncBaseTransport | None = None) -> None:
         self.settings = settings
-        http.install()
+        http.install(router_url=settings.router_url, transport=transport)
         http.tls_context()  # at start-up, not in the first task
-        self._client = AsyncInferenceClient(
-            provider=settings.provider or None, token=settings.token or None, timeout=settings.task_timeout
-        )
-        self._calls = ClientCalls(self._client, self)
+        self._clients: dict[str, AsyncInferenceClient] = {}
+        self._client = self._client_for(None)
         self._http: httpx2.AsyncClient | None = None
+
+    def _client_for(self, provider: str | None) -> AsyncInferenceClient:
+        """The client calling ``provider`` (``"auto"`` for the router's choice; ``None``: a URL
+        target, routed by the client to that URL), made once per provider."""
+        key = provider or ""
+        client = self._clients.get(key)
+        if client is None:
+            client = self._clients[key] = AsyncInferenceClient(
+                provider=provider or "hf-inference", token=self.settings.token or None,
+                timeout=self.settings.task_timeout, bill_to=self.settings.bill_to or None,
+            )
+        return client
 
     def endpoint_for(self, model: str) -> str | None:
         """URL that serves ``model``, or ``None`` when the provider path is used.
@@ -180,14 +192,15 @@ class HubRunner:
 
     async def aclose(self) -> None:
         """Close the HTTP clients."""
-        await self._client.close()
+        for client in self._clients.values():
+            await client.close()
         if self._http is not None:
             await self._http.aclose()
             self._http = None
 
     async def run(
         self, task: str, model: str, args: dict[str, str | Resource], sink: ResourceSink, *, task_id: int,
-        usage: Usage | None = None, url: str | None = None, expert_server: bool = False,
+        usage: Usage | None = None, url: str | None = None, expert_server: bool = False, provider: str | None = None,
     ) -> Output:
         """Run ``task`` on ``model`` and return its normalised :class:`Output`.
 
@@ -204,6 +217,10 @@ class HubRunner:
             expert_server: ``url`` is an expert server: no ``Authorization`` header is sent to it
                 (the Hugging Face token stays with Hugging Face), and a server that refuses the
                 connection is not retried (the caller moves on to the next route at once).
+            provider: the Inference Provider to call when no URL routes ``model`` (``"auto"`` or
+                ``"auto:<policy or provider>"`` for a chat task: the router decides), from
+                :meth:`pipeline.experts.providers.ProviderPolicy.order`; ``None``: the settings'
+                provider.
 
         Returns:
             :class:`Output` with ``text``, typed ``data`` and ``files``.
@@ -228,7 +245,12 @@ class HubRunner:
             raise ExpertError(f"No Hugging Face model serves the task {task}.", reason="unavailable")
         inputs = await read_inputs(spec, args)
         call = spec.call
-        target = url or self.endpoint_for(model) or model
+        target = url or self.endpoint_for(model)
+        calls = ClientCalls(self._client, self)
+        if target is None:
+            target, client = self._provider_target(task, model, provider or self.settings.provider)
+            calls = ClientCalls(client, self)
+            await warm_mapping(client.provider, task, target)
         settings = self.settings
         expo = wait_random_exponential(multiplier=0.5, max=settings.backoff_max)
 
@@ -265,7 +287,7 @@ class HubRunner:
                 scope.dropped.clear()
                 try:
                     with http.call_scope(scope):
-                        raw = await call(self._calls, target, inputs)
+                        raw = await call(calls, target, inputs)
                 except HuggingGPTError:
                     raise
                 except Exception as exc:  # noqa: BLE001 - mapped to one sentence below
@@ -294,6 +316,22 @@ class HubRunner:
             out = Output(text=f"{out.text} {note}" if out.text else note, files=out.files, data=out.data)
         return await condense(out, saver)
 
+    def _provider_target(self, task: str, model: str, provider: str | None) -> tuple[str, AsyncInferenceClient]:
+        """``(model as the client is given it, client)`` for a provider route: ``auto:fastest``
+        becomes the router's ``model:fastest`` on the ``auto`` client; a provider name its own
+        client; a model already pinned (``model:provider``) is left as it is for the router. A
+        chat task on a provider the installed client has no helper for goes to the router's auto
+        route as ``model:provider`` (the router knows more providers than the client)."""
+        if provider is None:
+            return model, self._client_for("auto")
+        if task in CHAT_TASKS and not provider.startswith("auto") and not client_knows(provider):
+            provider = f"auto:{provider}"
+        if provider == "auto" or provider.startswith("auto:"):
+            suffix = provider.partition(":")[2]
+            pinned = ":" in model
+            return (f"{model}:{suffix}" if suffix and not pinned else model), self._client_for("auto")
+        return model, self._client_for(provider)
+
     async def post_raw(self, task: str, target: str, *, json_body: Any = None, data: bytes | None = None) -> tuple[bytes, str]:
         """POST to ``target`` in the inference wire format (see :meth:`ClientCalls.post_raw`)."""
         if not target.startswith(("http://", "https://")):
@@ -303,6 +341,8 @@ class HubRunner:
         if self._http is None:
             self._http = get_async_session()
         headers = build_hf_headers(token=self.settings.token or None)
+        if self.settings.bill_to:
+            headers["X-HF-Bill-To"] = self.settings.bill_to
         if data is not None:
             headers["content-type"] = "application/octet-stream"
         try:
@@ -315,90 +355,10 @@ class HubRunner:
         return response.content, response.headers.get("content-type", "")
 
     def _scrub(self, text: str) -> str:
-        token = self.settings.token
-        return text.replace(token, "***") if token else text
+        return failures.scrub(self.settings, text)
 
     def _too_large(self, exc: BaseException, model: str) -> ExpertError | None:
-        """``reason="too_large"`` (not retryable) when ``exc`` or its causes is a reply over a size
-        limit or an image over the pixel limit; else ``None``. The log line names the setting."""
-        chain: list[BaseException] = []
-        e: BaseException | None = exc
-        while e is not None and e not in chain:
-            chain.append(e)
-            e = e.__cause__ or e.__context__
-        detail = self._scrub(f"{type(exc).__name__}: {exc}")
-        for x in chain:
-            if isinstance(x, http.ReplyTooLarge):
-                return ExpertError(
-                    f"The model {model}'s reply was larger than the limit of {x.limit / 1e6:,.1f} MB, so it was not read.",
-                    f"{detail} (setting {x.setting} = {x.limit})", reason="too_large",
-                )
-            if isinstance(x, (PixelLimitError, Image.DecompressionBombError)):
-                return ExpertError(
-                    f"The model {model} returned an image with too many pixels to decode safely.",
-                    f"{detail} (setting [inference] max_image_pixels = {self.settings.max_image_pixels})",
-                    reason="too_large",
-                )
-        return None
+        return failures.too_large(self.settings, exc, model)
 
     def _map_error(self, exc: BaseException, task: str, model: str) -> ExpertError:
-        """One sentence for the user (never the token), details for the log. Source of the status
-        meanings: the Hugging Face inference API's documented HTTP errors."""
-        detail = self._scrub(f"{type(exc).__name__}: {exc}")
-        chain: list[BaseException] = []
-        e: BaseException | None = exc
-        while e is not None and e not in chain:
-            chain.append(e)
-            e = e.__cause__ or e.__context__
-        err: ExpertError
-        too_large = self._too_large(exc, model)
-        if too_large is not None:
-            err = too_large
-        elif any(isinstance(x, OfflineModeIsEnabled) for x in chain):
-            err = ExpertError(
-                f"The model {model} cannot be reached: HF_HUB_OFFLINE is set, which blocks calls to Hugging Face; "
-                "unset it or configure [inference] base_url for your own gateway.",
-                detail, reason="unavailable",
-            )
-        elif any(isinstance(x, (InferenceTimeoutError, httpx2.TimeoutException, asyncio.TimeoutError)) for x in chain):
-            err = ExpertError(
-                f"The model {model} did not answer within {self.settings.task_timeout:g} seconds.",
-                detail, reason="timeout", retryable=True,
-            )
-        elif http_err := next((x for x in chain if isinstance(x, HfHubHTTPError) and x.response is not None), None):
-            status = http_err.response.status_code
-            if status in (404, 410):
-                err = ExpertError(f"The model {model} is not available (HTTP {status}).", detail, reason="gone")
-            elif status == 429:
-                err = ExpertError(
-                    f"The model {model} is rate-limited right now (HTTP 429).", detail, reason="rate_limited", retryable=True
-                )
-            elif status == 503:
-                est = None
-                try:
-                    body = http_err.response.json()
-                    if isinstance(body, dict) and body.get("estimated_time") is not None:
-                        est = float(body["estimated_time"])
-                except Exception:  # noqa: BLE001 - body is optional
-                    est = None
-                err = ExpertError(
-                    f"The model {model} is still loading (HTTP 503).", detail, reason="loading", retryable=True,
-                    estimated_time=est,
-                )
-            elif status >= 500:
-                err = ExpertError(
-                    f"The model {model} failed on the server (HTTP {status}).", detail, reason="server", retryable=True
-                )
-            else:
-                err = ExpertError(f"The model {model} refused the request (HTTP {status}).", detail, reason="refused")
-        elif any(isinstance(x, httpx2.TransportError) for x in chain):
-            err = ExpertError(f"The model {model} could not be reached.", detail, reason="server", retryable=True)
-        elif any(isinstance(x, http.ReplyEncodingRefused) for x in chain):
-            err = ExpertError(f"The model {model} sent its reply in an encoding the bot does not accept.", detail,
-                              reason="bad_output")
-        elif isinstance(exc, ValueError) and ("not supported" in str(exc) or "provider" in str(exc).lower()):
-            err = ExpertError(f"No configured provider serves {task} with {model}.", detail, reason="unavailable")
-        else:
-            err = ExpertError(f"The model {model} returned output that could not be read.", detail, reason="bad_output")
-        log.warning("expert %s (%s) failed: %s [%s]", model, task, detail[:500], err.reason)
-        return err
+        return failures.map_error(self.settings, exc, task, model)

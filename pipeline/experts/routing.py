@@ -5,19 +5,22 @@ For model ``M`` of task ``T`` the routes are, in order (:class:`pipeline.catalog
 
 1. every expert server that lists ``M`` for ``T`` as ``loaded`` or ``on_disk``, in the order of
    ``[inference] experts_url`` (``{url}/models/{M}``, the Hugging Face wire format);
-2. then, unless ``mode = "local"``, ``M``'s own route off the servers (dedicated endpoint,
-   gateway, or the Inference Provider) when it serves ``M`` now.
+2. then, unless ``mode = "local"``, ``M``'s own routes off the servers (dedicated endpoint,
+   gateway, or each Inference Provider serving ``M`` now, in the provider policy's order: the
+   chain moves across providers before the executor moves to another model).
 
 A route that fails with an error another place may not have (the server is down, lacks the model,
 is loading, overloaded, timed out, answered 5xx or unreadable output) hands over to the next
 route; one that fails because of the request itself (a refused payload, a reply over a size
-limit) ends the model's turn at once. When every route failed, the last error is raised, and the
+limit) ends the model's turn at once. An account out of credits (``reason="billing"``) ends the
+whole task at once: no other provider or model would be paid by another account. When every route failed, the last error is raised, and the
 executor moves on to the next candidate (:mod:`pipeline.execution`), local or not.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from ..catalog.placement import Placement, Route
@@ -83,25 +86,44 @@ class RoutingRunner:
                     raise last from e
                 log.warning("task %s (%s): %s failed at %s (%s); trying its next route", task_id, task, model,
                             route.label, e.reason)
-        remote = await self._provider_route(task, model, bool(local))
-        if remote is None:
+        remote = await self._provider_routes(task, model, bool(local))
+        if not remote:
             raise last or self._no_route(task, model)
         if local:
-            log.info("task %s (%s): %s falls back from the expert servers to %s", task_id, task, model, remote.label)
-        return await self._run_at(remote, task, model, args, sink, task_id)
+            log.info("task %s (%s): %s falls back from the expert servers to %s", task_id, task, model, remote[0].label)
+        for n, route in enumerate(remote):
+            try:
+                return await self._run_at(route, task, model, args, sink, task_id)
+            except ExpertError as e:
+                if e.reason not in NEXT_ROUTE_REASONS or n == len(remote) - 1:
+                    raise
+                log.warning("task %s (%s): %s failed at %s (%s); trying %s", task_id, task, model, route.label,
+                            e.reason, remote[n + 1].label)
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
-    async def _provider_route(self, task: str, model: str, had_local: bool) -> Route | None:
+    async def _provider_routes(self, task: str, model: str, had_local: bool) -> list[Route]:
         if not self.placement.uses_providers:
-            return None
+            return []
         if had_local:  # listed by a server: a provider serves it only if it is live there
-            return await self.placement.provider_fallback(task, model)
-        # a provider candidate (selection checked it); with no provider set, the client's default
-        return self.placement.provider_route(model) or Route("provider", "auto")
+            return await self.placement.provider_fallbacks(task, model)
+        # a provider candidate (selection checked it): its routes in the policy's order
+        routes = self.placement.provider_routes(task, model)
+        if routes:
+            return routes
+        if getattr(self.placement.availability, "policy", None) is None:  # no policy: the client's default
+            return [Route("provider", "auto")]
+        return await self.placement.provider_fallbacks(task, model)  # not looked up yet: look it up now
 
     async def _run_at(self, route: Route, task: str, model: str, args: dict[str, Any], sink: ResourceSink,
                       task_id: int) -> Output:
         url = route.url_for(model)
-        out = await self.hub.run(task, model, args, sink, task_id=task_id, url=url, expert_server=url is not None)
+        provider = route.target if route.kind == "provider" else None
+        began = time.monotonic()
+        out = await self.hub.run(task, model, args, sink, task_id=task_id, url=url, expert_server=url is not None,
+                                 provider=provider)
+        policy = getattr(self.placement.availability, "policy", None)
+        if provider is not None and policy is not None:
+            policy.latency.note(provider, time.monotonic() - began)
         out.where = route.label
         return out
 

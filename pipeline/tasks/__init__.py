@@ -9,11 +9,12 @@ passing and the experts all read this one table; adding a task is adding one ent
 
 from __future__ import annotations
 
-from . import audio, controlnet, nlp, video, vision
+from . import audio, controlnet, multimodal, nlp, video, vision
 from .base import Inputs, Saver, TaskSpec
 from .controlnet import CONTROLNET_CONDITIONS
 
-TASKS: dict[str, TaskSpec] = {s.name: s for s in (*nlp.TASKS, *vision.TASKS, *audio.TASKS, *video.TASKS, *controlnet.TASKS)}
+TASKS: dict[str, TaskSpec] = {s.name: s for s in (*nlp.TASKS, *vision.TASKS, *audio.TASKS, *video.TASKS, *controlnet.TASKS,
+                                               *multimodal.TASKS)}
 """Canonical task name → its entry."""
 
 # Names planners often write instead of the pipeline tag (reference implementation, TaskBench).
@@ -33,6 +34,9 @@ ALIASES: dict[str, str] = {
     "segmentation-text-to-image": "seg-text-to-image",
     "ner": "token-classification",
     "chat": "conversational",
+    "vlm": "image-text-to-text",
+    "visual-chat": "image-text-to-text",
+    "animate-image": "image-to-video",
 }
 
 

@@ -39,10 +39,31 @@ async def _video_labels(raw: tuple[bytes, str], inputs: Inputs, saver: Saver) ->
     return await labels_output(VideoClassificationOutputElement.parse_obj_as_list(body), inputs, saver)
 
 
+def _image_to_video(c: Any, model: str, inputs: Inputs) -> Any:
+    prompt = inputs.text.get("text")
+    if model.startswith(("http://", "https://")):
+        return c.post_raw("image-to-video", model, data=inputs.media["image"])
+    return c.image_to_video(inputs.media["image"], model=model, prompt=prompt)
+
+
+async def _animated(raw: Any, inputs: Inputs, saver: Saver) -> Output:
+    body = raw[0] if isinstance(raw, tuple) else raw
+    s = sniff(body)
+    if s is None or s.kind != "video":
+        raise ValueError("image-to-video output is not a video")
+    source = inputs.resources.get("image")
+    what = f"video animating {source.id}" if source is not None else "video from an image"
+    prompt = inputs.text.get("text")
+    return Output(files=[await saver.file(body, "video", s.mime, f"{what}" + (f": {prompt[:60]!r}" if prompt else ""))])
+
+
 TASKS: list[TaskSpec] = [
     entry("text-to-video", "video", {"text": "text"}, ("video",), "make a short video from a description",
           _text_to_video, _video, reply="media"),
     # No client method and no provider serves it today: a local expert server or a dedicated endpoint does.
     entry("video-classification", "video", {"video": "video"}, ("text",), "name what happens in a video",
           lambda c, m, i: c.post_raw("video-classification", m, data=i.media["video"]), _video_labels),
+    entry("image-to-video", "video", {"image": "image"}, ("video",),
+          "animate an image into a short video, optionally guided by a description (text)",
+          _image_to_video, _animated, optional={"text": "text"}, reply="media"),
 ]

@@ -1,0 +1,116 @@
+"""PDF attachments through the service: a page with text becomes the text of a text file, a page
+that is only a picture becomes a PNG a vision task can take, limits are ``[documents]``. The PDFs
+are built here: a text page written by hand in PDF syntax (ISO 32000-1), a scanned page saved by
+Pillow's own PDF writer, joined by pypdf."""
+
+from __future__ import annotations
+
+import io
+import math
+
+import pytest
+from PIL import Image
+
+from bot.documents import expand_documents, is_pdf
+from bot.errors import InputError
+from bot.incoming import IncomingFile
+from bot.settings import load_settings
+from bot.uploads import inspect_upload
+from tests.conftest import media_file
+
+WORDS = "Quarterly report: revenue grew by 12 percent in Berkeley."
+
+
+def text_page_pdf(words: str = WORDS) -> bytes:
+    """A one-page PDF whose page draws ``words`` in Helvetica (xref offsets computed)."""
+    stream = f"BT /F1 14 Tf 50 700 Td ({words}) Tj ET".encode("latin-1")
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 4 0 R >> >> /Contents 5 0 R >>",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+        b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
+    ]
+    out = io.BytesIO()
+    out.write(b"%PDF-1.4\n")
+    offsets = []
+    for n, body in enumerate(objects, 1):
+        offsets.append(out.tell())
+        out.write(b"%d 0 obj\n" % n + body + b"\nendobj\n")
+    xref = out.tell()
+    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1))
+    out.write(b"".join(b"%010d 00000 n \n" % o for o in offsets))
+    out.write(b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref))
+    return out.getvalue()
+
+
+def scan_pdf() -> bytes:
+    """A one-page PDF that is only a picture (the cat photo), as a scanner would write it."""
+    buf = io.BytesIO()
+    Image.open(io.BytesIO(media_file("chelsea.png").data)).convert("RGB").save(buf, "PDF", resolution=72)
+    return buf.getvalue()
+
+
+def joined(*pdfs: bytes) -> bytes:
+    import pypdf
+
+    writer = pypdf.PdfWriter()
+    for data in pdfs:
+        writer.append(pypdf.PdfReader(io.BytesIO(data)))
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
+def docs(**kw):
+    return load_settings(env={}, overrides={"documents": kw}).documents
+
+
+async def test_text_and_a_scanned_page_become_a_text_file_and_an_image():
+    pdf = joined(text_page_pdf(), scan_pdf())
+    assert is_pdf(pdf)
+    photo = media_file("chelsea.png")
+    files = await expand_documents([IncomingFile(pdf, name="report.pdf"), photo], docs())
+    text, page, kept = files
+    assert kept is photo
+    assert text.name == "report.txt" and text.data.decode() == f"[page 1]\n{WORDS}"
+    assert page.name == "report-page2.png"
+    info = await inspect_upload(page.data, page.name, page.declared_mime, max_bytes=1 << 25)
+    assert info.kind == "image"
+    with Image.open(io.BytesIO(page.data)) as im:  # 451x300 points at 110 dpi, whole pixels rounded up
+        assert im.size == (math.ceil(451 * 110 / 72), math.ceil(300 * 110 / 72))
+    info = await inspect_upload(text.data, text.name, text.declared_mime, max_bytes=1 << 25)
+    assert info.kind == "text"
+
+
+async def test_page_limits_say_what_was_left_out():
+    pdf = joined(text_page_pdf("one"), text_page_pdf("two"), scan_pdf(), text_page_pdf("four"))
+    [text] = await expand_documents([IncomingFile(pdf, name="long.pdf")], docs(max_pages=2))
+    assert text.data.decode() == "(pages 3-4 of 4 are left out: at most 2 pages are read)\n[page 1]\none\n\n[page 2]\ntwo"
+    text, = await expand_documents([IncomingFile(joined(text_page_pdf(), scan_pdf()), name="r.pdf")],
+                                   docs(max_page_images=0))
+    assert text.data.decode().startswith("(1 pages without text are left out)\n[page 1]")
+
+
+@pytest.mark.parametrize("data,kw,message", [
+    (b"%PDF-1.4\nthis is not a PDF at all", {}, "The bad.pdf could not be read as a PDF."),
+    (text_page_pdf(), {"pdf": False}, "PDF files are not accepted here."),
+    (text_page_pdf() + b" " * 2048, {"max_pdf_bytes": 1024},
+     f"The bad.pdf is {len(text_page_pdf()) + 2048:,} bytes, more than the limit of 1,024 bytes for PDF files."),
+])
+async def test_bad_pdfs_get_one_sentence(data, kw, message):
+    with pytest.raises(InputError) as info:
+        await expand_documents([IncomingFile(data, name="bad.pdf")], docs(**kw))
+    assert info.value.user_message == message
+
+
+def test_a_pdf_is_summarised_by_a_sandbox_run(tmp_path):
+    """``hugginggpt run --sandbox`` with a PDF: the plan summarises the text of its pages."""
+    from tests.test_cli import hugginggpt, no_traceback
+
+    pdf = tmp_path / "report.pdf"
+    pdf.write_bytes(joined(text_page_pdf(), scan_pdf()))
+    p = hugginggpt(["run", "--sandbox", "Summarise this report", "--file", str(pdf)], tmp_path)
+    no_traceback(p)
+    assert p.returncode == 0, p.stderr
+    assert f"**summarization**: “[sandbox] [page 1] {WORDS}”" in p.stdout
