@@ -58,9 +58,11 @@ def postgres_store(url: str, data_dir: Path) -> SQLStore:
 
 
 def requests() -> list[str]:
+    """TaskBench's user requests (records of the folder's other kinds, without one, are skipped)."""
     out = []
     for f in sorted((ROOT / "tests" / "fixtures" / "taskbench").glob("*.jsonl")):
-        out += [json.loads(line)["user_request"] for line in f.read_text().splitlines() if line.strip()]
+        records = (json.loads(line) for line in f.read_text().splitlines() if line.strip())
+        out += [r["user_request"] for r in records if "user_request" in r]
     return out
 
 
