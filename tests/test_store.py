@@ -130,7 +130,7 @@ def test_the_store_has_every_protocol_method_with_its_signature():
 
     parts = (Conversations, Deliveries, SharedLimits, Upkeep)
     names = [n for p in parts for n, v in vars(p).items() if callable(v) and not n.startswith("_")]
-    assert len(names) == len(set(names)) == 23
+    assert len(names) == len(set(names)) == 24  # files_of (GET /v1/files) joined the conversations protocol
     assert {"get_or_create", "begin_turn", "finish_turn", "add_resource", "context", "prune", "forget"} <= set(names)
     assert set(ConversationStore.__mro__) >= set(parts)
     assert not any(getattr(p, "__annotations__", {}) for p in (ConversationStore, *parts))  # no callbacks
