@@ -7,10 +7,11 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: install system-deps test-system-deps demo test bench
+.PHONY: install install-experts system-deps test-system-deps demo test bench bench-experts
 
 system-deps:
 	@$(call apt,ffmpeg,command -v ffmpeg && command -v ffprobe)
+	@$(call apt,python3-venv,$(PYTHON) -c 'import ensurepip')
 
 test-system-deps:
 	@$(call apt,postgresql nginx chromium,ls /usr/lib/postgresql/*/bin/postgres && { command -v nginx || [ -x /usr/sbin/nginx ]; } && command -v chromium)
@@ -29,13 +30,29 @@ $(BIN)/hugginggpt: pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	@touch $@
 
+# The tests also run the expert server (torch, transformers, diffusers, the annotators: about a
+# minute and 5.5 GB) and Ray Serve. torch and torchvision are installed as a matching pair.
+# TORCH_INDEX: a pip index to take torch and torchvision from first, e.g. PyTorch's CPU-only
+# wheels (https://download.pytorch.org/whl/cpu: about 1 GB instead of PyPI's CUDA build); .ci/run
+# sets it when that index is reachable.
+TORCH_PAIR = 'torch==2.14.1' 'torchvision==0.29.1'
+$(VENV)/.experts-installed: pyproject.toml $(BIN)/hugginggpt
+	$(if $(TORCH_INDEX),$(BIN)/pip install -q --index-url $(TORCH_INDEX) $(TORCH_PAIR))
+	$(BIN)/pip install -q $(TORCH_PAIR) -e '.[test,experts,ray]'
+	@touch $@
+
 install: system-deps $(BIN)/hugginggpt
+
+install-experts: install $(VENV)/.experts-installed
 
 demo: install
 	$(BIN)/hugginggpt run --sandbox "Describe this picture in as much detail as you can" --file tests/fixtures/media/chelsea.png
 
-test: install test-system-deps
+test: install-experts test-system-deps
 	$(BIN)/python -m pytest -q
 
 bench: install
 	$(BIN)/python -m benchmarks.bench_pipeline
+
+bench-experts: install-experts
+	$(BIN)/python -m benchmarks.bench_experts

@@ -25,6 +25,7 @@ from pipeline.types import (
     Notice,
     PlanDiscarded,
     PlanReady,
+    ReplanStarted,
     ResponseDelta,
     RunRecord,
     Task,
@@ -40,6 +41,11 @@ TaskState = Literal["waiting", "running", "done", "failed", "skipped", "stopped"
 FINAL_TASK_STATES: tuple[TaskState, ...] = ("done", "failed", "skipped", "stopped")
 
 _RESULT_STATE: dict[str, TaskState] = {"ok": "done", "failed": "failed", "skipped": "skipped"}
+
+
+def replan_sentence(event: ReplanStarted) -> str:
+    """What users read when the controller is asked to re-plan: the round and why."""
+    return f"Re-planning (round {event.round}): {event.reason.rstrip('.')}; asking the controller how to go on."
 
 
 @dataclass
@@ -80,7 +86,9 @@ class Progress:
         answer: the answer text streamed so far.
         error: the user's sentence when the run failed or was stopped.
         elapsed: seconds from start to the end of the run (set by :class:`Done` or :meth:`stop`).
-        notes: the run's :class:`~pipeline.types.Notice` sentences, each once, in order.
+        notes: the run's :class:`~pipeline.types.Notice` sentences, each once, in order; a
+            re-planning round adds its own (:func:`replan_sentence`), so every front end shows it.
+        round: the planning round under way (1: the first plan; 2: the first re-plan ...).
     """
 
     started: float = field(default_factory=time.monotonic)
@@ -91,6 +99,7 @@ class Progress:
     error: str | None = None
     elapsed: float | None = None
     notes: list[str] = field(default_factory=list)
+    round: int = 1
 
     @property
     def finished(self) -> bool:
@@ -114,6 +123,10 @@ class Progress:
             if event.text in self.notes:
                 return False
             self.notes.append(event.text)
+        elif isinstance(event, ReplanStarted):
+            self.round = event.round
+            self.notes.append(replan_sentence(event))
+            self.stage = "planning"
         elif isinstance(event, (TaskPlanned, PlanDiscarded, PlanReady)):
             self._apply_plan(event)
         elif isinstance(event, (ModelSelected, TaskStarted)):

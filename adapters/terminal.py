@@ -11,7 +11,7 @@ import sys
 import textwrap
 from typing import AbstractSet, TextIO
 
-from adapters.progress import Progress, TaskProgress  # noqa: F401 - the one import of the progress model (terminal_live uses it from here)
+from adapters.progress import Progress, TaskProgress, replan_sentence  # noqa: F401 - the one import of the progress model (terminal_live uses it from here)
 from pipeline.types import (
     Done,
     Event,
@@ -19,6 +19,7 @@ from pipeline.types import (
     Notice,
     PlanDiscarded,
     PlanReady,
+    ReplanStarted,
     ResponseDelta,
     RunRecord,
     Task,
@@ -61,12 +62,16 @@ def describe_task(t: Task) -> str:
     return f"  [{t.id}] {t.task}  {args}{after}"
 
 
-def describe_plan(event: PlanReady, shown: AbstractSet[int] = frozenset()) -> list[str]:
+def describe_plan(event: PlanReady, shown: AbstractSet[int] = frozenset(), round: int = 1) -> list[str]:
     """Lines for a plan: a header, then ``  [0] object-detection  image=image-1`` per task not in
-    ``shown`` (tasks already printed while the plan streamed), ``after 0`` for dependencies."""
+    ``shown`` (tasks already printed while the plan streamed), ``after 0`` for dependencies; a
+    re-planning round's header says which round it is (``Plan (round 2): 1 more task``)."""
     if not event.tasks:
         return ["Plan: no expert task needed; the controller answers directly."]
-    lines = [f"Plan: {len(event.tasks)} task{'s' if len(event.tasks) != 1 else ''}"]
+    n = len(event.tasks)
+    if round > 1:
+        return [f"Plan (round {round}): {n} more task{'s' if n != 1 else ''}"] + [describe_task(t) for t in event.tasks]
+    lines = [f"Plan: {n} task{'s' if n != 1 else ''}"]
     return lines + [describe_task(t) for t in event.tasks if t.id not in shown]
 
 
@@ -138,8 +143,10 @@ class TerminalRenderer:
             self._early.clear()
             self.write(self._c("33", printable(f"(The finished plan was invalid: {event.problem} "
                                                "The tasks started early were stopped; asking the controller to fix it.)")))
+        elif isinstance(event, ReplanStarted):
+            self.write(self._c("33", printable(f"({replan_sentence(event)})")))
         elif isinstance(event, PlanReady):
-            for line in describe_plan(event, self._early):
+            for line in describe_plan(event, self._early, p.round):
                 self.write(self._c("1", line) if line.startswith("Plan") else printable(line))
         elif isinstance(event, ModelSelected):
             s = event.selection

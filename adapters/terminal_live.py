@@ -25,7 +25,7 @@ from rich.segment import Segment
 from rich.spinner import Spinner
 from rich.text import Text
 
-from pipeline.types import Done, Event, Notice, PlanDiscarded, RunRecord
+from pipeline.types import Done, Event, Notice, PlanDiscarded, ReplanStarted, RunRecord
 
 from .terminal import Progress, TaskProgress, printable
 from .terminal_images import Protocol, inline_image
@@ -131,6 +131,8 @@ class LiveRenderer:
         changed = self.progress.apply(event, self.clock())
         if isinstance(event, Notice) and changed:
             self.console.print(Text(printable(f"({event.text})"), style="dim"))
+        elif isinstance(event, ReplanStarted) and changed:
+            self.console.print(Text(printable(f"({self.progress.notes[-1]})"), style="yellow"))
         elif isinstance(event, PlanDiscarded):
             self.console.print(Text(printable(f"(The finished plan was invalid: {event.problem} The tasks started "
                                               "early were stopped; asking the controller to fix it.)"), style="yellow"))

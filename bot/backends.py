@@ -131,7 +131,8 @@ def build_pipeline(settings: Settings) -> tuple[Pipeline, list[Callable[[], Awai
         toolbox, catalog, availability, controller, strategy=inf.selection, top_k=inf.top_k,
         controller_tasks=inf.controller_tasks, servers=servers, mode=_mode(settings),
     )
-    limits = ExecutionLimits(task_timeout=inf.task_timeout, deadline=inf.deadline, max_candidates_tried=inf.max_candidates_tried)
+    limits = ExecutionLimits(task_timeout=inf.task_timeout, deadline=inf.deadline, max_candidates_tried=inf.max_candidates_tried,
+                             max_replans=settings.planning.max_replans)
     runners = {
         "hub": RoutingRunner(hub, selector.placement),
         "controller": ControllerRunner(controller, experts.limits),

@@ -13,6 +13,7 @@ from dataclasses import replace
 from collections.abc import AsyncIterator, Callable, Sequence
 
 from pipeline.core import Pipeline
+from pipeline.followup import work_summary
 from pipeline.types import Done, Event, Request, Resource, RunRecord, Turn
 
 from .backends import build_pipeline
@@ -254,6 +255,22 @@ class Service:
                                                        stop, delivery):
                 yield event
 
+    async def _with_work(self, conv: str, history: list[Turn]) -> list[Turn]:
+        """``history`` (newest first) with what was run for its newest turn (``Turn.work``), so a
+        follow-up that corrects that turn ("use the other photo") is planned knowing its tasks,
+        files and results; unchanged when the turn's record cannot be read (logged)."""
+        if not history:
+            return history
+        try:
+            views = await self.conversations.turns(conv)
+        except StorageError as e:
+            log.warning("could not read the record of turn %s/%d for the chat log: %s", conv, history[0].index, e)
+            return history
+        record = next((v.get("record") for v in views if v.get("index") == history[0].index), None)
+        if not isinstance(record, dict):
+            return history
+        return [replace(history[0], work=work_summary(record)), *history[1:]]
+
     async def _conversation_turn(
         self, key: ConversationKey, text: str, files: list[tuple[IncomingFile, Inspected]], user: str | None,
         chat_log: Sequence[Turn] = (), on_start: Callable[[str | None, int], None] | None = None,
@@ -261,14 +278,14 @@ class Service:
     ) -> AsyncIterator[Event]:
         conv = await self.conversations.get_or_create(key)
         history, earlier = await self.conversations.context(conv, self.settings.storage.context_tokens)
-        history = history or list(chat_log)
+        history = await self._with_work(conv, history) or list(chat_log)
         check_mentions(text, earlier, [info.kind for _, info in files], key.platform)
         turn = await self.conversations.begin_turn(conv, text, user, delivery)
         record: RunRecord | None = None
         try:
             if await self.conversations.wait_turn(conv, turn):  # an earlier turn ran in another process: plan after it
                 history, earlier = await self.conversations.context(conv, self.settings.storage.context_tokens)
-                history = history or list(chat_log)
+                history = await self._with_work(conv, history) or list(chat_log)
             stored: list[Resource] = []
             for f, info in files:
                 stored.append(

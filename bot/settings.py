@@ -113,12 +113,17 @@ class InferenceSettings(ProviderKeys, Section):
 
 
 class PlanningSettings(Section):
-    """``[planning]``: what a request may be before task planning starts."""
+    """``[planning]``: what a request may be before task planning starts, and how often a run re-plans."""
 
     max_request_chars: int = Field(
         20_000, ge=100, le=20_000,
         description="characters of one request's text (a longer one is refused before planning, exit status 3); "
                     "at most 20,000, the longest text a planned task's argument may carry (pipeline.planning.MAX_TEXT_ARG)",
+    )
+    max_replans: int = Field(
+        1, ge=0, le=5,
+        description="times a run may ask the controller to re-plan after a task failed, was skipped or found "
+                    "nothing (each is one more controller call; 0: answer from the first plan's results)",
     )
 
 

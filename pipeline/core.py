@@ -12,7 +12,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from . import prompts
 from .catalog.availability import Availability
@@ -23,7 +23,9 @@ from .llm import Controller, Usage
 from .response import fallback_answer, response_messages
 from .selection import Selector
 from .planning_stream import plan_stream
+from .replanning import last_round_ids, replan_rounds, unsettled
 from .run_events import events_until, next_or_stop
+from .run_state import RunState
 from .types import (
     Done,
     Event,
@@ -33,6 +35,7 @@ from .types import (
     Request,
     ResourceSink,
     ResponseDelta,
+    Round,
     RunRecord,
     Task,
     TaskPlanned,
@@ -165,8 +168,11 @@ class Pipeline:
 
         Yields:
             ``PlanReady``, then per task ``ModelSelected`` / ``TaskStarted`` / ``TaskFinished`` |
-            ``TaskFailed`` | ``TaskSkipped`` as they happen, then ``ResponseDelta`` pieces, and
-            always a final ``Done`` whose record has ``status`` ``"ok"`` (every task succeeded),
+            ``TaskFailed`` | ``TaskSkipped`` as they happen; when a task failed, was skipped or
+            came back blank, up to ``limits.max_replans`` re-planning rounds (``ReplanStarted``, then
+            the further tasks' ``PlanReady`` and events; :mod:`pipeline.replanning`); then
+            ``ResponseDelta`` pieces, and always a final ``Done`` whose record has ``status``
+            ``"ok"`` (every task succeeded, or the last re-plan's tasks did),
             ``"partial"`` (answered, but a task failed or was skipped or the deadline passed) or
             ``"error"`` (with the user's sentence in ``error``), and ``deadline_passed``/``stopped``.
 
@@ -174,7 +180,7 @@ class Pipeline:
         """
         loop = asyncio.get_running_loop()
         record = RunRecord(request=request.text, conversation_id=request.conversation_id, turn=request.turn)
-        st = _RunState(request, stop, loop, loop.time() + self.limits.deadline, record)
+        st = RunState(request, stop, loop, loop.time() + self.limits.deadline, record)
         try:
             async with contextlib.aclosing(self._video_parts(st, sink)) as notices:
                 async for event in notices:
@@ -184,6 +190,9 @@ class Pipeline:
                     yield event
             async with contextlib.aclosing(self._plan_and_execute(st, sink)) as events:
                 async for event in events:
+                    yield event
+            async with contextlib.aclosing(replan_rounds(self.controller, st, self.limits.max_replans)) as rounds:
+                async for event in rounds:
                     yield event
             _collect_files(record, st.tasks)
             st.stage = "response generation"
@@ -199,7 +208,7 @@ class Pipeline:
         st.close_record()
         yield Done(record)
 
-    async def _video_parts(self, st: _RunState, sink: ResourceSink) -> AsyncIterator[Event]:
+    async def _video_parts(self, st: RunState, sink: ResourceSink) -> AsyncIterator[Event]:
         """The sound and a few frames of each video of this turn become resources of their own
         (:func:`pipeline.video_parts.add_video_parts`), added to ``st.request.files``; a video that
         cannot be read is said in a notice. Given at most a quarter of the time left."""
@@ -213,7 +222,7 @@ class Pipeline:
             st.record.notes.append(note)
             yield Notice(note)
 
-    async def _available_tasks(self, st: _RunState) -> AsyncIterator[Event]:
+    async def _available_tasks(self, st: RunState) -> AsyncIterator[Event]:
         """Wait (within the deadline) for the served tasks, saying so when it takes a while or the
         Hub is unreachable; sets ``st.available``.
 
@@ -239,7 +248,7 @@ class Pipeline:
         except TimeoutError:
             raise self._planning_deadline() from None
 
-    async def _plan_and_execute(self, st: _RunState, sink: ResourceSink) -> AsyncIterator[Event]:
+    async def _plan_and_execute(self, st: RunState, sink: ResourceSink) -> AsyncIterator[Event]:
         """Task planning, streamed, with each task starting as soon as its record is complete and
         valid (eager dispatch, so execution overlaps the rest of the plan being written), then the
         execution of the validated plan; sets ``st.tasks`` and the record's plan and results.
@@ -259,6 +268,8 @@ class Pipeline:
             if planner.cancelled():  # the user stopped it (events_until cancelled it)
                 raise StoppedError("You stopped this run before its plan was ready.")
             st.tasks = record.tasks = planner.result()
+            st.run = run
+            record.rounds.append(Round(1, tuple(t.id for t in st.tasks)))
             record.timings_ms["planning"] = (time.monotonic() - st.t0) * 1000
             yield PlanReady(tuple(st.tasks))
             if not st.tasks:
@@ -279,7 +290,7 @@ class Pipeline:
             if work is None:
                 await run.cancel()
 
-    async def _respond(self, st: _RunState) -> AsyncIterator[Event]:
+    async def _respond(self, st: RunState) -> AsyncIterator[Event]:
         """Response generation, streamed; cut short by the deadline or a stop, in which case the
         answer ends with a note (or is written here from what finished). Sets the record's
         response and status.
@@ -306,10 +317,10 @@ class Pipeline:
         record.timings_ms["response"] = (time.monotonic() - t2) * 1000
         if not record.response:
             raise ControllerError("The controller LLM returned an empty answer.")
-        unfinished = [t for t in st.tasks if record.results.get(t.id) is None or record.results[t.id].status != "ok"]
+        unfinished = unsettled(st.tasks, record.results, last_round_ids(record.rounds))
         record.status = "partial" if unfinished or record.deadline_passed or stopped else "ok"
 
-    async def _stream_answer(self, st: _RunState, parts: list[str]) -> AsyncIterator[Event]:
+    async def _stream_answer(self, st: RunState, parts: list[str]) -> AsyncIterator[Event]:
         """The controller's answer as ``ResponseDelta`` pieces (also appended to ``parts``) until it
         ends, the deadline passes (``record.deadline_passed``) or the user stops the run
         (``st.stopped_while_writing``)."""
@@ -335,43 +346,6 @@ class Pipeline:
             await stream.aclose()
 
 
-@dataclass
-class _RunState:
-    """What the steps of one :meth:`Pipeline.run` share."""
-
-    request: Request
-    stop: asyncio.Event | None
-    loop: asyncio.AbstractEventLoop
-    end: float
-    """The deadline, in the loop's clock."""
-    record: RunRecord
-    usage: Usage = field(default_factory=Usage)
-    available: frozenset[str] = frozenset()
-    tasks: list[Task] = field(default_factory=list)
-    stage: str = "task planning"
-    stopped_while_writing: bool = False
-    t0: float = field(default_factory=time.monotonic)
-    cpu0: float = field(default_factory=time.process_time)
-
-    @property
-    def stopped(self) -> bool:
-        """Whether the user stopped the run."""
-        return self.stop is not None and self.stop.is_set()
-
-    def left(self) -> float:
-        """Seconds until the deadline (negative once it passed)."""
-        return self.end - self.loop.time()
-
-    def close_record(self) -> None:
-        """Fill in what every record carries at the end: stopped, usage and timings."""
-        record = self.record
-        record.stopped = self.stopped
-        record.llm_calls = self.usage.calls
-        record.http_attempts = self.usage.http_attempts
-        record.timings_ms["total"] = (time.monotonic() - self.t0) * 1000
-        record.timings_ms["cpu"] = (time.process_time() - self.cpu0) * 1000  # this process, all its threads
-
-
 def _collect_files(record: RunRecord, tasks: list[Task]) -> None:
     """The files the tasks generated, in plan order, each once, into ``record.files``."""
     seen: set[str] = set()
@@ -384,7 +358,7 @@ def _collect_files(record: RunRecord, tasks: list[Task]) -> None:
                     record.files.append(f)
 
 
-def _cut_answer_tail(st: _RunState, streamed: bool, stopped: bool, deadline: float) -> str:
+def _cut_answer_tail(st: RunState, streamed: bool, stopped: bool, deadline: float) -> str:
     """What ends an answer cut short: a note after the streamed part, or (nothing streamed) an
     answer written from what finished; ``""`` when the answer was not cut."""
     record = st.record

@@ -45,11 +45,13 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class ExecutionLimits:
-    """Time limits in seconds and how many models a task may try."""
+    """Time limits in seconds, how many models a task may try, and how many times the
+    controller may re-plan from the results (:mod:`pipeline.replanning`; 0: never)."""
 
     task_timeout: float = 120.0
     deadline: float = 600.0
     max_candidates_tried: int = 3
+    max_replans: int = 1
 
 
 class ResolveError(Exception):

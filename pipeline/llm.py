@@ -33,11 +33,12 @@ log = logging.getLogger(__name__)
 
 STAGE_HEADER = "X-HuggingGPT-Stage"
 """HTTP header naming the stage of each controller call (ARCHITECTURE.md): ``task-planning``,
-``model-selection``, ``controller-task`` or ``response-generation``. Gateways can log it; the
+``task-replanning`` (:mod:`pipeline.replanning`), ``model-selection``, ``controller-task`` or
+``response-generation``. Gateways can log it; the
 sandbox's stand-in controller routes on it. Prompts carry no such marker."""
 TASK_HEADER = "X-HuggingGPT-Task"
 """HTTP header naming the task (pipeline tag) of a ``controller-task`` call."""
-STAGES = ("task-planning", "model-selection", "controller-task", "response-generation")
+STAGES = ("task-planning", "task-replanning", "model-selection", "controller-task", "response-generation")
 
 
 def stage_headers(stage: str, task: str | None = None) -> dict[str, str]:

@@ -12,7 +12,6 @@ the controller, quoting the problem; a second failure is a :class:`~pipeline.err
 from __future__ import annotations
 
 import graphlib
-import json
 import logging
 import re
 from collections.abc import Iterable, Sequence, Set as AbstractSet
@@ -20,11 +19,16 @@ from typing import Any, NamedTuple
 
 import json_repair
 
-from . import prompts
 from .errors import PlanError
 from .llm import Controller, Usage
+from .planning_prompt import chat_log_text, plan_schema, planning_messages
 from .tasks import TASKS, canonical_task
-from .types import MEDIA_MODALITIES, Request, Resource, Task, Turn
+from .types import MEDIA_MODALITIES, Request, Resource, Task
+
+__all__ = [
+    "MAX_TASKS", "MAX_TEXT_ARG", "PLACEHOLDER", "PlanInvalid", "chat_log_text", "parse_plan", "placeholder_id",
+    "plan", "plan_schema", "planning_messages", "validate_plan",
+]
 
 log = logging.getLogger(__name__)
 
@@ -326,96 +330,6 @@ def _check_acyclic(graph: dict[int, set[int]]) -> None:
     except graphlib.CycleError as e:
         cycle = " -> ".join(str(n) for n in e.args[1])
         raise PlanInvalid(f"The dependencies form a cycle ({cycle}).") from None
-
-
-# ---------------------------------------------------------------------------------------------
-# Prompting
-
-
-def plan_schema(available: Iterable[str]) -> dict[str, Any]:
-    """JSON schema of a plan for structured output (OpenAI ``response_format`` ``json_schema``)."""
-    arg_props = {k: {"type": "string"} for k in sorted({k for spec in TASKS.values() for k in spec.allowed})}
-    return {
-        "type": "object",
-        "properties": {
-            "tasks": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "task": {"type": "string", "enum": sorted(available)},
-                        "id": {"type": "integer"},
-                        "dep": {"type": "array", "items": {"type": "integer"}},
-                        "args": {"type": "object", "properties": arg_props, "additionalProperties": False},
-                    },
-                    "required": ["task", "id", "dep", "args"],
-                    "additionalProperties": False,
-                },
-            }
-        },
-        "required": ["tasks"],
-        "additionalProperties": False,
-    }
-
-
-def chat_log_text(history: Sequence[Turn]) -> str:
-    """The chat log as prompt text, newest turn first (the history is already trimmed)."""
-    lines = []
-    for turn in history:
-        files = ", ".join(f"{r.id} ({r.kind}, {r.origin}{': ' + r.description if r.description else ''})" for r in turn.resources)
-        lines.append(f"[turn {turn.index}] user: {turn.user_text}")
-        if turn.answer:
-            lines.append(f"[turn {turn.index}] assistant: {turn.answer}")
-        if files:
-            lines.append(f"[turn {turn.index}] files: {files}")
-        if turn.status != "ok":
-            lines.append(f"[turn {turn.index}] status: {turn.status}")
-    return "\n".join(lines)
-
-
-def _task_lines(available: Iterable[str]) -> list[dict[str, str]]:
-    out = []
-    for name in sorted(available):
-        spec = TASKS[name]
-        args = ", ".join(f"{k}" + ("" if k in spec.required else "?") for k in spec.allowed)
-        out.append({"name": name, "description": spec.description, "args": args})
-    return out
-
-
-def planning_messages(request: Request, available: AbstractSet[str], problem: str | None = None) -> list[dict[str, str]]:
-    """Messages for the planning call: specification, demonstrations (only those whose tasks are
-    available), then the chat log, the request, its resources and the available tasks."""
-    messages = [{"role": "system", "content": prompts.render("planning.system", tasks=_task_lines(available))}]
-    for demo in prompts.demonstrations():
-        if all(t["task"] in available for t in demo["tasks"]):
-            messages.append(
-                {
-                    "role": "user",
-                    "content": prompts.render(
-                        "planning.user",
-                        history="",
-                        request=demo["request"],
-                        resources=json.dumps(demo["resources"]),
-                        available=json.dumps(sorted(available)),
-                        problem=None,
-                    ),
-                }
-            )
-            messages.append({"role": "assistant", "content": json.dumps({"tasks": demo["tasks"]})})
-    messages.append(
-        {
-            "role": "user",
-            "content": prompts.render(
-                "planning.user",
-                history=chat_log_text(request.history),
-                request=request.text,
-                resources=json.dumps([r.prompt_view() for r in request.resources], ensure_ascii=False),
-                available=json.dumps(sorted(available)),
-                problem=problem,
-            ),
-        }
-    )
-    return messages
 
 
 async def plan(controller: Controller, request: Request, available: AbstractSet[str], usage: Usage) -> list[Task]:

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, Union
 
+from .rounds import Round, RoundOutcome  # noqa: F401  (part of the record; re-exported)
+
 Modality = Literal["text", "image", "audio", "video"]
 MODALITIES: tuple[Modality, ...] = ("text", "image", "audio", "video")
 MEDIA_MODALITIES: tuple[Modality, ...] = ("image", "audio", "video")
@@ -190,6 +192,10 @@ class Turn:
     answer: str
     resources: tuple[Resource, ...] = ()
     status: str = "ok"
+    work: str = ""
+    """What was run for the turn, one line per task (task, arguments, status, a short result;
+    :func:`pipeline.followup.work_summary`), so a follow-up such as "use the other photo" is planned
+    knowing what the earlier plan used and what came out; ``""`` when unknown."""
 
 
 @dataclass
@@ -258,6 +264,20 @@ class PlanDiscarded:
 
     problem: str
     task_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ReplanStarted:
+    """Execution is over and the controller is asked again, with the plan, the results and the
+    failures (:mod:`pipeline.replanning`): it answers from what exists or plans further tasks.
+
+    Attributes:
+        round: the planning round now asked for (2 for the first re-plan).
+        reason: one sentence for users on why (which task failed or was skipped).
+    """
+
+    round: int
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -335,6 +355,7 @@ class RunRecord:
         failure: the error that ended the run, when ``status == "error"`` (not in :meth:`to_json`;
             the command line maps its class to an exit status).
         notes: the :class:`Notice` sentences of the run, in order.
+        rounds: the planning rounds (:class:`Round`): the first plan, then each re-plan.
         conversation_id, turn: the stored turn this run answers (``None`` outside a conversation).
     """
 
@@ -353,6 +374,7 @@ class RunRecord:
     deadline_passed: bool = False
     stopped: bool = False
     notes: list[str] = field(default_factory=list)
+    rounds: list[Round] = field(default_factory=list)
     conversation_id: str | None = None
     turn: int | None = None
 
@@ -396,6 +418,7 @@ class RunRecord:
                 {"id": f.id, "kind": f.kind, "path": str(f.path), "mime": f.mime, "size": f.size, "origin": f.origin}
                 for f in self.files
             ],
+            "rounds": [r.to_json() for r in self.rounds],
             "llm_calls": self.llm_calls,
             "http_attempts": self.http_attempts,
             "timings_ms": {k: round(v, 1) for k, v in self.timings_ms.items()},
@@ -409,4 +432,4 @@ class Done:
     record: RunRecord
 
 
-Event = Union[Notice, TaskPlanned, PlanDiscarded, PlanReady, ModelSelected, TaskStarted, TaskFinished, TaskFailed, TaskSkipped, ResponseDelta, Done]
+Event = Union[Notice, TaskPlanned, PlanDiscarded, PlanReady, ReplanStarted, ModelSelected, TaskStarted, TaskFinished, TaskFailed, TaskSkipped, ResponseDelta, Done]

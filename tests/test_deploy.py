@@ -103,6 +103,18 @@ def test_docker_compose_accepts_the_file(tmp_path):
     assert p.returncode == 0, p.stderr
 
 
+def test_compose_experts_profile_runs_the_expert_server_with_a_gpu_reservation():
+    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    svc = compose["services"]["experts"]
+    assert svc["profiles"] == ["experts"] and svc["entrypoint"] == ["hugginggpt", "experts"]
+    _parses(["experts", *svc["command"]])
+    assert svc["build"]["args"]["EXTRAS"] == "experts" and "hf-cache" in compose["volumes"]
+    port = svc["command"][svc["command"].index("--port") + 1]
+    assert svc["environment"]["HUGGINGGPT_HEALTH_URL"].endswith(f":{port}/readyz")
+    device = svc["deploy"]["resources"]["reservations"]["devices"][0]
+    assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"]
+
+
 def _env_example(filled: bool) -> dict[str, str]:
     """``deploy/env.example``'s variables; ``filled``: empty ones get a placeholder of the right
     form, as an operator following the file's comments fills them in."""

@@ -3,6 +3,8 @@
 * ``pipeline/`` imports nothing of ``bot/`` or ``adapters/``;
 * ``bot/`` imports ``adapters/`` only from ``bot/cli/``;
 * nothing but the command line imports the sandbox;
+* ``expert_server/`` (a separate deployable) imports nothing of ``bot/``, ``adapters/`` or
+  ``pipeline/``, and nothing outside ``bot/cli/`` imports it;
 * no module imports another in a cycle;
 * no product module is over 450 lines;
 * one conversation store: a single class implements the conversations protocol, database drivers
@@ -28,7 +30,7 @@ import tokenize
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("pipeline", "bot", "adapters", "prompts")
+PACKAGES = ("pipeline", "bot", "adapters", "prompts", "expert_server")
 MAX_LINES = 450
 MAX_FUNCTION_LINES = 60
 PLATFORM_SDKS = ("slack_bolt", "slack_sdk", "discord", "aiohttp.web")
@@ -102,6 +104,17 @@ def test_bot_imports_adapters_only_from_the_command_line() -> None:
     bad = {m: sorted(t for t in ts if t.startswith("adapters"))
            for m, ts in graph().items() if m.startswith("bot") and not m.startswith("bot.cli")}
     assert {m: ts for m, ts in bad.items() if ts} == {}
+
+
+def test_the_expert_server_stands_alone() -> None:
+    g = graph()
+    bad = {m: sorted(t for t in ts if t.split(".")[0] in ("bot", "adapters", "pipeline"))
+           for m, ts in g.items() if m.startswith("expert_server")}
+    assert {m: ts for m, ts in bad.items() if ts} == {}
+    users = {m for m, ts in g.items() if any(t.startswith("expert_server") for t in ts)
+             and not m.startswith(("expert_server", "bot.cli"))}
+    assert users == set()
+    assert "expert_server.__main__" in g["bot.cli.experts"]  # a lazy import the reader sees
 
 
 def test_only_the_command_line_starts_the_sandbox() -> None:

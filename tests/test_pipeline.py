@@ -128,7 +128,8 @@ async def test_failed_dependency_skips_dependents_with_reason(make_service, sand
             ]
         )
     )
-    service = await make_service(inference={"selection": "top", "max_candidates_tried": 2})
+    # no re-planning round here: what follows a failure is tested in tests/test_replanning.py
+    service = await make_service(inference={"selection": "top", "max_candidates_tried": 2}, planning={"max_replans": 0})
     for card in service.pipeline.selector.catalog.candidates("image-to-text"):
         sandbox.inference.gone.add(card.id)
     events, record = await run(service, "caption and read", [media_file("rocket.jpg")])

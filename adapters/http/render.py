@@ -18,10 +18,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from adapters.progress import replan_sentence
 from bot.tokens import count_tokens
 from pipeline.types import (
-    Event, ModelSelected, Notice, PlanDiscarded, PlanReady, Resource, TaskFailed, TaskFinished, TaskPlanned,
-    TaskSkipped, TaskStarted,
+    Event, ModelSelected, Notice, PlanDiscarded, PlanReady, ReplanStarted, Resource, TaskFailed, TaskFinished,
+    TaskPlanned, TaskSkipped, TaskStarted,
 )
 
 MODEL_ID = "hugginggpt"
@@ -54,6 +55,8 @@ def progress_line(event: Event) -> str | None:
         return f"Task {r.task_id} {'failed' if isinstance(event, TaskFailed) else 'skipped'}: {r.error}"
     if isinstance(event, Notice):
         return event.text
+    if isinstance(event, ReplanStarted):
+        return replan_sentence(event)
     return None
 
 

@@ -17,11 +17,13 @@ from typing import Any
 
 from mcp import types
 
+from adapters.progress import replan_sentence
 from pipeline.types import (
     Event,
     ModelSelected,
     Notice,
     PlanReady,
+    ReplanStarted,
     Resource,
     ResponseDelta,
     RunRecord,
@@ -85,7 +87,7 @@ async def run_result(record: RunRecord, conversation_id: str | None) -> types.Ca
         "tasks": [t.to_json() for t in record.tasks],
         "selections": {str(k): _selection(s) for k, s in sorted(record.selections.items())},
         "results": {str(k): _result(r) for k, r in sorted(record.results.items())},
-        "files": _files_json(record.files), "notes": list(record.notes),
+        "files": _files_json(record.files), "notes": list(record.notes), "rounds": [r.to_json() for r in record.rounds],
     }
     more = f"\n\n(Conversation id: {conversation_id}; pass it as conversation_id to continue.)" if conversation_id else ""
     if not record.answered:
@@ -125,6 +127,8 @@ def progress_message(event: Event, state: dict[str, Any]) -> str | None:
     remembers across events (how many tasks were planned, whether the answer started)."""
     if isinstance(event, Notice):
         return event.text
+    if isinstance(event, ReplanStarted):
+        return replan_sentence(event)
     if isinstance(event, TaskPlanned):
         return f"Task planning: task {event.task.id} ({event.task.task}) planned and starting"
     if isinstance(event, PlanReady):

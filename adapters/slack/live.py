@@ -213,7 +213,8 @@ class LiveReply:
     async def _flush(self, outputs: dict[int, str], *, final: bool = False) -> None:
         p = self.progress
         chunks: list[Any] = []
-        title = f"Plan: {len(p.tasks)} task{'s' if len(p.tasks) != 1 else ''}" if p.planned else self._plan_title
+        round_ = f" (re-planned, round {p.round})" if p.round > 1 else ""
+        title = f"Plan{round_}: {len(p.tasks)} task{'s' if len(p.tasks) != 1 else ''}" if p.planned else self._plan_title
         if title != self._plan_title:
             chunks.append(PlanUpdateChunk(title=title))
             self._plan_title = title

@@ -8,9 +8,12 @@
     hugginggpt discord [--sandbox] [--grace S] [--shard-ids IDS --shard-count N]
     hugginggpt slack [--mode socket|http] [--sandbox] [--grace S]
     hugginggpt serve [--host H] [--port N] [--sandbox] [--grace S]
+    hugginggpt experts serve [--host H] [--port N] [--device D] [--memory-budget SIZE] [--config FILE]
+    hugginggpt experts download MODEL... | --preset minimal|standard|full
     hugginggpt mcp [--sandbox]
     hugginggpt doctor [--json] [--timeout S] [--min-free-mb MIB]
     hugginggpt eval taskbench --data FILE [--limit N] [--concurrency N] [--out FILE] [--resume] [--sandbox]
+    hugginggpt eval runs --requests FILE [--files DIR] [--limit N] [--concurrency N] [--out FILE] [--sandbox]
 
 One module per command, each with ``add_parser(subparsers)`` and ``async main(args, settings) ->
 int``. Every failure a user can cause ends as one sentence on stderr and the exit status of its
@@ -33,13 +36,13 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 from pipeline.errors import HuggingGPTError
 
 from ..paths import default_data_dir
-from . import catalog, chat, db, discord, doctor, mcp, run, serve, slack, store
+from . import catalog, chat, db, discord, doctor, experts, mcp, run, serve, slack, store
 from . import eval as evaluation
 from .common import BROKEN_PIPE, INTERRUPTED, exit_status, open_settings
 
 log = logging.getLogger("hugginggpt")
 
-COMMANDS = (run, chat, store, db, catalog, discord, slack, serve, mcp, evaluation, doctor)
+COMMANDS = (run, chat, store, db, catalog, discord, slack, serve, mcp, experts, evaluation, doctor)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,6 +1,6 @@
 """``hugginggpt eval taskbench --data FILE [--tools huggingface|multimedia|FILE] [--limit N]
 [--concurrency N] [--out FILE] [--resume]``: the planning benchmark (TaskBench's metrics for the
-configured controller with our prompts)."""
+configured controller with our prompts); ``hugginggpt eval runs``: whole runs (:mod:`.eval_runs`)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from ..evaluation import toollist
 if TYPE_CHECKING:
     from ..evaluation.runner import Outcome
 from ..settings import Settings
+from . import eval_runs
 from .common import add_sandbox_option
 
 
@@ -31,7 +32,7 @@ def _positive(value: str) -> int:
 
 def add_parser(subparsers: Any) -> None:
     """Add ``eval`` to the command line's subparsers."""
-    p = subparsers.add_parser("eval", help="measure the controller's task planning (benchmarks)")
+    p = subparsers.add_parser("eval", help="measure task planning (TaskBench) and whole runs (requests with files)")
     benches = p.add_subparsers(dest="benchmark", metavar="BENCHMARK")
     t = benches.add_parser(
         "taskbench", help="TaskBench's planning metrics (node, t-, v- and link F1, edit distance, ROUGE) for the configured controller",
@@ -51,6 +52,7 @@ def add_parser(subparsers: Any) -> None:
                    help="reuse plans already made for these requests with this prompt and model (after an interruption, or to re-score)")
     add_sandbox_option(t)
     t.set_defaults(handler=main)
+    eval_runs.add_parser(benches, _positive)
     p.set_defaults(handler=_usage, parser=p)
 
 

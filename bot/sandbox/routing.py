@@ -16,10 +16,10 @@ from typing import Any
 
 from pipeline.llm import STAGE_HEADER, TASK_HEADER
 
-from . import heuristics
+from . import followups, heuristics, replanning
 from .mcp_intents import tool_args
 
-STAGES: tuple[str, ...] = ("task-planning", "model-selection", "response-generation", "controller-task")
+STAGES: tuple[str, ...] = ("task-planning", "task-replanning", "model-selection", "response-generation", "controller-task")
 """Stage names accepted in the ``X-HuggingGPT-Stage`` header (HuggingGPT §3 stages plus
 ``controller-task``, the text tasks the controller serves itself)."""
 
@@ -122,9 +122,17 @@ def answer_for(body: dict[str, Any], headers: Mapping[str, str] | None) -> tuple
             raise ProtocolError("the last user message has no <request> block")
         resources = _json_tag(user, "resources", list)
         available = _json_tag(user, "available_tasks", list)
-        plan = heuristics.plan_tasks(request, resources, [str(a) for a in available], tool_args(msgs))
+        plan = followups.redo_with_other_file(request, resources, tag(user, "chat_log")) or heuristics.plan_tasks(
+            request, resources, [str(a) for a in available], tool_args(msgs))
         # A <problem> block (repair round) gets the same deterministic plan: it is already valid.
         return stage, json.dumps({"tasks": plan}, ensure_ascii=False)
+
+    if stage == "task-replanning":  # a neighbouring task for each failed one, or answer from what exists
+        plan = _json_tag(user, "plan", list)
+        results = _json_tag(user, "results", dict)
+        available = _json_tag(user, "available_tasks", list)
+        next_id = int(tag(user, "next_id") or 0)
+        return stage, json.dumps({"tasks": replanning.replan(plan, results, [str(a) for a in available], next_id)})
 
     if stage == "model-selection":
         task = _json_tag(user, "task", dict)

@@ -9,6 +9,8 @@ Faults (attributes, set before or between runs):
     plan: the JSON plan answered to ``task-planning`` calls (a ``str``).
     plans: request text (a substring of the last message) to the JSON plans answered to its
         ``task-planning`` calls in turn (the last one repeats); other requests get ``plan``.
+    replans: the JSON plans answered to ``task-replanning`` calls in turn (the last one repeats).
+    replan_delay: seconds a ``task-replanning`` call waits before answering.
     answer: the text answered to ``response-generation`` calls (streamed in ``chunks`` pieces).
     trickle: seconds between streamed pieces (and before a non-streamed body).
     plan_trickle: seconds between the streamed pieces of a plan (``None``: ``trickle``).
@@ -39,6 +41,8 @@ class FaultyController:
         self.plans: dict[str, list[str]] = {}
         self._asked: dict[str, int] = {}
         self.answer = "Here is the answer."
+        self.replans: list[str] = ['{"tasks": []}']
+        self.replan_delay = 0.0
         self.chunks = 1
         self.trickle = 0.0
         self.plan_trickle: float | None = None
@@ -155,6 +159,10 @@ class FaultyController:
             return web.json_response({"error": {"message": "stream is not supported", "type": "invalid_request_error"}}, status=400)
         if stage == "task-planning":
             text = self._plan_for(str(body["messages"][-1].get("content", "")))
+        elif stage == "task-replanning":
+            await asyncio.sleep(self.replan_delay)
+            asked = sum(1 for r in self.requests if r["stage"] == stage)
+            text = self.replans[min(asked, len(self.replans)) - 1]
         elif stage == "model-selection":
             text = json.dumps({"id": "", "reason": "first candidate"})
         elif stage == "controller-task":

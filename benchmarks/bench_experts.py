@@ -1,0 +1,195 @@
+"""Expert server benchmark: ``python -m benchmarks.bench_experts [--requests N]``.
+
+Builds tiny random checkpoints in a temporary Hugging Face cache (tests/tinymodels.py), starts the
+real server (``python -m expert_server``) and prints:
+
+* server overhead per request: p50 of ``POST /models/<tiny ViT>`` against calling the same
+  transformers pipeline in process (target: within 5 ms, ratio <= 1.1 is only meaningful when
+  inference dominates; both figures are printed);
+* requests per second at 50 concurrent on a tiny text classifier, micro-batching on and off;
+* start-up time until ``/readyz`` (cache scan and the libraries' imports), and cold load time: of
+  the first model (first request minus a warm one) and of a second model (its whole first request);
+* peak RSS growth (over the server's RSS with its libraries loaded) while 5 models are requested
+  in turn under a budget of 2 models' size (target: never above the budget + 10 %), and which
+  models are still loaded afterwards (the others were evicted, least recently used first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx2
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from expert_server.memory import rss_bytes  # noqa: E402
+from tests import tinymodels  # noqa: E402
+from tests.realparts import free_port  # noqa: E402
+
+
+def _mid_vit(out: Path) -> None:
+    tinymodels.vit(out, layers=6, hidden=384)  # about 43 MB
+
+
+REPOS = {"tiny/vit": (tinymodels.vit, "image-classification"),
+         "tiny/bert-cls": (tinymodels.bert("BertForSequenceClassification"), "text-classification"),
+         **{f"mid/vit-{i}": (_mid_vit, "image-classification") for i in range(5)}}
+
+
+def start(cache: Path, config: str, tmp: Path) -> tuple[subprocess.Popen, str, float]:
+    """Start ``python -m expert_server``; (process, URL, seconds until ``/readyz`` answered 200)."""
+    port = free_port()
+    cfg = tmp / f"server-{port}.toml"
+    cfg.write_text(config)
+    env = {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "expert_server", "--port", str(port), "--device", "cpu", "--config",
+                             str(cfg)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < 180 and proc.poll() is None:
+        try:
+            if httpx2.get(f"{url}/readyz", timeout=1).status_code == 200:
+                return proc, url, time.perf_counter() - t0
+        except httpx2.HTTPError:
+            pass
+        time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("the expert server did not get ready within 180 s")
+
+
+def png() -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.open(ROOT / "tests/fixtures/media/chelsea.png").convert("RGB").resize((64, 48)).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def p50(xs: list[float]) -> float:
+    return statistics.median(xs) * 1000
+
+
+def overhead(url: str, snap: Path, n: int) -> tuple[float, float, float, float]:
+    """p50 in process, p50 through the server (calls interleaved, so both see the same machine
+    load), cold load of the first model (libraries imported then) and of a second one (ms)."""
+    from PIL import Image
+    from transformers import pipeline
+
+    data = png()
+    pipe = pipeline("image-classification", model=str(snap), device="cpu")
+    headers = {"Content-Type": "image/png"}
+    local, remote = [], []
+    with httpx2.Client(timeout=60) as http:
+        t = time.perf_counter()
+        http.post(f"{url}/models/tiny/vit", content=data, headers=headers).raise_for_status()
+        cold = time.perf_counter() - t
+        t = time.perf_counter()
+        http.post(f"{url}/models/tiny/bert-cls", json={"inputs": "the cat"}).raise_for_status()
+        cold2 = time.perf_counter() - t
+        for _ in range(5):
+            pipe(Image.open(io.BytesIO(data)).convert("RGB"))
+        for _ in range(n):
+            t = time.perf_counter()
+            pipe(Image.open(io.BytesIO(data)).convert("RGB"))
+            local.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            http.post(f"{url}/models/tiny/vit", content=data, headers=headers).raise_for_status()
+            remote.append(time.perf_counter() - t)
+    return p50(local), p50(remote), cold * 1000 - p50(remote), cold2 * 1000
+
+
+async def throughput(url: str, total: int, concurrency: int = 50) -> float:
+    sem = asyncio.Semaphore(concurrency)
+    texts = [" ".join(tinymodels.WORDS[i % 20: i % 20 + 6]) for i in range(total)]
+    async with httpx2.AsyncClient(timeout=60, limits=httpx2.Limits(max_connections=concurrency)) as http:
+        async def one(text: str) -> None:
+            async with sem:
+                (await http.post(f"{url}/models/tiny/bert-cls", json={"inputs": text})).raise_for_status()
+        await one("warm up")
+        t = time.perf_counter()
+        await asyncio.gather(*(one(x) for x in texts))
+        return total / (time.perf_counter() - t)
+
+
+def peak_rss(url: str, pid: int, models: list[str]) -> tuple[int, int]:
+    """(baseline RSS with the libraries loaded, peak RSS) while ``models`` are requested in turn."""
+    data = png()
+    with httpx2.Client(timeout=60) as http:
+        http.post(f"{url}/models/tiny/vit", content=data, headers={"Content-Type": "image/png"}).raise_for_status()
+        http.post(f"{url}/models/tiny/bert-cls", json={"inputs": "the cat"}).raise_for_status()
+        base = rss_bytes(pid)
+        peak = [base]
+        stop = threading.Event()
+
+        def sample() -> None:
+            while not stop.is_set():
+                peak[0] = max(peak[0], rss_bytes(pid))
+                time.sleep(0.01)
+
+        th = threading.Thread(target=sample)
+        th.start()
+        for m in models:
+            http.post(f"{url}/models/{m}", content=data, headers={"Content-Type": "image/png"}).raise_for_status()
+        stop.set()
+        th.join()
+    return base, peak[0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=200)
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        snaps = tinymodels.build_cache(tmp / "cache", REPOS)
+        rows = []
+        procs = []
+        try:
+            proc, url, ready = start(tmp / "cache", "max_batch_size = 16\n", tmp)
+            procs.append(proc)
+            local, remote, cold, cold2 = overhead(url, snaps["tiny/vit"], args.requests)
+            rows += [("p50 in process (tiny ViT)", f"{local:.2f} ms"), ("p50 through the server", f"{remote:.2f} ms"),
+                     ("server overhead p50", f"{remote - local:.2f} ms (ratio {remote / local:.2f})"),
+                     ("start-up until ready (scan, imports)", f"{ready * 1000:.0f} ms"),
+                     ("cold load, first model (tiny ViT)", f"{cold:.0f} ms"),
+                     ("cold load, second model (whole first request)", f"{cold2:.0f} ms")]
+            rows.append(("req/s at 50 concurrent, batching on", f"{asyncio.run(throughput(url, args.requests * 2)):.0f}"))
+            proc2, url2, _ = start(tmp / "cache", "max_batch_size = 1\n", tmp)
+            procs.append(proc2)
+            rows.append(("req/s at 50 concurrent, batching off", f"{asyncio.run(throughput(url2, args.requests * 2)):.0f}"))
+            mid = httpx2.get(f"{url}/models").json()
+            size = next(m["size_bytes"] for m in mid["models"] if m["id"] == "mid/vit-0")
+            budget = 2 * size + 1_000_000  # two mid models, and the two tiny ones
+            proc3, url3, _ = start(tmp / "cache", f"memory_budget = {budget}\n", tmp)
+            procs.append(proc3)
+            base, peak = peak_rss(url3, proc3.pid, [f"mid/vit-{i}" for i in range(5)])
+            rows += [("budget (2 models)", f"{budget / 1e6:.1f} MB"),
+                     ("peak RSS growth, 5 models in turn", f"{(peak - base) / 1e6:.1f} MB "
+                      f"({(peak - base) / budget:.0%} of the budget; target <= 110%)")]
+            listed = httpx2.get(f"{url3}/models").json()["models"]
+            kept = sorted(m["id"] for m in listed if m["state"] == "loaded" and m["id"].startswith("mid/"))
+            rows.append(("still loaded after the 5 (rest evicted)", ", ".join(kept) or "none"))
+        finally:
+            for p in procs:
+                p.terminate()
+                p.wait(10)
+    width = max(len(k) for k, _ in rows)
+    print(f"{'measure':<{width}}  value")
+    for k, v in rows:
+        print(f"{k:<{width}}  {v}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

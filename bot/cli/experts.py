@@ -1,0 +1,71 @@
+"""``hugginggpt experts``: the local expert server (docs/experts.md).
+
+    hugginggpt experts serve [--host H] [--port N] [--device auto|cpu|cuda|cuda:N] [--memory-budget SIZE] [--config FILE]
+    hugginggpt experts download MODEL... | --preset minimal|standard|full
+
+Only parses options: the server is the separate package ``expert_server`` (its libraries are the
+``experts`` extra), imported when a subcommand runs. ``--config`` here is the expert server's own
+TOML file, not the bot's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import Any
+
+from ..errors import ConfigError
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``experts serve`` and ``experts download`` to the CLI; returns the ``experts`` parser."""
+    p = subparsers.add_parser("experts", help="run models on this machine (the local expert server)")
+    sub = p.add_subparsers(dest="experts_command", metavar="SUBCOMMAND", required=True)
+    s = sub.add_parser("serve", help="serve the cached Hugging Face models in the HF inference wire format")
+    s.add_argument("--host", default=None, help="address to bind (default 127.0.0.1)")
+    s.add_argument("--port", type=int, default=None, help="port (default 8081)")
+    s.add_argument("--device", default=None, help="auto | cpu | cuda | cuda:N (default auto)")
+    s.add_argument("--memory-budget", default=None, metavar="SIZE",
+                   help="RAM (CPU) or VRAM (GPU) the loaded models may take, e.g. 8GB")
+    s.add_argument("--config", dest="experts_config", default=None, metavar="FILE",
+                   help="the expert server's TOML settings (docs/experts.md)")
+    d = sub.add_parser("download", help="download models (or a preset) into the Hugging Face cache")
+    d.add_argument("models", nargs="*", metavar="MODEL", help="Hub ids, e.g. google/vit-base-patch16-224")
+    d.add_argument("--preset", choices=("minimal", "standard", "full"), help="a shipped set for every paper task")
+    p.set_defaults(handler=main)
+    return p
+
+
+def _download(args: argparse.Namespace) -> int:
+    from expert_server.download import download, preset_models
+
+    models = list(args.models) + (preset_models(args.preset) if args.preset else [])
+    if not models:
+        raise ConfigError("Name models to download, or a --preset (minimal, standard, full).")
+    done, failed = download(models)
+    for model in done:
+        print(f"ok      {model}")
+    for model, why in failed:
+        print(f"failed  {model}: {why}", file=sys.stderr)
+    return 0 if not failed else 6
+
+
+async def main(args: argparse.Namespace, settings: Any) -> int:
+    """Serve (on this event loop), or download (in a thread). Returns the exit status.
+
+    Raises:
+        ConfigError: the experts extra is not installed, or nothing to download.
+    """
+    try:
+        import expert_server  # noqa: F401
+        if args.experts_command == "serve":
+            import torch  # noqa: F401
+    except ImportError as e:
+        raise ConfigError(f"The expert server needs the experts extra: pip install 'hugginggpt-bot[experts]' ({e.name} "
+                          "is missing).") from None
+    if args.experts_command == "serve":
+        from expert_server.__main__ import run
+
+        return await run(args)
+    return await asyncio.to_thread(_download, args)

@@ -1,0 +1,210 @@
+"""The ASGI app: the Hugging Face inference wire format over the models of the local cache.
+
+    GET  /models                  what can be served: loaded, on_disk, refused (and why), with tasks
+    POST /models/{model_id}       run the model (the id may contain "/"); body and answer as
+                                  huggingface_hub's client sends and parses them for a URL model
+    GET  /healthz, GET /readyz    the process runs / the cache was scanned
+
+A request's deadline is its ``X-Request-Timeout`` header (seconds) or the config's
+``default_deadline``, capped at ``max_deadline``; past it the answer is 504 and its place in the
+queue is freed, as it is when the client disconnects. Errors are ``{"error": "<sentence>"}``:
+400 bad payload (naming the field), 404 unknown model, 503 busy or out of memory, 504 deadline,
+507 a model that never fits the memory budget.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+
+from .cache import CachedModel
+from .config import ServerConfig
+from .errors import BadPayload, ClientClosed, DeadlineExceeded, ExpertError, NotReady, Refused, UnknownModel
+from .payload import parse_body
+from .pool import Pool
+from .queues import ModelQueue
+from .tasks import Binary, task_for
+
+log = logging.getLogger("expert_server")
+
+
+@dataclass
+class State:
+    """Everything one server process holds (``app.state.experts``)."""
+
+    config: ServerConfig
+    device: str
+    budget: int | None
+    executor: ThreadPoolExecutor
+    models: dict[str, CachedModel] = field(default_factory=dict)
+    pool: Pool | None = None
+    queues: dict[str, ModelQueue] = field(default_factory=dict)
+    ready: bool = False
+
+    def queue(self, model_id: str) -> ModelQueue:
+        """The queue of ``model_id`` (created on first use)."""
+        q = self.queues.get(model_id)
+        if q is None:
+            model, cfg = self.models[model_id], self.config
+            task = task_for(model.task)
+            assert task is not None and self.pool is not None
+            q = ModelQueue(model_id, self.pool, task.run, self.executor, batch=task.batch, max_batch=cfg.max_batch_size,
+                           window=cfg.batch_window_ms / 1000, limit=cfg.queue_limit,
+                           min_free=cfg.min_free_memory_for.get(model_id, cfg.min_free_memory))
+            self.queues[model_id] = q
+        return q
+
+
+def load_model(model: CachedModel, device: str) -> Any:
+    """Load ``model`` on ``device`` with its task's loader (blocking)."""
+    task = task_for(model.task)
+    assert task is not None
+    return task.load(model, device)
+
+
+def create_app(config: ServerConfig, device: str, budget: int | None, *, scan: bool = True) -> FastAPI:
+    """The app for ``config`` on ``device`` with a budget of ``budget`` bytes (``None``: no limit).
+    The cache is scanned in the background from startup (``/healthz`` answers at once, ``/readyz``
+    and the model routes once it is read) unless ``scan`` is false; then the caller calls
+    :func:`start` with the models itself."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> Any:
+        state: State = app.state.experts
+        scanning = asyncio.create_task(_scan(state)) if scan else None
+        try:
+            yield
+        finally:
+            if scanning is not None:
+                scanning.cancel()
+            await asyncio.gather(*(q.close() for q in state.queues.values()))
+            state.executor.shutdown(wait=False, cancel_futures=True)
+
+    app = FastAPI(title="HuggingGPT expert server", lifespan=lifespan)
+    app.state.experts = State(config, device, budget, ThreadPoolExecutor(max_workers=4, thread_name_prefix="expert"))
+    app.add_exception_handler(ExpertError, _error)  # type: ignore[arg-type]
+    app.add_api_route("/healthz", _healthz, methods=["GET"])
+    app.add_api_route("/readyz", _readyz, methods=["GET"])
+    app.add_api_route("/models", _list, methods=["GET"])
+    app.add_api_route("/models/{model_id:path}", _infer, methods=["POST"])
+    return app
+
+
+async def _scan(state: State) -> None:
+    """Read the cache and import the libraries its models need, in a thread, then serve what it
+    holds (``/readyz`` answers 200 from then on, so a load balancer sends no request that would
+    wait for the imports)."""
+    from .catalog import servable
+    from .tasks import import_libraries
+
+    models = await asyncio.to_thread(servable, state.config)
+    await asyncio.to_thread(import_libraries, {m.library for m in models.values()})
+    await start(state, models)
+
+
+async def start(state: State, models: dict[str, CachedModel]) -> None:
+    """Serve ``models`` from now on."""
+    state.models = models
+    state.pool = Pool(models, state.device, state.budget, load_model, state.executor)
+    state.ready = True
+
+
+async def _error(request: Request, exc: ExpertError) -> JSONResponse:
+    model = request.path_params.get("model_id", "")
+    log.warning("%s %s %s: %s", exc.status, request.method, model or request.url.path, exc.message)
+    headers = {"Retry-After": "5"} if exc.status == 503 else None
+    return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
+
+
+async def _healthz() -> dict:
+    return {"status": "ok"}
+
+
+async def _readyz(request: Request) -> JSONResponse:
+    ready = request.app.state.experts.ready
+    return JSONResponse({"status": "ready" if ready else "starting"}, status_code=200 if ready else 503)
+
+
+def _ready(state: State) -> None:
+    if not state.ready:
+        raise NotReady("The expert server is still reading its model cache; try again in a few seconds.")
+
+
+async def _list(request: Request) -> dict:
+    state: State = request.app.state.experts
+    _ready(state)
+    rows = []
+    for model_id, m in sorted(state.models.items()):
+        assert state.pool is not None
+        slot = state.pool.slots[model_id]
+        rows.append({"id": model_id, "task": m.task, "state": state.pool.state(model_id), "reason": slot.refused,
+                     "size_bytes": m.size_bytes, "library": m.library,
+                     "loaded_bytes": slot.loaded.charged if slot.loaded else None, "loads": slot.loads})
+    return {"models": rows, "device": state.device, "memory_budget_bytes": state.budget,
+            "memory_used_bytes": state.pool.used if state.pool else 0}
+
+
+def _deadline(request: Request, config: ServerConfig) -> float:
+    raw = request.headers.get("x-request-timeout")
+    seconds = config.default_deadline
+    if raw is not None:
+        try:
+            seconds = float(raw)
+        except ValueError:
+            raise BadPayload("X-Request-Timeout", "must be a number of seconds") from None
+        if not seconds > 0:
+            raise BadPayload("X-Request-Timeout", "must be a positive number of seconds")
+    return time.monotonic() + min(seconds, config.max_deadline)
+
+
+async def _infer(model_id: str, request: Request) -> Response:
+    state: State = request.app.state.experts
+    _ready(state)
+    model = state.models.get(model_id)
+    if model is None or state.pool is None:
+        raise UnknownModel(f"Model {model_id} is not served here (not in this server's cache, or not allowed).")
+    slot = state.pool.slots[model_id]
+    if slot.refused:
+        raise Refused(slot.refused)
+    deadline = _deadline(request, state.config)
+    task = task_for(model.task)
+    assert task is not None
+    body = await request.body()
+    payload = parse_body(body, request.headers.get("content-type", ""))
+    payload.parameters = {**state.config.default_parameters.get(model.task, {}), **payload.parameters}
+    item = await asyncio.to_thread(task.prepare, payload)
+    future = state.queue(model_id).submit(item, deadline)
+    result = await _wait(request, future, deadline, model_id)
+    reply = task.encode(result)
+    if isinstance(reply, Binary):
+        return Response(reply.data, media_type=reply.media_type)
+    return JSONResponse(reply)
+
+
+async def _wait(request: Request, future: asyncio.Future, deadline: float, model_id: str) -> Any:
+    """The job's result; cancels it (freeing its slot) when the client leaves or the deadline passes."""
+
+    async def disconnected() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    watcher = asyncio.ensure_future(disconnected())
+    try:
+        done, _ = await asyncio.wait({future, watcher}, timeout=max(0.0, deadline - time.monotonic()),
+                                     return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+    if future in done:
+        return future.result()
+    future.cancel()
+    if watcher in done:
+        raise ClientClosed(f"The client left before {model_id} answered; its request was dropped.")
+    raise DeadlineExceeded(f"The request to {model_id} did not finish before its deadline.")

@@ -1,0 +1,138 @@
+"""The expert server's own settings: the command line, else a TOML file (``--config FILE``), else
+``HUGGINGGPT_EXPERTS_<KEY>`` environment variables, else the defaults below.
+
+    # experts.toml
+    device = "auto"                 # auto | cpu | cuda | cuda:N
+    memory_budget = "12GB"          # RAM on CPU, VRAM on GPU; default: 80 % of what is free
+    default_deadline = 120          # seconds, when a request sends no X-Request-Timeout
+    max_deadline = 900              # seconds; longer X-Request-Timeout values are cut to this
+    queue_limit = 64                # requests waiting per model before 503 "busy"
+    max_batch_size = 8              # micro-batches for the tasks whose pipelines batch
+    batch_window_ms = 2             # how long a worker waits to fill a batch
+    allow_models = ["*"]            # fnmatch patterns of model ids; deny_models likewise
+    allow_tasks = []                # empty: every task the server knows
+    controlnet_base = "stable-diffusion-v1-5/stable-diffusion-v1-5"
+    depth_model = ""                # backing of depth-control (default: a cached depth model)
+    seg_model = ""                  # backing of seg-control (default: a cached segmentation model)
+    annotators = "lllyasviel/Annotators"
+    min_free_memory = "0"           # refuse to start an inference below this much free RAM
+                                    # (answered as out of memory: 503, the model unloaded)
+    [min_free_memory_for]           # the same floor for single models
+    "org/big-model" = "6GB"
+    [ray."org/name"]                # Ray Serve: this model's deployment options (docs/experts.md)
+    ray_actor_options = {num_gpus = 0.5}
+    [tasks]                         # task of a cached model whose card and config say nothing
+    "org/name" = "image-classification"
+    [default_parameters.canny-text-to-image]   # parameters a request of this task leaves out
+    num_inference_steps = 20                   # (fewer denoising steps: faster drawings on a CPU)
+
+The server never reads the bot's settings (it is a separate deployable).
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
+          "t": 10**12, "tb": 10**12, "p": 10**15, "pb": 10**15, "kib": 2**10, "mib": 2**20, "gib": 2**30,
+          "tib": 2**40, "pib": 2**50}
+
+
+def parse_size(text: str | int | float | None) -> int | None:
+    """Bytes in ``text``: an integer, or a number with a unit (``"4GB"``, ``"512 MiB"``, ``"1.5g"``;
+    decimal units are powers of 1000, ``*iB`` of 1024). ``None`` or ``""`` gives ``None``.
+
+    Raises:
+        ValueError: the text is not a size.
+    """
+    if text is None or text == "":
+        return None
+    if isinstance(text, (int, float)):
+        return int(text)
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", text)
+    if not m or m.group(2).lower() not in _UNITS:
+        raise ValueError(f"{text!r} is not a size (examples: 4GB, 512MiB, 1000000)")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def format_size(n: int | None) -> str:
+    """``n`` bytes for people: ``"1.2 GB"``, ``"35 MB"``, ``"512 kB"``."""
+    if n is None:
+        return "unknown"
+    for unit, size in (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}".replace(".0 ", " ")
+    return f"{n} B"
+
+
+class ServerConfig(BaseSettings):
+    """Settings of one expert server process (see the module docstring for the file format)."""
+
+    model_config = SettingsConfigDict(env_prefix="HUGGINGGPT_EXPERTS_", extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = 8081
+    device: str = "auto"
+    memory_budget: int | None = None
+    min_free_memory: int = 0
+    default_deadline: float = Field(120.0, gt=0)
+    max_deadline: float = Field(900.0, gt=0)
+    queue_limit: int = Field(64, ge=1)
+    max_batch_size: int = Field(8, ge=1)
+    batch_window_ms: float = Field(2.0, ge=0)
+    allow_models: list[str] = ["*"]
+    deny_models: list[str] = []
+    allow_tasks: list[str] = []
+    controlnet_base: str = "stable-diffusion-v1-5/stable-diffusion-v1-5"
+    depth_model: str = ""
+    seg_model: str = ""
+    annotators: str = "lllyasviel/Annotators"
+    tasks: dict[str, str] = {}
+    default_parameters: dict[str, dict[str, Any]] = {}
+    min_free_memory_for: dict[str, int] = {}
+    ray: dict[str, dict] = {}
+    cache_dir: str | None = None
+
+    @field_validator("memory_budget", "min_free_memory", mode="before")
+    @classmethod
+    def _size(cls, v: Any) -> Any:
+        return parse_size(v) if isinstance(v, str) else v
+
+    @field_validator("min_free_memory_for", mode="before")
+    @classmethod
+    def _sizes(cls, v: Any) -> Any:
+        return {k: parse_size(x) if isinstance(x, str) else x for k, x in v.items()} if isinstance(v, dict) else v
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        if not re.fullmatch(r"auto|cpu|cuda(:[0-9]+)?|mps", v):
+            raise ValueError("device must be auto, cpu, cuda, cuda:N or mps")
+        return v
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+                                   env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+                                   file_secret_settings: PydanticBaseSettingsSource) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings)
+
+
+def load_config(path: str | Path | None = None, **overrides: Any) -> ServerConfig:
+    """Settings from the TOML file at ``path`` (optional), the environment, then ``overrides``
+    (command-line values; ``None`` values are ignored).
+
+    Raises:
+        OSError: the file cannot be read. tomllib.TOMLDecodeError: it is not TOML.
+        pydantic.ValidationError: a value is unusable (the message names the key).
+    """
+    data: dict[str, Any] = {}
+    if path:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    return ServerConfig(**data)  # the environment fills what neither the file nor the options set

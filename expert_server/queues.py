@@ -1,0 +1,172 @@
+"""One queue per model, one worker draining it, inference in a thread.
+
+A request becomes a :class:`Job` (its prepared input, a future, its deadline). The model's worker
+takes the next job and, for tasks whose pipelines batch, the jobs behind it (up to
+``max_batch_size``, waiting at most ``batch_window`` seconds for more), skips those whose caller
+gave up (cancelled, deadline passed: their slot is free at once), loads the model through the
+pool (once, however many requests wait) and runs the batch in the executor. An out-of-memory error
+unloads the model and fails the batch's jobs with :class:`~expert_server.errors.OutOfMemory`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Any
+
+from . import memory
+from .config import format_size
+from .errors import Busy, ExpertError, ModelFailed, OutOfMemory
+from .pool import Pool
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Job:
+    """One request waiting for its model: ``item`` is the task's prepared input."""
+
+    item: Any
+    future: asyncio.Future
+    deadline: float  # time.monotonic()
+
+    @property
+    def live(self) -> bool:
+        return not self.future.done() and time.monotonic() < self.deadline
+
+
+Run = Callable[[Any, list[Any]], list[Any]]
+
+
+def is_oom(e: BaseException) -> bool:
+    """Whether ``e`` is running out of memory: ``torch.OutOfMemoryError`` (CUDA, and CPU in recent
+    torch), ``MemoryError``, or torch's CPU allocator failure (a ``RuntimeError``)."""
+    if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError":
+        return True
+    text = str(e)
+    return isinstance(e, RuntimeError) and ("can't allocate memory" in text or "not enough memory" in text)
+
+
+class ModelQueue:
+    """The queue and worker of one model.
+
+    Args:
+        model_id: the model. pool: where it is loaded. run: ``(runner, items) -> results`` (blocking,
+        one result per item, or an exception instance for an item that failed alone).
+        batch: whether several items may go in one call. limit: jobs waiting before 503 "busy".
+        min_free: on CPU, the free RAM (bytes) below which no inference starts (counts as out of
+        memory), 0 for no floor.
+    """
+
+    def __init__(self, model_id: str, pool: Pool, run: Run, executor: Executor, *, batch: bool, max_batch: int,
+                 window: float, limit: int, min_free: int = 0) -> None:
+        self.model_id, self.pool, self.run, self.executor = model_id, pool, run, executor
+        self.max_batch = max_batch if batch else 1
+        self.window, self.min_free = window, min_free
+        self.queue: asyncio.Queue[Job] = asyncio.Queue(maxsize=limit)
+        self.batches: list[int] = []  # sizes of the last batches (for the benchmark and /models)
+        self._worker: asyncio.Task | None = None
+
+    def submit(self, item: Any, deadline: float) -> asyncio.Future:
+        """Queue ``item``; returns the future of its result.
+
+        Raises:
+            Busy: the queue is full.
+        """
+        fut: asyncio.Future = asyncio.get_running_loop().create_future()
+        try:
+            self.queue.put_nowait(Job(item, fut, deadline))
+        except asyncio.QueueFull:
+            raise Busy(f"The model {self.model_id} has {self.queue.qsize()} requests waiting; try again shortly.") from None
+        if self._worker is None or self._worker.done():
+            self._worker = asyncio.create_task(self._work(), name=f"worker {self.model_id}")
+        return fut
+
+    async def _take(self) -> list[Job]:
+        jobs = [await self.queue.get()]
+        end = time.monotonic() + self.window
+        while len(jobs) < self.max_batch:
+            try:
+                jobs.append(self.queue.get_nowait())
+            except asyncio.QueueEmpty:
+                left = end - time.monotonic()
+                if left <= 0:
+                    break
+                try:
+                    jobs.append(await asyncio.wait_for(self.queue.get(), left))
+                except TimeoutError:
+                    break
+        return [j for j in jobs if j.live]
+
+    async def _work(self) -> None:
+        while True:
+            jobs = await self._take()
+            if not jobs:
+                continue
+            try:
+                results = await self._run(jobs)
+            except OutOfMemory as e:
+                self.pool.unload(self.model_id)
+                results = [e] * len(jobs)
+            except ExpertError as e:
+                results = [e] * len(jobs)
+            except asyncio.CancelledError:
+                for j in jobs:
+                    j.future.cancel()
+                raise
+            except Exception as e:  # noqa: BLE001 - one model's bug must not stop its worker
+                log.exception("%s failed on a batch of %d", self.model_id, len(jobs))
+                results = [ModelFailed(f"The model {self.model_id} failed on this input ({e.__class__.__name__}).")] * len(jobs)
+            self.batches = (self.batches + [len(jobs)])[-1000:]
+            for job, result in zip(jobs, results, strict=True):
+                if job.future.done():
+                    continue
+                if isinstance(result, BaseException):
+                    job.future.set_exception(result)
+                else:
+                    job.future.set_result(result)
+
+    async def _run(self, jobs: list[Job]) -> list[Any]:
+        # the loaded model is referenced only for the run: once evicted, its memory can go
+        runner = (await self.pool.get(self.model_id)).runner
+        return await asyncio.get_running_loop().run_in_executor(self.executor, self._run_batch, runner,
+                                                                 [j.item for j in jobs])
+
+    def _run_batch(self, runner: Any, items: list[Any]) -> list[Any]:
+        """Runs in the executor. Out of memory → :class:`OutOfMemory` (the worker then unloads)."""
+        reason = None
+        try:
+            self._check_free_memory()
+            return self.run(runner, items)
+        except ExpertError:
+            raise
+        except BaseException as e:
+            if not is_oom(e):
+                raise
+            reason = f"{e.__class__.__name__}: {e}"  # raised below, outside this block: no traceback
+            # keeps the frames (and the model's tensors) alive
+        del runner
+        log.warning("%s ran out of memory on a batch of %d (%s); unloading it", self.model_id, len(items), reason)
+        raise OutOfMemory(f"The server ran out of memory running {self.model_id}; the model was unloaded, "
+                          "try a smaller input or again later.")
+
+    def _check_free_memory(self) -> None:
+        if not self.min_free or not self.pool.device.startswith("cpu"):
+            return
+        free = memory.available_bytes()
+        if free is not None and free < self.min_free:
+            import torch
+
+            raise torch.OutOfMemoryError(f"{format_size(free)} of RAM free, below the floor of {format_size(self.min_free)}")
+
+    async def close(self) -> None:
+        """Stop the worker; waiting jobs are cancelled."""
+        if self._worker is not None:
+            self._worker.cancel()
+            await asyncio.gather(self._worker, return_exceptions=True)
+        while not self.queue.empty():
+            self.queue.get_nowait().future.cancel()

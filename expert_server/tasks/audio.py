@@ -1,0 +1,74 @@
+"""Audio tasks: speech recognition (``{"text": ...}``), audio classification (labels) and
+text-to-speech (a WAV file). Audio is decoded and resampled with PyAV when the request is read."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import payload as P
+from . import Binary, Task
+from .common import load_pipeline, run_grouped
+
+
+def _rate(runner: Any) -> int:
+    fe = getattr(runner, "feature_extractor", None)
+    return int(getattr(fe, "sampling_rate", 16000) or 16000)
+
+
+RATE = 16000  # what speech models take; a model with another rate gets the audio resampled
+
+
+def _asr_prepare(p: P.Payload) -> tuple[Any, dict]:
+    return P.audio(p, RATE), {}
+
+
+def _classify_prepare(p: P.Payload) -> tuple[Any, dict]:
+    top_k = P.param(p, "top_k", int)
+    return P.audio(p, RATE), ({"top_k": top_k} if top_k else {})
+
+
+def _decoded(runner: Any, items: list[tuple[Any, dict]]) -> list[tuple[Any, dict]]:
+    import numpy as np
+
+    rate = _rate(runner)
+    out = []
+    for samples, opts in items:
+        if rate != RATE:
+            n = int(len(samples) * rate / RATE)
+            samples = np.interp(np.linspace(0, len(samples) - 1, n), np.arange(len(samples)), samples).astype("float32")
+        out.append(({"raw": samples, "sampling_rate": rate}, opts))
+    return out
+
+
+def _asr_run(runner: Any, items: list[tuple[Any, dict]]) -> list[Any]:
+    return [{"text": str(r["text"]).strip()} for r in run_grouped(runner, _decoded(runner, items))]
+
+
+def _classify_run(runner: Any, items: list[tuple[Any, dict]]) -> list[Any]:
+    return [P.plain(r) for r in run_grouped(runner, _decoded(runner, items))]
+
+
+def _tts_prepare(p: P.Payload) -> str:
+    return P.text(p)
+
+
+def _tts_run(runner: Any, items: list[str]) -> list[Any]:
+    out = []
+    for text in items:
+        res = runner(text)
+        out.append(Binary(P.wav(res["audio"], res["sampling_rate"]), "audio/wav"))
+    return out
+
+
+def _identity(result: Any) -> Any:
+    return result
+
+
+TASKS = [
+    Task("automatic-speech-recognition", load_pipeline("automatic-speech-recognition"), _asr_prepare, _asr_run,
+         _identity, batch=True),
+    Task("audio-classification", load_pipeline("audio-classification"), _classify_prepare, _classify_run, _identity,
+         batch=True),
+    Task("text-to-speech", load_pipeline("text-to-audio"), _tts_prepare, _tts_run, _identity),
+    Task("text-to-audio", load_pipeline("text-to-audio"), _tts_prepare, _tts_run, _identity),
+]

@@ -1,0 +1,43 @@
+"""Helpers the task modules share: loading a transformers pipeline, and running a pipeline on a
+batch of ``(input, options)`` items."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def torch_device(device: str) -> Any:
+    import torch
+
+    return torch.device(device)
+
+
+def load_pipeline(hf_task: str) -> Any:
+    """A loader for a transformers ``pipeline(hf_task)`` from the model's snapshot folder."""
+
+    def load(model: Any, device: str) -> Any:
+        from transformers import pipeline
+
+        return pipeline(hf_task, model=str(model.path), device=torch_device(device))
+
+    return load
+
+
+def run_grouped(pipe: Any, items: list[tuple[Any, dict]]) -> list[Any]:
+    """Run ``pipe`` on ``items`` (input, keyword options), one call per distinct options (a batch
+    when several items share them); results in the order of ``items``."""
+    groups: dict[str, list[int]] = {}
+    for i, (_, opts) in enumerate(items):
+        groups.setdefault(repr(sorted(opts.items())), []).append(i)
+    out: list[Any] = [None] * len(items)
+    for indices in groups.values():
+        opts = items[indices[0]][1]
+        inputs = [items[i][0] for i in indices]
+        results = pipe(inputs, batch_size=len(inputs), **opts) if len(inputs) > 1 else [pipe(inputs[0], **opts)]
+        for i, r in zip(indices, results, strict=True):
+            out[i] = r
+    return out
+
+
+def first_device(net: Any) -> Any:
+    return next(net.parameters()).device

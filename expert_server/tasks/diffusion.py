@@ -1,0 +1,194 @@
+"""diffusers tasks: text-to-image, image-to-image, text-to-video, and ControlNet generation
+(``<cond>-text-to-image``: a ControlNet checkpoint on the Stable Diffusion base named by the
+server's ``controlnet_base``). Images come back as PNG (image-to-image and ControlNet at the input
+image's size), video as MP4."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from .. import payload as P
+from ..errors import BadPayload
+from . import Binary, Task
+from .common import torch_device
+
+MAX_STEPS = 200
+MAX_SIDE = 2048
+
+
+def _load_text2image(model: Any, device: str) -> Any:
+    from diffusers import AutoPipelineForText2Image, DiffusionPipeline
+
+    try:
+        pipe = AutoPipelineForText2Image.from_pretrained(str(model.path))
+    except ValueError:  # a pipeline class AutoPipeline does not map
+        pipe = DiffusionPipeline.from_pretrained(str(model.path))
+    return _ready(pipe, device)
+
+
+def _load_image2image(model: Any, device: str) -> Any:
+    from diffusers import AutoPipelineForImage2Image, DiffusionPipeline
+
+    cls = str(model.architectures[0]) if model.architectures else ""
+    if "Img2Img" in cls or "Pix2Pix" in cls or "Variation" in cls:
+        return _ready(DiffusionPipeline.from_pretrained(str(model.path)), device)
+    return _ready(AutoPipelineForImage2Image.from_pretrained(str(model.path)), device)
+
+
+def _load_video(model: Any, device: str) -> Any:
+    from diffusers import DiffusionPipeline
+
+    return _ready(DiffusionPipeline.from_pretrained(str(model.path)), device)
+
+
+def _load_controlnet(model: Any, device: str) -> Any:
+    from diffusers import ControlNetModel, StableDiffusionControlNetPipeline
+
+    if model.base is None:
+        raise FileNotFoundError("the Stable Diffusion base model is not in the cache")
+    controlnet = ControlNetModel.from_pretrained(str(model.path))
+    pipe = StableDiffusionControlNetPipeline.from_pretrained(str(model.base), controlnet=controlnet)
+    return _ready(pipe, device)
+
+
+def _ready(pipe: Any, device: str) -> Any:
+    pipe.set_progress_bar_config(disable=True)
+    return pipe.to(torch_device(device))
+
+
+def _common(p: P.Payload) -> dict:
+    opts: dict[str, Any] = {}
+    steps = P.param(p, "num_inference_steps", int)
+    if steps is not None:
+        if not 1 <= steps <= MAX_STEPS:
+            raise BadPayload("parameters.num_inference_steps", f"must be between 1 and {MAX_STEPS}")
+        opts["num_inference_steps"] = steps
+    for name, kind in (("guidance_scale", (int, float)), ("negative_prompt", str), ("seed", int)):
+        value = P.param(p, name, kind)
+        if value is not None:
+            opts[name] = value
+    return opts
+
+
+def _size(p: P.Payload, name: str) -> int | None:
+    value = P.param(p, name, int)
+    if value is not None and not 8 <= value <= MAX_SIDE:
+        raise BadPayload(f"parameters.{name}", f"must be between 8 and {MAX_SIDE} pixels")
+    return value
+
+
+def _text2image_prepare(p: P.Payload) -> tuple[Any, dict]:
+    """A prompt; or, when the body is an image with ``parameters.prompt`` (the client's
+    ``image_to_image``), an image-to-image request on the same checkpoint."""
+    if p.raw is not None or "prompt" in p.parameters:
+        img, opts = _image_prompt_prepare(p)
+        return img, {**opts, "image_to_image": True}
+    opts = _common(p)
+    for name in ("width", "height"):
+        value = _size(p, name)
+        if value is not None:
+            opts[name] = value - value % 8
+    return P.text(p), opts
+
+
+def _image_prompt_prepare(p: P.Payload) -> tuple[Any, dict]:
+    img = P.image(p)
+    opts = _common(p)
+    prompt = P.param(p, "prompt", str)
+    if not prompt:
+        raise BadPayload("parameters.prompt", "must be a non-empty string")
+    opts["prompt"] = prompt
+    return img, opts
+
+
+def _generator(opts: dict) -> Any:
+    import torch
+
+    seed = opts.pop("seed", None)
+    return None if seed is None else torch.Generator().manual_seed(seed)
+
+
+def _text2image_run(pipe: Any, items: list[tuple[Any, dict]]) -> list[Binary]:
+    out = []
+    for prompt, opts in items:
+        opts = dict(opts)
+        if opts.pop("image_to_image", False):
+            from diffusers import AutoPipelineForImage2Image
+
+            out += _image2image_run(AutoPipelineForImage2Image.from_pipe(pipe), [(prompt, opts)])
+            continue
+        img = pipe(prompt, generator=_generator(opts), **opts).images[0]
+        out.append(Binary(P.png(img), "image/png"))
+    return out
+
+
+def _fit(img: Any) -> tuple[Any, int, int]:
+    w, h = max(8, img.width - img.width % 8), max(8, img.height - img.height % 8)
+    return img.resize((w, h)), w, h
+
+
+def _image2image_run(pipe: Any, items: list[tuple[Any, dict]]) -> list[Binary]:
+    out = []
+    for img, opts in items:
+        opts = dict(opts)
+        prompt = opts.pop("prompt")
+        src, _, _ = _fit(img)
+        res = pipe(prompt=prompt, image=src, generator=_generator(opts), **opts).images[0]
+        out.append(Binary(P.png(res.resize(img.size)), "image/png"))
+    return out
+
+
+def _controlnet_run(pipe: Any, items: list[tuple[Any, dict]]) -> list[Binary]:
+    out = []
+    for img, opts in items:
+        opts = dict(opts)
+        prompt = opts.pop("prompt")
+        cond, w, h = _fit(img)
+        res = pipe(prompt=prompt, image=cond, width=w, height=h, generator=_generator(opts), **opts).images[0]
+        out.append(Binary(P.png(res.resize(img.size)), "image/png"))
+    return out
+
+
+def _video_run(pipe: Any, items: list[tuple[str, dict]]) -> list[Binary]:
+    out = []
+    for prompt, opts in items:
+        opts = dict(opts)
+        frames = pipe(prompt, generator=_generator(opts), output_type="np", **opts).frames[0]
+        out.append(Binary(_mp4(frames), "video/mp4"))
+    return out
+
+
+def _mp4(frames: Any, fps: int = 8) -> bytes:
+    """Frames (float RGB in [0, 1], shape frames × height × width × 3) as H.264 MP4 (PyAV)."""
+    import av
+    import numpy as np
+
+    buf = io.BytesIO()
+    arr = (np.clip(np.asarray(frames), 0, 1) * 255).astype("uint8")
+    h, w = arr.shape[1] - arr.shape[1] % 2, arr.shape[2] - arr.shape[2] % 2
+    with av.open(buf, "w", format="mp4") as container:
+        stream = container.add_stream("libx264", rate=fps)
+        stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"
+        for frame in arr:
+            for packet in stream.encode(av.VideoFrame.from_ndarray(frame[:h, :w], format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return buf.getvalue()
+
+
+def _identity(result: Any) -> Any:
+    return result
+
+
+def controlnet_task(name: str) -> Task:
+    """The :class:`Task` of ControlNet generation for one condition (``canny-text-to-image``...)."""
+    return Task(name, _load_controlnet, _image_prompt_prepare, _controlnet_run, _identity)
+
+
+TASKS = [
+    Task("text-to-image", _load_text2image, _text2image_prepare, _text2image_run, _identity),
+    Task("image-to-image", _load_image2image, _image_prompt_prepare, _image2image_run, _identity),
+    Task("text-to-video", _load_video, _text2image_prepare, _video_run, _identity),
+]

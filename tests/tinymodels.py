@@ -1,0 +1,344 @@
+"""Tiny random checkpoints for the expert server's tests and benchmark, built offline with the
+libraries' own config classes and written into a Hugging Face cache in its real layout
+(``models--org--name/{blobs,snapshots/<commit>,refs/main}``, as ``huggingface_hub`` writes it).
+
+Some repositories get a ``README.md`` model card with a ``pipeline_tag``; the others have none, so
+the server has to infer their task from ``config.json`` / ``model_index.json``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+WORDS = ("the a cat dog sat on mat is red blue green what who where when paris london city capital of in "
+         "photo picture and to was big small happy sad good bad").split()
+SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "<s>", "</s>"]
+
+
+def write_repo(cache: Path, repo_id: str, folder: Path, card_tag: str | None = None) -> Path:
+    """Copy ``folder`` into ``cache`` as the repository ``repo_id`` in huggingface_hub's layout
+    (content-addressed blobs, a snapshot of symlinks, ``refs/main``); with ``card_tag``, add a
+    ``README.md`` whose front matter has that ``pipeline_tag``. Returns the snapshot directory."""
+    if card_tag:
+        (folder / "README.md").write_text(f"---\npipeline_tag: {card_tag}\nlicense: mit\n---\n# {repo_id}\n\nA tiny random test model.\n")
+    commit = hashlib.sha1(repo_id.encode()).hexdigest()
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    snap = repo / "snapshots" / commit
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        data = path.read_bytes()
+        blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        blob.write_bytes(data)
+        link = snap / path.relative_to(folder)
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(os.path.relpath(blob, link.parent))
+    (repo / "refs").mkdir(parents=True, exist_ok=True)
+    (repo / "refs" / "main").write_text(commit)
+    return snap
+
+
+def word_tokenizer(model_max_length: int = 64):
+    """A WordLevel tokenizer over :data:`WORDS` with BERT's special tokens and pair template, as a
+    ``PreTrainedTokenizerFast`` (no download)."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {t: i for i, t in enumerate(SPECIAL + WORDS)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.normalizer = normalizers.Lowercase()
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
+                                   sep_token="[SEP]", mask_token="[MASK]", bos_token="<s>", eos_token="</s>",
+                                   model_max_length=model_max_length)
+
+
+def _bert_cfg(**kw):
+    from transformers import BertConfig
+
+    return BertConfig(vocab_size=len(SPECIAL) + len(WORDS), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                      intermediate_size=64, max_position_embeddings=64, **kw)
+
+
+def _save(model, out: Path, *extra) -> None:
+    model.save_pretrained(out)
+    for e in extra:
+        e.save_pretrained(out)
+
+
+def bert(kind: str) -> Callable[[Path], None]:
+    """A tiny BERT of ``kind`` (a transformers class name) with the word tokenizer."""
+    def build(out: Path) -> None:
+        import transformers
+
+        labels = {"BertForSequenceClassification": ["negative", "positive"],
+                  "BertForTokenClassification": ["O", "B-LOC", "I-LOC", "B-PER"]}.get(kind)
+        kw = {"id2label": dict(enumerate(labels)), "label2id": {x: i for i, x in enumerate(labels)}} if labels else {}
+        _save(getattr(transformers, kind)(_bert_cfg(**kw)), out, word_tokenizer())
+    return build
+
+
+def gpt2(out: Path) -> None:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    tok = word_tokenizer()
+    cfg = GPT2Config(vocab_size=len(SPECIAL) + len(WORDS), n_embd=32, n_layer=2, n_head=2, n_positions=64,
+                     bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    _save(GPT2LMHeadModel(cfg), out, tok)
+
+
+def t5(out: Path) -> None:
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    tok = word_tokenizer()
+    cfg = T5Config(vocab_size=len(SPECIAL) + len(WORDS), d_model=32, d_kv=16, d_ff=64, num_layers=2, num_heads=2,
+                   decoder_start_token_id=tok.pad_token_id, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+    _save(T5ForConditionalGeneration(cfg), out, tok)
+
+
+def vit(out: Path, labels=("cat", "dog", "rocket", "coffee"), layers: int = 2, hidden: int = 32) -> None:
+    from transformers import ViTConfig, ViTForImageClassification, ViTImageProcessor
+
+    cfg = ViTConfig(image_size=32, patch_size=8, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=2,
+                    intermediate_size=hidden * 2, id2label=dict(enumerate(labels)), label2id={x: i for i, x in enumerate(labels)})
+    _save(ViTForImageClassification(cfg), out, ViTImageProcessor(size={"height": 32, "width": 32}))
+
+
+def detr(out: Path) -> None:
+    from transformers import DetrConfig, DetrForObjectDetection, DetrImageProcessor, ResNetConfig
+
+    backbone = ResNetConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], out_features=["stage2"])
+    cfg = DetrConfig(use_timm_backbone=False, backbone_config=backbone, use_pretrained_backbone=False, d_model=32,
+                     encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
+                     encoder_ffn_dim=32, decoder_ffn_dim=32, num_queries=5, id2label={0: "cat", 1: "dog"},
+                     label2id={"cat": 0, "dog": 1})
+    _save(DetrForObjectDetection(cfg), out, DetrImageProcessor(size={"shortest_edge": 64, "longest_edge": 64}))
+
+
+def dpt(out: Path) -> None:
+    from transformers import DPTConfig, DPTForDepthEstimation, DPTImageProcessor
+
+    cfg = DPTConfig(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=4, num_attention_heads=2,
+                    intermediate_size=64, backbone_out_indices=[0, 1, 2, 3], neck_hidden_sizes=[8, 16, 16, 16],
+                    fusion_hidden_size=16, reassemble_factors=[4, 2, 1, 0.5], head_in_index=-1)
+    _save(DPTForDepthEstimation(cfg), out, DPTImageProcessor(size={"height": 32, "width": 32}))
+
+
+def segformer(out: Path) -> None:
+    from transformers import SegformerConfig, SegformerForSemanticSegmentation, SegformerImageProcessor
+
+    labels = ["sky", "ground", "cat"]
+    cfg = SegformerConfig(num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[8, 16], patch_sizes=[7, 3],
+                          strides=[4, 2], num_attention_heads=[1, 2], mlp_ratios=[2, 2], decoder_hidden_size=16,
+                          id2label=dict(enumerate(labels)), label2id={x: i for i, x in enumerate(labels)})
+    _save(SegformerForSemanticSegmentation(cfg), out, SegformerImageProcessor(size={"height": 32, "width": 32}))
+
+
+def wav2vec2(kind: str) -> Callable[[Path], None]:
+    def build(out: Path) -> None:
+        import json
+
+        import transformers
+        from transformers import Wav2Vec2Config, Wav2Vec2CTCTokenizer, Wav2Vec2FeatureExtractor
+
+        chars = ["<pad>", "<s>", "</s>", "<unk>", "|"] + list("abcdefghijklmnopqrstuvwxyz'")
+        (out / "vocab.json").parent.mkdir(parents=True, exist_ok=True)
+        labels = ["speech", "music", "silence"]
+        cfg = Wav2Vec2Config(vocab_size=len(chars), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                             intermediate_size=64, conv_dim=(16, 16), conv_stride=(5, 4), conv_kernel=(10, 4),
+                             num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=2, pad_token_id=0,
+                             classifier_proj_size=16, id2label=dict(enumerate(labels)),
+                             label2id={x: i for i, x in enumerate(labels)})
+        model = getattr(transformers, kind)(cfg)
+        fe = Wav2Vec2FeatureExtractor(sampling_rate=16000, return_attention_mask=True)
+        if kind == "Wav2Vec2ForCTC":
+            with tempfile.TemporaryDirectory() as d:
+                (Path(d) / "vocab.json").write_text(json.dumps({c: i for i, c in enumerate(chars)}))
+                tok = Wav2Vec2CTCTokenizer(str(Path(d) / "vocab.json"))
+            _save(model, out, fe, tok)
+        else:
+            _save(model, out, fe)
+    return build
+
+
+def clip_tokenizer(out: Path):
+    """A CLIP tokenizer over single characters (vocab and merges written here, no download)."""
+    import json
+
+    from transformers import CLIPTokenizer
+
+    chars = list("abcdefghijklmnopqrstuvwxyz0123456789.,!?'-")
+    vocab = {t: i for i, t in enumerate(["<|startoftext|>", "<|endoftext|>", "!"] + chars + [c + "</w>" for c in chars])}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "vocab.json").write_text(json.dumps(vocab))
+    (out / "merges.txt").write_text("#version: 0.2\n")
+    tok = CLIPTokenizer(str(out / "vocab.json"), str(out / "merges.txt"), model_max_length=16)
+    (out / "vocab.json").unlink()
+    (out / "merges.txt").unlink()
+    return tok, len(vocab)
+
+
+def _sd_parts(tmp: Path) -> dict:
+    from diffusers import AutoencoderKL, DDIMScheduler, UNet2DConditionModel
+    from transformers import CLIPTextConfig, CLIPTextModel
+
+    tok, n = clip_tokenizer(tmp / "tok")
+    unet = UNet2DConditionModel(block_out_channels=(8, 16), layers_per_block=1, sample_size=16, in_channels=4, out_channels=4,
+                                down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
+                                up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"), cross_attention_dim=16,
+                                norm_num_groups=4, attention_head_dim=2)
+    vae = AutoencoderKL(block_out_channels=[8, 16], in_channels=3, out_channels=3, latent_channels=4,
+                        down_block_types=["DownEncoderBlock2D"] * 2, up_block_types=["UpDecoderBlock2D"] * 2, norm_num_groups=4)
+    text = CLIPTextModel(CLIPTextConfig(bos_token_id=0, eos_token_id=1, pad_token_id=1, hidden_size=16, intermediate_size=32,
+                                        num_attention_heads=2, num_hidden_layers=2, vocab_size=n, max_position_embeddings=16))
+    sched = DDIMScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear", clip_sample=False)
+    return {"unet": unet, "vae": vae, "text_encoder": text, "tokenizer": tok, "scheduler": sched}
+
+
+def stable_diffusion(out: Path) -> None:
+    from diffusers import StableDiffusionPipeline
+
+    pipe = StableDiffusionPipeline(**_sd_parts(out.parent / (out.name + "-tmp")), safety_checker=None,
+                                   feature_extractor=None, requires_safety_checker=False)
+    pipe.save_pretrained(out)
+
+
+def controlnet(out: Path) -> None:
+    from diffusers import ControlNetModel
+
+    ControlNetModel(block_out_channels=(8, 16), layers_per_block=1, in_channels=4, cross_attention_dim=16,
+                    down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"), conditioning_embedding_out_channels=(4, 8),
+                    norm_num_groups=4, attention_head_dim=2).save_pretrained(out)
+
+
+def hed_annotator(out: Path) -> None:
+    """The ``ControlNetHED.pth`` of ``lllyasviel/Annotators``, random weights of controlnet_aux's own net."""
+    import torch
+    from controlnet_aux.hed import ControlNetHED_Apache2
+
+    out.mkdir(parents=True, exist_ok=True)
+    torch.save(ControlNetHED_Apache2().state_dict(), out / "ControlNetHED.pth")
+
+
+# repo id → (builder, card pipeline_tag or None: inferred from the architecture)
+REPOS: dict[str, tuple[Callable[[Path], None], str | None]] = {
+    "tiny/vit-classifier": (vit, "image-classification"),
+    "tiny/bert-sentiment": (bert("BertForSequenceClassification"), None),
+    "tiny/bert-ner": (bert("BertForTokenClassification"), "token-classification"),
+    "tiny/bert-mlm": (bert("BertForMaskedLM"), None),
+    "tiny/bert-squad": (bert("BertForQuestionAnswering"), "question-answering"),
+    "tiny/bert-embed": (bert("BertModel"), "sentence-similarity"),
+    "tiny/gpt2": (gpt2, None),
+    "tiny/t5-summarize": (t5, "summarization"),
+    "tiny/t5-translate": (t5, "translation"),
+    "tiny/detr": (detr, None),
+    "tiny/dpt-depth": (dpt, None),
+    "tiny/segformer": (segformer, "image-segmentation"),
+    "tiny/wav2vec2-asr": (wav2vec2("Wav2Vec2ForCTC"), None),
+    "tiny/wav2vec2-audio-cls": (wav2vec2("Wav2Vec2ForSequenceClassification"), None),
+    "tiny/stable-diffusion": (stable_diffusion, None),
+    "tiny/sd-controlnet-canny": (controlnet, None),
+    "lllyasviel/Annotators": (hed_annotator, None),
+}
+
+
+def build_cache(cache: Path, repos: dict | None = None) -> dict[str, Path]:
+    """Write every repository of ``repos`` (default :data:`REPOS`) into the cache at ``cache``;
+    returns repo id → snapshot directory."""
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for repo_id, (builder, tag) in (repos or REPOS).items():
+            folder = Path(tmp) / repo_id.replace("/", "--")
+            folder.mkdir(parents=True)
+            builder(folder)
+            shutil.rmtree(folder.parent / (folder.name + "-tmp"), ignore_errors=True)
+            out[repo_id] = write_repo(cache, repo_id, folder, tag)
+    return out
+
+
+def caption(out: Path) -> None:
+    """A ViT encoder with a GPT-2 decoder (VisionEncoderDecoderModel), as vit-gpt2 captioners are."""
+    from transformers import (GPT2Config, ViTConfig, ViTImageProcessor, VisionEncoderDecoderConfig,
+                              VisionEncoderDecoderModel)
+
+    tok = word_tokenizer()
+    enc = ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                    intermediate_size=64)
+    dec = GPT2Config(vocab_size=len(tok), n_embd=32, n_layer=1, n_head=2, n_positions=64, add_cross_attention=True,
+                     is_decoder=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    cfg = VisionEncoderDecoderConfig.from_encoder_decoder_configs(enc, dec)
+    cfg.decoder_start_token_id, cfg.pad_token_id, cfg.eos_token_id = tok.bos_token_id, tok.pad_token_id, tok.eos_token_id
+    model = VisionEncoderDecoderModel(cfg)
+    model.generation_config.decoder_start_token_id = tok.bos_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.generation_config.eos_token_id = tok.eos_token_id
+    _save(model, out, tok, ViTImageProcessor(size={"height": 32, "width": 32}))
+
+
+def vilt(out: Path) -> None:
+    from transformers import ViltConfig, ViltForQuestionAnswering, ViltImageProcessor
+
+    answers = ["yes", "no", "cat", "two"]
+    cfg = ViltConfig(vocab_size=len(SPECIAL) + len(WORDS), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                     intermediate_size=64, image_size=32, patch_size=8, max_position_embeddings=64, num_images=1,
+                     id2label=dict(enumerate(answers)), label2id={a: i for i, a in enumerate(answers)})
+    _save(ViltForQuestionAnswering(cfg), out, word_tokenizer(),
+          ViltImageProcessor(size={"shortest_edge": 32}, size_divisor=8))
+
+
+def vits(out: Path) -> None:
+    import json
+
+    from transformers import VitsConfig, VitsModel, VitsTokenizer
+
+    chars = ["_"] + list(" abcdefghijklmnopqrstuvwxyz'.,")
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d) / "vocab.json").write_text(json.dumps({c: i for i, c in enumerate(chars)}))
+        tok = VitsTokenizer(str(Path(d) / "vocab.json"), add_blank=True, phonemize=False)
+    cfg = VitsConfig(vocab_size=len(chars), hidden_size=16, num_hidden_layers=1, num_attention_heads=2, ffn_dim=32,
+                     flow_size=8, spectrogram_bins=17, upsample_initial_channel=16, upsample_rates=[4, 4],
+                     upsample_kernel_sizes=[8, 8], resblock_kernel_sizes=[3], resblock_dilation_sizes=[[1, 3]],
+                     prior_encoder_num_flows=1, prior_encoder_num_wavenet_layers=1, posterior_encoder_num_wavenet_layers=1,
+                     duration_predictor_num_flows=1, duration_predictor_filter_channels=16, depth_separable_num_layers=1,
+                     sampling_rate=16000)
+    _save(VitsModel(cfg), out, tok)
+
+
+def nli(out: Path) -> None:
+    bert("BertForSequenceClassification")(out)
+    import json
+
+    cfg = json.loads((out / "config.json").read_text())
+    cfg["id2label"] = {"0": "entailment", "1": "neutral", "2": "contradiction"}
+    cfg["label2id"] = {"entailment": 0, "neutral": 1, "contradiction": 2}
+    from transformers import BertConfig, BertForSequenceClassification
+
+    BertForSequenceClassification(BertConfig(**{k: v for k, v in cfg.items() if k not in ("architectures",)})).save_pretrained(out)
+
+
+def text_to_video(out: Path) -> None:
+    from diffusers import TextToVideoSDPipeline, UNet3DConditionModel
+
+    parts = _sd_parts(out.parent / (out.name + "-tmp"))
+    parts["unet"] = UNet3DConditionModel(block_out_channels=(8, 16), layers_per_block=1, sample_size=16, in_channels=4,
+                                         out_channels=4, down_block_types=("CrossAttnDownBlock3D", "DownBlock3D"),
+                                         up_block_types=("UpBlock3D", "CrossAttnUpBlock3D"), cross_attention_dim=16,
+                                         attention_head_dim=2, norm_num_groups=4)
+    TextToVideoSDPipeline(**parts).save_pretrained(out)
+
+
+REPOS.update({
+    "tiny/vit-gpt2-caption": (caption, None),
+    "tiny/vilt-vqa": (vilt, None),
+    "tiny/vits-tts": (vits, None),
+    "tiny/bert-nli": (nli, "zero-shot-classification"),
+    "tiny/text-to-video": (text_to_video, None),
+})
