@@ -2,13 +2,14 @@
 
 Builds a store of N conversations x T turns (default 10,000 x 20) with realistic rows (taskbench
 requests, answers of several hundred characters, full run records, one file per turn on average),
-then times ``SQLiteStore.context()`` for random conversations through the real async API.
+then times the store's ``context()`` (:class:`bot.store.sql.store.SQLStore` on the SQLite file)
+for random conversations through the real async API.
 
 Run: ``python -m benchmarks.bench_store [--conversations N] [--turns T] [--samples S] [--dir D]``
 
 With ``--postgres`` (a throwaway PostgreSQL server from the Debian packages, tests/realparts.py) or
 ``--database-url URL`` (an empty database), the same rows are copied there and
-``PostgresStore.context()`` is timed too, over TCP on 127.0.0.1.
+the same store's ``context()`` on PostgreSQL is timed too, over TCP on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bot.store.sqlite import SQLiteStore  # noqa: E402
+from bot.store.sql.database import DB_NAME, Database  # noqa: E402
+from bot.store.sql.store import SQLStore  # noqa: E402
 from bot.store.text import clip_summary  # noqa: E402
 from bot.tokens import count_json_tokens, count_tokens  # noqa: E402
 from pipeline.tasks.outputs import DetectedObject, Objects  # noqa: E402
@@ -45,10 +47,22 @@ class NoMedia:
         raise RuntimeError("no media writes in the benchmark")
 
 
+def sqlite_store(data_dir: Path) -> SQLStore:
+    """The store on the SQLite file of ``data_dir``, as ``open_store`` makes it."""
+    return SQLStore(Database(path=data_dir.resolve() / DB_NAME), data_dir, NoMedia())
+
+
+def postgres_store(url: str, data_dir: Path) -> SQLStore:
+    """The store on the PostgreSQL database ``url``."""
+    return SQLStore(Database(url=url), data_dir, NoMedia())
+
+
 def requests() -> list[str]:
+    """TaskBench's user requests (records of the folder's other kinds, without one, are skipped)."""
     out = []
     for f in sorted((ROOT / "tests" / "fixtures" / "taskbench").glob("*.jsonl")):
-        out += [json.loads(line)["user_request"] for line in f.read_text().splitlines() if line.strip()]
+        records = (json.loads(line) for line in f.read_text().splitlines() if line.strip())
+        out += [r["user_request"] for r in records if "user_request" in r]
     return out
 
 
@@ -167,7 +181,7 @@ async def measure(store, conversations: int, samples: int, budget: int) -> list[
 async def measure_writes(data_dir: Path, conversations: int, samples: int) -> tuple[list[float], float]:
     """Time begin_turn + finish_turn (one transaction each, fsync'd) and a prune pass that
     deletes nothing (it still reads every resource row)."""
-    store = SQLiteStore(data_dir, NoMedia())
+    store = sqlite_store(data_dir)
     await store.open()
     try:
         rng = random.Random(3)
@@ -193,9 +207,7 @@ async def copy_to_postgres(sqlite_path: Path, url: str) -> float:
     """Migrate the empty database at ``url`` and copy the built rows into it (COPY); seconds taken."""
     import asyncpg
 
-    from bot.store.sql.postgres import PostgresStore
-
-    store = PostgresStore(url, sqlite_path.parent, NoMedia())
+    store = postgres_store(url, sqlite_path.parent)
     await store.open()
     await store.close()
     t = time.perf_counter()
@@ -232,9 +244,13 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="bench-store-") as tmp:
         data_dir = args.dir or Path(tmp)
-        store = SQLiteStore(data_dir, NoMedia())
-        asyncio.run(store.open())
-        asyncio.run(store.close())
+        store = sqlite_store(data_dir)
+
+        async def create() -> None:  # the schema, as a first start makes it
+            await store.open()
+            await store.close()
+
+        asyncio.run(create())
         t = time.perf_counter()
         build(store.path, args.conversations, args.turns)
         build_s = time.perf_counter() - t
@@ -261,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         os.sync()
         gc.collect()
         for budget in (args.budget, 100_000):
-            times = asyncio.run(measure(SQLiteStore(data_dir, NoMedia()), args.conversations, args.samples, budget))
+            times = asyncio.run(measure(sqlite_store(data_dir), args.conversations, args.samples, budget))
             print(f"context(budget={budget} tokens), {len(times)} random conversations:"
                   f" p50 {statistics.median(times):.3f} ms, p99 {pct(times, 99):.3f} ms, max {max(times):.3f} ms")
         writes, prune_s = asyncio.run(measure_writes(data_dir, args.conversations, min(args.samples, 300)))
@@ -286,9 +302,7 @@ def bench_postgres(args: argparse.Namespace, data_dir: Path, sqlite_path: Path, 
         copy_s = asyncio.run(copy_to_postgres(sqlite_path, url))
         print(f"PostgreSQL: copied the rows in {copy_s:.1f} s")
         for budget in (args.budget, 100_000):
-            from bot.store.sql.postgres import PostgresStore
-
-            times = asyncio.run(measure(PostgresStore(url, data_dir, NoMedia()), args.conversations, args.samples, budget))
+            times = asyncio.run(measure(postgres_store(url, data_dir), args.conversations, args.samples, budget))
             print(f"PostgreSQL context(budget={budget} tokens), {len(times)} random conversations:"
                   f" p50 {statistics.median(times):.3f} ms, p99 {pct(times, 99):.3f} ms, max {max(times):.3f} ms")
     finally:

@@ -17,7 +17,7 @@ from typing import Literal
 from .errors import StorageError
 from .limits import RateLimiter
 from .settings import Settings
-from .store.protocol import ConversationStore
+from .store.protocol import SharedLimits
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ class Admission:
             without it, in this process's memory.
     """
 
-    def __init__(self, settings: Settings, platform: Platform, store: ConversationStore | None = None) -> None:
+    def __init__(self, settings: Settings, platform: Platform, store: SharedLimits | None = None) -> None:
         self.platform = platform
         self.settings = settings
         cfg = settings.discord if platform == "discord" else settings.slack if platform == "slack" else None

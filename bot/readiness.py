@@ -18,13 +18,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
-import sqlite3
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import StorageError
-from .store.sqlite import DB_NAME
+from .store.sql.probes import DB_NAME, quick_check
 
 if TYPE_CHECKING:
     from .settings import Settings
@@ -97,25 +96,10 @@ class Readiness:
             return self._integrity
         self._checked = time.monotonic()
         try:
-            verdict = await asyncio.wait_for(asyncio.to_thread(_quick_check, self.sqlite), PROBE_TIMEOUT * 6)
+            verdict = await asyncio.wait_for(asyncio.to_thread(quick_check, self.sqlite), PROBE_TIMEOUT * 6)
         except TimeoutError:
             verdict = "timed out"
         self._integrity = None if verdict == "ok" else "The conversation database failed its integrity check."
         if self._integrity:
             log.error("readiness: %s failed PRAGMA quick_check: %s", self.sqlite, verdict)
         return self._integrity
-
-
-def _quick_check(path: Path) -> str:
-    """``PRAGMA quick_check`` of the SQLite file at ``path`` on a read-only connection: ``"ok"``,
-    or what SQLite reported."""
-    conn: sqlite3.Connection | None = None
-    try:
-        conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True, timeout=2.0)
-        rows = conn.execute("PRAGMA quick_check(3)").fetchall()
-    except sqlite3.Error as e:
-        return f"{type(e).__name__}: {e}"
-    finally:
-        if conn is not None:
-            conn.close()
-    return "ok" if rows == [("ok",)] else "; ".join(str(r[0]) for r in rows)

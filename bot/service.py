@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import replace
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 
 from pipeline.core import Pipeline
 from pipeline.followup import work_summary
@@ -24,7 +24,8 @@ from .limits import check_request_size
 from .locks import ThreadLocks
 from .mentions import check_mentions
 from .settings import Settings
-from .store import ConversationStore, LocalResourceSink, MediaStore, open_store
+from .store import ConversationStore, Handover, LocalResourceSink, MediaStore, open_store
+from .store.deferred import DeferredLedger
 from .uploads import Inspected, inspect_upload
 
 
@@ -39,25 +40,38 @@ class Service:
     turns, newest first, within ``[storage] context_tokens``); each turn is stored with its plan,
     model choices, results, answer, files, timings and status. Two turns of one conversation run
     in order; different conversations never wait for each other.
+
+    Attributes:
+        store: the conversation store (``None`` when built without conversations).
+        events: the channel on which the store publishes what it finds of gone processes sharing
+            it (turns marked interrupted, deliveries taken over); front ends subscribe to it
+            (:class:`bot.store.Handover`: ``events.on_interrupted(listener)``,
+            ``events.on_redelivery(prefix, listener)``).
     """
 
     def __init__(
-        self, settings: Settings, pipeline: Pipeline, media: MediaStore, store: ConversationStore, closers: Sequence
+        self, settings: Settings, pipeline: Pipeline, media: MediaStore, store: ConversationStore | None,
+        closers: Sequence, events: Handover | None = None,
     ) -> None:
         self.settings = settings
         self.pipeline = pipeline
         self.media = media
         self.store = store
+        self.events = events or Handover()
         self._closers = list(closers)
         self._locks = ThreadLocks()
         self._inflight: set[asyncio.Task] = set()
-        self._interrupted: list[tuple[ConversationKey, int]] = []  # marked before any front end listened
-        self._listeners: list[Callable[[list[tuple[ConversationKey, int]]], Awaitable[None]]] = []
-        store.on_interrupted = self._tell_interrupted
 
     @classmethod
-    async def create(cls, settings: Settings) -> "Service":
+    async def create(cls, settings: Settings, *, conversations: bool = True) -> "Service":
         """Build the controller client, catalog, experts and stores from ``settings``.
+
+        Args:
+            settings: the settings.
+            conversations: open the conversation store (``False``: requests without a
+                conversation key only, as ``hugginggpt run``: the store is then opened only if a
+                media file is written, to record it and keep the media quota,
+                :class:`bot.store.deferred.DeferredLedger`).
 
         Raises:
             ConfigError: a credential is missing or the catalog file is unusable.
@@ -65,21 +79,34 @@ class Service:
         """
         pipeline, closers = build_pipeline(settings)
         media = MediaStore(settings.storage.data_dir)
-        early: list[tuple[ConversationKey, int]] = []  # turns of gone processes found while opening
-
-        async def keep(marked: list[tuple[ConversationKey, int]]) -> None:
-            early.extend(marked)
-
-        try:
-            store = await open_store(settings.storage, media, on_interrupted=keep)
-        except BaseException:
-            for close in closers:
-                await close()
-            raise
+        events = Handover()  # turns of gone processes found while opening wait there for a front end
+        store = None
+        if conversations:
+            try:
+                store = await open_store(settings.storage, media, events=events)
+            except BaseException:
+                for close in closers:
+                    await close()
+                raise
+            closers = [*closers, store.close]
+        else:
+            media.ledger = ledger = DeferredLedger(settings.storage, media)
+            closers = [*closers, ledger.close]
+            log.info("no conversation is kept by this command; the store under %s is opened only to record a file",
+                     settings.storage.data_dir)
         pipeline.refresh_served_tasks()  # Hub look-ups start now, not when the first request arrives
-        service = cls(settings, pipeline, media, store, [*closers, store.close])
-        service._interrupted.extend(early)
-        return service
+        return cls(settings, pipeline, media, store, [*closers, events.close], events)
+
+    @property
+    def conversations(self) -> ConversationStore:
+        """The open conversation store.
+
+        Raises:
+            StorageError: the service was built without one.
+        """
+        if self.store is None:
+            raise StorageError("This command keeps no conversations.", "Service built with conversations=False")
+        return self.store
 
     async def close(self) -> None:
         """Cancel runs in flight (their turns are stored as failed: "interrupted") and close clients."""
@@ -118,38 +145,9 @@ class Service:
             for f in files
         ]
 
-    def on_interrupted(self, listener: Callable[[list[tuple[ConversationKey, int]]], Awaitable[None]]) -> None:
-        """Register a front end's ``listener``: it is called with ``[(conversation key, turn
-        index)]`` whenever this process marks turns of a gone process interrupted (a process
-        killed mid-run; found at start and at each heartbeat, within ``[storage] lease_seconds``),
-        so it can tell those threads. Turns marked before the first listener came are passed to it
-        at once. Each listener picks the keys of its own platform.
-        """
-        self._listeners.append(listener)
-        pending, self._interrupted = self._interrupted, []
-        if pending:
-            task = asyncio.get_running_loop().create_task(self._call(listener, pending))
-            self._inflight.add(task)
-            task.add_done_callback(self._inflight.discard)
-
-    async def _tell_interrupted(self, marked: list[tuple[ConversationKey, int]]) -> None:
-        if not self._listeners:
-            self._interrupted.extend(marked)
-            return
-        for listener in list(self._listeners):
-            await self._call(listener, marked)
-
-    @staticmethod
-    async def _call(listener: Callable[[list[tuple[ConversationKey, int]]], Awaitable[None]],
-                    marked: list[tuple[ConversationKey, int]]) -> None:
-        try:
-            await listener(marked)
-        except Exception:  # noqa: BLE001 - telling a thread is best effort; the turn is already marked
-            log.exception("could not tell %d thread(s) about interrupted turns", len(marked))
-
     async def conversation_id(self, key: ConversationKey) -> str:
         """The stored conversation id of ``key`` (created on first use)."""
-        return await self.store.get_or_create(key)
+        return await self.conversations.get_or_create(key)
 
     async def start_over(self, key: ConversationKey) -> bool:
         """The next turn of ``key`` starts a new conversation (a DM's "new"); the earlier one stays
@@ -158,21 +156,13 @@ class Service:
         Raises:
             StorageError: the conversation store fails.
         """
-        return await self.store.retire(key) is not None
-
-    def on_redelivery(self, prefix: str, listener: Callable[[list[tuple[str, str]]], Awaitable[None]]) -> None:
-        """Run the deliveries a gone process took but never started: ``listener`` gets
-        ``[(key, payload)]`` of those whose key starts with ``prefix`` (``"slack:"``), now owned
-        by this process (found at each heartbeat, once their process's lease expired; see
-        ``ConversationStore.claim_delivery``). One listener per process."""
-        self.store.adopt_prefix = prefix
-        self.store.on_orphaned_deliveries = listener
+        return await self.conversations.retire(key) is not None
 
     async def note_delivery(self, key: str, payload: str) -> None:
         """Replace what is kept with a delivery not started yet (``ConversationStore.note_delivery``);
         failures are logged only (the first payload stays)."""
         try:
-            await self.store.note_delivery(key, payload)
+            await self.conversations.note_delivery(key, payload)
         except StorageError as e:
             log.warning("could not note delivery %s: %s", key, e)
 
@@ -181,7 +171,7 @@ class Service:
         before the run); see ``ConversationStore.settle_delivery``. Failures are logged only."""
         if key:
             try:
-                await self.store.settle_delivery(key)
+                await self.conversations.settle_delivery(key)
             except StorageError as e:
                 log.warning("could not settle delivery %s: %s", key, e)
 
@@ -194,7 +184,7 @@ class Service:
             StorageError: the conversation store fails.
         """
         present = list(dict.fromkeys(k for k in keys if k))
-        return not present or await self.store.claim_delivery(present, payload)
+        return not present or await self.conversations.claim_delivery(present, payload)
 
     async def record_feedback(self, conversation_id: str, turn: int, verdict: str, user: str) -> bool:
         """Store ``user``'s ``verdict`` (``"good"`` or ``"bad"``) on a stored turn; ``False`` when
@@ -205,7 +195,7 @@ class Service:
         """
         if verdict not in ("good", "bad"):
             return False
-        return await self.store.record_feedback(conversation_id, turn, user, verdict)
+        return await self.conversations.record_feedback(conversation_id, turn, user, verdict)
 
     async def handle(
         self,
@@ -272,7 +262,7 @@ class Service:
         if not history:
             return history
         try:
-            views = await self.store.turns(conv)
+            views = await self.conversations.turns(conv)
         except StorageError as e:
             log.warning("could not read the record of turn %s/%d for the chat log: %s", conv, history[0].index, e)
             return history
@@ -286,20 +276,20 @@ class Service:
         chat_log: Sequence[Turn] = (), on_start: Callable[[str | None, int], None] | None = None,
         stop: asyncio.Event | None = None, delivery: str | None = None,
     ) -> AsyncIterator[Event]:
-        conv = await self.store.get_or_create(key)
-        history, earlier = await self.store.context(conv, self.settings.storage.context_tokens)
+        conv = await self.conversations.get_or_create(key)
+        history, earlier = await self.conversations.context(conv, self.settings.storage.context_tokens)
         history = await self._with_work(conv, history) or list(chat_log)
         check_mentions(text, earlier, [info.kind for _, info in files], key.platform)
-        turn = await self.store.begin_turn(conv, text, user, delivery)
+        turn = await self.conversations.begin_turn(conv, text, user, delivery)
         record: RunRecord | None = None
         try:
-            if await self.store.wait_turn(conv, turn):  # an earlier turn ran in another process: plan after it
-                history, earlier = await self.store.context(conv, self.settings.storage.context_tokens)
+            if await self.conversations.wait_turn(conv, turn):  # an earlier turn ran in another process: plan after it
+                history, earlier = await self.conversations.context(conv, self.settings.storage.context_tokens)
                 history = await self._with_work(conv, history) or list(chat_log)
             stored: list[Resource] = []
             for f, info in files:
                 stored.append(
-                    await self.store.add_resource(
+                    await self.conversations.add_resource(
                         conv, turn, f.data, kind=info.kind, mime=info.mime, origin="user", description=info.description, name=f.name
                     )
                 )
@@ -312,10 +302,10 @@ class Service:
             if on_start is not None:
                 on_start(conv, turn)
             try:
-                async for event in self.pipeline.run(request, self.store.sink(conv, turn), stop=stop):
+                async for event in self.pipeline.run(request, self.conversations.sink(conv, turn), stop=stop):
                     if isinstance(event, Done):
                         record = event.record
-                        await self.store.finish_turn(conv, turn, record)
+                        await self.conversations.finish_turn(conv, turn, record)
                     yield event
             finally:
                 if me is not None:
@@ -324,6 +314,6 @@ class Service:
             if record is None:  # failed before the pipeline ended, or cancelled (shutdown, Ctrl-C)
                 failed = RunRecord(request=text, status="error", error="This turn was interrupted before it finished.")
                 try:
-                    await asyncio.shield(self.store.finish_turn(conv, turn, failed))
+                    await asyncio.shield(self.conversations.finish_turn(conv, turn, failed))
                 except Exception:
                     log.exception("could not mark turn %s/%d as failed", conv, turn)

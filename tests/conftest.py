@@ -135,15 +135,13 @@ def new_store(request, tmp_path):
     contract tests run on both."""
     url = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
 
-    def make(data: Path | None = None, **kw):
+    def make(data: Path | None = None, *, busy_timeout: float = 5.0, **kw):
+        from bot.store.sql.database import DB_NAME, Database
+        from bot.store.sql.store import SQLStore
+
         data = data or tmp_path / "data"
-        if url is None:
-            from bot.store import SQLiteStore
-
-            return SQLiteStore(data, MediaStore(data), **kw)
-        from bot.store.sql.postgres import PostgresStore
-
-        return PostgresStore(url, data, MediaStore(data), **kw)
+        db = Database(url=url) if url else Database(path=Path(data).resolve() / DB_NAME, busy_timeout=busy_timeout)
+        return SQLStore(db, data, MediaStore(data), **kw)
 
     make.backend = request.param
     return make

@@ -203,7 +203,14 @@ async def test_a_threads_turns_keep_their_order_across_processes(two_services, s
     a, b = two_services
     sandbox.inference.latency["image-to-text"] = 0.5
     first = asyncio.create_task(turn(a, "Caption this picture", [media_file("coffee.png")], thread="shared"))
-    await asyncio.sleep(0.2)  # the first turn is running in process A when the follow-up reaches process B
+    conv = await a.conversation_id(key("shared"))
+
+    async def photo_stored() -> None:  # A's turn has begun and stored its photo; its caption runs 0.5 s
+        while not await a.store.resources(conv):
+            await asyncio.sleep(0.02)
+
+    await asyncio.wait_for(photo_stored(), 20)
+    # the first turn is running in process A when the follow-up reaches process B
     second = await turn(b, "Caption the first photo again", thread="shared")
     await first
     reqs = sandbox.controller.requests

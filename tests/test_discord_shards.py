@@ -279,7 +279,9 @@ async def test_a_killed_shard_process_leaves_its_thread_told_by_the_other(store,
             iid = int((await d.interact("Generate an image of a cat", channel_id=guilds[1][1]))["id"])
             thread_id = await _thread_of(d, iid)
             deadline = time.monotonic() + 20
-            while not _runs(d, thread_id):  # the run is in flight on shard 1's process
+            # the run is in flight on shard 1's process: its progress message is up and its turn began
+            # (the planner was asked; the progress message alone can precede the turn's start)
+            while not (_runs(d, thread_id) and sandbox.controller.calls("task-planning")):
                 assert time.monotonic() < deadline
                 await asyncio.sleep(0.05)
             procs[1].kill()

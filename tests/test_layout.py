@@ -7,10 +7,13 @@
   ``pipeline/``, and nothing outside ``bot/cli/`` imports it;
 * no module imports another in a cycle;
 * no product module is over 450 lines;
+* one conversation store: a single class implements the conversations protocol, database drivers
+  are imported only by the store's package (``bot/store/sql``) and dialect-specific SQLAlchemy
+  only by its dialect module;
 * the command line (``bot/cli/``) imports no platform SDK: platforms are the adapters' own;
 * no mixins that rely on their host's attributes: a class of ours used as a base reads no
   ``self.x`` that it (or a base of ours) does not define;
-* no product function is over 60 lines;
+* no product function is over 60 lines (the Alembic revision files, frozen once released, aside);
 * no private name (a leading underscore) is imported from another module of ours;
 * no "issue N" in comments or strings: the code says why, the tracker is not its documentation.
 
@@ -167,14 +170,6 @@ def test_the_sdk_rule_sees_a_lazy_platform_import() -> None:
     assert "slack_bolt.adapter.socket_mode.async_handler" in external_imports(tree)
 
 
-MIXINS_OWNED_ELSEWHERE = {
-    # The store rewrite (one store on SQLAlchemy Core, another branch) removes these two mixins;
-    # this set is emptied when it is merged.
-    "bot.store.sql.retention.SQLRetention",
-    "bot.store.sqlite_extras.SQLiteExtras",
-}
-
-
 def _base_names(cls: ast.ClassDef) -> list[str]:
     return [b.id if isinstance(b, ast.Name) else b.attr for b in cls.bases if isinstance(b, (ast.Name, ast.Attribute))]
 
@@ -224,7 +219,7 @@ def host_attributes(sources: dict[str, ast.Module]) -> dict[str, list[str]]:
 
 def test_no_mixin_relies_on_its_host() -> None:
     found = host_attributes({m: tree for m, (_, tree) in trees().items()})
-    assert {c: attrs for c, attrs in found.items() if c not in MIXINS_OWNED_ELSEWHERE} == {}
+    assert found == {}
 
 
 def test_the_mixin_rule_finds_a_host_attribute() -> None:
@@ -238,7 +233,7 @@ def test_the_mixin_rule_finds_a_host_attribute() -> None:
 
 
 LONG_FUNCTIONS_OWNED_ELSEWHERE = {
-    # Functions in files other branches rewrite at the same time (the store, the catalog, the Hub
+    # Functions in files other branches rewrite at the same time (the catalog, the Hub
     # runner, the sandbox, the evaluation); they are split after those are merged, and this set
     # is emptied then. Nothing else may be added here.
     "pipeline.catalog.refresh.refresh_catalog",
@@ -246,8 +241,6 @@ LONG_FUNCTIONS_OWNED_ELSEWHERE = {
     "bot.sandbox.heuristics.compose_response",
     "bot.sandbox.inference.InferenceStandIn._serve",
     "bot.sandbox.routing.answer_for",
-    "bot.store.retention.plan",
-    "bot.store.sqlite.SQLiteStore.add_resource",
     "bot.evaluation.report.build_report",
 }
 
@@ -283,10 +276,9 @@ def test_no_product_function_over_the_size_limit() -> None:
 
 
 PRIVATE_IMPORTS_OWNED_ELSEWHERE = {
-    # Modules other branches replace at the same time (the store rewrite; the sandbox leaves bot/
-    # for a package of its own); emptied when they are merged.
+    # Modules other branches replace at the same time (the sandbox leaves bot/ for a package of
+    # its own); emptied when they are merged.
     "bot.sandbox.planning",
-    "bot.store.sql.retention",
 }
 
 
@@ -304,13 +296,6 @@ def test_no_private_name_imported_across_modules() -> None:
 
 
 ISSUE = re.compile(r"\bissues?\s+#?\d+", re.IGNORECASE)
-ISSUE_MENTIONS_OWNED_ELSEWHERE = {
-    # Files of the store rewrite (another branch replaces them); emptied when it is merged.
-    "bot/store/lease.py",
-    "bot/store/sql/postgres.py",
-    "bot/store/sql/alembic/versions/r0006_shared_limits.py",
-    "bot/store/sql/alembic/versions/r0007_delivery_payloads.py",
-}
 
 
 def issue_mentions(source: str) -> list[str]:
@@ -321,5 +306,33 @@ def issue_mentions(source: str) -> list[str]:
 
 def test_no_issue_numbers_in_comments() -> None:
     found = {str(p.relative_to(ROOT)): issue_mentions(p.read_text(encoding="utf-8")) for p in modules().values()}
-    assert {f: m for f, m in found.items() if m and f not in ISSUE_MENTIONS_OWNED_ELSEWHERE} == {}
+    assert {f: m for f, m in found.items() if m} == {}
     assert issue_mentions('x = 1  # see issue 11\n"""Sharding (issues 4 and 10)."""\n') != []
+
+
+# -- one conversation store -------------------------------------------------------------------------
+
+STORE_PACKAGE = "bot.store.sql"
+DRIVERS = ("sqlite3", "aiosqlite", "asyncpg", "psycopg", "sqlalchemy")
+CONVERSATION_METHODS = {"get_or_create", "begin_turn", "finish_turn", "add_resource", "context", "turns"}
+
+
+def test_one_conversation_store_implementation() -> None:
+    implementations = []
+    for name, (_, tree) in trees().items():
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ClassDef) or any(ast.unparse(b).endswith("Protocol") for b in node.bases):
+                continue
+            defined = {f.name for f in node.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
+            if len(defined & CONVERSATION_METHODS) >= 3:
+                implementations.append(f"{name}.{node.name}")
+    assert implementations == ["bot.store.sql.store.SQLStore"]
+
+
+def test_database_drivers_only_in_the_store_package() -> None:
+    outside = {name: sorted(m for m in external_imports(tree) if m.split(".")[0] in DRIVERS)
+               for name, (_, tree) in trees().items() if not name.startswith(STORE_PACKAGE)}
+    assert {n: m for n, m in outside.items() if m} == {}
+    dialects = {name for name, (_, tree) in trees().items()
+                if any(m.startswith("sqlalchemy.dialects") for m in external_imports(tree))}
+    assert dialects == {"bot.store.sql.dialect"}  # SQLite and PostgreSQL differ in its named functions only

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from PIL import Image
+from sqlalchemy import text
 
 from adapters.slack.app import STARTED_OVER
 from adapters.slack.controls import ALREADY_ENDED, NOT_YOURS
@@ -60,7 +61,7 @@ async def test_the_plan_streams_as_task_cards_then_the_answer_with_feedback_butt
     assert await h.click(reply, FEEDBACK_ACTION, value, user="U7") == 200
     await h.slack.wait_for(lambda: h.slack.ephemeral)
     assert h.slack.ephemeral[-1]["text"] == "Thanks for the feedback." and h.slack.ephemeral[-1]["user"] == "U7"
-    rows = await h.service.store.database.read("t", "SELECT user, verdict FROM feedback", ())
+    rows = await h.service.store.database.read("t", text("SELECT user, verdict FROM feedback"))
     assert [tuple(r) for r in rows] == [("U7", "good")]
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import importlib
 import io
 import json
 import os
@@ -20,17 +21,19 @@ import textwrap
 import time
 from pathlib import Path
 
-import aiosqlite
 import pytest
 from PIL import Image
+from sqlalchemy import text as sql_text
 
 from bot.errors import StorageError
 from bot.incoming import ConversationKey
 from bot.locks import ThreadLocks
-from bot.store import ConversationStore, MediaStore, PruneReport, SQLiteStore, migrations
+from bot.store import ConversationStore, MediaStore, PruneReport
 from bot.store.chatlog import TURN_OVERHEAD_TOKENS, select_history
 from bot.store.lease import RECENT_SECONDS
-from bot.store.migrations import SCHEMA_VERSION
+from bot.store.sql.database import DB_NAME, Database
+from bot.store.sql.revisions import HEAD
+from bot.store.sql.store import SQLStore
 from bot.store.retention import expired, over_budget
 from bot.store.text import clip_summary
 from bot.tokens import count_json_tokens, count_tokens
@@ -56,8 +59,24 @@ class Clock:
         return self.t
 
 
-def make_store(tmp_path: Path, **kw) -> SQLiteStore:
-    return SQLiteStore(tmp_path / "data", MediaStore(tmp_path / "data"), **kw)
+def sqlite_at(data_dir: Path, media: object, *, busy_timeout: float = 5.0, **kw) -> SQLStore:
+    """The store on the SQLite file of ``data_dir`` (as ``open_store`` makes it without a database URL)."""
+    return SQLStore(Database(path=Path(data_dir).resolve() / DB_NAME, busy_timeout=busy_timeout), data_dir, media, **kw)
+
+
+def make_store(tmp_path: Path, **kw) -> SQLStore:
+    return sqlite_at(tmp_path / "data", MediaStore(tmp_path / "data"), **kw)
+
+
+async def q(s: SQLStore, sql: str) -> list[tuple]:
+    """Rows of a read-only statement on the store's database."""
+    return [tuple(r) for r in await s.database.read("testing", sql_text(sql))]
+
+
+async def on_writer(s: SQLStore, sql: str) -> None:
+    """Run ``sql`` on the store's (one) SQLite writer connection."""
+    async with s.database.tx("testing") as conn:
+        await conn.exec_driver_sql(sql)
 
 
 def record(text: str, answer: str, files: list[Resource] = (), status: str = "ok", error: str | None = None) -> RunRecord:
@@ -86,7 +105,7 @@ async def store(new_store):
     await s.close()
 
 
-async def run_turn(s: SQLiteStore, cid: str, text: str, upload: str | None = None, answer: str = "Done."):
+async def run_turn(s: SQLStore, cid: str, text: str, upload: str | None = None, answer: str = "Done."):
     turn = await s.begin_turn(cid, text, "U1")
     files = []
     if upload:
@@ -101,18 +120,25 @@ async def run_turn(s: SQLiteStore, cid: str, text: str, upload: str | None = Non
 # ----------------------------------------------------------------------------------------------
 
 
-def test_sqlite_store_has_every_protocol_method_with_its_signature():
-    """SQLiteStore must offer each ConversationStore method with the same parameters (a structural
-    check: isinstance on a runtime-checkable Protocol only tests that the names exist)."""
+def test_the_store_has_every_protocol_method_with_its_signature():
+    """SQLStore must offer each method of the four protocols with the same parameters (a structural
+    check: isinstance on a runtime-checkable Protocol only tests that the names exist), and the
+    protocols together are ConversationStore, with no attribute a caller would write."""
     import inspect
 
-    names = [n for n, v in vars(ConversationStore).items() if callable(v) and not n.startswith("_")]
+    from bot.store import Conversations, Deliveries, SharedLimits, Upkeep
+
+    parts = (Conversations, Deliveries, SharedLimits, Upkeep)
+    names = [n for p in parts for n, v in vars(p).items() if callable(v) and not n.startswith("_")]
+    assert len(names) == len(set(names)) == 24  # files_of (GET /v1/files) joined the conversations protocol
     assert {"get_or_create", "begin_turn", "finish_turn", "add_resource", "context", "prune", "forget"} <= set(names)
+    assert set(ConversationStore.__mro__) >= set(parts)
+    assert not any(getattr(p, "__annotations__", {}) for p in (ConversationStore, *parts))  # no callbacks
     for name in names:
         want = inspect.signature(getattr(ConversationStore, name))
-        got = inspect.signature(getattr(SQLiteStore, name))
+        got = inspect.signature(getattr(SQLStore, name))
         assert list(got.parameters) == list(want.parameters), name
-        assert inspect.iscoroutinefunction(getattr(SQLiteStore, name)) == inspect.iscoroutinefunction(
+        assert inspect.iscoroutinefunction(getattr(SQLStore, name)) == inspect.iscoroutinefunction(
             getattr(ConversationStore, name)), name
 
 
@@ -238,11 +264,11 @@ async def test_migrates_v1_database_and_keeps_data(tmp_path):
     db.commit()
     db.close()
 
-    s = SQLiteStore(data, MediaStore(data))
+    s = sqlite_at(data, MediaStore(data))
     await s.open()
     try:
-        (version,) = await (await s.database.writer.execute("PRAGMA user_version")).fetchone()
-        assert version == SCHEMA_VERSION == 5
+        assert await q(s, "SELECT (SELECT user_version FROM pragma_user_version), version_num FROM alembic_version") == [
+            (5, HEAD)]
         assert await s.get_or_create(KEY_A) == "c0ffee"
         assert await s.find("c0ffee") == KEY_A
         assert await s.mark_interrupted() == 1
@@ -262,7 +288,7 @@ async def test_corrupt_database_file_is_a_storage_error_naming_it(tmp_path):
     data.mkdir()
     db_file = data / "conversations.sqlite3"
     db_file.write_bytes(os.urandom(8192))
-    s = SQLiteStore(data, MediaStore(data))
+    s = sqlite_at(data, MediaStore(data))
     with pytest.raises(StorageError) as e:
         await s.open()
     assert str(db_file) in e.value.user_message
@@ -299,7 +325,7 @@ async def test_newer_schema_is_refused(tmp_path):
     db.execute("PRAGMA user_version = 99")
     db.close()
     with pytest.raises(StorageError, match="newer version"):
-        await SQLiteStore(data, MediaStore(data)).open()
+        await sqlite_at(data, MediaStore(data)).open()
 
 
 async def test_foreign_sqlite_file_is_refused_untouched(tmp_path):
@@ -310,7 +336,7 @@ async def test_foreign_sqlite_file_is_refused_untouched(tmp_path):
     db.commit()
     db.close()
     with pytest.raises(StorageError, match="another program"):
-        await SQLiteStore(data, MediaStore(data)).open()
+        await sqlite_at(data, MediaStore(data)).open()
     db = sqlite3.connect(data / "conversations.sqlite3")
     assert [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")] == ["invoices"]
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
@@ -325,7 +351,7 @@ async def test_locked_database_at_open(tmp_path):
     holder.execute("CREATE TABLE other (x)")
     holder.execute("BEGIN EXCLUSIVE")
     try:
-        s = SQLiteStore(data, MediaStore(data), busy_timeout=0.2)
+        s = sqlite_at(data, MediaStore(data), busy_timeout=0.2)
         t0 = time.monotonic()
         with pytest.raises(StorageError) as e:
             await s.open()
@@ -370,7 +396,7 @@ class FullDisk:
 async def test_disk_full_while_saving_media_fails_cleanly(tmp_path):
     data = tmp_path / "data"
     writer = FullDisk(MediaStore(data))
-    s = SQLiteStore(data, writer)
+    s = sqlite_at(data, writer)
     await s.open()
     try:
         cid = await s.get_or_create(KEY_A)
@@ -382,9 +408,9 @@ async def test_disk_full_while_saving_media_fails_cleanly(tmp_path):
                                  description="r")
         assert "disk is full" in e.value.user_message
         assert [r.id for r in await s.resources(cid)] == ["image-1"]  # no dangling row
-        (n,) = await (await s.database.writer.execute("SELECT count(*) FROM resources")).fetchone()
+        [(n,)] = await q(s, "SELECT count(*) FROM resources")
         assert n == 1
-        (check,) = await (await s.database.writer.execute("PRAGMA integrity_check")).fetchone()
+        [(check,)] = await q(s, "PRAGMA integrity_check")
         assert check == "ok"
         await s.finish_turn(cid, t, record("first", "", status="error", error=e.value.user_message))
         writer.full = False
@@ -402,13 +428,13 @@ async def test_database_full_fails_the_write_cleanly(sqlite_store):
     store = sqlite_store
     cid = await store.get_or_create(KEY_A)
     await run_turn(store, cid, "a first request that fits", "coffee.png", answer="It fits.")
-    (pages,) = await (await store.database.writer.execute("PRAGMA page_count")).fetchone()
-    await store.database.writer.execute(f"PRAGMA max_page_count={pages}")  # the disk holding the database is full
+    [(pages,)] = await q(store, "PRAGMA page_count")
+    await on_writer(store, f"PRAGMA max_page_count={pages}")  # the disk holding the database is full
     huge = "Describe this photo in great detail please. " * 20_000
     with pytest.raises(StorageError) as e:
         await store.begin_turn(cid, huge, None)
     assert "disk is full" in e.value.user_message and str(store.path) in e.value.user_message
-    await store.database.writer.execute("PRAGMA max_page_count=4294967294")
+    await on_writer(store, "PRAGMA max_page_count=4294967294")
     history, resources = await store.context(cid, 10_000)
     assert [(t.index, t.answer) for t in history] == [(0, "It fits.")]  # the failed turn left no trace
     assert [r.id for r in resources] == ["image-1"]
@@ -420,12 +446,12 @@ async def test_open_store_from_settings_marks_and_prunes(tmp_path):
     from bot.store import open_store
 
     data = tmp_path / "data"
-    s = SQLiteStore(data, MediaStore(data), clock=Clock(time.time() - 40 * 86400))
+    s = sqlite_at(data, MediaStore(data), clock=Clock(time.time() - 40 * 86400))
     await s.open()
     old = await s.get_or_create(KEY_A)
     await run_turn(s, old, "an old request", "chelsea.png")
     await s.close()
-    s = SQLiteStore(data, MediaStore(data))
+    s = sqlite_at(data, MediaStore(data))
     await s.open()
     live = await s.get_or_create(KEY_B)
     await s.begin_turn(live, "left running by a crash", None)
@@ -445,7 +471,7 @@ def test_relative_data_dir_gives_absolute_paths(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
 
     async def go():
-        s = SQLiteStore(Path("rel-data"), MediaStore(Path("rel-data")))
+        s = sqlite_at(Path("rel-data"), MediaStore(Path("rel-data")))
         await s.open()
         try:
             cid = await s.get_or_create(KEY_A)
@@ -464,13 +490,13 @@ CRASHER = """
 import asyncio, sys
 from pathlib import Path
 sys.path.insert(0, {root!r})
-from bot.store import SQLiteStore
+from tests.test_store import sqlite_at
 from bot.incoming import ConversationKey
 from tests.test_store import MediaStore
 
 async def main():
     data = Path({data!r})
-    s = SQLiteStore(data, MediaStore(data))
+    s = sqlite_at(data, MediaStore(data))
     await s.open()
     cid = await s.get_or_create(ConversationKey("terminal", "local", "tty", "session-1"))
     t = await s.begin_turn(cid, "Generate an image of a sunset over the sea", "me")
@@ -495,10 +521,10 @@ async def test_killed_process_turn_is_marked_failed_and_conversation_continues(t
         await proc.wait()
     assert proc.returncode == -signal.SIGKILL
     cid, turn = line.decode().split()
-    s = SQLiteStore(data, MediaStore(data))
+    s = sqlite_at(data, MediaStore(data))
     await s.open()
     try:
-        (check,) = await (await s.database.writer.execute("PRAGMA integrity_check")).fetchone()
+        [(check,)] = await q(s, "PRAGMA integrity_check")
         assert check == "ok"
         assert (await s.turns(cid))[0]["status"] == "running"
         assert await s.mark_interrupted() == 1
@@ -522,14 +548,14 @@ WRITER = """
 import asyncio, sys
 from pathlib import Path
 sys.path.insert(0, {root!r})
-from bot.store import SQLiteStore
+from tests.test_store import sqlite_at
 from bot.incoming import ConversationKey
 from pipeline.types import RunRecord
 from tests.test_store import MediaStore
 
 async def main():
     data = Path({data!r})
-    s = SQLiteStore(data, MediaStore(data))
+    s = sqlite_at(data, MediaStore(data))
     await s.open()
     cid = await s.get_or_create(ConversationKey("terminal", "local", "tty", "busy"))
     photo = Path({photo!r}).read_bytes()
@@ -562,10 +588,10 @@ async def test_kill_during_writes_loses_nothing_committed(tmp_path):
         proc.send_signal(signal.SIGKILL)  # mid-write, most likely
         await proc.wait()
     cid = done[0][0]
-    s = SQLiteStore(data, MediaStore(data))
+    s = sqlite_at(data, MediaStore(data))
     await s.open()
     try:
-        (check,) = await (await s.database.writer.execute("PRAGMA integrity_check")).fetchone()
+        [(check,)] = await q(s, "PRAGMA integrity_check")
         assert check == "ok"
         assert await s.mark_interrupted() <= 1
         turns = {t["index"]: t for t in await s.turns(cid)}
@@ -754,124 +780,45 @@ def test_clip_summary():
     assert len(out) <= 300 and out.endswith("…") and not out[:-1].endswith(" ")
 
 
-# -- migrations: numbered .sql files, the runner, the v2 backfill ---------------------------------
-
-
-def test_shipped_migrations_are_the_numbered_sql_files_of_the_package():
-    shipped = sorted(p.name for p in (ROOT / "bot" / "store" / "migrations").glob("*.sql"))
-    assert [m.name for m in migrations.MIGRATIONS] == shipped
-    assert [m.version for m in migrations.MIGRATIONS] == list(range(1, len(shipped) + 1))
-    assert migrations.SCHEMA_VERSION == len(shipped) == 5
-    assert migrations.MIGRATIONS[1].post is not None  # the v2 backfill runs after its SQL
-    for m in migrations.MIGRATIONS:
-        assert m.statements() and all(sqlite3.complete_statement(st) for st in m.statements())
-
-
-async def test_runner_applies_files_in_order_each_with_its_post_step(tmp_path):
-    steps = tmp_path / "steps"
-    steps.mkdir()
-    # listed out of order on purpose; 0002 only works after 0001
-    (steps / "0002_add_note.sql").write_text(
-        "-- a comment; with a semicolon\nALTER TABLE t ADD COLUMN note TEXT NOT NULL DEFAULT '';\n"
-        "INSERT INTO t(a, note) VALUES (2, 'semi;colon -- not a comment');\n"
-    )
-    (steps / "0001_create.sql").write_text("CREATE TABLE t (a INTEGER);\n\nINSERT INTO t VALUES (1);\n")
-    (steps / "README.txt").write_text("not a migration")
-    seen = []
-
-    async def post(db):
-        seen.append([r[0] for r in await db.execute_fetchall("SELECT a FROM t ORDER BY a")])
-        await db.execute("UPDATE t SET note = 'filled' WHERE note = ''")
-
-    loaded = migrations.load(steps, {2: post})
-    assert [(m.version, m.name) for m in loaded] == [(1, "0001_create.sql"), (2, "0002_add_note.sql")]
-    db_file = tmp_path / "x.sqlite3"
-    async with aiosqlite.connect(db_file, isolation_level=None) as db:
-        assert await migrations.check_version(db, db_file, latest=2) == 0
-        assert await migrations.upgrade(db, db_file, 0, loaded) == 2
-        assert seen == [[1, 2]]  # the post-step ran after its file's statements
-        assert await db.execute_fetchall("SELECT a, note FROM t ORDER BY a") == [
-            (1, "filled"), (2, "semi;colon -- not a comment")]
-        (version,) = await (await db.execute("PRAGMA user_version")).fetchone()
-        assert version == 2
-        assert await migrations.upgrade(db, db_file, 2, loaded) == 2 and seen == [[1, 2]]  # nothing to do
-
-        # a failing version is rolled back whole; the versions before it stay
-        (steps / "0003_more.sql").write_text("CREATE TABLE u (b);\nINSERT INTO u VALUES (1);\n")
-
-        async def broken(db):
-            raise RuntimeError("backfill failed")
-
-        with pytest.raises(RuntimeError, match="backfill failed"):
-            await migrations.upgrade(db, db_file, 2, migrations.load(steps, {2: post, 3: broken}))
-        (version,) = await (await db.execute("PRAGMA user_version")).fetchone()
-        assert version == 2
-        assert not await db.execute_fetchall("SELECT name FROM sqlite_master WHERE name='u'")
-
-        with pytest.raises(StorageError, match="newer version") as e:
-            await migrations.check_version(db, db_file, latest=1)
-        assert str(db_file) in e.value.user_message
-
-
-def test_runner_refuses_gaps_duplicates_and_orphan_post_steps(tmp_path):
-    (tmp_path / "0001_a.sql").write_text("CREATE TABLE a (x);")
-    (tmp_path / "0003_c.sql").write_text("CREATE TABLE c (x);")
-    with pytest.raises(ValueError, match="without gaps"):
-        migrations.load(tmp_path, {})
-    (tmp_path / "0003_c.sql").unlink()
-    (tmp_path / "0001_b.sql").write_text("CREATE TABLE b (x);")
-    with pytest.raises(ValueError, match="without gaps"):
-        migrations.load(tmp_path, {})
-    (tmp_path / "0001_b.sql").unlink()
-
-    async def post(db):
-        pass
-
-    with pytest.raises(ValueError, match="post-steps"):
-        migrations.load(tmp_path, {2: post})
-    (tmp_path / "0002_b.sql").write_text("CREATE TABLE b (x);\nINSERT INTO b VALUES ('unterminated);\n")
-    with pytest.raises(ValueError, match="incomplete statement"):
-        migrations.load(tmp_path, {})[1].statements()
+# -- migrations: a v1 file with awkward rows ---------------------------------------------------
 
 
 async def test_v1_database_made_by_the_runner_upgrades_in_place(tmp_path):
-    """A v1 file (made by applying only 0001) with awkward rows upgrades to v2 with every derived
-    value computed as the store computes it for new rows."""
+    """A v1 file (made by applying only revision 0001's statements) with awkward rows upgrades to v2
+    with every derived value computed as the store computes it for new rows."""
     data = tmp_path / "data"
     data.mkdir()
     db_file = data / "conversations.sqlite3"
     long_answer = "The image shows a tabby cat on a blue couch, with café, 猫 and 🐱 nearby. " * 12
-    async with aiosqlite.connect(db_file, isolation_level=None) as db:
-        assert await migrations.upgrade(db, db_file, 0, migrations.MIGRATIONS[:1]) == 1
-        await db.executemany("INSERT INTO conversations VALUES (?,?,?)", [
+    with sqlite3.connect(db_file) as db:
+        db.executescript(importlib.import_module("bot.store.sql.alembic.versions.r0001_conversations_turns_resources").SQL)
+        db.execute("PRAGMA user_version=1")
+        db.executemany("INSERT INTO conversations VALUES (?,?,?)", [
             ("c1", "slack:T1:C1:1700000000.000100", 1000.0),
             ("c2", "terminal:local:tty:session:with:colons", 2000.0),
             ("c3", "bare", 3000.0),
         ])
-        await db.executemany("INSERT INTO turns VALUES (?,?,?,?,?,?)", [
+        db.executemany("INSERT INTO turns VALUES (?,?,?,?,?,?)", [
             ("c1", 0, "Describe chelsea.png", long_answer, "ok", 1500.0),
             ("c1", 1, "Make it grey", "", "running", 1600.0),
             ("c2", 0, "hi", "  a\n\nspaced   answer ", "error", 1900.0),  # older than its conversation
         ])
-        await db.executemany("INSERT INTO resources VALUES (?,?,?,?,?,?,?,?,?)", [
+        db.executemany("INSERT INTO resources VALUES (?,?,?,?,?,?,?,?,?)", [
             ("c1", "image-7", "image", "media/b.png", "image/png", 20, "task:0", "grey version", 1),
             ("c1", "image-2", "image", "media/a.png", "image/png", 10, "user", "photo a.png", 0),
             ("c1", "notes", "text", "media/n.txt", "text/plain", 5, "user", "", None),
             ("gone", "image-1", "image", "media/g.png", "image/png", 1, "user", "orphan row", 0),
         ])
-    s = SQLiteStore(data, MediaStore(data))
+    s = sqlite_at(data, MediaStore(data))
     await s.open()
     try:
-        db = s.database.writer
-        (version,) = await (await db.execute("PRAGMA user_version")).fetchone()
-        assert version == SCHEMA_VERSION
+        assert await q(s, "SELECT user_version FROM pragma_user_version") == [(5,)]
         assert await s.find("c1") == ConversationKey("slack", "T1", "C1", "1700000000.000100")
         assert await s.find("c2") == ConversationKey("terminal", "local", "tty", "session:with:colons")
         assert await s.find("c3") == ConversationKey("bare", "", "", "")
-        updated = dict(await db.execute_fetchall("SELECT id, updated FROM conversations"))
+        updated = dict(await q(s, "SELECT id, updated FROM conversations"))
         assert updated == {"c1": 1600.0, "c2": 2000.0, "c3": 3000.0}  # newest turn start, or creation
-        rows = await db.execute_fetchall(
-            "SELECT conversation_id, idx, status, summary, tokens, finished FROM turns ORDER BY 1, 2")
+        rows = await q(s, "SELECT conversation_id, idx, status, summary, tokens, finished FROM turns ORDER BY 1, 2")
         want_summary = clip_summary(long_answer)
         assert rows == [
             ("c1", 0, "ok", want_summary, count_tokens("Describe chelsea.png") + count_tokens(want_summary), 1500.0),
@@ -881,8 +828,7 @@ async def test_v1_database_made_by_the_runner_upgrades_in_place(tmp_path):
         assert len(want_summary) <= 300 and want_summary.endswith("…")
         turns = await s.turns("c1")
         assert turns[0]["answer"] == long_answer  # the full answer is kept for display
-        res = await db.execute_fetchall(
-            "SELECT conversation_id, n, id, seq, tokens, created FROM resources ORDER BY 1, 2")
+        res = await q(s, "SELECT conversation_id, n, id, seq, tokens, created FROM resources ORDER BY 1, 2")
         views = {r.id: count_json_tokens(r.prompt_view()) for r in await s.resources("c1")}
         assert res == [  # stored order kept; per-kind number parsed from the id; orphan row dropped
             ("c1", 1, "image-7", 7, views["image-7"], 1000.0),
@@ -893,7 +839,7 @@ async def test_v1_database_made_by_the_runner_upgrades_in_place(tmp_path):
         new = await s.add_resource("c1", t, media("rocket.jpg"), kind="image", mime="image/jpeg", origin="user",
                                    description="rocket")
         assert new.id == "image-8"  # numbering continues after the highest migrated number
-        (check,) = await (await db.execute("PRAGMA integrity_check")).fetchone()
+        [(check,)] = await q(s, "PRAGMA integrity_check")
         assert check == "ok"
     finally:
         await s.close()

@@ -18,9 +18,11 @@ import pytest
 
 from bot.errors import StorageError
 from bot.incoming import ConversationKey
-from bot.store import MediaStore, SQLiteStore, lease
+from bot.store import Handover, MediaStore, lease
 from bot.store.sql import migrate
-from bot.store.sql.postgres import PostgresStore
+from bot.store.sql.database import Database
+from bot.store.sql.store import SQLStore
+from tests.test_store import sqlite_at
 from pipeline.types import RunRecord
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -127,7 +129,8 @@ async def test_a_dead_process_turn_is_marked_and_its_thread_told(new_store, monk
     a = new_store(clock=lambda: now)
     await a.open()
     later = now + lease.LEASE_SECONDS + 1
-    b = new_store(clock=lambda: later)
+    events = Handover()  # the service's channel: the store publishes, a front end subscribes
+    b = new_store(clock=lambda: later, events=events)
     try:
         cid = await a.get_or_create(KEY)
         await a.finish_turn(cid, await a.begin_turn(cid, "first", "U1"), done("first", "ok"))
@@ -141,7 +144,7 @@ async def test_a_dead_process_turn_is_marked_and_its_thread_told(new_store, monk
             told.extend(marked)
 
         await b.open()
-        b.on_interrupted = tell
+        events.on_interrupted(tell)
         assert await b.mark_interrupted() == 1
         assert told == [(KEY, running)]
         view = await b.turns(cid)
@@ -155,7 +158,7 @@ async def test_a_dead_process_turn_is_marked_and_its_thread_told(new_store, monk
 
 async def _forget_heartbeat(store) -> None:
     """Stop a store's heartbeat task without closing it (as when its process hangs)."""
-    task = getattr(store, "_heartbeat", None) or getattr(getattr(store, "owner", None), "_task", None)
+    task = store._heartbeat
     if task is not None:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
@@ -169,7 +172,7 @@ async def test_schema_5_sqlite_data_dir_upgrades_in_place_and_keeps_everything(t
     shutil.copy(ROOT / "tests/fixtures/store/conversations-v5.sqlite3", data / "conversations.sqlite3")
     photo = data / "media/cc/cc02f8ca188b167c775a7101b5d767d1e71792cf762c33d6fa15a4599b5a8de7.png"
     shutil.copy(MEDIA / "coffee.png", photo)
-    async with SQLiteStore(data, MediaStore(data)) as s:
+    async with sqlite_at(data, MediaStore(data)) as s:
         cid = await s.get_or_create(KEY)
         assert cid == "c681953bd5"
         (turn,) = await s.turns(cid)
@@ -186,13 +189,13 @@ async def test_schema_5_sqlite_data_dir_upgrades_in_place_and_keeps_everything(t
     db.commit()
     db.close()
     with pytest.raises(StorageError, match="newer version of the bot"):
-        await SQLiteStore(data, MediaStore(data)).open()
+        await sqlite_at(data, MediaStore(data)).open()
 
 
 # -- PostgreSQL: bad URLs and databases are one sentence, nothing written ----------------------------
 
-async def open_pg(url: str, tmp_path: Path, **kw) -> PostgresStore:
-    s = PostgresStore(url, tmp_path / "data", MediaStore(tmp_path / "data"), connect_timeout=3.0, **kw)
+async def open_pg(url: str, tmp_path: Path, **kw) -> SQLStore:
+    s = SQLStore(Database(url=url, connect_timeout=3.0), tmp_path / "data", MediaStore(tmp_path / "data"), **kw)
     await s.open()
     return s
 
@@ -270,35 +273,51 @@ def test_db_upgrade_then_bad_urls_exit_8_with_one_sentence(tmp_path, postgres_se
         assert len([line for line in p.stderr.splitlines() if line.strip()]) == 1, p.stderr
 
 
-def test_the_revision_constants_are_the_shipped_revision_files():
-    from bot.store.sql import revisions
+# -- the Handover channel: what the store finds of gone processes reaches the front ends ------------
 
-    assert list(revisions.REVISIONS) == [r.revision for r in reversed(list(migrate.SCRIPTS.walk_revisions()))]
-    assert revisions.HEAD == migrate.HEAD
+async def test_interrupted_turns_found_before_a_front_end_subscribes_reach_it_once():
+    events = Handover()
+    await events.interrupted([(KEY, 3)])  # marked while the store opened, before any front end
+    got: list = []
+    broken_calls: list = []
+
+    async def broken(marked):
+        broken_calls.append(marked)
+        raise RuntimeError("this front end failed")
+
+    async def listener(marked):
+        got.append(list(marked))
+
+    events.on_interrupted(listener)
+    await events.close()  # waits for the early delivery
+    assert got == [[(KEY, 3)]]
+    events.on_interrupted(broken)
+    await events.interrupted([(OTHER, 0)])  # a failing subscriber is logged; the others still hear
+    assert got == [[(KEY, 3)], [(OTHER, 0)]] and broken_calls == [[(OTHER, 0)]]
 
 
-async def test_a_new_sqlite_file_gets_alembics_schema_without_alembic(tmp_path):
-    """A new SQLite file is made from sqlite_head.sql (fast start-up); it must be exactly what
-    Alembic itself writes, and the file must be Alembic's current offline output."""
-    script = (ROOT / "bot/store/sql/sqlite_head.sql").read_text()
-    assert script == migrate.sqlite_script(), "regenerate bot/store/sql/sqlite_head.sql (see migrate.sqlite_script)"
-    fast = tmp_path / "fast"
-    async with SQLiteStore(fast, MediaStore(fast)):
-        pass
-    slow = tmp_path / "slow"  # schema 5 by the .sql runner, then Alembic's upgrade
-    slow.mkdir()
-    import aiosqlite
+async def test_deliveries_of_a_gone_process_are_taken_only_by_a_subscribed_front_end(new_store):
+    now = time.time()
+    a = new_store(clock=lambda: now)
+    await a.open()
+    events = Handover()
+    b = new_store(clock=lambda: now + lease.LEASE_SECONDS + 1, events=events)
+    try:
+        assert await a.claim_delivery(["slack:event:Ev1"], payload='{"event": "mention"}')
+        assert await a.claim_delivery(["discord:message:42"], payload='{"message": 42}')
+        await _forget_heartbeat(a)  # a dies before its turns begin
+        await b.open()
+        await b.mark_interrupted()  # sweeps a's owner row (its lease expired)
+        assert await b.adopt_deliveries() == []  # no front end runs them here: nothing is taken
+        ran: list = []
 
-    from bot.store import migrations as legacy
+        async def run(adopted):
+            ran.extend(adopted)
 
-    async with aiosqlite.connect(slow / "conversations.sqlite3", isolation_level=None) as db:
-        await legacy.upgrade(db, slow / "conversations.sqlite3", 0)
-    assert await migrate.upgrade_sqlite(slow / "conversations.sqlite3", 5.0) == ["0005", "0006", "0007"]
-
-    def schema(path):  # SQL as SQLite keeps it, whitespace aside (the offline output indents with spaces)
-        with sqlite3.connect(path) as db:
-            rows = db.execute("SELECT type, name, tbl_name, sql FROM sqlite_master").fetchall()
-            return sorted((t, n, tb, " ".join((sql or "").split())) for t, n, tb, sql in rows), \
-                db.execute("SELECT version_num FROM alembic_version").fetchall()
-
-    assert schema(fast / "conversations.sqlite3") == schema(slow / "conversations.sqlite3")
+        events.on_redelivery("slack:", run)
+        assert await b.adopt_deliveries() == [("slack:event:Ev1", '{"event": "mention"}')]
+        assert ran == [("slack:event:Ev1", '{"event": "mention"}')]  # only its own platform's
+        assert await b.adopt_deliveries() == [] and len(ran) == 1  # taken once
+    finally:
+        await b.close()
+        await a.close()

@@ -2,7 +2,7 @@
 that spares live and recent work, the media quota enforced at write time for every command.
 
 Rows about processes use real processes: ``python -m bot.cli`` with ``--sandbox`` (stand-in
-controller and models), or small scripts opening :class:`SQLiteStore`, killed with SIGKILL.
+controller and models), or small scripts opening the SQLite store, killed with SIGKILL.
 """
 
 from __future__ import annotations
@@ -22,10 +22,12 @@ from PIL import Image
 
 from bot.errors import StorageError
 from bot.incoming import ConversationKey
-from bot.store import LocalResourceSink, MediaStore, SQLiteStore, lease, migrations
+from bot.store import LocalResourceSink, MediaStore, lease
 from bot.store.lease import LEASE_SECONDS, RECENT_SECONDS
 from bot.store.retention import MediaFile, plan
+from bot.store.sql import upkeep
 from pipeline.types import RunRecord
+from tests.test_store import sqlite_at
 
 ROOT = Path(__file__).resolve().parent.parent
 MEDIA = ROOT / "tests" / "fixtures" / "media"
@@ -103,7 +105,7 @@ def test_second_process_start_leaves_the_first_ones_running_turn_and_files_alone
     assert "Sandbox stand-in" in out  # the first process's answer arrived
 
     async def check():
-        async with SQLiteStore(data, MediaStore(data)) as s:
+        async with sqlite_at(data, MediaStore(data)) as s:
             [turn] = await s.turns(conv)
             assert (turn["status"], turn["error"]) == ("ok", None)
             [upload] = await s.resources(conv)
@@ -122,11 +124,12 @@ from bot.store import lease
 lease.HOST = "another-host"  # its process id means nothing here: only its lease tells whether it lives
 lease.HEARTBEAT_SECONDS = {beat!r}
 from bot.incoming import ConversationKey
-from bot.store import MediaStore, SQLiteStore
+from bot.store import MediaStore
+from tests.test_store import sqlite_at
 
 async def main():
     data = Path({data!r})
-    async with SQLiteStore(data, MediaStore(data)) as s:
+    async with sqlite_at(data, MediaStore(data)) as s:
         cid = await s.get_or_create(ConversationKey("discord", "guild-1", "chan-1", "thread-1"))
         t = await s.begin_turn(cid, "Draw a lighthouse at dusk in the style of this photo", "U1")
         await s.add_resource(cid, t, Path({photo!r}).read_bytes(), kind="image", mime="image/png",
@@ -157,13 +160,13 @@ async def test_killed_owner_on_another_host_is_marked_interrupted_only_after_its
     data = tmp_path / "data"
     proc, cid = await start_owner(data, beat=10.0)
     await kill(proc)
-    async with SQLiteStore(data, MediaStore(data)) as s:
+    async with sqlite_at(data, MediaStore(data)) as s:
         assert await s.mark_interrupted() == 0  # its lease (30 s) has not expired: it may still run
         assert (await s.turns(cid))[0]["status"] == "running"
         report = await s.prune(max_age_days=None, max_media_bytes=0)
         assert report.conversations == 0 and await s.resources(cid)
     later = Clock(time.time() + LEASE_SECONDS + 1)
-    async with SQLiteStore(data, MediaStore(data), clock=later) as s:  # the next start, after the lease
+    async with sqlite_at(data, MediaStore(data), clock=later) as s:  # the next start, after the lease
         assert await s.mark_interrupted() == 1
         [turn] = await s.turns(cid)
         assert (turn["status"], turn["error"]) == ("failed", "interrupted")
@@ -176,10 +179,11 @@ async def test_killed_owner_on_another_host_is_marked_interrupted_only_after_its
 @pytest.mark.slow
 async def test_heartbeat_keeps_a_live_owner_then_kill_9_is_noticed(tmp_path, monkeypatch):
     monkeypatch.setattr(lease, "LEASE_SECONDS", 1.0)  # both sides: beat every 0.2 s, gone after 1 s
+    monkeypatch.setattr(lease, "HEARTBEAT_SECONDS", 3600.0)  # this side marks only when asked below
     data = tmp_path / "data"
     proc, cid = await start_owner(data, beat=0.2)
     try:
-        async with SQLiteStore(data, MediaStore(data)) as s:
+        async with sqlite_at(data, MediaStore(data)) as s:
             await asyncio.sleep(2.5)  # longer than the lease: only its heartbeat keeps it
             assert await s.mark_interrupted() == 0
             assert (await s.turns(cid))[0]["status"] == "running"
@@ -224,13 +228,14 @@ import asyncio, sys
 from pathlib import Path
 sys.path.insert(0, {root!r})
 from bot.incoming import ConversationKey
-from bot.store import MediaStore, SQLiteStore
+from bot.store import MediaStore
+from tests.test_store import sqlite_at
 from pipeline.types import RunRecord
 
 async def main():
     data = Path({data!r})
     photo = Path({photo!r}).read_bytes()
-    async with SQLiteStore(data, MediaStore(data)) as s:
+    async with sqlite_at(data, MediaStore(data)) as s:
         for i in range({n}):
             cid = await s.get_or_create(ConversationKey("slack", "T1", "C1", f"{name}-{{i % 5}}"))
             t = await s.begin_turn(cid, f"{name} request {{i}}", "U1")
@@ -269,7 +274,7 @@ def test_concurrent_writers_in_two_processes_do_not_lock_each_other_out(tmp_path
         assert p.returncode == 0 and p.stdout.startswith("Removed 0 conversations"), p.stderr
 
     async def check():
-        async with SQLiteStore(data, MediaStore(data)) as s:
+        async with sqlite_at(data, MediaStore(data)) as s:
             for name in ("alpha", "beta"):
                 turns = []
                 for k in range(5):
@@ -296,7 +301,7 @@ def test_run_files_are_recorded_and_counted(tmp_path):
     assert files
 
     async def check():
-        async with SQLiteStore(data, MediaStore(data)) as s:
+        async with sqlite_at(data, MediaStore(data)) as s:
             assert await s.media_bytes() == sum(f.stat().st_size for f in files) > 0
 
     asyncio.run(check())
@@ -308,7 +313,7 @@ def test_run_makes_room_by_deleting_the_oldest_unreferenced_file_first(tmp_path)
 
     async def setup() -> tuple[str, Path, Path, int]:
         store_media = MediaStore(data)
-        async with SQLiteStore(data, store_media, clock=two_days_ago) as s:
+        async with sqlite_at(data, store_media, clock=two_days_ago) as s:
             # an old `hugginggpt run` output nobody refers to ...
             old_run = await LocalResourceSink(store_media).add(
                 media("astronaut.png"), kind="image", mime="image/png", origin="task:0", description="old output")
@@ -335,7 +340,7 @@ def test_run_makes_room_by_deleting_the_oldest_unreferenced_file_first(tmp_path)
     assert kept.read_bytes() == media("coffee.png")  # enough room: the conversation stays
 
     async def check():
-        async with SQLiteStore(data, MediaStore(data)) as s:
+        async with sqlite_at(data, MediaStore(data)) as s:
             assert await s.find(cid) == KEY
             used = await s.media_bytes()
             on_disk = sum(f.stat().st_size for f in (data / "media").rglob("*") if f.is_file())
@@ -348,7 +353,7 @@ async def test_quota_refuses_a_write_when_only_live_or_recent_media_is_left(tmp_
     data = tmp_path / "data"
     clock = Clock(1_700_000_000.0)
     quota = len(media("astronaut.png")) + len(media("camera.png")) + 10
-    async with SQLiteStore(data, MediaStore(data), clock=clock, max_media_bytes=quota) as s:
+    async with sqlite_at(data, MediaStore(data), clock=clock, max_media_bytes=quota) as s:
         old = await s.get_or_create(KEY)
         t = await s.begin_turn(old, "first", "U1")
         first = await s.add_resource(old, t, media("astronaut.png"), kind="image", mime="image/png", origin="user",
@@ -381,7 +386,7 @@ async def test_a_long_running_bot_stays_within_its_quota(tmp_path):
     clock = Clock(1_700_000_000.0)
     photo = media("text.png")
     quota = 5 * len(photo) + 100
-    async with SQLiteStore(data, MediaStore(data), clock=clock, max_media_bytes=quota) as s:
+    async with sqlite_at(data, MediaStore(data), clock=clock, max_media_bytes=quota) as s:
         kept = []
         for i in range(20):  # a new thread every 5 minutes
             cid = await s.get_or_create(ConversationKey("slack", "T1", "C1", f"thread-{i}"))
@@ -403,12 +408,12 @@ async def test_run_sink_writes_are_pinned_while_the_run_lives_and_count(tmp_path
     clock = Clock(1_700_000_000.0)
     store_media = MediaStore(data)
     quota = len(media("coffee.png")) + 10
-    async with SQLiteStore(data, store_media, clock=clock, max_media_bytes=quota) as run:
+    async with sqlite_at(data, store_media, clock=clock, max_media_bytes=quota) as run:
         sink = LocalResourceSink(store_media)
         out = await sink.add(media("coffee.png"), kind="image", mime="image/png", origin="task:0", description="x")
         clock.t += 3 * RECENT_SECONDS  # old, but its run is still going (and renewing its lease): pinned
-        await run.owner.beat()
-        async with SQLiteStore(data, MediaStore(data), clock=clock, max_media_bytes=quota) as other:
+        await upkeep.beat(run.database, run.owner_id, now=clock(), orphans=True)
+        async with sqlite_at(data, MediaStore(data), clock=clock, max_media_bytes=quota) as other:
             assert await other.media_bytes() == len(media("coffee.png"))
             rep = await other.prune(max_age_days=None, max_media_bytes=0)
             assert rep.files == 0 and out.path.exists()
@@ -416,7 +421,7 @@ async def test_run_sink_writes_are_pinned_while_the_run_lives_and_count(tmp_path
                 await LocalResourceSink(other.media).add(media("camera.png"), kind="image", mime="image/png",
                                                          origin="task:0", description="y")
     # the run ended: its file is unpinned and, unused for 30 minutes, the quota may delete it
-    async with SQLiteStore(data, MediaStore(data), clock=clock) as s:
+    async with sqlite_at(data, MediaStore(data), clock=clock) as s:
         rep = await s.prune(max_age_days=None, max_media_bytes=0)
         assert rep.files == 1 and not out.path.exists() and await s.media_bytes() == 0
 
@@ -425,15 +430,19 @@ async def test_upgrade_records_files_earlier_runs_left_in_the_media_dir(tmp_path
     data = tmp_path / "data"
     data.mkdir()
     db_file = data / "conversations.sqlite3"
-    import aiosqlite
+    import importlib
+    import sqlite3
 
-    async with aiosqlite.connect(db_file, isolation_level=None) as db:
-        await migrations.upgrade(db, db_file, 0, migrations.MIGRATIONS[:2])  # a version-2 data dir
+    versions = "bot.store.sql.alembic.versions."
+    with sqlite3.connect(db_file) as db:  # a version-2 data dir, as earlier releases made it
+        db.executescript(importlib.import_module(versions + "r0001_conversations_turns_resources").SQL)
+        db.executescript(importlib.import_module(versions + "r0002_clustered_turns_and_resources").SQL)
+        db.execute("PRAGMA user_version=2")
     leftover = MediaStore(data).path_for(media("rocket.jpg"), "image/jpeg")
     leftover.parent.mkdir(parents=True)
     leftover.write_bytes(media("rocket.jpg"))
     (leftover.parent / f".{leftover.name}.abc.tmp").write_bytes(b"half")  # an interrupted write: not counted
-    async with SQLiteStore(data, MediaStore(data)) as s:
+    async with sqlite_at(data, MediaStore(data)) as s:
         assert await s.media_bytes() == len(media("rocket.jpg"))
         rep = await s.prune(max_age_days=None, max_media_bytes=0)  # just written: recent, kept
         assert rep.files == 0 and leftover.exists()
@@ -486,7 +495,7 @@ def test_store_prune_refuses_negative_or_absurd_options(tmp_path, option, value,
 async def test_looking_up_an_idle_conversation_keeps_it_from_being_pruned_before_its_turn(tmp_path):
     data = tmp_path / "data"
     clock = Clock(1_700_000_000.0)
-    async with SQLiteStore(data, MediaStore(data), clock=clock) as s:
+    async with sqlite_at(data, MediaStore(data), clock=clock) as s:
         cid = await s.get_or_create(KEY)
         t = await s.begin_turn(cid, "first", "U1")
         await s.finish_turn(cid, t, RunRecord("first", response="ok"))

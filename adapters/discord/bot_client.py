@@ -201,14 +201,14 @@ class HuggingGPTBot(discord.AutoShardedClient):
         """Sync the slash command once per process start (``setup_hook`` runs once, before the
         gateway connects; ``on_ready`` runs again after every reconnect)."""
         self.add_dynamic_items(StopButton)  # Stop presses, also on messages from before a restart
-        self.service.on_interrupted(self._tell_interrupted)  # logged in now: threads of dead processes can be told
+        self.service.events.on_interrupted(self._tell_interrupted)  # logged in now: threads of dead processes can be told
         await self.tree.sync()
         self.command_syncs += 1
         log.info("synced /%s", self.cfg.command_name)
 
     async def _tell_interrupted(self, marked: list[tuple[ConversationKey, int]]) -> None:
         """Tell each Discord thread (or DM) whose turn a dead process left running that it stopped
-        (``Service.on_interrupted``; any process may do it, through the REST API)."""
+        (``Service.events``; any process may do it, through the REST API)."""
         for key, _turn in marked:
             if key.platform != "discord":
                 continue

@@ -35,12 +35,12 @@ def listen(bot: SlackBot, service: Service) -> None:
     async def interrupted(marked: list[tuple[ConversationKey, int]]) -> None:
         await tell_interrupted(bot, marked)
 
-    service.on_redelivery("slack:", adopted)
-    service.on_interrupted(interrupted)
+    service.events.on_redelivery("slack:", adopted)
+    service.events.on_interrupted(interrupted)
 
 
 async def redeliver(bot: SlackBot, items: list[tuple[str, str]]) -> None:
-    """Run events a gone process took but never started (``Service.on_redelivery``)."""
+    """Run events a gone process took but never started (``Service.events.on_redelivery``)."""
     for key, payload in items:
         try:
             ctx = EventContext.from_payload(key, payload, bot.file_limits)
@@ -60,7 +60,7 @@ async def redeliver(bot: SlackBot, items: list[tuple[str, str]]) -> None:
 
 
 async def tell_interrupted(bot: SlackBot, marked: list[tuple[ConversationKey, int]]) -> None:
-    """Tell the Slack threads whose turn a gone process left running (``Service.on_interrupted``)."""
+    """Tell the Slack threads whose turn a gone process left running (``Service.events.on_interrupted``)."""
     for key, _turn in marked:
         if key.platform != "slack":
             continue

@@ -1,6 +1,7 @@
 """``hugginggpt db upgrade``: apply the conversation database's pending migrations (Alembic
-revisions, :mod:`bot.store.sql.migrate`) to ``[storage] database_url`` (PostgreSQL) or, without
-it, to the SQLite file in ``[storage] data_dir``.
+revisions, :mod:`bot.store.sql.migrate`, the only schema source) to ``[storage] database_url``
+(PostgreSQL) or, without it, to the SQLite file in ``[storage] data_dir`` (a file of any earlier
+release, schema version 1 on, is brought forward in place).
 
 Bots apply pending migrations at start too (``[storage] auto_migrate``, on by default); with it
 off, run this once per upgrade, before starting the new version. Safe while other processes run:
@@ -34,29 +35,20 @@ async def main(args: argparse.Namespace, settings: Settings, out: TextIO = sys.s
         StorageError: the database URL is wrong, the server unreachable, the credentials refused,
             the database read-only or from a newer version (exit status 8; nothing written).
     """
-    from ..store.sql import migrate
+    from ..store.sql.database import DB_NAME, Database
+    from ..store.sql.revisions import HEAD
 
     storage = settings.storage
     if storage.database_url is not None:
-        from ..store.sql.database import SQLDatabase
-
-        db = SQLDatabase(storage.database_url.get_secret_value())
-        applied = await db.open(upgrade=True)
-        await db.close()
-        where = db.name
+        db = Database(url=storage.database_url.get_secret_value())
     else:
-        from ..store.database import Database
-        from ..store.sqlite import DB_NAME
-
-        storage.data_dir.mkdir(parents=True, exist_ok=True)
-        sqlite = Database(storage.data_dir.resolve() / DB_NAME)
-        await sqlite.open()
-        applied = sqlite.applied
-        await sqlite.close()
-        where = str(sqlite.path)
+        db = Database(path=storage.data_dir.expanduser().resolve() / DB_NAME)
+    applied = await db.open(upgrade=True)
+    await db.close()
+    where = db.name
     if applied:
         print(f"Migrated {where}: applied revision{'s' if len(applied) > 1 else ''} {', '.join(applied)};"
-              f" now at {migrate.HEAD}.", file=out)
+              f" now at {HEAD}.", file=out)
     else:
-        print(f"{where} is up to date (revision {migrate.HEAD}).", file=out)
+        print(f"{where} is up to date (revision {HEAD}).", file=out)
     return 0

@@ -205,9 +205,7 @@ async def check_store(storage: StorageSettings, timeout: float) -> Check:
     data dir opens (or the data dir can be created and written)."""
     if storage.database_url is not None:
         return await _check_postgres(storage, timeout)
-    import aiosqlite
-
-    from ..store.sqlite import DB_NAME
+    from ..store.sql.probes import DB_NAME, count_conversations
 
     data = storage.data_dir
     problem = _unwritable(data)
@@ -217,8 +215,7 @@ async def check_store(storage: StorageSettings, timeout: float) -> Check:
     if not db.exists():
         return Check("store", "ok", f"{db} will be created at the first start.")
     try:
-        async with aiosqlite.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=timeout) as conn:
-            (count,) = await (await conn.execute("SELECT count(*) FROM conversations")).fetchone()
+        count = await count_conversations(db, timeout)
     except Exception as e:  # noqa: BLE001 - every driver error is one verdict
         return Check("store", "FAIL", f"{db} cannot be read as a conversation database ({e.__class__.__name__}).",
                      "move the file aside (the bot starts a new one) or restore a backup")
@@ -236,10 +233,10 @@ def _unwritable(data: Path) -> str | None:
 
 
 async def _check_postgres(storage: StorageSettings, timeout: float) -> Check:
-    from ..store.sql.database import SQLDatabase
+    from ..store.sql.database import Database
 
     assert storage.database_url is not None
-    db = SQLDatabase(storage.database_url.get_secret_value(), connect_timeout=timeout, pool_size=1)
+    db = Database(url=storage.database_url.get_secret_value(), connect_timeout=timeout, pool_size=1)
     try:
         await db.open(upgrade=False)
     except StorageError as e:

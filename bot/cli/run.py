@@ -55,7 +55,7 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
 
     from ..service import Service
 
-    service = await Service.create(settings)
+    service = await Service.create(settings, conversations=False)  # stores no turn: no store to open
     record: RunRecord | None = None
     stop = asyncio.Event()
     renderer = TerminalRenderer(sys.stderr) if args.json else terminal_renderer(sys.stdout, sys.stderr, os.environ)

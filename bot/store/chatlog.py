@@ -4,7 +4,7 @@ HuggingGPT's task planning sees the chat history so the planner can trace resour
 earlier (Shen et al., NeurIPS 2023, §3.1); the controller's context window is finite, so the
 history is cut to ``[storage] context_tokens``, newest turns first; :func:`turn_views` shapes
 turns for display. Pure functions over rows,
-testable without a database; :meth:`bot.store.sqlite.SQLiteStore.context` feeds them.
+testable without a database; :meth:`bot.store.sql.store.SQLStore.context` feeds them.
 """
 
 from __future__ import annotations

@@ -6,10 +6,11 @@ atomic (temporary file in the same directory, ``fsync``, ``os.replace``) so a ca
 interrupted write never leaves a half-written file under a final name. File I/O goes through
 ``aiofiles`` (each call runs in the event loop's default executor).
 
-While a :class:`bot.store.sqlite.SQLiteStore` is open on the same directory, it is this store's
-:attr:`MediaStore.ledger`: every write, whoever makes it (conversation files, the files of
-``hugginggpt run``), is first recorded there and checked against ``[storage] max_media_bytes``
-(:func:`bot.store.retention.reserve`), so the quota holds for every command and process.
+While a conversation store (:class:`bot.store.sql.store.SQLStore`) is open on the same
+directory, it is this store's :attr:`MediaStore.ledger`: every write, whoever makes it
+(conversation files, the files of ``hugginggpt run``), is first recorded there and checked against
+``[storage] max_media_bytes`` (:class:`bot.store.sql.retention.Ledger`), so the quota holds for
+every command and process.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def _create_0644(path: str, flags: int) -> int:
 
 
 class MediaLedger(Protocol):
-    """Records media writes and enforces the quota (:class:`bot.store.sqlite.SQLiteStore`)."""
+    """Records media writes and enforces the quota (:class:`bot.store.sql.retention.Ledger`)."""
 
     async def reserve(self, path: Path, size: int) -> bool:  # pragma: no cover - protocol
         """Record ``size`` bytes about to be written at ``path`` (making room under the quota);
@@ -81,8 +82,8 @@ class MediaStore:
         root: the data directory (``[storage] data_dir``); created on first write.
 
     Attributes:
-        ledger: where writes are recorded and the quota enforced (set by an open
-            :class:`bot.store.sqlite.SQLiteStore`; ``None``: plain writes).
+        ledger: where writes are recorded and the quota enforced (set by an open conversation
+            store, :class:`bot.store.sql.store.SQLStore`; ``None``: plain writes).
     """
 
     def __init__(self, root: Path) -> None:

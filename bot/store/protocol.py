@@ -1,14 +1,25 @@
-"""The one interface to conversation storage, and what it needs from the media store.
+"""The interfaces to conversation storage, split by what their callers need, and what the store
+needs from the media store.
 
-Front ends and the service use only :class:`ConversationStore`; :class:`bot.store.sqlite.SQLiteStore`
-and :class:`bot.store.sql.postgres.PostgresStore` implement it.
+* :class:`Conversations`: conversations and turns with their resources and chat log (the service,
+  the terminal and the HTTP API);
+* :class:`Deliveries`: platform deliveries taken once across processes (the Slack and Discord
+  front ends, through the service);
+* :class:`SharedLimits`: rate budgets and run slots shared by every process (admission);
+* :class:`Upkeep`: opening and closing, leases and retention (start-up, ``hugginggpt store``).
+
+:class:`ConversationStore` is all four: what :func:`bot.store.open_store` returns.
+:class:`bot.store.sql.store.SQLStore` implements it, on SQLite and PostgreSQL. Every method raises
+:class:`StorageError` (one sentence naming the store) when the storage is unusable; none raises a
+driver exception. Interrupted turns and deliveries taken over reach the front ends through
+:class:`bot.store.handover.Handover`, not through the store.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from pipeline.types import Modality, Resource, ResourceSink, RunRecord, Turn
@@ -27,7 +38,7 @@ class MediaWriter(Protocol):
 
 @dataclass(frozen=True)
 class PruneReport:
-    """What :meth:`ConversationStore.prune` removed.
+    """What :meth:`Upkeep.prune` removed.
 
     Attributes:
         conversations: conversations deleted (with their turns and resource rows).
@@ -43,10 +54,10 @@ class PruneReport:
 
 
 class TurnSink:
-    """:class:`ResourceSink` bound to one turn of one conversation of a :class:`ConversationStore`:
+    """:class:`ResourceSink` bound to one turn of one conversation of a :class:`Conversations` store:
     ``add`` calls ``store.add_resource(conversation_id, turn, ...)``."""
 
-    def __init__(self, store: ConversationStore, conversation_id: str, turn: int) -> None:
+    def __init__(self, store: Conversations, conversation_id: str, turn: int) -> None:
         self._store, self.conversation_id, self.turn = store, conversation_id, turn
 
     async def add(
@@ -59,35 +70,8 @@ class TurnSink:
         )
 
 
-class ConversationStore(Protocol):
-    """The one interface to conversation storage: :class:`bot.store.sqlite.SQLiteStore` (default)
-    or :class:`bot.store.sql.postgres.PostgresStore` (``[storage] database_url``).
-
-    Every method raises :class:`StorageError` (one sentence naming the store) when the storage is
-    unusable; none raises a driver exception.
-
-    Attributes:
-        on_interrupted: called with ``[(conversation key, turn index)]`` when this process marks
-            turns of a gone process interrupted (at start and at each heartbeat), so the front end
-            can tell those threads; ``None``: nobody is told.
-        on_orphaned_deliveries: called with ``[(key, payload)]`` of deliveries a gone process took
-            but never started, now taken by this process (at each heartbeat), to run them;
-            ``None``: none are taken.
-        adopt_prefix: only deliveries whose key starts with it are taken (``"slack:"``: the
-            front end this process runs).
-    """
-
-    on_interrupted: Callable[[list[tuple[ConversationKey, int]]], Awaitable[None]] | None
-    on_orphaned_deliveries: Callable[[list[tuple[str, str]]], Awaitable[None]] | None
-    adopt_prefix: str
-
-    async def open(self) -> None:
-        """Open (create or migrate) the store."""
-        ...
-
-    async def close(self) -> None:
-        """Close the store; idempotent."""
-        ...
+class Conversations(Protocol):
+    """Conversations and turns with their resources and chat log."""
 
     async def get_or_create(self, key: ConversationKey) -> str:
         """Return the short stable id of the conversation for ``key``, creating it if new."""
@@ -107,48 +91,16 @@ class ConversationStore(Protocol):
         ``False`` when the turn does not exist."""
         ...
 
-    async def claim_delivery(self, keys: Sequence[str], payload: str | None = None) -> bool:
-        """Take a platform delivery known by any of ``keys`` for this process: ``True`` when no
-        process sharing the store took one of them before (then all are recorded, atomically).
-
-        ``payload`` (the event, as text) is kept with ``keys[0]`` until the delivery is settled
-        (:meth:`settle_delivery`, or :meth:`begin_turn` with ``delivery``): if this process dies
-        before that, another one receives it through :attr:`on_orphaned_deliveries`."""
-        ...
-
-    async def note_delivery(self, key: str, payload: str) -> None:
-        """Replace the kept payload of a delivery not settled yet (what a process that takes it
-        over needs to know, e.g. the status message already posted); nothing if settled."""
-        ...
-
-    async def settle_delivery(self, key: str) -> None:
-        """Drop the payload of a delivery this process handled (answered, refused or ignored)."""
+    async def begin_turn(self, conversation_id: str, user_text: str, user: str | None, delivery: str | None = None) -> int:
+        """Record a new turn with status ``"running"``; return its 0-based index. ``delivery``:
+        the key of the platform delivery this turn answers, settled in the same transaction (so
+        a crash leaves either an interrupted turn or a delivery to run again, never both)."""
         ...
 
     async def wait_turn(self, conversation_id: str, turn: int, *, poll: float = 0.2) -> bool:
         """Wait until no earlier turn of the conversation is running, in any process sharing the
         store (a thread's turns run in the order they began; interrupted turns stop counting when
         their process's lease expires); ``True`` when it had to wait. ``poll``: seconds."""
-        ...
-
-    async def take_rate(self, key: str, limit: int, period: float) -> float:
-        """Count one request of ``key`` (a user) against ``limit`` per ``period`` seconds, shared by
-        every process: ``0.0`` when allowed (and counted), else seconds until one more fits."""
-        ...
-
-    async def take_slot(self, key: str, limit: int) -> str | None:
-        """Reserve one of ``key``'s ``limit`` run slots shared by every process; the slot id, or
-        ``None`` when all are held (slots of gone processes do not count)."""
-        ...
-
-    async def release_slot(self, slot: str) -> None:
-        """Give back a slot :meth:`take_slot` returned."""
-        ...
-
-    async def begin_turn(self, conversation_id: str, user_text: str, user: str | None, delivery: str | None = None) -> int:
-        """Record a new turn with status ``"running"``; return its 0-based index. ``delivery``:
-        the key of the platform delivery this turn answers, settled in the same transaction (so
-        a crash leaves either an interrupted turn or a delivery to run again, never both)."""
         ...
 
     async def add_resource(
@@ -206,6 +158,60 @@ class ConversationStore(Protocol):
         """Every turn of the conversation, oldest first, as JSON-able dicts (display/resume)."""
         ...
 
+
+class Deliveries(Protocol):
+    """Platform deliveries (events, messages, interactions) taken by one process of those sharing
+    the store, kept until their turn begins so another process can run them if this one dies."""
+
+    async def claim_delivery(self, keys: Sequence[str], payload: str | None = None) -> bool:
+        """Take a platform delivery known by any of ``keys`` for this process: ``True`` when no
+        process sharing the store took one of them before (then all are recorded, atomically).
+
+        ``payload`` (the event, as text) is kept with ``keys[0]`` until the delivery is settled
+        (:meth:`settle_delivery`, or :meth:`begin_turn` with ``delivery``): if this process dies
+        before that, another one receives it through :class:`bot.store.handover.Handover`."""
+        ...
+
+    async def note_delivery(self, key: str, payload: str) -> None:
+        """Replace the kept payload of a delivery not settled yet (what a process that takes it
+        over needs to know, e.g. the status message already posted); nothing if settled."""
+        ...
+
+    async def settle_delivery(self, key: str) -> None:
+        """Drop the payload of a delivery this process handled (answered, refused or ignored)."""
+        ...
+
+
+class SharedLimits(Protocol):
+    """Admission budgets shared by every process on the store."""
+
+    async def take_rate(self, key: str, limit: int, period: float) -> float:
+        """Count one request of ``key`` (a user) against ``limit`` per ``period`` seconds, shared by
+        every process: ``0.0`` when allowed (and counted), else seconds until one more fits."""
+        ...
+
+    async def take_slot(self, key: str, limit: int) -> str | None:
+        """Reserve one of ``key``'s ``limit`` run slots shared by every process; the slot id, or
+        ``None`` when all are held (slots of gone processes do not count)."""
+        ...
+
+    async def release_slot(self, slot: str) -> None:
+        """Give back a slot :meth:`take_slot` returned."""
+        ...
+
+
+class Upkeep(Protocol):
+    """Opening and closing the store, process leases (turns of gone processes are marked interrupted
+    and published on :class:`bot.store.handover.Handover`) and retention."""
+
+    async def open(self) -> None:
+        """Open (create or migrate) the store."""
+        ...
+
+    async def close(self) -> None:
+        """Close the store; idempotent."""
+        ...
+
     async def mark_interrupted(self) -> int:
         """Mark turns left ``"running"`` by a process that is gone (no live lease) as failed;
         return how many. Turns of live processes are left alone."""
@@ -219,3 +225,8 @@ class ConversationStore(Protocol):
     async def forget(self, conversation_id: str) -> bool:
         """Delete a conversation and its media not shared with another; ``False`` if unknown."""
         ...
+
+
+class ConversationStore(Conversations, Deliveries, SharedLimits, Upkeep, Protocol):
+    """The whole store (what :func:`bot.store.open_store` returns): give each caller only the
+    part it needs."""

@@ -1,7 +1,9 @@
-"""The conversation store on a database server (PostgreSQL), with SQLAlchemy Core and asyncpg;
-and the Alembic migrations both stores share (:mod:`.migrate`).
+"""The conversation store on SQLAlchemy Core, for SQLite (aiosqlite) and PostgreSQL (asyncpg).
 
-Modules: :mod:`.schema` (the tables), :mod:`.database` (the engine, errors as one sentence),
-:mod:`.migrate` (Alembic), :mod:`.postgres` (:class:`PostgresStore`), :mod:`.retention` (prune,
-forget, the media quota), :mod:`.upkeep` (owners, leases, claims, shared limits).
+Modules: :mod:`.store` (:class:`~.store.SQLStore`), :mod:`.database` (the engines, the schema
+check at open, errors as one sentence: :mod:`.errors`), :mod:`.dialect` (where the two databases
+differ), :mod:`.schema` (the tables), :mod:`.migrate` (Alembic, the only schema source; imported
+only when a migration is due), :mod:`.revisions` (the shipped revisions, without Alembic),
+:mod:`.retention` (prune, forget, the media quota), :mod:`.upkeep` (owners, leases, claims,
+shared limits).
 """

@@ -1,31 +1,38 @@
-"""A PostgreSQL database behind a SQLAlchemy async engine (asyncpg), with driver errors mapped to
-one sentence naming the database (never its password).
+"""The conversation database behind SQLAlchemy async engines: a SQLite file (aiosqlite) or a
+PostgreSQL database (asyncpg), with driver errors mapped to one sentence naming it (never a
+password), and the schema checked at open with one cheap query (Alembic is imported only when a
+migration is due, :mod:`bot.store.sql.migrate`).
 
-Used by :class:`bot.store.sql.postgres.PostgresStore`; the schema comes from
-:mod:`bot.store.sql.migrate` (Alembic).
+SQLite: one file in WAL mode; write transactions begin with ``BEGIN IMMEDIATE`` (as SQLAlchemy's
+documentation advises for pysqlite/aiosqlite, "Serializable isolation / Savepoints /
+Transactional DDL") and are serialised in the process by an asyncio lock, so writers wait for each
+other here rather than in SQLite's busy handler; reads run on a separate pool of read-only
+connections in autocommit mode, so a slow write never delays reading another conversation.
+PostgreSQL: a pool per process, reads in autocommit mode (no BEGIN/ROLLBACK round trips).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import socket
+import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
-from sqlalchemy import exc as sa_exc
+from sqlalchemy import event, exc as sa_exc, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from ...errors import StorageError
-from . import migrate
+from .dialect import sqlite_prebuilt
+from .errors import POOL_TIMEOUT, message
+from .probes import DB_NAME
+from .revisions import HEAD, REVISIONS, SQLITE_STATE, Refused, check_sqlite
 
 log = logging.getLogger(__name__)
-
-POOL_TIMEOUT = 60.0
-"""Seconds a query waits for a free pooled connection (under a burst, every connection of the
-process may be in use for a while) before failing with one sentence."""
 
 SCHEMES = {"postgresql", "postgres", "postgresql+asyncpg"}
 """URL schemes of ``[storage] database_url`` this store takes (``postgres://`` as Heroku writes it)."""
@@ -37,18 +44,16 @@ def parse_url(url: str) -> URL:
     Raises:
         StorageError: not a URL, or not a PostgreSQL one (one sentence, password hidden).
     """
+    hint = "write it as postgresql://USER:PASSWORD@HOST:5432/DATABASE"
     try:
         parsed = make_url(url)
     except (sa_exc.ArgumentError, ValueError):
-        raise StorageError("[storage] database_url is not a database URL; write it as "
-                           "postgresql://USER:PASSWORD@HOST:5432/DATABASE.") from None
+        raise StorageError(f"[storage] database_url is not a database URL; {hint}.") from None
     if parsed.drivername not in SCHEMES:
         shown = parsed.render_as_string(hide_password=True)
-        raise StorageError(f"[storage] database_url {shown} is not a PostgreSQL URL; write it as "
-                           "postgresql://USER:PASSWORD@HOST:5432/DATABASE (or leave it out to use SQLite).")
+        raise StorageError(f"[storage] database_url {shown} is not a PostgreSQL URL; {hint} (or leave it out to use SQLite).")
     if not parsed.database:
-        raise StorageError("[storage] database_url names no database; write it as "
-                           "postgresql://USER:PASSWORD@HOST:5432/DATABASE.")
+        raise StorageError(f"[storage] database_url names no database; {hint}.")
     return parsed.set(drivername="postgresql+asyncpg")
 
 
@@ -57,66 +62,58 @@ def describe(url: URL) -> str:
     return url.set(drivername="postgresql", password=None).render_as_string(hide_password=True)
 
 
-class SQLDatabase:
-    """The conversation database on a PostgreSQL server.
+class Database:
+    """The conversation database: ``Database(path=...)`` for a SQLite file, ``Database(url=...)``
+    for PostgreSQL.
 
     Args:
         url: ``[storage] database_url`` (``postgresql://user:password@host:port/database``).
-        connect_timeout: seconds to wait for a connection (also when the pool is exhausted).
-        pool_size: connections kept open per process.
+        path: the SQLite file (its directory is created at :meth:`open`).
+        busy_timeout: SQLite: seconds to wait for a lock held by another process.
+        connect_timeout: PostgreSQL: seconds to wait for a connection.
+        pool_size: PostgreSQL: connections kept open per process.
 
     Attributes:
-        name: the database for messages (no password); engine: the SQLAlchemy engine once open.
+        name: the database for messages (the file, or the URL without password); path: the
+            SQLite file (``None`` on PostgreSQL); dialect:
+            ``"sqlite"`` or ``"postgresql"``; engine, reader: the engines once open; applied: the
+            revisions the last :meth:`open` applied.
     """
 
-    def __init__(self, url: str, *, connect_timeout: float = 10.0, pool_size: int = 10) -> None:
-        self.url = parse_url(url)
-        self.name = describe(self.url)
-        self.connect_timeout = connect_timeout
-        self.pool_size = pool_size
+    def __init__(self, *, url: str | None = None, path: Path | None = None, busy_timeout: float = 5.0,
+                 connect_timeout: float = 10.0, pool_size: int = 10) -> None:
+        self.path: Path | None = None
+        if url is not None:
+            self.url, self.dialect = parse_url(url), "postgresql"
+            self.name = describe(self.url)
+        elif path is not None:
+            self.path = Path(path)
+            self.url, self.dialect, self.name = make_url(f"sqlite+aiosqlite:///{self.path}"), "sqlite", str(self.path)
+        else:
+            raise ValueError("a database URL or a SQLite path is needed")
+        self.busy_timeout, self.connect_timeout, self.pool_size = busy_timeout, connect_timeout, pool_size
         self.engine: AsyncEngine | None = None
-        self.reader: AsyncEngine | None = None  # the engine in autocommit mode, for reads
+        self.reader: AsyncEngine | None = None
+        self.applied: list[str] = []
+        self._lock = asyncio.Lock() if self.dialect == "sqlite" else None
+        self._hot: AsyncConnection | None = None  # SQLite: the connection of prebuilt reads
+        self._hot_driver: Any = None
 
     def error(self, exc: BaseException, action: str) -> StorageError:
-        """Map a driver or connection error to one sentence naming the database, and log it.
+        """Map a driver, connection or OS error to one sentence naming the database, and log it.
 
         Args:
-            exc: a ``sqlalchemy.exc.DBAPIError`` (the asyncpg error in ``.orig``), an ``OSError``
-                or a timeout.
+            exc: a ``sqlalchemy.exc.DBAPIError`` (the driver's error in ``.orig``), an
+                ``OSError`` or a timeout.
             action: what was being done, as a gerund phrase (``"saving a turn"``).
         """
         orig = getattr(exc, "orig", None) or exc
         cause = getattr(orig, "__cause__", None) or orig
-        kind = type(cause).__name__
-        sqlstate = str(getattr(cause, "sqlstate", "") or "")
-        text = str(cause).replace(self.url.password or "\0", "***") if self.url.password else str(cause)
-        where = self.name
-        if kind == "InvalidPasswordError" or sqlstate == "28P01" or sqlstate == "28000":
-            msg = f"The database {where} refused the user name or password in [storage] database_url."
-        elif kind == "InvalidCatalogNameError" or sqlstate == "3D000":
-            msg = f"The database {where} does not exist on its server; create it (createdb) or fix [storage] database_url."
-        elif sqlstate == "25006" or kind == "ReadOnlySQLTransactionError":
-            msg = f"The database {where} is read-only (a standby, or a read-only user); point [storage] database_url at the primary."
-        elif sqlstate == "42501":
-            msg = f"The database user in [storage] database_url may not write to {where}; grant it the tables' privileges."
-        elif sqlstate in {"53100"}:
-            msg = f"The database server of {where} is out of disk space while {action}."
-        elif isinstance(orig, sa_exc.TimeoutError):  # the pool: every connection of this process busy
-            msg = (f"The database {where} is too busy: no connection of this process came free within"
-                   f" {POOL_TIMEOUT:g} s while {action}.")
-        elif sqlstate in {"53300", "57P03"} or "too many clients" in text:
-            msg = f"The database server of {where} accepts no more connections right now (while {action})."
-        elif sqlstate == "42P01":
-            msg = f"The database {where} has no conversation tables; run `hugginggpt db upgrade` first."
-        elif isinstance(cause, (OSError, socket.gaierror, asyncio.TimeoutError, TimeoutError)) or kind in {
-            "ConnectionDoesNotExistError", "CannotConnectNowError", "ConnectionFailureError",
-            "InterfaceError", "PostgresConnectionError",
-        }:
-            msg = f"The database {where} cannot be reached while {action}; check that it runs and that the address in [storage] database_url is right."
-        else:
-            msg = f"The database {where} failed while {action}."
-        log.error("storage error while %s on %s: %s: %s", action, where, kind, text)
-        return StorageError(msg, f"{msg} ({kind}: {text})")
+        password = self.url.password if self.dialect == "postgresql" else None
+        detail = str(cause).replace(password, "***") if password else str(cause)
+        msg = message(self, orig, cause, detail, action)
+        log.error("storage error while %s on %s: %s: %s", action, self.name, type(cause).__name__, detail)
+        return StorageError(msg, f"{msg} ({type(cause).__name__}: {detail})")
 
     def _engine(self) -> AsyncEngine:
         if self.engine is None:
@@ -125,30 +122,29 @@ class SQLDatabase:
 
     @asynccontextmanager
     async def tx(self, action: str) -> AsyncIterator[AsyncConnection]:
-        """A transaction (committed on exit, rolled back on any error or cancellation).
+        """A write transaction, committed on exit, rolled back on any error or cancellation
+        (SQLite: ``BEGIN IMMEDIATE``, one at a time in this process). Never nest two.
 
         Raises:
             StorageError: the database failed (mapped by :meth:`error`).
         """
         engine = self._engine()
-        try:
-            async with engine.begin() as conn:
-                yield conn
-        except (sa_exc.DBAPIError, sa_exc.TimeoutError, OSError, asyncio.TimeoutError) as e:
-            raise self.error(e, action) from None
+        async with self._lock or contextlib.nullcontext():
+            try:
+                async with engine.begin() as conn:
+                    yield conn
+            except (sa_exc.DBAPIError, sa_exc.TimeoutError, OSError, asyncio.TimeoutError) as e:
+                raise self.error(e, action) from None
 
     async def read(self, action: str, *stmts: Any, params: dict[str, Any] | None = None) -> Any:
-        """All rows of each query, on one pooled connection in autocommit mode (no transaction: each
-        query sees the data committed when it starts).
-
-        A connection the server dropped (a restart, a failover) is noticed by the driver and
-        invalidated by SQLAlchemy; the queries are then tried once more on a fresh connection.
-        (This replaces ``pool_pre_ping``, whose extra round trip per checkout tripled the time of
-        a chat-log load.)
+        """All rows of each query on one pooled read connection in autocommit mode (each query
+        sees what was committed when it starts). A connection the server dropped (a restart, a
+        failover) is invalidated by SQLAlchemy and the queries are tried once more on a fresh one
+        (instead of ``pool_pre_ping``, whose round trip per checkout tripled a chat-log load).
 
         Args:
             action: what is being done, for the error sentence; stmts: the queries; params:
-                values of their ``bindparam`` placeholders (prebuilt statements are compiled once).
+                values of their ``bindparam`` placeholders (prebuilt statements compile once).
 
         Returns:
             The rows of the one query, or a list of row lists for several.
@@ -157,10 +153,11 @@ class SQLDatabase:
             StorageError: the database failed (mapped by :meth:`error`).
         """
         self._engine()
-        engine = self.reader  # autocommit: no BEGIN/ROLLBACK round trips
+        if params is not None and self.dialect == "sqlite":
+            return await self._read_prebuilt(action, stmts, params)
         for attempt in (1, 2):
             try:
-                async with engine.connect() as conn:
+                async with self.reader.connect() as conn:  # type: ignore[union-attr]
                     out = [list((await conn.execute(stmt, params)).all()) for stmt in stmts]
                     return out[0] if len(out) == 1 else out
             except sa_exc.DBAPIError as e:
@@ -172,52 +169,136 @@ class SQLDatabase:
                 raise self.error(e, action) from None
         raise AssertionError("unreachable")
 
+    async def _read_prebuilt(self, action: str, stmts: tuple[Any, ...], params: dict[str, Any]) -> Any:
+        """:meth:`read` of prebuilt statements on SQLite, straight on the driver connection
+        (:func:`~bot.store.sql.dialect.sqlite_prebuilt`)."""
+        try:
+            out = [list(await self._hot_driver.execute_fetchall(*sqlite_prebuilt(self._hot, s, params))) for s in stmts]
+        except (sa_exc.DBAPIError, sqlite3.Error, OSError) as e:
+            raise self.error(e, action) from None
+        return out[0] if len(out) == 1 else out
+
     async def open(self, *, upgrade: bool = True) -> list[str]:
-        """Connect, refuse a newer schema, and apply pending migrations (``upgrade``) or refuse
-        a database that needs them; idempotent.
+        """Connect, refuse another program's or a newer database, and apply pending migrations
+        (``upgrade``) or refuse a database that needs them; idempotent.
 
         Returns:
             The revisions applied (``[]`` when already current).
 
         Raises:
-            StorageError: unreachable, wrong credentials, missing database, read-only, from a
-                newer version of the bot, or behind with ``upgrade=False`` (nothing is written).
+            StorageError: unreachable, wrong credentials, missing database, read-only, corrupt,
+                locked, from a newer version of the bot, or behind with ``upgrade=False``
+                (nothing is written then).
         """
         if self.engine is not None:
             return []
-        engine = create_async_engine(
-            self.url, pool_size=self.pool_size, max_overflow=self.pool_size * 2, pool_timeout=POOL_TIMEOUT,
-            pool_pre_ping=False, connect_args={"timeout": self.connect_timeout, "server_settings": {"application_name": "hugginggpt"}},
-        )
+        if self.path is not None:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise self.error(e, "creating the data directory") from None
+        self.engine, self.reader = self._engines()
         try:
-            async with engine.begin() as conn:
-                todo = await conn.run_sync(migrate.pending)
-                if todo and not upgrade:
-                    raise StorageError(
-                        f"The database {self.name} needs migrating to this version of the bot"
-                        f" ({', '.join(todo)} pending); run `hugginggpt db upgrade`."
-                    )
-                applied = await conn.run_sync(migrate.upgrade) if todo else []
-        except migrate.NewerSchema as e:
-            await engine.dispose()
-            raise StorageError(
-                f"The database {self.name} was written by a newer version of the bot (revision {e.args[0]},"
-                f" this one knows {migrate.HEAD}); upgrade the bot."
-            ) from None
-        except (sa_exc.DBAPIError, OSError, asyncio.TimeoutError) as e:
-            await engine.dispose()
-            raise self.error(e, "opening") from None
-        except BaseException:
-            await engine.dispose()
+            self.applied = [] if await self._current() else await self._migrate(upgrade)
+            if self.dialect == "sqlite":  # one read connection kept for prebuilt reads (the driver queues calls)
+                self._hot = await self.reader.connect()
+                self._hot_driver = (await self._hot.get_raw_connection()).driver_connection
+        except BaseException as e:
+            await self.close()
+            if isinstance(e, (sa_exc.DBAPIError, sa_exc.TimeoutError, OSError, asyncio.TimeoutError)):
+                raise self.error(e, "opening") from None
             raise
-        for rev in applied:
+        for rev in self.applied:
             log.info("%s: migrated to revision %s", self.name, rev)
-        self.engine = engine
-        self.reader = engine.execution_options(isolation_level="AUTOCOMMIT")
-        return applied
+        return self.applied
+
+    def _engines(self) -> tuple[AsyncEngine, AsyncEngine]:
+        """The write engine and the read engine (SQLite: its own read-only pool)."""
+        if self.dialect == "postgresql":
+            engine = create_async_engine(
+                self.url, pool_size=self.pool_size, max_overflow=self.pool_size * 2, pool_timeout=POOL_TIMEOUT,
+                connect_args={"timeout": self.connect_timeout, "server_settings": {"application_name": "hugginggpt"}},
+            )
+            return engine, engine.execution_options(isolation_level="AUTOCOMMIT")
+        # no reset when a connection returns to the pool: every transaction ends by COMMIT or ROLLBACK
+        # (engine.begin()) and reads run in autocommit, so the reset's extra call would only cost time
+        args = {"connect_args": {"timeout": self.busy_timeout}, "pool_reset_on_return": None}
+        writer = create_async_engine(self.url, pool_size=1, max_overflow=0, **args)
+        reader = create_async_engine(self.url, **args)
+        event.listen(writer.sync_engine, "connect", _sqlite_writer)
+        event.listen(writer.sync_engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN IMMEDIATE"))
+        event.listen(reader.sync_engine, "connect", _sqlite_reader)
+        return writer, reader
+
+    async def _current(self) -> bool:
+        """Whether the schema is at :data:`HEAD`, by one query on the read pool (no Alembic); a
+        SQLite file without a version table is checked (another program's? newer?) before
+        anything is written to it.
+
+        Raises:
+            StorageError: another program's SQLite file, or a newer legacy one.
+        """
+        async with self.reader.connect() as conn:  # type: ignore[union-attr]
+            try:
+                rows = (await conn.execute(text("SELECT version_num FROM alembic_version"))).all()
+            except sa_exc.DBAPIError as e:
+                if "alembic_version" not in str(e.orig):
+                    raise
+                rows = []
+            if not rows and self.dialect == "sqlite":
+                version, tables, versioned = (await conn.execute(text(SQLITE_STATE))).one()
+                try:
+                    check_sqlite(int(version), int(tables), bool(versioned))
+                except Refused as e:
+                    raise StorageError(e.sentence(self.name)) from None
+        return bool(rows) and rows[0][0] == HEAD
+
+    async def _migrate(self, upgrade: bool) -> list[str]:
+        """Check and migrate under the migration lock, in one transaction (Alembic)."""
+        from . import migrate
+
+        try:
+            async with self.tx("migrating") as conn:
+                return await conn.run_sync(migrate.upgrade, apply=upgrade)
+        except Refused as e:
+            raise StorageError(e.sentence(self.name)) from None
 
     async def close(self) -> None:
         """Close every pooled connection; safe to call twice."""
-        engine, self.engine, self.reader = self.engine, None, None
-        if engine is not None:
-            await engine.dispose()
+        hot, self._hot, self._hot_driver = self._hot, None, None
+        if hot is not None:
+            await hot.close()
+        engines, self.engine, self.reader = (self.reader, self.engine), None, None
+        for engine in engines:
+            if engine is not None:
+                await engine.dispose()
+
+
+def _pragmas(dbapi_connection: Any, *statements: str) -> list[Any]:
+    cursor, rows = dbapi_connection.cursor(), []
+    try:
+        for statement in statements:
+            cursor.execute(statement)
+            rows.append(cursor.fetchall())
+        return rows
+    finally:
+        cursor.close()
+
+
+def _sqlite_writer(dbapi_connection: Any, _record: Any) -> None:
+    """A new SQLite writer connection: autocommit at the driver (the store sends ``BEGIN
+    IMMEDIATE`` itself), WAL mode, full fsync, foreign keys enforced."""
+    dbapi_connection.isolation_level = None
+    (mode,), *_ = _pragmas(dbapi_connection, "PRAGMA journal_mode=WAL", "PRAGMA synchronous=FULL",
+                           "PRAGMA foreign_keys=ON")
+    if str(mode[0]).lower() != "wal":
+        log.warning("SQLite journal mode is %s, not WAL", mode[0])
+
+
+def _sqlite_reader(dbapi_connection: Any, _record: Any) -> None:
+    """A new SQLite read connection: autocommit (each query sees the latest commit), read-only."""
+    dbapi_connection.isolation_level = None
+    _pragmas(dbapi_connection, "PRAGMA query_only=ON")
+
+
+__all__ = ["DB_NAME", "Database", "REVISIONS", "describe", "parse_url"]

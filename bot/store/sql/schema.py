@@ -1,9 +1,9 @@
 """The conversation database's tables as SQLAlchemy Core objects: the queries of
-:class:`bot.store.sql.postgres.PostgresStore` are built from them.
+:class:`bot.store.sql.store.SQLStore` are built from them, on both databases.
 
 They describe the schema the migrations produce (Alembic revision ``head``, see
 :mod:`bot.store.sql.migrate`); they never create it. Columns are those of the SQLite schema
-(``bot/store/migrations/*.sql`` and the Alembic revisions after them), with times as epoch seconds
+(Alembic revisions 0001-0007, :mod:`bot.store.sql.migrate`), with times as epoch seconds
 (double precision) on both databases.
 """
 

@@ -1,11 +1,11 @@
-"""The PostgreSQL store's shared bookkeeping, as SQLAlchemy Core statements: process owners and
-their heartbeat leases, interrupted turns, retention and the media quota, delivery claims and the
-per-user limits shared by every process.
+"""The store's shared bookkeeping, as SQLAlchemy Core statements for both databases: process
+owners and their heartbeat leases, interrupted turns, retention and the media quota, delivery
+claims and the per-user limits shared by every process.
 
-The rules are the SQLite store's, written once as pure functions: owners and leases
-(:mod:`bot.store.lease`: :func:`~bot.store.lease.live_owners`), what retention deletes
-(:func:`bot.store.retention.plan`). Every function here runs inside the caller's transaction
-(``conn``, an ``AsyncConnection``) unless it says otherwise.
+The rules are pure functions elsewhere: owners and leases (:mod:`bot.store.lease`:
+:func:`~bot.store.lease.live_owners`), what retention deletes (:func:`bot.store.retention.plan`).
+Where the databases differ: :mod:`bot.store.sql.dialect`. Every function here runs inside the
+caller's transaction (``conn``, an ``AsyncConnection``) unless it says otherwise.
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from pathlib import Path
 
 import aiofiles.os
 from sqlalchemy import and_, delete, exists, func, literal, select, update, union_all
-from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .. import lease
 from ..lease import INTERRUPTED, RECENT_SECONDS
 from ..retention import Activity, MediaFile, Plan
-from .database import SQLDatabase
+from .database import Database
+from .dialect import advisory_lock, insert, lock_rows, skip_locked, upsert
 from .schema import conversations as C, deliveries as D, media as M, owners as O, rate_limits as RL
 from .schema import resources as R, run_slots as S, turns as T
 
@@ -60,7 +60,7 @@ async def mark_orphans(conn: AsyncConnection, *, now: float, me: str | None) -> 
     return [(r[0], int(r[1])) for r in (await conn.execute(stmt)).all()]
 
 
-async def beat(db: SQLDatabase, owner_id: str, *, now: float, orphans: bool) -> list[tuple[str, int]]:
+async def beat(db: Database, owner_id: str, *, now: float, orphans: bool) -> list[tuple[str, int]]:
     """Renew ``owner_id``'s lease (re-registering it if another process judged it gone) and, with
     ``orphans``, mark the turns of gone owners (its own transaction).
 
@@ -68,14 +68,12 @@ async def beat(db: SQLDatabase, owner_id: str, *, now: float, orphans: bool) -> 
         The turns marked, as :func:`mark_orphans`.
     """
     async with db.tx("renewing the process lease") as conn:
-        await conn.execute(
-            insert(O).values(id=owner_id, host=lease.HOST, pid=os.getpid(), started=now, heartbeat=now)
-            .on_conflict_do_update(index_elements=[O.c.id], set_={"heartbeat": now})
-        )
+        await conn.execute(upsert(conn, O, {"id": owner_id, "host": lease.HOST, "pid": os.getpid(), "started": now,
+                                            "heartbeat": now}, [O.c.id], {"heartbeat": now}))
         return await mark_orphans(conn, now=now, me=owner_id) if orphans else []
 
 
-async def unregister(db: SQLDatabase, owner_id: str, *, now: float) -> None:
+async def unregister(db: Database, owner_id: str, *, now: float) -> None:
     """Mark ``owner_id``'s running turns interrupted, release its pins and slots, remove its row."""
     async with db.tx("closing the store") as conn:
         await conn.execute(update(T).where(T.c.status == "running", T.c.owner == owner_id)
@@ -115,7 +113,7 @@ async def delete_rows(conn: AsyncConnection, p: Plan) -> None:
         await conn.execute(delete(M).where(M.c.path.in_(p.files)))
 
 
-async def unlink_unrecorded(db: SQLDatabase, paths: Sequence[str], resolve: Callable[[str], Path]) -> tuple[int, int]:
+async def unlink_unrecorded(db: Database, paths: Sequence[str], resolve: Callable[[str], Path]) -> tuple[int, int]:
     """Delete the files of ``paths`` no row records or references any more (its own transaction,
     holding a row lock on each path's media row check); ``(files deleted, bytes freed)``."""
     files = freed = 0
@@ -138,7 +136,7 @@ async def unlink_unrecorded(db: SQLDatabase, paths: Sequence[str], resolve: Call
     return files, freed
 
 
-async def media_bytes(db: SQLDatabase) -> int:
+async def media_bytes(db: Database) -> int:
     """Bytes of the recorded media files (each counted once)."""
     rows = await db.read("measuring media", select(func.coalesce(func.sum(M.c.size), 0)))
     return int(rows[0][0])
@@ -151,11 +149,11 @@ async def claim(conn: AsyncConnection, keys: Sequence[str], *, now: float, owner
     :meth:`ConversationStore.claim_delivery`; ``payload`` goes with the first key); a concurrent
     claim of the same key waits for the first transaction, then fails."""
     rows = (await conn.execute(
-        insert(D).values([{"key": k, "at": now, "owner": owner, "payload": payload if i == 0 else None}
+        insert(conn, D).values([{"key": k, "at": now, "owner": owner, "payload": payload if i == 0 else None}
                           for i, k in enumerate(keys)]).on_conflict_do_nothing().returning(D.c.key)
     )).all()
     if len(rows) != len(set(keys)):
-        raise _Taken()
+        raise Taken()
     await conn.execute(delete(D).where(D.c.at < now - DELIVERY_KEEP_SECONDS))
     return True
 
@@ -165,9 +163,9 @@ async def adopt(conn: AsyncConnection, *, me: str, prefix: str) -> list[tuple[st
     :func:`sweep`), each by one process
     (``FOR UPDATE SKIP LOCKED``: processes sweeping at once split them); ``[(key, payload)]``."""
     live = select(O.c.id)
-    orphaned = (D.c.payload.is_not(None), D.c.key.startswith(prefix, autoescape=True),
+    orphaned = (D.c.payload.is_not(None), func.substr(D.c.key, 1, len(prefix)) == prefix,
                 D.c.owner.is_(None) | ~D.c.owner.in_(live))
-    pending = select(D.c.key).where(*orphaned).with_for_update(skip_locked=True)
+    pending = skip_locked(conn, select(D.c.key).where(*orphaned))
     # the conditions again on the UPDATE itself: a row another process took meanwhile (its owner
     # now live) is re-checked after that transaction commits and left alone
     rows = (await conn.execute(update(D).where(D.c.key.in_(pending.scalar_subquery()), *orphaned).values(owner=me)
@@ -175,7 +173,7 @@ async def adopt(conn: AsyncConnection, *, me: str, prefix: str) -> list[tuple[st
     return [(r[0], r[1]) for r in rows]
 
 
-class _Taken(Exception):
+class Taken(Exception):
     """A key was claimed before: roll the claim back."""
 
 
@@ -187,22 +185,23 @@ async def take_rate(conn: AsyncConnection, key: str, *, limit: int, period: floa
         ``0.0`` when allowed (and counted); otherwise seconds until one more request fits.
     """
     interval = period / limit
-    row = (await conn.execute(select(RL.c.tat).where(RL.c.key == key).with_for_update())).first()
+    row = (await conn.execute(lock_rows(conn, select(RL.c.tat).where(RL.c.key == key)))).first()
     tat = max(row[0] if row else now, now)
     wait = tat - now - (period - interval)
     if wait > 0:
         return wait
-    await conn.execute(insert(RL).values(key=key, tat=tat + interval)
-                       .on_conflict_do_update(index_elements=[RL.c.key], set_={"tat": tat + interval}))
+    await conn.execute(upsert(conn, RL, {"key": key, "tat": tat + interval}, [RL.c.key], {"tat": tat + interval}))
     return 0.0
 
 
 async def take_slot(conn: AsyncConnection, key: str, slot: str, *, limit: int, owner: str, now: float) -> bool:
-    """Reserve run slot ``slot`` of ``key`` if fewer than ``limit`` are held by live owners."""
-    await conn.execute(select(func.pg_advisory_xact_lock(func.hashtext(key))))
+    """Reserve run slot ``slot`` of ``key`` if fewer than ``limit`` are held by live owners (the
+    slots of gone owners are deleted with them first, :func:`sweep`)."""
+    await advisory_lock(conn, key)
+    await sweep(conn, now=now, me=owner)
     live = select(O.c.id).where(O.c.heartbeat >= now - lease.LEASE_SECONDS)
     held = (await conn.execute(select(func.count()).select_from(S).where(S.c.key == key, S.c.owner.in_(live)))).scalar()
     if int(held or 0) >= limit:
         return False
-    await conn.execute(insert(S).values(id=slot, key=key, owner=owner, at=now))
+    await conn.execute(S.insert().values(id=slot, key=key, owner=owner, at=now))
     return True

@@ -1,19 +1,36 @@
 """Baseline: schema version 5, the last one written as numbered .sql files.
 
-SQLite: the files in ``bot/store/migrations`` (applied by their own runner, frozen) bring a
-database to version 5; this revision only marks it. PostgreSQL: creates version 5 whole (the
-same tables, without SQLite's ``WITHOUT ROWID``).
+SQLite: revisions 0001-0004 bring a file to version 4; this one adds the deliveries table (the
+statements of ``0005_deliveries.sql`` of the earlier releases), unless the file is at version 5
+already (see :mod:`bot.store.sql.alembic.legacy`). PostgreSQL: creates version 5 whole (the same
+tables, without SQLite's ``WITHOUT ROWID``).
+
+(Until the ``.sql`` chain became revisions 0001-0004, this revision had no parent and did nothing
+on SQLite, the chain's own runner having applied version 5 before it; a database that passed it
+then is unaffected by the change.)
 
 Revision ID: 0005
+Revises: 0004
 """
 
 import sqlalchemy as sa
 from alembic import op
 
+from bot.store.sql.alembic.legacy import sqlite_step
+
 revision = "0005"
-down_revision = None
+down_revision = "0004"
 branch_labels = None
 depends_on = None
+
+
+SQLITE = """
+CREATE TABLE deliveries (
+    key TEXT PRIMARY KEY,
+    at REAL NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX deliveries_at ON deliveries(at);
+"""
 
 
 def _conv() -> sa.Column:
@@ -23,6 +40,7 @@ def _conv() -> sa.Column:
 
 def upgrade() -> None:
     if op.get_bind().dialect.name == "sqlite":
+        sqlite_step(5, SQLITE)
         return
     op.create_table(
         "conversations",

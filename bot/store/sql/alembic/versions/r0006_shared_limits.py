@@ -1,4 +1,4 @@
-"""Shared limits, so several processes behave as one bot (issue 11, "Scale out"):
+"""Shared limits, so several processes behave as one bot:
 
 * ``rate_limits``: per user key, the theoretical arrival time of the next request (GCRA);
 * ``run_slots``: one row per run in flight per user key, with the owner (process) running it;

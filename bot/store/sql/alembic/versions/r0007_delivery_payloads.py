@@ -1,4 +1,4 @@
-"""Deliveries remember who took them and, until their turn begins, the event itself (issue 11):
+"""Deliveries remember who took them and, until their turn begins, the event itself:
 when the process that took a delivery dies before starting its turn, another process finds the
 event here and runs it, so a platform event acknowledged once is never lost.
 

@@ -1,6 +1,20 @@
--- Schema version 1: conversations, turns (text, answer, status), resources.
--- Released: never edit this file; add a new numbered file instead.
+"""Schema version 1: conversations, turns (text, answer, status), resources.
 
+SQLite only (a file at schema version 0 or earlier is brought to 1; see
+:mod:`bot.store.sql.alembic.legacy`); nothing on PostgreSQL, where 0005 creates version 5 whole.
+The statements are those of ``0001_conversations_turns_resources.sql`` of the earlier releases.
+
+Revision ID: 0001
+"""
+
+from bot.store.sql.alembic.legacy import sqlite_step
+
+revision = "0001"
+down_revision = None
+branch_labels = None
+depends_on = None
+
+SQL = """
 CREATE TABLE conversations (
     id TEXT PRIMARY KEY,
     key TEXT NOT NULL UNIQUE,
@@ -29,3 +43,12 @@ CREATE TABLE resources (
     turn INTEGER,
     PRIMARY KEY (conversation_id, id)
 );
+"""
+
+
+def upgrade() -> None:
+    sqlite_step(1, SQL, None)
+
+
+def downgrade() -> None:
+    raise NotImplementedError("schema versions before 0005 are not downgraded")

@@ -1,4 +1,32 @@
--- Schema version 2. Released: never edit this file; add a new numbered file instead.
+"""Schema version 2: conversation key fields and activity time; turns and resources clustered by
+conversation; condensed answers and token counts; run records in turn_records; per-kind resource
+numbers and file names; indexes for retention, crash marking and media sharing checks.
+
+SQLite only (a file at schema version 1 or earlier is brought to 2; see
+:mod:`bot.store.sql.alembic.legacy`); nothing on PostgreSQL, where 0005 creates version 5 whole.
+The statements are those of ``0002_clustered_turns_and_resources.sql`` of the earlier releases.
+
+Revision ID: 0002
+Revises: 0001
+"""
+
+import re
+from pathlib import Path
+
+from sqlalchemy import Connection
+
+from bot.store.text import clip_summary
+from bot.tokens import count_json_tokens, count_tokens
+from pipeline.types import Resource
+
+from bot.store.sql.alembic.legacy import sqlite_step
+
+revision = "0002"
+down_revision = "0001"
+branch_labels = None
+depends_on = None
+
+SQL = """
 --
 -- * key fields and last-activity time on conversations;
 -- * turns and resources clustered by conversation (WITHOUT ROWID), so one conversation's chat
@@ -10,7 +38,7 @@
 --
 -- The values SQL cannot compute (key fields split from the key, condensed answers, token counts,
 -- per-kind numbers parsed from resource ids) are filled in by the Python post-step of version 2
--- (bot/store/migrations/backfill.py) in the same transaction, right after this file.
+-- (the revision's _backfill) in the same transaction, right after this file.
 
 ALTER TABLE conversations ADD COLUMN platform TEXT NOT NULL DEFAULT '';
 ALTER TABLE conversations ADD COLUMN workspace TEXT NOT NULL DEFAULT '';
@@ -86,5 +114,43 @@ ALTER TABLE resources_v2 RENAME TO resources;
 
 CREATE INDEX conversations_updated ON conversations(updated);
 CREATE INDEX turns_running ON turns(status) WHERE status = 'running';
--- covering index for the media size sum (SQLiteStore.media_bytes)
+-- covering index for the media size sum (the store's media_bytes)
 CREATE INDEX resources_path ON resources(path, size);
+"""
+
+_SEQ = re.compile(r".*?-(\d+)")
+
+
+def _backfill(conn: Connection) -> None:
+    """Split each conversation's key into its fields; condense each turn's answer and count the
+    turn's tokens; number each resource within its kind (from its id) and count its tokens."""
+    rows = conn.exec_driver_sql("SELECT id, key FROM conversations").all()
+    updates = [(*(key.split(":", 3) + ["", "", "", ""])[:4], cid) for cid, key in rows]
+    if updates:
+        conn.exec_driver_sql("UPDATE conversations SET platform=?, workspace=?, channel=?, thread=? WHERE id=?", updates)
+    rows = conn.exec_driver_sql("SELECT t.conversation_id, t.idx, t.user_text, r.answer FROM turns t"
+                                " JOIN turn_records r ON r.conversation_id = t.conversation_id AND r.idx = t.idx").all()
+    updates = []
+    for cid, idx, user_text, answer in rows:
+        summary = clip_summary(answer)
+        updates.append((summary, count_tokens(user_text) + count_tokens(summary), cid, idx))
+    if updates:
+        conn.exec_driver_sql("UPDATE turns SET summary=?, tokens=? WHERE conversation_id=? AND idx=?", updates)
+    rows = conn.exec_driver_sql("SELECT conversation_id, n, id, kind, mime, size, origin, description, turn"
+                                " FROM resources").all()
+    updates = []
+    for cid, n, rid, kind, mime, size, origin, description, turn in rows:
+        m = _SEQ.fullmatch(rid)
+        view = Resource(rid, kind, Path(), mime, size, origin, description, turn).prompt_view()
+        updates.append((int(m.group(1)) if m else 0, count_json_tokens(view), cid, n))
+    if updates:
+        conn.exec_driver_sql("UPDATE resources SET seq=?, tokens=? WHERE conversation_id=? AND n=?", updates)
+
+
+
+def upgrade() -> None:
+    sqlite_step(2, SQL, _backfill)
+
+
+def downgrade() -> None:
+    raise NotImplementedError("schema versions before 0005 are not downgraded")

@@ -1,21 +1,29 @@
-"""The conversation store on PostgreSQL (``[storage] database_url``), for several bot processes
-on one database (issue 11, "Scale out").
+"""The conversation store: threads as multi-turn conversations, and the files in them, on SQLite
+(the default: one file in the data directory, nothing to install) or PostgreSQL (``[storage]
+database_url``, for several bot processes), with SQLAlchemy Core.
 
-Same :class:`bot.store.protocol.ConversationStore` as :class:`bot.store.sqlite.SQLiteStore`, same
-rules (conversations, turns and resources as in the SQLite module's docstring; owners, leases,
-retention and the media quota as in :mod:`bot.store.lease` and :mod:`bot.store.retention`),
-written with SQLAlchemy Core over asyncpg. Media files stay in a directory every process shares
-(:class:`bot.store.media.MediaStore`; paths are recorded relative to the data directory, so every
-process must mount it at the same path or set the same ``data_dir``).
+HuggingGPT plans with the chat log in view (Shen et al., NeurIPS 2023, §3.1: the chat history lets
+the planner trace resources the user mentioned earlier). This store keeps that log:
 
-Concurrency is the server's: a turn's index and a resource's number are taken while holding the
-conversation's row lock (``SELECT ... FOR UPDATE``), deliveries are claimed with a unique key
-(``INSERT ... ON CONFLICT DO NOTHING``), per-user run slots under an advisory transaction lock.
+* a *conversation* per platform + workspace/guild + channel + thread (:class:`ConversationKey`),
+  with a short stable id;
+* per *turn*: the user's text and files, the plan, model choices, results, answer, generated files,
+  timings and status (the whole :meth:`RunRecord.to_json` document, plus a condensed answer);
+* *resources*: every file a user sends and every file a task generates, with a short id unique
+  within the conversation (``image-1``, ``audio-1``, ``image-2`` ... numbered per kind), its kind,
+  origin (``"user"`` or ``"task:N"``, and the turn) and a one-line description.
+
+Media files live in a directory every process shares (:class:`bot.store.media.MediaStore`; paths
+relative to the data directory). Sharing rules: :mod:`bot.store.lease`, :mod:`bot.store.retention`;
+where the databases differ: :mod:`bot.store.sql.dialect` (a turn's index and a resource's number
+are taken holding the conversation's row, deliveries claimed with a unique key, run slots under an
+advisory lock; on SQLite every write transaction holds the file). Schema: :mod:`bot.store.sql.migrate`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import logging
 import secrets
@@ -24,8 +32,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import bindparam, func, select, tuple_, update
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import bindparam, func, select, update
 
 from pipeline.errors import HuggingGPTError
 from pipeline.types import MODALITIES, Modality, Resource, ResourceSink, RunRecord, Turn
@@ -33,61 +40,67 @@ from pipeline.types import MODALITIES, Modality, Resource, ResourceSink, RunReco
 from ...errors import StorageError
 from ...incoming import ConversationKey
 from ...tokens import count_json_tokens, count_tokens
+from .. import lease
 from ..chatlog import select_history, turn_views
+from ..handover import Handover
 from ..lease import RECENT_SECONDS, new_owner_id
-from .. import handover, lease
 from ..listing import Order, Origin, StoredFile
-from ..protocol import MediaWriter, TurnSink
+from ..protocol import MediaWriter, PruneReport, TurnSink
 from ..text import clip_summary, valid_utf8
-from . import upkeep
-from .database import SQLDatabase
-from .retention import SQLLedger, SQLRetention
-from .schema import conversations as C, deliveries as D, feedback as F, resources as R, turn_records as TR, turns as T
+from . import listing, retention, upkeep
+from .database import Database
+from .dialect import greatest, insert, lock_conversation, upsert
+from .schema import conversations as C, deliveries as D, feedback as F, resources as R, run_slots as S
+from .schema import turn_records as TR, turns as T
 
 log = logging.getLogger(__name__)
 
-_RES = (R.c.id, R.c.kind, R.c.path, R.c.mime, R.c.size, R.c.origin, R.c.description, R.c.turn, R.c.name)
 _CONTEXT = (  # the chat log's two queries, built once (the hot path of every turn)
     select(T.c.idx, T.c.user_text, T.c.summary, T.c.status, T.c.tokens)
     .where(T.c.conversation_id == bindparam("cid"), T.c.status != "running").order_by(T.c.idx.desc()),
-    select(*_RES, R.c.tokens).where(R.c.conversation_id == bindparam("cid")).order_by(R.c.n),
+    select(*listing.RESOURCE_COLUMNS, R.c.tokens).where(R.c.conversation_id == bindparam("cid")).order_by(R.c.n),
 )
+_TURNS = (select(T.c.idx, T.c.user, T.c.user_text, func.coalesce(TR.c.answer, ""), T.c.summary, T.c.status,
+                 T.c.error, T.c.created, T.c.finished, TR.c.record)
+          .select_from(T.outerjoin(TR, (TR.c.conversation_id == T.c.conversation_id) & (TR.c.idx == T.c.idx)))
+          .where(T.c.conversation_id == bindparam("cid")).order_by(T.c.idx))
 
 
 def _gone(where: str, what: str, name: str) -> StorageError:
     return StorageError("This conversation no longer exists; start a new thread.", f"{where}: unknown {what} in {name}")
 
 
-class PostgresStore(SQLRetention):
-    """:class:`ConversationStore` on a PostgreSQL database plus a shared media directory.
+class SQLStore:
+    """:class:`bot.store.protocol.ConversationStore` on one database plus a media directory.
 
     Args:
-        url: ``[storage] database_url``.
+        database: the :class:`Database` (``Database(path=data_dir / DB_NAME)`` or ``Database(url=...)``).
         data_dir: the data directory (media files live under it; shared by every process).
         media: the media store (:class:`bot.store.media.MediaStore`) or anything with its ``put``.
+        events: where interrupted turns and deliveries taken over are published (the service's
+            :class:`Handover`; default: a channel nobody listens to).
         clock: current time in epoch seconds (tests move time with it).
-        max_media_bytes, max_age_days: ``[storage]`` limits (as :class:`SQLiteStore`).
+        max_media_bytes, max_age_days: ``[storage]`` limits (the quota at write time, enforced
+            through ``media`` when it is a :class:`MediaStore`; ``max_age_days`` orders what it deletes).
         upgrade: apply pending migrations at :meth:`open` (``False``: refuse a database that
             needs them; ``hugginggpt db upgrade`` applies them).
-        connect_timeout: seconds to wait for the server.
     """
 
     def __init__(
-        self, url: str, data_dir: Path, media: MediaWriter, *, clock: Callable[[], float] = time.time,
-        max_media_bytes: int | None = None, max_age_days: float | None = None, upgrade: bool = True,
-        connect_timeout: float = 10.0,
+        self, database: Database, data_dir: Path, media: MediaWriter, *, events: Handover | None = None,
+        clock: Callable[[], float] = time.time, max_media_bytes: int | None = None, max_age_days: float | None = None,
+        upgrade: bool = True,
     ) -> None:
-        self.database = SQLDatabase(url, connect_timeout=connect_timeout)
+        self.database = database
         self.data_dir = Path(data_dir).expanduser().resolve()
-        self.path = self.database.name
+        self.paths = retention.MediaPaths(self.data_dir)
+        self.path: Path | str = database.path or database.name  # for messages; the SQLite file's Path
         self.media = media
+        self.events = events or Handover()
         self._clock = clock
         self.limits = (max_media_bytes, max_age_days)
         self.upgrade = upgrade
         self.owner_id: str | None = None
-        self.on_interrupted: Callable[[list[tuple[ConversationKey, int]]], Any] | None = None
-        self.on_orphaned_deliveries: Callable[[list[tuple[str, str]]], Any] | None = None
-        self.adopt_prefix = ""  # only deliveries whose key starts with it are taken over
         self._heartbeat: asyncio.Task[None] | None = None
 
     # -- life cycle ------------------------------------------------------------------------------
@@ -97,8 +110,9 @@ class PostgresStore(SQLRetention):
         its heartbeat, and become the media store's ledger (the quota at write time).
 
         Raises:
-            StorageError: wrong URL or credentials, unreachable, read-only, newer schema, or
-                pending migrations with ``upgrade=False``; nothing is written then.
+            StorageError: the SQLite file is corrupt, locked, another program's or not writable;
+                wrong URL or credentials, unreachable, read-only; a newer schema, or pending
+                migrations with ``upgrade=False``. Nothing is written then.
         """
         await self.database.open(upgrade=self.upgrade)
         owner = new_owner_id()
@@ -110,12 +124,14 @@ class PostgresStore(SQLRetention):
         self.owner_id = owner
         self._heartbeat = asyncio.create_task(self._beat_forever(), name=f"store heartbeat {owner}")
         if hasattr(self.media, "ledger"):
-            self.media.ledger = SQLLedger(self)  # type: ignore[attr-defined]
+            max_bytes, max_age = self.limits
+            self.media.ledger = retention.Ledger(  # type: ignore[attr-defined]
+                self.database, owner, self._clock, self.paths, max_media_bytes=max_bytes, max_age_days=max_age)
 
     async def close(self) -> None:
         """Stop the heartbeat, mark this process's running turns interrupted, release its pins and
-        run slots, remove its owner row, close the pool; safe to call twice."""
-        if getattr(getattr(self.media, "ledger", None), "store", None) is self:
+        run slots, remove its owner row, close the connections; safe to call twice."""
+        if getattr(getattr(self.media, "ledger", None), "db", None) is self.database:
             self.media.ledger = None  # type: ignore[attr-defined]
         task, self._heartbeat = self._heartbeat, None
         if task is not None:
@@ -140,17 +156,23 @@ class PostgresStore(SQLRetention):
                 log.warning("heartbeat of %s failed: %s", self.owner_id, e)
 
     async def _tell(self, marked: list[tuple[str, int]]) -> None:
+        """Publish turns marked interrupted with their conversation keys (deleted ones left out)."""
         if not marked:
             return
         log.warning("%s: marked %d turn(s) of gone processes as interrupted", self.path, len(marked))
-        await handover.tell_interrupted(self.find, self.on_interrupted, marked)
+        told = []
+        for cid, idx in marked:
+            key = await self.find(cid)
+            if key is not None:
+                told.append((key, idx))
+        await self.events.interrupted(told)
 
     def _me(self) -> str:
         if self.owner_id is None:
             raise StorageError(f"The conversation database {self.path} is not open.")
         return self.owner_id
 
-    async def __aenter__(self) -> PostgresStore:
+    async def __aenter__(self) -> SQLStore:
         await self.open()
         return self
 
@@ -160,23 +182,24 @@ class PostgresStore(SQLRetention):
     # -- conversations ---------------------------------------------------------------------------
 
     async def get_or_create(self, key: ConversationKey) -> str:
-        """See :meth:`ConversationStore.get_or_create` (an idle conversation looked up counts as used)."""
+        """See :meth:`Conversations.get_or_create` (10 hex characters; looking up a conversation
+        idle for 5 minutes or more counts as using it, so no process prunes it before its turn)."""
         skey = key.as_string()
         rows = await self.database.read("looking up a conversation", select(C.c.id, C.c.updated).where(C.c.key == skey))
         if rows and rows[0][1] >= self._clock() - RECENT_SECONDS / 2:
             return rows[0][0]
         async with self.database.tx("looking up a conversation") as conn:
             now = self._clock()
-            row = (await conn.execute(update(C).where(C.c.key == skey).values(updated=func.greatest(C.c.updated, now))
-                                      .returning(C.c.id))).first()
+            row = (await conn.execute(update(C).where(C.c.key == skey).values(
+                updated=greatest(conn, C.c.updated, now)).returning(C.c.id))).first()
             if row:
                 return row[0]
             while True:
                 cid = secrets.token_hex(5)
                 row = (await conn.execute(
-                    insert(C).values(id=cid, key=skey, created=now, platform=key.platform, workspace=key.workspace,
-                                     channel=key.channel, thread=key.thread, updated=now)
-                    .on_conflict_do_nothing().returning(C.c.id))).first()
+                    insert(conn, C).values(id=cid, key=skey, created=now, platform=key.platform,
+                                           workspace=key.workspace, channel=key.channel, thread=key.thread,
+                                           updated=now).on_conflict_do_nothing().returning(C.c.id))).first()
                 if row:
                     return cid
                 row = (await conn.execute(select(C.c.id).where(C.c.key == skey))).first()
@@ -184,61 +207,66 @@ class PostgresStore(SQLRetention):
                     return row[0]
 
     async def find(self, conversation_id: str) -> ConversationKey | None:
-        """See :meth:`ConversationStore.find`."""
+        """See :meth:`Conversations.find`."""
         rows = await self.database.read("looking up a conversation", select(
             C.c.platform, C.c.workspace, C.c.channel, C.c.thread).where(C.c.id == conversation_id))
         return ConversationKey(*rows[0]) if rows else None
 
     async def retire(self, key: ConversationKey) -> str | None:
-        """See :meth:`ConversationStore.retire`."""
+        """See :meth:`Conversations.retire` (the old conversation keeps its id and turns)."""
         async with self.database.tx("starting a new conversation") as conn:
             row = (await conn.execute(update(C).where(C.c.key == key.as_string())
                                       .values(key=C.c.key + "#retired-" + C.c.id).returning(C.c.id))).first()
         return row[0] if row else None
 
     async def record_feedback(self, conversation_id: str, turn: int, user: str, verdict: str) -> bool:
-        """See :meth:`ConversationStore.record_feedback`."""
+        """See :meth:`Conversations.record_feedback`."""
         async with self.database.tx("storing feedback") as conn:
-            if (await conn.execute(select(T.c.idx).where(T.c.conversation_id == conversation_id, T.c.idx == turn))).first() is None:
+            known = select(T.c.idx).where(T.c.conversation_id == conversation_id, T.c.idx == turn)
+            if (await conn.execute(known)).first() is None:
                 return False
             now = self._clock()
-            await conn.execute(insert(F).values(conversation_id=conversation_id, idx=turn, user=user, verdict=verdict, at=now)
-                               .on_conflict_do_update(index_elements=[F.c.conversation_id, F.c.idx, F.c.user],
-                                                      set_={"verdict": verdict, "at": now}))
+            await conn.execute(upsert(conn, F, {"conversation_id": conversation_id, "idx": turn, "user": user,
+                                                "verdict": verdict, "at": now},
+                                      [F.c.conversation_id, F.c.idx, F.c.user], {"verdict": verdict, "at": now}))
         return True
 
+    # -- deliveries ------------------------------------------------------------------------------
+
     async def claim_delivery(self, keys: Sequence[str], payload: str | None = None) -> bool:
-        """See :meth:`ConversationStore.claim_delivery` (a unique key per delivery)."""
+        """See :meth:`Deliveries.claim_delivery` (a unique key per delivery; keys older than a day
+        are deleted as new ones arrive)."""
         try:
             async with self.database.tx("recording a delivery") as conn:
                 return await upkeep.claim(conn, list(keys), now=self._clock(), owner=self._me(), payload=payload)
-        except upkeep._Taken:
+        except upkeep.Taken:
             return False
 
     async def note_delivery(self, key: str, payload: str) -> None:
-        """See :meth:`ConversationStore.note_delivery`."""
+        """See :meth:`Deliveries.note_delivery`."""
         async with self.database.tx("noting a delivery") as conn:
             await conn.execute(update(D).where(D.c.key == key, D.c.payload.is_not(None)).values(payload=payload))
 
     async def settle_delivery(self, key: str) -> None:
-        """See :meth:`ConversationStore.settle_delivery`."""
+        """See :meth:`Deliveries.settle_delivery`."""
         async with self.database.tx("settling a delivery") as conn:
             await conn.execute(update(D).where(D.c.key == key, D.c.payload.is_not(None)).values(payload=None))
 
     async def adopt_deliveries(self) -> list[tuple[str, str]]:
-        """Take the unsettled deliveries of gone processes and pass them to
-        :attr:`on_orphaned_deliveries`; ``[(key, payload)]``."""
-        if self.on_orphaned_deliveries is None:
+        """Take the unsettled deliveries of gone processes whose key starts with the prefix a front
+        end subscribed for (:meth:`Handover.on_redelivery`) and publish them; ``[(key, payload)]``."""
+        prefix = self.events.delivery_prefix
+        if prefix is None:
             return []
         async with self.database.tx("taking over deliveries") as conn:
-            adopted = await upkeep.adopt(conn, me=self._me(), prefix=self.adopt_prefix)
-        await handover.run_adopted(self.path, self.on_orphaned_deliveries, adopted)
+            adopted = await upkeep.adopt(conn, me=self._me(), prefix=prefix)
+        await self.events.redelivered(self.path, adopted)
         return adopted
 
     # -- turns -------------------------------------------------------------------------------------
 
     async def begin_turn(self, conversation_id: str, user_text: str, user: str | None, delivery: str | None = None) -> int:
-        """See :meth:`ConversationStore.begin_turn` (the index is taken under the conversation's row lock)."""
+        """See :meth:`Conversations.begin_turn` (the index is taken holding the conversation's row)."""
         now, me = self._clock(), self._me()
         user_text = valid_utf8(user_text)
         user = valid_utf8(user) if user is not None else None
@@ -251,30 +279,32 @@ class PostgresStore(SQLRetention):
             await conn.execute(T.insert().values(conversation_id=conversation_id, idx=idx, user_text=user_text,
                                                  status="running", created=now, user=user,
                                                  tokens=count_tokens(user_text), owner=me))
-            if delivery is not None:
+            if delivery is not None:  # answered by this turn: settled in the same transaction
                 await conn.execute(update(D).where(D.c.key == delivery).values(payload=None))
         return int(idx)
 
     async def finish_turn(self, conversation_id: str, turn: int, record: RunRecord) -> None:
-        """See :meth:`ConversationStore.finish_turn`."""
+        """See :meth:`Conversations.finish_turn`: status, error sentence, full and condensed answer
+        (``Turn.answer``, ~300 chars) and ``record.to_json()``."""
         doc = valid_utf8(json.dumps(record.to_json(), ensure_ascii=False, default=str))
         summary = valid_utf8(clip_summary(record.response or (record.error or "")))
         response, error = valid_utf8(record.response), valid_utf8(record.error) if record.error is not None else None
         now = self._clock()
+        where = (T.c.conversation_id == conversation_id, T.c.idx == turn)
         async with self.database.tx("saving a turn") as conn:
-            row = (await conn.execute(select(T.c.user_text).where(T.c.conversation_id == conversation_id, T.c.idx == turn))).first()
+            row = (await conn.execute(select(T.c.user_text).where(*where))).first()
             if row is None:
                 raise _gone("finish_turn", f"turn {conversation_id!r}/{turn}", self.path)
-            await conn.execute(update(T).where(T.c.conversation_id == conversation_id, T.c.idx == turn).values(
+            await conn.execute(update(T).where(*where).values(
                 summary=summary, tokens=count_tokens(row[0]) + count_tokens(summary), status=record.status,
                 error=error, finished=now))
-            await conn.execute(insert(TR).values(conversation_id=conversation_id, idx=turn, answer=response, record=doc)
-                               .on_conflict_do_update(index_elements=[TR.c.conversation_id, TR.c.idx],
-                                                      set_={"answer": response, "record": doc}))
+            await conn.execute(upsert(conn, TR, {"conversation_id": conversation_id, "idx": turn, "answer": response,
+                                                 "record": doc}, [TR.c.conversation_id, TR.c.idx],
+                                      {"answer": response, "record": doc}))
             await conn.execute(update(C).where(C.c.id == conversation_id).values(updated=now))
 
     async def wait_turn(self, conversation_id: str, turn: int, *, poll: float = 0.2) -> bool:
-        """See :meth:`ConversationStore.wait_turn`."""
+        """See :meth:`Conversations.wait_turn` (polls every ``poll`` seconds)."""
         waited = False
         earlier = select(T.c.idx).where(T.c.conversation_id == conversation_id, T.c.idx < turn,
                                         T.c.status == "running").limit(1)
@@ -284,105 +314,95 @@ class PostgresStore(SQLRetention):
         return waited
 
     async def mark_interrupted(self) -> int:
-        """See :meth:`ConversationStore.mark_interrupted` (the threads are told through
-        :attr:`on_interrupted`)."""
+        """See :meth:`Upkeep.mark_interrupted` (by the rules of :mod:`bot.store.lease`; the
+        threads are told through :attr:`events`)."""
         async with self.database.tx("marking interrupted turns") as conn:
             marked = await upkeep.mark_orphans(conn, now=self._clock(), me=self.owner_id)
         await self._tell(marked)
         return len(marked)
 
     async def turns(self, conversation_id: str) -> list[dict[str, Any]]:
-        """See :meth:`ConversationStore.turns`."""
-        stmt = (select(T.c.idx, T.c.user, T.c.user_text, func.coalesce(TR.c.answer, ""), T.c.summary, T.c.status,
-                       T.c.error, T.c.created, T.c.finished, TR.c.record)
-                .select_from(T.outerjoin(TR, (TR.c.conversation_id == T.c.conversation_id) & (TR.c.idx == T.c.idx)))
-                .where(T.c.conversation_id == conversation_id).order_by(T.c.idx))
-        rows = await self.database.read("reading turns", stmt)
+        """See :meth:`Conversations.turns` (:func:`bot.store.chatlog.turn_views`)."""
+        rows = await self.database.read("reading turns", _TURNS, params={"cid": conversation_id})
         return turn_views([tuple(r) for r in rows], await self.resources(conversation_id))
 
     # -- resources ---------------------------------------------------------------------------------
 
-    def _abs(self, stored: str) -> Path:
-        p = Path(stored)
-        return p if p.is_absolute() else self.data_dir / p
-
-    def _rel(self, path: Path) -> str:
-        try:
-            return str(Path(path).resolve().relative_to(self.data_dir))
-        except ValueError:
-            return str(Path(path).resolve())
-
     def _resource(self, row: Sequence[Any]) -> Resource:
         rid, kind, path, mime, size, origin, description, turn, name = row
-        return Resource(rid, kind, self._abs(path), mime, int(size), origin, description, turn, name)
+        return Resource(rid, kind, self.paths.resolve(path), mime, int(size), origin, description, turn, name)
 
     async def add_resource(
         self, conversation_id: str, turn: int, data: bytes, *, kind: Modality, mime: str, origin: str,
         description: str, name: str | None = None,
     ) -> Resource:
-        """See :meth:`ConversationStore.add_resource` (``image-1``, ``audio-1``, ``image-2``...)."""
+        """See :meth:`Conversations.add_resource`: the id is ``f"{kind}-{n}"``, ``n`` counting that
+        kind within the conversation from 1 (``image-1``, ``audio-1``, ``image-2``), never reused.
+
+        Raises:
+            StorageError: disk full, unwritable or over the media quota while saving the file
+                (nothing is recorded), unknown conversation, or the database is unusable.
+        """
         if kind not in MODALITIES:
             raise ValueError(f"unknown resource kind {kind!r}")
         description = valid_utf8(" ".join(description.split()))
         name = valid_utf8(name) if name is not None else None
         if not await self.database.read("saving a file", select(C.c.id).where(C.c.id == conversation_id)):
             raise _gone("add_resource", f"conversation {conversation_id!r}", self.path)
-        try:
-            path = await self.media.put(data, mime)
-        except HuggingGPTError:
-            raise
-        except OSError as e:
-            raise StorageError(f"The media directory under {self.data_dir} cannot be written ({e.strerror}).") from None
-        rel, now = self._rel(Path(path)), self._clock()
+        path = await self._put(data, mime)  # pinned by this process until its row is stored (bot.store.lease)
+        rel, now = self.paths.rel(path), self._clock()
         async with self.database.tx("saving a file") as conn:
-            if (await conn.execute(select(C.c.id).where(C.c.id == conversation_id).with_for_update())).first() is None:
+            if not await lock_conversation(conn, C, conversation_id):
                 raise _gone("add_resource", f"conversation {conversation_id!r}", self.path)
             seq, n = (await conn.execute(
                 select(func.coalesce(func.max(R.c.seq).filter(R.c.kind == kind), 0) + 1,
                        func.coalesce(func.max(R.c.n), 0) + 1).where(R.c.conversation_id == conversation_id))).one()
-            res = Resource(f"{kind}-{seq}", kind, self._abs(rel), mime, len(data), origin, description, turn, name)
+            res = Resource(f"{kind}-{seq}", kind, self.paths.resolve(rel), mime, len(data), origin, description, turn, name)
             await conn.execute(R.insert().values(
                 conversation_id=conversation_id, n=n, id=res.id, kind=kind, path=rel, mime=mime, size=res.size,
                 origin=origin, description=description, turn=turn, seq=seq, name=name,
                 tokens=count_json_tokens(res.prompt_view()), created=now))
-            await self._record_media(conn, rel, res.size, now)
+            await retention.record_media(conn, rel, res.size, now, self.owner_id)
         return res
 
+    async def _put(self, data: bytes, mime: str) -> Path:
+        """Write ``data`` through the media store; OS errors as one sentence naming the directory."""
+        try:
+            return Path(await self.media.put(data, mime))
+        except HuggingGPTError:
+            raise
+        except OSError as e:
+            reason = "the disk is full" if e.errno == errno.ENOSPC else (e.strerror or "failed").lower()
+            log.error("writing a media file under %s: %s", self.data_dir, e)
+            raise StorageError(f"The media directory under {self.data_dir} cannot be written: {reason}.") from None
+
     def sink(self, conversation_id: str, turn: int) -> ResourceSink:
-        """See :meth:`ConversationStore.sink`."""
+        """See :meth:`Conversations.sink`."""
         return TurnSink(self, conversation_id, turn)
 
     async def resources(self, conversation_id: str) -> list[Resource]:
-        """See :meth:`ConversationStore.resources`."""
-        rows = await self.database.read("reading resources", select(*_RES).where(R.c.conversation_id == conversation_id)
-                                        .order_by(R.c.n))
+        """See :meth:`Conversations.resources` (never another conversation's)."""
+        rows = await self.database.read("reading resources", select(*listing.RESOURCE_COLUMNS)
+                                        .where(R.c.conversation_id == conversation_id).order_by(R.c.n))
         return [self._resource(r) for r in rows]
 
     async def files_of(self, platform: str, workspace: str, *, limit: int, order: Order = "desc",
                        after: tuple[str, str] | None = None, origin: Origin | None = None,
                        only: tuple[str, str] | None = None) -> list[StoredFile]:
-        """See :meth:`ConversationStore.files_of` (keyset pagination, :mod:`bot.store.listing`)."""
-        key = tuple_(R.c.created, R.c.conversation_id, R.c.n)
-        q = (select(R.c.conversation_id, *_RES, R.c.created).join(C, C.c.id == R.c.conversation_id)
-             .where(C.c.platform == platform, C.c.workspace == workspace))
-        if origin is not None:
-            q = q.where(R.c.origin == "user") if origin == "user" else q.where(R.c.origin != "user")
-        if only is not None:
-            q = q.where(R.c.conversation_id == only[0], R.c.id == only[1])
+        """See :meth:`Conversations.files_of` (keyset pagination, :mod:`bot.store.sql.listing`)."""
+        mark = None
         if after is not None:
-            found = await self.database.read("listing files", select(R.c.created, R.c.conversation_id, R.c.n)
-                                             .where(R.c.conversation_id == after[0], R.c.id == after[1]))
+            found = await self.database.read("listing files", listing.position_of(*after))
             if not found:
                 return []
-            mark = tuple_(*found[0])
-            q = q.where(key < mark if order == "desc" else key > mark)
-        cols = (R.c.created, R.c.conversation_id, R.c.n)
-        q = q.order_by(*(c.desc() if order == "desc" else c.asc() for c in cols)).limit(limit)
-        rows = await self.database.read("listing files", q)
+            mark = tuple(found[0])
+        rows = await self.database.read("listing files", listing.files_query(
+            platform, workspace, limit=limit, order=order, origin=origin, only=only, after=mark))
         return [StoredFile(r[0], self._resource(r[1:10]), float(r[10])) for r in rows]
 
     async def context(self, conversation_id: str, budget_tokens: int) -> tuple[list[Turn], list[Resource]]:
-        """See :meth:`ConversationStore.context` (paper §3.1; both queries on one connection)."""
+        """See :meth:`Conversations.context` (paper §3.1; both queries on one connection): finished
+        turns newest first within ``budget_tokens`` (:mod:`bot.store.chatlog`), every resource."""
         turn_rows, res_rows = await self.database.read("loading the chat log", *_CONTEXT,
                                                        params={"cid": conversation_id})
         with_tokens = [(self._resource(row[:-1]), row[-1]) for row in res_rows]
@@ -391,22 +411,39 @@ class PostgresStore(SQLRetention):
     # -- shared limits -------------------------------------------------------------------------------
 
     async def take_rate(self, key: str, limit: int, period: float) -> float:
-        """See :meth:`ConversationStore.take_rate`."""
+        """See :meth:`SharedLimits.take_rate` (GCRA, ITU-T I.371)."""
         if limit <= 0:
             return 0.0
         async with self.database.tx("counting a request") as conn:
             return await upkeep.take_rate(conn, key, limit=limit, period=period, now=self._clock())
 
     async def take_slot(self, key: str, limit: int) -> str | None:
-        """See :meth:`ConversationStore.take_slot`."""
+        """See :meth:`SharedLimits.take_slot`."""
         slot = secrets.token_hex(8)
         async with self.database.tx("reserving a run slot") as conn:
             ok = await upkeep.take_slot(conn, key, slot, limit=limit, owner=self._me(), now=self._clock())
         return slot if ok else None
 
     async def release_slot(self, slot: str) -> None:
-        """See :meth:`ConversationStore.release_slot`."""
-        from .schema import run_slots as S
-
+        """See :meth:`SharedLimits.release_slot`."""
         async with self.database.tx("releasing a run slot") as conn:
             await conn.execute(S.delete().where(S.c.id == slot))
+
+    # -- retention (rules: bot.store.retention) -------------------------------------------------------
+
+    async def media_bytes(self) -> int:
+        """Bytes of the recorded media files, each counted once (what the quota measures)."""
+        return await upkeep.media_bytes(self.database)
+
+    async def prune(self, *, max_age_days: float | None, max_media_bytes: int | None) -> PruneReport:
+        """See :meth:`Upkeep.prune`."""
+        return await retention.prune(self.database, self.paths, now=self._clock(), me=self.owner_id,
+                                     max_age_days=max_age_days, max_media_bytes=max_media_bytes)
+
+    async def forget(self, conversation_id: str) -> bool:
+        """See :meth:`Upkeep.forget`.
+
+        Raises:
+            StorageError: a live process is running a turn in it, or the database is unusable.
+        """
+        return await retention.forget(self.database, self.paths, conversation_id, now=self._clock(), me=self.owner_id)
