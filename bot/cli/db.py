@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from ..settings import Settings
+if TYPE_CHECKING:
+    from ..settings import Settings
+
 
 
 def add_parser(subparsers: Any) -> None:

@@ -31,11 +31,13 @@ import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import TYPE_CHECKING, Any, Literal, TextIO
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import ConfigError, StorageError
-from ..settings import InferenceSettings, LLMSettings, Settings, StorageSettings, config_path, load_settings
+
+if TYPE_CHECKING:
+    from ..settings import InferenceSettings, LLMSettings, Settings, StorageSettings
 
 Status = Literal["ok", "warn", "FAIL", "skip"]
 INFERENCE_PERMISSION = "inference.serverless.write"
@@ -93,6 +95,8 @@ def safe_url(url: str) -> str:
 
 def check_settings(config: str | None) -> tuple[Check, Settings | None]:
     """Load the settings as every command does; the check names the file and the data dir."""
+    from ..settings import config_path, load_settings  # pydantic loads when doctor runs, not for --help
+
     try:
         settings = load_settings(config)
     except ConfigError as e:

@@ -11,11 +11,12 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from ..errors import InputError
-from ..settings import Settings
-from ..store import MediaStore, open_store
+
+if TYPE_CHECKING:
+    from ..settings import Settings
 
 
 MAX_DAYS = 36500.0
@@ -70,6 +71,8 @@ async def main(args: argparse.Namespace, settings: Settings, out: TextIO = sys.s
         InputError: unknown conversation id (forget).
     """
     storage = settings.storage.model_copy(update={"max_age_days": None, "max_media_bytes": None})  # prune below
+    from ..store import MediaStore, open_store  # the store's drivers load when the command runs
+
     store = await open_store(storage, MediaStore(settings.storage.data_dir))
     try:
         if args.store_command == "forget":
