@@ -232,19 +232,6 @@ def test_the_mixin_rule_finds_a_host_attribute() -> None:
     assert host_attributes({"m": src}) == {"m.Mixin": ["_say", "client"]}
 
 
-LONG_FUNCTIONS_OWNED_ELSEWHERE = {
-    # Functions in files other branches rewrite at the same time (the catalog, the Hub
-    # runner, the sandbox, the evaluation); they are split after those are merged, and this set
-    # is emptied then. Nothing else may be added here.
-    "pipeline.catalog.refresh.refresh_catalog",
-    "pipeline.experts.hub.HubRunner.run",
-    "bot.sandbox.heuristics.compose_response",
-    "bot.sandbox.inference.InferenceStandIn._serve",
-    "bot.sandbox.routing.answer_for",
-    "bot.evaluation.report.build_report",
-}
-
-
 def long_functions(module: str, tree: ast.Module) -> dict[str, int]:
     """Qualified name → lines, for each function of ``tree`` over :data:`MAX_FUNCTION_LINES`
     (decorators not counted; nested functions counted in their parent and on their own)."""
@@ -270,16 +257,7 @@ def test_no_product_function_over_the_size_limit() -> None:
         if "alembic" in path.parts and "versions" in path.parts:
             continue  # a migration revision is one generated script of statements, read top to bottom
         found.update(long_functions(module, tree))
-    assert {f: n for f, n in found.items() if f not in LONG_FUNCTIONS_OWNED_ELSEWHERE} == {}
-    short_now = LONG_FUNCTIONS_OWNED_ELSEWHERE - set(found)
-    assert short_now == set(), "these functions are short (or gone) now: take them off the allow-list"
-
-
-PRIVATE_IMPORTS_OWNED_ELSEWHERE = {
-    # Modules other branches replace at the same time (the sandbox leaves bot/ for a package of
-    # its own); emptied when they are merged.
-    "bot.sandbox.planning",
-}
+    assert found == {}
 
 
 def test_no_private_name_imported_across_modules() -> None:
@@ -290,7 +268,7 @@ def test_no_private_name_imported_across_modules() -> None:
             if isinstance(node, ast.ImportFrom):
                 private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
                 ours = node.level > 0 or (node.module or "").split(".")[0] in PACKAGES
-                if private and ours and module not in PRIVATE_IMPORTS_OWNED_ELSEWHERE:
+                if private and ours:
                     bad.append(f"{module}: from {'.' * node.level}{node.module or ''} import {', '.join(private)}")
     assert bad == [] and known
 
