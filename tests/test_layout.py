@@ -2,7 +2,9 @@
 
 * ``pipeline/`` imports nothing of ``bot/`` or ``adapters/``;
 * ``bot/`` imports ``adapters/`` only from ``bot/cli/``;
-* nothing but the command line imports the sandbox;
+* the stand-in backends of ``--sandbox`` (``sandbox/``) are imported only by the command line
+  (``bot/cli/``), never by ``pipeline/`` or ``expert_server/``, and import neither ``bot/`` nor
+  ``adapters/``;
 * ``expert_server/`` (a separate deployable) imports nothing of ``bot/``, ``adapters/`` or
   ``pipeline/``, and nothing outside ``bot/cli/`` imports it;
 * no module imports another in a cycle;
@@ -30,7 +32,7 @@ import tokenize
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("pipeline", "bot", "adapters", "prompts", "expert_server")
+PACKAGES = ("pipeline", "bot", "adapters", "prompts", "expert_server", "sandbox")
 MAX_LINES = 450
 MAX_FUNCTION_LINES = 60
 PLATFORM_SDKS = ("slack_bolt", "slack_sdk", "discord", "aiohttp.web")
@@ -91,7 +93,7 @@ def test_the_reader_sees_imports_at_every_depth() -> None:
     g = graph()
     assert "bot.settings" in g["bot.cli.common"]
     assert "adapters.terminal" in g["bot.cli.run"]
-    assert "bot.sandbox" in g["bot.cli.common"]  # a lazy import inside a function
+    assert "sandbox" in g["bot.cli.common"]  # a lazy import inside a function
 
 
 def test_pipeline_imports_neither_bot_nor_adapters() -> None:
@@ -117,10 +119,25 @@ def test_the_expert_server_stands_alone() -> None:
     assert "expert_server.__main__" in g["bot.cli.experts"]  # a lazy import the reader sees
 
 
+def top(module: str) -> str:
+    """The top-level package of a dotted module name."""
+    return module.split(".")[0]
+
+
 def test_only_the_command_line_starts_the_sandbox() -> None:
-    users = {m for m, ts in graph().items()
-             if any(t.startswith("bot.sandbox") for t in ts) and not m.startswith(("bot.sandbox", "bot.cli"))}
-    assert users == set()
+    g = graph()
+    users = {m for m, ts in g.items() if any(top(t) == "sandbox" for t in ts) and top(m) != "sandbox"}
+    assert users and all(m.startswith("bot.cli.") for m in users), sorted(users)
+    # the engine and the expert server run against real backends only
+    assert {m for m in users if top(m) in ("pipeline", "expert_server")} == set()
+
+
+def test_the_sandbox_stands_outside_the_bot() -> None:
+    """The stand-in backends speak the wire formats the product's clients speak; they import
+    none of the front ends they stand in for (``bot/``, ``adapters/``)."""
+    bad = {m: sorted(t for t in ts if top(t) in ("bot", "adapters"))
+           for m, ts in graph().items() if top(m) == "sandbox"}
+    assert {m: ts for m, ts in bad.items() if ts} == {}
 
 
 def test_no_import_cycles() -> None:

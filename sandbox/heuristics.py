@@ -1,8 +1,8 @@
 """Deterministic stand-ins for the controller LLM's four jobs (pure functions, no I/O).
 
-The sandbox controller (:mod:`bot.sandbox.controller`) answers every controller call with these
+The sandbox controller (:mod:`sandbox.controller`) answers every controller call with these
 functions so that ``hugginggpt run --sandbox`` and the tests work without credentials. They are a
-*labelled* stand-in: a keyword planner (:func:`plan_tasks`, in :mod:`bot.sandbox.planning`), a
+*labelled* stand-in: a keyword planner (:func:`plan_tasks`, in :mod:`sandbox.planning`), a
 word-overlap model picker and a template writer, not a language model. Stage names follow
 HuggingGPT (Shen et al., NeurIPS 2023, §3): task planning, model selection, response generation;
 plus ``controller-task`` for the text tasks the controller serves itself.

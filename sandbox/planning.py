@@ -117,7 +117,7 @@ def plan_tasks(text: str, resources: list[dict[str, Any]], available_tasks: list
         text: the user's request.
         resources: files of the conversation, ``{"id", "kind", "name"?, "origin", ...}``, newest last.
         available_tasks: task names that may appear in the plan; other tasks are left out.
-        tools: MCP task name → argument keys (:func:`bot.sandbox.mcp_intents.tool_args`); a tool
+        tools: MCP task name → argument keys (:func:`sandbox.mcp_intents.tool_args`); a tool
             the request names is planned first.
 
     Returns:

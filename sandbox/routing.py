@@ -4,7 +4,7 @@ The pipeline names the stage of every controller call in the ``X-HuggingGPT-Stag
 the task of a ``controller-task`` call in ``X-HuggingGPT-Task`` (:func:`pipeline.llm.stage_headers`).
 The stage's input travels as tagged blocks ``<tag>...</tag>`` in the last (user) message. Nothing
 in the prompt text is used for routing. A request that breaks these rules raises
-:class:`ProtocolError`, which :mod:`bot.sandbox.controller` answers with HTTP 400.
+:class:`ProtocolError`, which :mod:`sandbox.controller` answers with HTTP 400.
 """
 
 from __future__ import annotations
