@@ -34,7 +34,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 from ..errors import ExpertError, HuggingGPTError
 from ..llm import Usage
 from ..tasks import TASKS
-from ..tasks.base import OutputLimits
+from ..tasks.base import Call, Inputs, Normalise, OutputLimits
 from ..types import Output, Resource, ResourceSink
 from . import failures, http
 from .base import TaskSaver, condense, read_inputs
@@ -254,8 +254,9 @@ class HubRunner:
         raw = await self._call(task, model, spec.call, calls, target, inputs, scope, retrying)
         log.info("task %s (%s) on %s answered in %.2f s", task_id, task, model, time.monotonic() - began)
         saver = TaskSaver(sink, task, task_id, s.limits)
-        out = await self._normalise(spec.normalise, raw, inputs, saver, f"task {task_id} ({task}) on {model}", model)
-        return await condense(self._note_dropped(out, scope, f"task {task_id} ({task}) on {model}"), saver)
+        what = f"task {task_id} ({task}) on {model}"
+        out = await self._normalise(spec.normalise, raw, inputs, saver, what, model)
+        return await condense(self._note_dropped(out, scope, what), saver)
 
     async def _route(self, task: str, model: str, url: str | None, provider: str | None) -> tuple[str, ClientCalls]:
         """``(target, calls)``: the URL or model id to call and the client calling it (``url``,
@@ -297,7 +298,7 @@ class HubRunner:
             reraise=True,
         )
 
-    async def _call(self, task: str, model: str, call: Any, calls: ClientCalls, target: str, inputs: Any,
+    async def _call(self, task: str, model: str, call: Call, calls: ClientCalls, target: str, inputs: Inputs,
                     scope: http.CallScope, retrying: AsyncRetrying) -> Any:
         """The raw answer of ``model`` to ``task``: ``call(calls, target, inputs)`` under ``scope``,
         retried by ``retrying``; a failure that is not ours becomes one :class:`ExpertError`."""
@@ -314,7 +315,8 @@ class HubRunner:
                     raise self._map_error(exc, task, model) from exc
         return raw
 
-    async def _normalise(self, normalise: Any, raw: Any, inputs: Any, saver: TaskSaver, what: str, model: str) -> Output:
+    async def _normalise(self, normalise: Normalise, raw: Any, inputs: Inputs, saver: TaskSaver, what: str,
+                         model: str) -> Output:
         """``normalise(raw, inputs, saver)``; output it cannot read is ``bad_output`` (or
         ``too_large``), errors of this project pass unchanged."""
         try:
