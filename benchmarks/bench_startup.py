@@ -2,6 +2,8 @@
 
 Prints the median (and min/max) wall time over ``--repeat`` runs of:
 
+* ``hugginggpt --version`` and ``hugginggpt --help`` (whole commands: they load no pipeline);
+* ``hugginggpt run TEXT`` with its output redirected: time until its first progress line on stderr;
 * ``hugginggpt run --sandbox TEXT``: whether it opened the store (it stores no turn; a run that
   writes no media file must not even create the database file) and its whole time (mostly the
   sandbox's simulated model latency, so only a sanity figure);
@@ -74,6 +76,34 @@ def time_run(data_dir: Path) -> tuple[float, float]:
     return time.perf_counter() - t, children_cpu() - c
 
 
+def time_command(data_dir: Path, *args: str) -> tuple[float, float]:
+    """Wall and CPU seconds of ``hugginggpt ARGS`` (``--version``, ``--help``) to its end."""
+    t, c = time.perf_counter(), children_cpu()
+    subprocess.run([*HG, *args], env=_env(data_dir), cwd=CODE, check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, timeout=60)
+    return time.perf_counter() - t, children_cpu() - c
+
+
+def time_first_progress(data_dir: Path) -> tuple[float, float]:
+    """Wall seconds until ``hugginggpt run`` with its output redirected prints its first progress
+    line on stderr, and the CPU seconds until then (the process is stopped there). The controller
+    is configured but never reached: the line comes before any backend is contacted, and the
+    sandbox's stand-ins (which start before a ``--sandbox`` run) are not part of a real run."""
+    t, c = time.perf_counter(), children_cpu()
+    env = _env(data_dir) | {"HUGGINGGPT_LLM__BASE_URL": "http://127.0.0.1:9/v1", "HUGGINGGPT_LLM__API_KEY": "sk-bench"}
+    p = subprocess.Popen([*HG, "run", "Say hello"], env=env, cwd=CODE, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        line = p.stderr.readline()
+        took = time.perf_counter() - t
+        if not line.strip():
+            raise RuntimeError("run printed no progress")
+    finally:
+        p.kill()
+        p.wait(timeout=60)
+    return took, children_cpu() - c
+
+
 def time_chat(data_dir: Path) -> tuple[float, float]:
     """Wall seconds until ``hugginggpt chat --sandbox`` prints its first line (then its input is
     closed and it leaves), and the CPU seconds of the whole process."""
@@ -117,6 +147,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"code: {CODE}")
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
         base = Path(tmp)
+        for flag in ("--version", "--help"):
+            show(f"hugginggpt {flag}", [time_command(base / "flags", flag) for _ in range(args.repeat)])
+        show("hugginggpt run, first progress line (stderr)",
+             [time_first_progress(base / f"first-{i}") for i in range(args.repeat)])
         show("hugginggpt run --sandbox (whole command)", [time_run(base / "run")])
         print(f"hugginggpt run opened the conversation store: {(base / 'run' / 'conversations.sqlite3').exists()}")
         show("hugginggpt chat --sandbox, first line, new data dir",

@@ -111,7 +111,9 @@ def test_an_image_over_the_pixel_limit_is_one_sentence_naming_the_setting(tmp_pa
     p = hugginggpt(["run", "--sandbox", "describe this photo", "--file", str(MEDIA / "chelsea.png")], tmp_path,
                    {"HUGGINGGPT_INFERENCE__MAX_IMAGE_PIXELS": "100000"})
     assert p.returncode == 3, p.stderr
-    assert p.stderr.strip() == (
+    # the progress line said at start (files are checked once the pipeline is loaded), then the one sentence
+    assert p.stderr.strip().splitlines() == [
+        "Starting: loading the planner and the model clients…",
         "Error: The image chelsea.png has too many pixels (451x300) to process safely; the limit is 0.1 million "
-        "pixels ([inference] max_image_pixels)."
-    )
+        "pixels ([inference] max_image_pixels).",
+    ]

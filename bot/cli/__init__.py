@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import importlib.metadata
 import json
 import logging
@@ -33,16 +34,13 @@ import sys
 # huggingface_hub reads this when it is first imported (below, through the commands).
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
-from pipeline.errors import HuggingGPTError
-
 from ..paths import default_data_dir
-from . import catalog, chat, db, discord, doctor, experts, mcp, run, serve, slack, store
-from . import eval as evaluation
-from .common import BROKEN_PIPE, INTERRUPTED, exit_status, open_settings
 
 log = logging.getLogger("hugginggpt")
 
-COMMANDS = (run, chat, store, db, catalog, discord, slack, serve, mcp, experts, evaluation, doctor)
+COMMANDS = ("run", "chat", "store", "db", "catalog", "discord", "slack", "serve", "mcp", "experts", "eval", "doctor")
+"""The command modules of this package, in ``--help``'s order (imported when the parser is built,
+so ``--version`` imports none of them)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log to stderr too (-vv: debug)")
     parser.add_argument("--version", action=_Version, nargs=0, help="show the version and the default data dir, then exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for command in COMMANDS:
+    for command in (importlib.import_module(f"{__name__}.{name}") for name in COMMANDS):
         command.add_parser(sub)
     for p in sub.choices.values():  # -v also after the command: hugginggpt run -v ...
         p.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help="log to stderr too (-vv: debug)")
@@ -63,8 +61,12 @@ class _Version(argparse.Action):
     """``--version``: the version, and where data goes unless ``[storage] data_dir`` says otherwise."""
 
     def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[no-untyped-def]
-        print(f"hugginggpt {package_version()}\ndata dir (unless [storage] data_dir is set): {default_data_dir()}")
+        _print_version()
         parser.exit()
+
+
+def _print_version() -> None:
+    print(f"hugginggpt {package_version()}\ndata dir (unless [storage] data_dir is set): {default_data_dir()}")
 
 
 def package_version() -> str:
@@ -87,6 +89,8 @@ def _forgiving_streams() -> None:
 
 
 async def _main(args: argparse.Namespace) -> int:
+    from .common import open_settings
+
     if getattr(args, "loads_settings", False):  # doctor: a settings problem is one of its checks
         return await args.handler(args, None)
     async with open_settings(args) as settings:
@@ -96,6 +100,13 @@ async def _main(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``hugginggpt``. Returns the exit status (:mod:`bot.cli.common`)."""
     _forgiving_streams()
+    if (sys.argv[1:] if argv is None else argv) == ["--version"]:  # answered before any command is imported
+        _print_version()
+        return 0
+    from pipeline.errors import HuggingGPTError
+
+    from .common import BROKEN_PIPE, INTERRUPTED, exit_status
+
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

@@ -49,6 +49,12 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
     """
     args.text = clean_text(args.text)
     files = [read_user_file(p) for p in args.file]
+    from ..limits import check_request_size
+
+    check_request_size(args.text, settings.planning.max_request_chars)  # before anything is said or loaded
+    if not args.json or args.verbose:  # said at once: loading the pipeline and its clients takes a moment
+        print("Starting: loading the planner and the model clients…", file=sys.stdout if sys.stdout.isatty() and
+              not args.json else sys.stderr, flush=True)
     from adapters.terminal import TerminalRenderer  # the pipeline and its clients load when the command runs
     from adapters.terminal_renderers import terminal_renderer
     from pipeline.types import Done
