@@ -44,7 +44,7 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 from adapters.discord.bot_client import HuggingGPTBot  # noqa: E402
 from bot.settings import load_settings  # noqa: E402
-from bot.sandbox import Sandbox  # noqa: E402
+from sandbox import Sandbox  # noqa: E402
 from bot.service import Service  # noqa: E402
 from tests.standins.discord_server import StandinDiscord  # noqa: E402
 

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from bot.settings import load_settings
-from bot.sandbox import Sandbox
+from sandbox import Sandbox
 from bot.incoming import IncomingFile
 from bot.service import Service
 from pipeline.llm import Usage

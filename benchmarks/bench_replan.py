@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from bot.evaluation.runs import RunResult, load_cases, run_all
-from bot.sandbox import Sandbox
+from sandbox import Sandbox
 from bot.service import Service
 from bot.settings import load_settings
 from pipeline.catalog.models import Catalog

@@ -129,7 +129,7 @@ async def run_phase(root: Path, storage: dict[str, str], *, replicas: int, conve
                     lease_seconds: float, kill: bool) -> Phase:
     import aiohttp
 
-    from bot.sandbox import Sandbox
+    from sandbox import Sandbox
     from slack_replicas import SECRET, Fleet
     from standins.slack_api import SlackStandIn, signed_headers
 

@@ -72,7 +72,7 @@ async def first_byte(session, url: str, i: int) -> tuple[float, float]:
 async def backends_main() -> int:
     """``--backends-only``: run the sandbox stand-ins, print their settings as environment
     variables (one ``NAME=value`` a line, then ``READY``), stop when stdin closes."""
-    from bot.sandbox import Sandbox
+    from sandbox import Sandbox
 
     async with Sandbox() as sb:
         o = sb.overrides()
@@ -128,7 +128,7 @@ async def overhead_phase(n: int) -> tuple[list[float], list[float]]:
     from adapters.http.content import parse_messages
     from adapters.http.models import Message
     from bot.incoming import ConversationKey
-    from bot.sandbox import Sandbox
+    from sandbox import Sandbox
     from tests.fixtures.server.harness import Served
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -27,7 +27,7 @@ from typing import Any
 
 from aiohttp import web
 
-from bot.sandbox import Sandbox
+from sandbox import Sandbox
 
 CHUNKS = 60
 """Pieces a streamed plan is written in."""

@@ -4,7 +4,7 @@ Read by :mod:`bot.settings` (the one reader of the config file and the environme
 
     [mcp.servers.stamps]            # a program spoken to over stdio
     command = "python"
-    args = ["-m", "bot.sandbox.mcp_tools"]
+    args = ["-m", "sandbox.mcp_tools"]
     env = { STAMP_FONT_SIZE = "14" }
 
     [mcp.servers.spaces]            # a streamable HTTP endpoint

@@ -14,8 +14,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "0")
 if "XDG_DATA_HOME" not in os.environ or not os.environ["XDG_DATA_HOME"].startswith(tempfile.gettempdir()):
     os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="hugginggpt-tests-xdg-")
 
-from bot.sandbox import Sandbox  # noqa: E402
-from bot.sandbox.inference import InferenceStandIn  # noqa: E402
+from sandbox import Sandbox  # noqa: E402
+from sandbox.inference import InferenceStandIn  # noqa: E402
 from bot.incoming import IncomingFile  # noqa: E402
 from bot.store import LocalResourceSink, MediaStore  # noqa: E402
 

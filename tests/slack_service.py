@@ -1,5 +1,5 @@
 """The service the Slack tests and the Slack benchmark run against: the real
-``bot.service.Service`` on the sandbox stand-in backends (``bot.sandbox.Sandbox``: an
+``bot.service.Service`` on the sandbox stand-in backends (``sandbox.Sandbox``: an
 OpenAI-compatible controller and Hugging Face inference servers on 127.0.0.1)."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import AsyncIterator
 
 from bot.settings import load_settings
-from bot.sandbox import Sandbox
+from sandbox import Sandbox
 from bot.service import Service
 
-SERVICE_KIND = "real bot.service.Service on bot.sandbox stand-in backends"
+SERVICE_KIND = "real bot.service.Service on sandbox stand-in backends"
 
 
 def _dead_port() -> int:

@@ -120,7 +120,7 @@ def test_ctrl_c_leaves_no_half_written_files(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HUGGINGGPT_", "OPENAI_"))}
     env["HUGGINGGPT_STORAGE__DATA_DIR"] = str(tmp_path / "data")
     proc = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from bot.cli import main; from bot import sandbox; "
+        [sys.executable, "-c", "import sys; from bot.cli import main; import sandbox; "
          "orig = sandbox.Sandbox.__init__\n"
          "def slow(self, **kw):\n    orig(self, latency={'image-to-text': 30})\n"
          "sandbox.Sandbox.__init__ = slow\nsys.exit(main(sys.argv[1:]))",

@@ -155,7 +155,7 @@ def _cli(args, cwd, stdin="", timeout=120, slow=False):
     code = "import sys; from bot.cli import main; sys.exit(main(sys.argv[1:]))"
     if slow:  # make the stand-in captioner slow, so the run can be killed mid-way
         code = (
-            "import sys; from bot import sandbox; orig = sandbox.Sandbox.__init__\n"
+            "import sys; import sandbox; orig = sandbox.Sandbox.__init__\n"
             "def slow(self, **kw):\n    orig(self, latency={'image-to-text': 60})\n"
             "sandbox.Sandbox.__init__ = slow\nfrom bot.cli import main; sys.exit(main(sys.argv[1:]))"
         )

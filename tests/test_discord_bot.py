@@ -1,6 +1,6 @@
 """The Discord front end end to end: the real discord.py client against the stand-in Discord
 (REST + gateway + CDN on 127.0.0.1, ``tests/standins/discord_server.py``), the real Service on
-the sandbox backends (``bot.sandbox.Sandbox``).
+the sandbox backends (``sandbox.Sandbox``).
 
 Assertions are about what a user sees: the "thinking" deferral and how fast it came, the thread
 and its name, the status message's successive texts, the uploaded files (decoded), the answer,
@@ -25,7 +25,7 @@ from PIL import Image
 from adapters.discord.bot_client import SHUTDOWN_SENTENCE, HuggingGPTBot
 from adapters.discord.render import thread_name
 from bot.settings import Settings, load_settings
-from bot.sandbox import Sandbox
+from sandbox import Sandbox
 from bot.service import Service
 from tests.standins.discord_server import (ATTACH_FILES, BOT_PERMISSIONS, IS_COMPONENTS_V2, StandinDiscord,
                                            StoredMessage)

@@ -263,7 +263,7 @@ async def test_two_shard_processes_answer_each_event_once_and_threads_survive_a_
 async def test_a_killed_shard_process_leaves_its_thread_told_by_the_other(store, tmp_path):
     """kill -9 of the process running a request: within the lease (4 s here) the other process
     marks the turn interrupted and says so in the thread; the other guild's thread is untouched."""
-    from bot.sandbox import Sandbox
+    from sandbox import Sandbox
 
     async with Sandbox() as sandbox, StandinDiscord(MEDIA) as d:
         sandbox.inference.latency["text-to-image"] = 60.0

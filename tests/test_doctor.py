@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from bot.sandbox.controller import ControllerStandIn
+from sandbox.controller import ControllerStandIn
 from tests.realparts import free_port
 from tests.standins.faulty_controller import FaultyController
 from tests.standins.expert_server import ExpertServerStandIn, model

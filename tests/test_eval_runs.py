@@ -102,7 +102,7 @@ def test_eval_runs_writes_json_and_markdown(tmp_path):
 
 
 def test_the_sandbox_replans_a_neighbouring_task_and_what_was_skipped_reusing_what_finished():
-    from bot.sandbox.replanning import replan
+    from sandbox.replanning import replan
 
     plan = [{"task": "image-to-text", "id": 0, "dep": [-1], "args": {"image": "image-1"}},
             {"task": "text-to-speech", "id": 1, "dep": [0], "args": {"text": "<resource>-0"}},

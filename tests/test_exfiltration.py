@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
-from bot.sandbox import Sandbox
+from sandbox import Sandbox
 from bot.service import Service
 from bot.settings import load_settings
 from tests.fixtures.server.harness import KEY, Served

@@ -346,7 +346,7 @@ async def test_local_mode_runs_without_a_token_and_never_asks_the_hub(tmp_path, 
     Hub (``HF_ENDPOINT``) a stand-in that records every request."""
     import asyncio
 
-    from bot.sandbox.controller import ControllerStandIn
+    from sandbox.controller import ControllerStandIn
     from tests.standins.hub import HubStandIn, reference_hub_models
 
     controller = ControllerStandIn()

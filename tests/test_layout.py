@@ -2,7 +2,9 @@
 
 * ``pipeline/`` imports nothing of ``bot/`` or ``adapters/``;
 * ``bot/`` imports ``adapters/`` only from ``bot/cli/``;
-* nothing but the command line imports the sandbox;
+* the stand-in backends of ``--sandbox`` (``sandbox/``) are imported only by the command line
+  (``bot/cli/``), never by ``pipeline/`` or ``expert_server/``, and import neither ``bot/`` nor
+  ``adapters/``;
 * ``expert_server/`` (a separate deployable) imports nothing of ``bot/``, ``adapters/`` or
   ``pipeline/``, and nothing outside ``bot/cli/`` imports it;
 * no module imports another in a cycle;
@@ -30,7 +32,7 @@ import tokenize
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("pipeline", "bot", "adapters", "prompts", "expert_server")
+PACKAGES = ("pipeline", "bot", "adapters", "prompts", "expert_server", "sandbox")
 MAX_LINES = 450
 MAX_FUNCTION_LINES = 60
 PLATFORM_SDKS = ("slack_bolt", "slack_sdk", "discord", "aiohttp.web")
@@ -91,7 +93,7 @@ def test_the_reader_sees_imports_at_every_depth() -> None:
     g = graph()
     assert "bot.settings" in g["bot.cli.common"]
     assert "adapters.terminal" in g["bot.cli.run"]
-    assert "bot.sandbox" in g["bot.cli.common"]  # a lazy import inside a function
+    assert "sandbox" in g["bot.cli.common"]  # a lazy import inside a function
 
 
 def test_pipeline_imports_neither_bot_nor_adapters() -> None:
@@ -117,10 +119,25 @@ def test_the_expert_server_stands_alone() -> None:
     assert "expert_server.__main__" in g["bot.cli.experts"]  # a lazy import the reader sees
 
 
+def top(module: str) -> str:
+    """The top-level package of a dotted module name."""
+    return module.split(".")[0]
+
+
 def test_only_the_command_line_starts_the_sandbox() -> None:
-    users = {m for m, ts in graph().items()
-             if any(t.startswith("bot.sandbox") for t in ts) and not m.startswith(("bot.sandbox", "bot.cli"))}
-    assert users == set()
+    g = graph()
+    users = {m for m, ts in g.items() if any(top(t) == "sandbox" for t in ts) and top(m) != "sandbox"}
+    assert users and all(m.startswith("bot.cli.") for m in users), sorted(users)
+    # the engine and the expert server run against real backends only
+    assert {m for m in users if top(m) in ("pipeline", "expert_server")} == set()
+
+
+def test_the_sandbox_stands_outside_the_bot() -> None:
+    """The stand-in backends speak the wire formats the product's clients speak; they import
+    none of the front ends they stand in for (``bot/``, ``adapters/``)."""
+    bad = {m: sorted(t for t in ts if top(t) in ("bot", "adapters"))
+           for m, ts in graph().items() if top(m) == "sandbox"}
+    assert {m: ts for m, ts in bad.items() if ts} == {}
 
 
 def test_no_import_cycles() -> None:
@@ -232,19 +249,6 @@ def test_the_mixin_rule_finds_a_host_attribute() -> None:
     assert host_attributes({"m": src}) == {"m.Mixin": ["_say", "client"]}
 
 
-LONG_FUNCTIONS_OWNED_ELSEWHERE = {
-    # Functions in files other branches rewrite at the same time (the catalog, the Hub
-    # runner, the sandbox, the evaluation); they are split after those are merged, and this set
-    # is emptied then. Nothing else may be added here.
-    "pipeline.catalog.refresh.refresh_catalog",
-    "pipeline.experts.hub.HubRunner.run",
-    "bot.sandbox.heuristics.compose_response",
-    "bot.sandbox.inference.InferenceStandIn._serve",
-    "bot.sandbox.routing.answer_for",
-    "bot.evaluation.report.build_report",
-}
-
-
 def long_functions(module: str, tree: ast.Module) -> dict[str, int]:
     """Qualified name → lines, for each function of ``tree`` over :data:`MAX_FUNCTION_LINES`
     (decorators not counted; nested functions counted in their parent and on their own)."""
@@ -270,16 +274,7 @@ def test_no_product_function_over_the_size_limit() -> None:
         if "alembic" in path.parts and "versions" in path.parts:
             continue  # a migration revision is one generated script of statements, read top to bottom
         found.update(long_functions(module, tree))
-    assert {f: n for f, n in found.items() if f not in LONG_FUNCTIONS_OWNED_ELSEWHERE} == {}
-    short_now = LONG_FUNCTIONS_OWNED_ELSEWHERE - set(found)
-    assert short_now == set(), "these functions are short (or gone) now: take them off the allow-list"
-
-
-PRIVATE_IMPORTS_OWNED_ELSEWHERE = {
-    # Modules other branches replace at the same time (the sandbox leaves bot/ for a package of
-    # its own); emptied when they are merged.
-    "bot.sandbox.planning",
-}
+    assert found == {}
 
 
 def test_no_private_name_imported_across_modules() -> None:
@@ -290,7 +285,7 @@ def test_no_private_name_imported_across_modules() -> None:
             if isinstance(node, ast.ImportFrom):
                 private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
                 ours = node.level > 0 or (node.module or "").split(".")[0] in PACKAGES
-                if private and ours and module not in PRIVATE_IMPORTS_OWNED_ELSEWHERE:
+                if private and ours:
                     bad.append(f"{module}: from {'.' * node.level}{node.module or ''} import {', '.join(private)}")
     assert bad == [] and known
 

@@ -29,7 +29,7 @@ def run(tmp_path: Path, text: str, modes: dict[str, str], task_timeout: float = 
     lines = [f"[inference]\ntask_timeout = {task_timeout}\n"]
     for name, mode in modes.items():
         lines.append(f"[mcp.servers.{name}]\ncommand = {json.dumps(sys.executable)}\nconnect_timeout = 90\n"
-                     f'args = ["-m", "bot.sandbox.mcp_tools", "--mode", "{mode}"]\n')
+                     f'args = ["-m", "sandbox.mcp_tools", "--mode", "{mode}"]\n')
     config.write_text("\n".join(lines), encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HUGGINGGPT_", "OPENAI_", "HF_TOKEN"))}
     env["HUGGINGGPT_STORAGE__DATA_DIR"] = str(tmp_path / "data")
@@ -85,7 +85,7 @@ def test_tool_servers_that_hang_crash_or_return_garbage_fail_their_tasks_and_the
 
 
 async def test_tools_of_a_server_become_tasks_with_argument_kinds_from_their_schema():
-    box = Toolbox([McpServerConfig("standin", command=sys.executable, args=("-m", "bot.sandbox.mcp_tools"))])
+    box = Toolbox([McpServerConfig("standin", command=sys.executable, args=("-m", "sandbox.mcp_tools"))])
     try:
         names = await box.task_names()
         assert names == {"mcp.standin.stamp", "mcp.standin.count-words"}
@@ -103,7 +103,7 @@ async def test_links_a_tool_returns_are_never_followed(sink):
     from pipeline.experts.mcp import McpRunner
     from tests.conftest import stored_upload
 
-    box = Toolbox([McpServerConfig("linky", command=sys.executable, args=("-m", "bot.sandbox.mcp_tools", "--mode", "link"),
+    box = Toolbox([McpServerConfig("linky", command=sys.executable, args=("-m", "sandbox.mcp_tools", "--mode", "link"),
                                    connect_timeout=90)])
     try:
         await box.task_names()

@@ -26,7 +26,7 @@ from adapters.http.auth import key_id
 from adapters.mcp.http import mount
 from bot.cli.serve import bind
 from bot.incoming import ConversationKey
-from bot.sandbox import Sandbox
+from sandbox import Sandbox
 from bot.service import Service
 from bot.settings import load_settings
 

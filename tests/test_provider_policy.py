@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from bot.errors import ConfigError
-from bot.sandbox.inference import InferenceStandIn
+from sandbox.inference import InferenceStandIn
 from bot.settings import load_settings
 from pipeline.catalog.availability import Availability
 from pipeline.catalog.models import Catalog, ModelCard

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bot.sandbox.controller import ControllerStandIn
-from bot.sandbox.heuristics import LABEL, plan_tasks
+from sandbox.controller import ControllerStandIn
+from sandbox.heuristics import LABEL, plan_tasks
 from pipeline.tasks import TASKS
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -10,8 +10,8 @@ import pytest
 from huggingface_hub import AsyncInferenceClient
 from huggingface_hub.errors import HfHubHTTPError
 
-from bot.sandbox.controller import ControllerStandIn
-from bot.sandbox.heuristics import plan_tasks
+from sandbox.controller import ControllerStandIn
+from sandbox.heuristics import plan_tasks
 from pipeline.tasks import TASKS
 
 ALL_TASKS = sorted(set(TASKS) | {"fill-mask"})

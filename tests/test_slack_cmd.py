@@ -15,7 +15,7 @@ import pytest
 from adapters.slack.serve import check_settings
 from bot.cli import slack as slack_cmd
 from bot.settings import load_settings
-from bot.sandbox import Sandbox
+from sandbox import Sandbox
 from bot.errors import ConfigError
 from standins.slack_api import SlackStandIn, sign
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.sandbox import Sandbox
+from sandbox import Sandbox
 from slack_replicas import CHANNEL, Fleet
 from standins.slack_api import SlackStandIn
 from tests.realparts import Missing, NginxServer

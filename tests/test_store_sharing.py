@@ -55,7 +55,7 @@ def cli_env(data: Path, **extra: str) -> dict[str, str]:
 
 
 SLOW_CLI = (
-    "import sys; from bot import sandbox; orig = sandbox.Sandbox.__init__\n"
+    "import sys; import sandbox; orig = sandbox.Sandbox.__init__\n"
     "def slow(self, **kw):\n    orig(self, latency={{'image-to-text': {latency}}})\n"
     "sandbox.Sandbox.__init__ = slow\nfrom bot.cli import main; sys.exit(main(sys.argv[1:]))"
 )

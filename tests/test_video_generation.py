@@ -42,7 +42,7 @@ def _hub_model(mid: str, task: str, provider_id: str) -> dict:
 
 
 async def test_fal_ai_animates_an_image_and_writes_a_clip_through_its_queue(sink):
-    from bot.sandbox.inference import InferenceStandIn
+    from sandbox.inference import InferenceStandIn
     from pipeline.catalog.availability import Availability
     from pipeline.catalog.models import Catalog, ModelCard
     from pipeline.experts.providers import ProviderPolicy

@@ -9,7 +9,7 @@ import base64
 
 import pytest
 
-from bot.sandbox.inference import InferenceStandIn
+from sandbox.inference import InferenceStandIn
 from pipeline.catalog.availability import Availability
 from pipeline.catalog.models import Catalog, ModelCard
 from pipeline.execution import ExecutionLimits, Executor

@@ -117,7 +117,7 @@ async def open_settings(args: argparse.Namespace) -> AsyncIterator[Settings]:
     overrides: dict[str, dict[str, Any]] = {}
     sandbox = None
     if getattr(args, "sandbox", False):
-        from ..sandbox import Sandbox
+        from sandbox import Sandbox
 
         sandbox = await Sandbox().start()
         overrides = sandbox.overrides()

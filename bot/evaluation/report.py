@@ -102,6 +102,17 @@ def _published(tools: ToolList) -> dict[str, Any] | None:
     return next((PUBLISHED[name] for name in PUBLISHED if tools.ids == builtin(name).ids), None)
 
 
+def _by_shape(pairs: Sequence[tuple[str, Graph, Graph]], tools: ToolList) -> dict[str, dict[str, Any]]:
+    """Shape → :func:`score` of its ``(shape, gold, predicted)`` pairs plus ``"requests"``, shapes
+    in :data:`SHAPES` order, unknown shapes after them alphabetically."""
+    shapes = {shape for shape, _, _ in pairs}
+    ordered = [s for s in SHAPES if s in shapes] + sorted(s for s in shapes if s not in SHAPES)
+    return {
+        s: {"requests": sum(shape == s for shape, _, _ in pairs), **score([(g, p) for shape, g, p in pairs if shape == s], tools)}
+        for s in ordered
+    }
+
+
 def build_report(
     records: Sequence[GoldRecord], outcomes: Sequence[Outcome], tools: ToolList, meta: dict[str, Any]
 ) -> dict[str, Any]:
@@ -144,8 +155,6 @@ def build_report(
         tokens_in.append(outcome.prompt_tokens)
         tokens_out.append(outcome.completion_tokens)
     scored = len(records) - statuses["error"]
-    shapes = {shape for shape, _, _ in pairs}
-    ordered = [s for s in SHAPES if s in shapes] + sorted(s for s in shapes if s not in SHAPES)
     gold_nodes = [n for r in records for n in r.graph.nodes]
     return {
         **meta,
@@ -155,10 +164,7 @@ def build_report(
         "scored": scored,
         "controller_errors": statuses["error"],
         "overall": score([(g, p) for _, g, p in pairs], tools),
-        "by_shape": {
-            s: {"requests": sum(shape == s for shape, _, _ in pairs), **score([(g, p) for shape, g, p in pairs if shape == s], tools)}
-            for s in ordered
-        },
+        "by_shape": _by_shape(pairs, tools),
         "published": _published(tools),
         "steps": STEPS_NOTE,
         "planning": _planning(statuses, scored, latencies, tokens_in, tokens_out),

@@ -158,142 +158,30 @@ async def refresh_catalog(
         CatalogError: ``out`` cannot be written.
     """
     from huggingface_hub import HfApi
-    from huggingface_hub.utils import build_hf_headers, get_session
 
     if provider == "auto":  # the client's "auto" = any provider = the Hub's "all"
         provider = "all"
     if per_task < 1:
         raise CatalogError("--per-task must be at least 1.")
-    wanted = hub_tasks() + controlnet_tasks() if tasks is None else []
-    for name in tasks or []:
-        canon = canonical_task(name)
-        if canon is None:
-            raise CatalogError(f"The task {name!r} is not a known task.")
-        if TASKS[canon].local:
-            continue
-        wanted.append(canon)
-    wanted = list(dict.fromkeys(wanted))
-
+    wanted = _wanted_tasks(tasks)
     api = HfApi(endpoint=hub_endpoint, token=token)
-    endpoint = api.endpoint.rstrip("/")
-    sem = asyncio.Semaphore(concurrency)
-
-    # One probe without retries first: http_backoff inside list_models would retry a dead Hub for
-    # ~20 s before failing.
-    def probe() -> None:
-        r = get_session().get(
-            f"{endpoint}/api/models", params={"limit": 1}, headers=build_hf_headers(token=token), timeout=timeout
-        )
-        from huggingface_hub.utils import hf_raise_for_status
-
-        hf_raise_for_status(r)
-
-    try:
-        await asyncio.to_thread(probe)
-    except Exception as e:
-        raise _hub_error(e, endpoint) from None
-
-    def listing(**kw: Any) -> list[Any]:
-        return list(api.list_models(sort="downloads", limit=per_task, expand=EXPAND, **kw))
-
-    async def fetch(**kw: Any) -> list[Any]:
-        async with sem:
-            try:
-                return await asyncio.to_thread(listing, **kw)
-            except Exception as e:
-                raise _hub_error(e, endpoint) from None
-
-    records: dict[str, list[tuple[Any, list[str]]]] = {}
-    queries: dict[str, dict[str, Any]] = {}
-    for task in wanted:
-        if TASKS[task].domain == "controlnet":
-            continue
-        query = dict(_HUB_QUERY.get(task, {"pipeline_tag": task}))
-        if provider is not None:
-            query["inference_provider"] = provider
-        queries[task] = query
-    cn_wanted = [t for t in wanted if TASKS[t].domain == "controlnet"]
-    if cn_wanted:
-        for cond in CONTROLNET_CONDITIONS:
-            queries[f"controlnet:{cond}"] = {"search": cond, "filter": "controlnet"}
-        for repo in _CONTROL_REPOS:
-            owner, name = repo.split("/")
-            queries[f"repo:{repo}"] = {"search": name, "author": owner}
+    hub = _Hub(api, api.endpoint.rstrip("/"), token, timeout, per_task, asyncio.Semaphore(concurrency))
+    await hub.check()
+    queries = _queries(wanted, provider)
     # gather: the first Hub error propagates as our CatalogError (not an ExceptionGroup).
-    answers = await asyncio.gather(*(fetch(**q) for q in queries.values()))
+    answers = await asyncio.gather(*(hub.fetch(**q) for q in queries.values()))
     results = dict(zip(queries, answers))
+    records = _served_records(results, wanted, provider)
+    records.update(_controlnet_records(results, [t for t in wanted if TASKS[t].domain == "controlnet"], per_task))
+    readme_text = await _readme_descriptions(hub, records, readmes)
 
-    for task in wanted:
-        if TASKS[task].domain == "controlnet":
-            continue
-        keep = []
-        for info in results[task]:
-            live = _live(info)
-            if provider not in (None, "all") and provider not in live:
-                continue  # mapped but not live for this provider
-            if provider == "all" and not live:
-                continue
-            keep.append((info, live))
-        records[task] = keep
-    if cn_wanted:
-        control_repos = [
-            info
-            for repo in _CONTROL_REPOS
-            for info in results[f"repo:{repo}"]
-            if info.id == repo
-        ]
-        for task in cn_wanted:
-            cond = task.split("-", 1)[0]
-            if task.endswith("-text-to-image"):
-                found = [i for i in results[f"controlnet:{cond}"] if _condition_in(i.id, cond)]
-            else:
-                found = list(control_repos)
-            records[task] = [(info, _live(info)) for info in found[:per_task]]
+    return _write(out, Catalog(_cards(records, readme_text)), hub.endpoint, provider, per_task, wanted, readme_text)
 
-    # Descriptions: README excerpts for the top models of each task.
-    readme_text: dict[str, str] = {}
-    if readmes > 0:
-        ids = list(dict.fromkeys(info.id for rows in records.values() for info, _ in rows[:readmes]))
-        headers = build_hf_headers(token=token)
 
-        def get_readme(model_id: str) -> str | None:
-            from huggingface_hub import hf_hub_url
-
-            url = hf_hub_url(model_id, "README.md", endpoint=endpoint)
-            try:
-                r = get_session().get(url, headers=headers, timeout=timeout, follow_redirects=True)
-            except Exception as e:  # a missing description is not worth failing the refresh
-                log.info("catalog refresh: README of %s not read (%s)", model_id, e.__class__.__name__)
-                return None
-            if r.status_code != 200:
-                return None
-            return r.content[:README_BYTES].decode("utf-8", errors="replace")
-
-        async def one(model_id: str) -> None:
-            async with sem:
-                text = await asyncio.to_thread(get_readme, model_id)
-            if text:
-                desc = condense_description(text)
-                if desc:
-                    readme_text[model_id] = desc
-
-        await asyncio.gather(*(one(model_id) for model_id in ids))
-
-    cards: list[ModelCard] = []
-    for task, rows in records.items():
-        for info, live in rows:
-            cards.append(
-                ModelCard(
-                    id=info.id,
-                    task=task,
-                    downloads=int(info.downloads or 0),
-                    likes=int(info.likes or 0),
-                    description=readme_text.get(info.id) or condense_description(_card_description(info)),
-                    providers=tuple(live),
-                    tags=clean_tags(info.tags or []),
-                )
-            )
-    catalog = Catalog(cards)
+def _write(out: Path, catalog: Catalog, endpoint: str, provider: str | None, per_task: int, wanted: list[str],
+           readme_text: dict[str, str]) -> RefreshSummary:
+    """Write ``catalog`` to ``out`` under a ``_catalog`` header (snapshot date, source, time,
+    provider filter, models per task) and sum up what was written."""
     snapshot = dt.datetime.now(dt.UTC).date().isoformat()
     header = {
         "_catalog": {
@@ -315,6 +203,176 @@ async def refresh_catalog(
         missing=[t for t, n in per.items() if n == 0],
         readmes=sum(1 for c in catalog.cards() if c.id in readme_text),
     )
+
+
+def _wanted_tasks(tasks: list[str] | None) -> list[str]:
+    """The catalog tasks to fetch, canonical and deduplicated, local tasks left out (default:
+    every task that needs a model).
+
+    Raises:
+        CatalogError: a name that is not a known task.
+    """
+    wanted = hub_tasks() + controlnet_tasks() if tasks is None else []
+    for name in tasks or []:
+        canon = canonical_task(name)
+        if canon is None:
+            raise CatalogError(f"The task {name!r} is not a known task.")
+        if TASKS[canon].local:
+            continue
+        wanted.append(canon)
+    return list(dict.fromkeys(wanted))
+
+
+@dataclass(frozen=True)
+class _Hub:
+    """The Hub as the crawl reads it: one :class:`huggingface_hub.HfApi`, its endpoint, and a
+    semaphore bounding the requests in flight."""
+
+    api: Any
+    endpoint: str
+    token: str | None
+    timeout: float
+    per_task: int
+    sem: asyncio.Semaphore
+
+    def probe(self) -> None:
+        """One ``/api/models`` request without retries: ``http_backoff`` inside ``list_models``
+        would retry a dead Hub for ~20 s before failing."""
+        from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+
+        r = get_session().get(
+            f"{self.endpoint}/api/models", params={"limit": 1}, headers=build_hf_headers(token=self.token),
+            timeout=self.timeout,
+        )
+        hf_raise_for_status(r)
+
+    async def check(self) -> None:
+        """:meth:`probe` off the event loop; :class:`CatalogError` when the Hub fails it."""
+        try:
+            await asyncio.to_thread(self.probe)
+        except Exception as e:
+            raise _hub_error(e, self.endpoint) from None
+
+    def _listing(self, **kw: Any) -> list[Any]:
+        return list(self.api.list_models(sort="downloads", limit=self.per_task, expand=EXPAND, **kw))
+
+    async def fetch(self, **kw: Any) -> list[Any]:
+        """``list_models(**kw)`` by downloads, ``per_task`` of them (:class:`CatalogError` on failure)."""
+        async with self.sem:
+            try:
+                return await asyncio.to_thread(self._listing, **kw)
+            except Exception as e:
+                raise _hub_error(e, self.endpoint) from None
+
+    def readme(self, model_id: str) -> str | None:
+        """The first :data:`README_BYTES` of ``model_id``'s README, or ``None`` when it cannot be
+        read (a missing description is not worth failing the refresh)."""
+        from huggingface_hub import hf_hub_url
+        from huggingface_hub.utils import build_hf_headers, get_session
+
+        url = hf_hub_url(model_id, "README.md", endpoint=self.endpoint)
+        try:
+            r = get_session().get(url, headers=build_hf_headers(token=self.token), timeout=self.timeout,
+                                  follow_redirects=True)
+        except Exception as e:
+            log.info("catalog refresh: README of %s not read (%s)", model_id, e.__class__.__name__)
+            return None
+        if r.status_code != 200:
+            return None
+        return r.content[:README_BYTES].decode("utf-8", errors="replace")
+
+
+def _queries(wanted: list[str], provider: str | None) -> dict[str, dict[str, Any]]:
+    """Key → ``list_models`` arguments: one per Hub task (``task``), and for ControlNet tasks one
+    search per condition (``controlnet:<cond>``) and per fixed repository (``repo:<id>``)."""
+    queries: dict[str, dict[str, Any]] = {}
+    for task in wanted:
+        if TASKS[task].domain == "controlnet":
+            continue
+        query = dict(_HUB_QUERY.get(task, {"pipeline_tag": task}))
+        if provider is not None:
+            query["inference_provider"] = provider
+        queries[task] = query
+    if any(TASKS[t].domain == "controlnet" for t in wanted):
+        for cond in CONTROLNET_CONDITIONS:
+            queries[f"controlnet:{cond}"] = {"search": cond, "filter": "controlnet"}
+        for repo in _CONTROL_REPOS:
+            owner, name = repo.split("/")
+            queries[f"repo:{repo}"] = {"search": name, "author": owner}
+    return queries
+
+
+def _served_records(results: dict[str, list[Any]], wanted: list[str], provider: str | None) -> dict[str, list[tuple[Any, list[str]]]]:
+    """Hub task → ``(model info, live providers)`` of the models served as ``provider`` asks
+    (``"all"``: by any provider; a name: by that one; ``None``: every model)."""
+    records: dict[str, list[tuple[Any, list[str]]]] = {}
+    for task in wanted:
+        if TASKS[task].domain == "controlnet":
+            continue
+        keep = []
+        for info in results[task]:
+            live = _live(info)
+            if provider not in (None, "all") and provider not in live:
+                continue  # mapped but not live for this provider
+            if provider == "all" and not live:
+                continue
+            keep.append((info, live))
+        records[task] = keep
+    return records
+
+
+def _controlnet_records(results: dict[str, list[Any]], cn_wanted: list[str], per_task: int) -> dict[str, list[tuple[Any, list[str]]]]:
+    """ControlNet task → ``(model info, live providers)``: models naming the condition for
+    ``<cond>-text-to-image``, the fixed repositories for ``<cond>-control``."""
+    if not cn_wanted:
+        return {}
+    control_repos = [info for repo in _CONTROL_REPOS for info in results[f"repo:{repo}"] if info.id == repo]
+    records: dict[str, list[tuple[Any, list[str]]]] = {}
+    for task in cn_wanted:
+        cond = task.split("-", 1)[0]
+        if task.endswith("-text-to-image"):
+            found = [i for i in results[f"controlnet:{cond}"] if _condition_in(i.id, cond)]
+        else:
+            found = list(control_repos)
+        records[task] = [(info, _live(info)) for info in found[:per_task]]
+    return records
+
+
+async def _readme_descriptions(hub: _Hub, records: dict[str, list[tuple[Any, list[str]]]], readmes: int) -> dict[str, str]:
+    """Model id → description condensed from its README, for the first ``readmes`` models of
+    each task (at most the semaphore's count of GETs at once)."""
+    readme_text: dict[str, str] = {}
+    if readmes <= 0:
+        return readme_text
+    ids = list(dict.fromkeys(info.id for rows in records.values() for info, _ in rows[:readmes]))
+
+    async def one(model_id: str) -> None:
+        async with hub.sem:
+            text = await asyncio.to_thread(hub.readme, model_id)
+        if text:
+            desc = condense_description(text)
+            if desc:
+                readme_text[model_id] = desc
+
+    await asyncio.gather(*(one(model_id) for model_id in ids))
+    return readme_text
+
+
+def _cards(records: dict[str, list[tuple[Any, list[str]]]], readme_text: dict[str, str]) -> list[ModelCard]:
+    """One :class:`ModelCard` per record, described by its README excerpt or else its card data."""
+    return [
+        ModelCard(
+            id=info.id,
+            task=task,
+            downloads=int(info.downloads or 0),
+            likes=int(info.likes or 0),
+            description=readme_text.get(info.id) or condense_description(_card_description(info)),
+            providers=tuple(live),
+            tags=clean_tags(info.tags or []),
+        )
+        for task, rows in records.items()
+        for info, live in rows
+    ]
 
 
 def write_catalog(out: Path, catalog: Catalog, header: dict[str, Any]) -> None:

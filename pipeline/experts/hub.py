@@ -34,7 +34,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 from ..errors import ExpertError, HuggingGPTError
 from ..llm import Usage
 from ..tasks import TASKS
-from ..tasks.base import OutputLimits
+from ..tasks.base import Call, Inputs, Normalise, OutputLimits
 from ..types import Output, Resource, ResourceSink
 from . import failures, http
 from .base import TaskSaver, condense, read_inputs
@@ -244,13 +244,34 @@ class HubRunner:
         if spec is None or spec.call is None or spec.normalise is None:
             raise ExpertError(f"No Hugging Face model serves the task {task}.", reason="unavailable")
         inputs = await read_inputs(spec, args)
-        call = spec.call
+        target, calls = await self._route(task, model, url, provider)
+        gateway = http.origin_of(target) if target.startswith(("http://", "https://")) else None
+        s = self.settings
+        scope = http.CallScope(spec.reply, s.max_json_bytes, s.max_media_bytes, gateway, max_items=s.max_items,
+                               send_token=not expert_server)
+        began = time.monotonic()
+        retrying = self._retrying(task, task_id, model, expert_server)
+        raw = await self._call(task, model, spec.call, calls, target, inputs, scope, retrying)
+        log.info("task %s (%s) on %s answered in %.2f s", task_id, task, model, time.monotonic() - began)
+        saver = TaskSaver(sink, task, task_id, s.limits)
+        what = f"task {task_id} ({task}) on {model}"
+        out = await self._normalise(spec.normalise, raw, inputs, saver, what, model)
+        return await condense(self._note_dropped(out, scope, what), saver)
+
+    async def _route(self, task: str, model: str, url: str | None, provider: str | None) -> tuple[str, ClientCalls]:
+        """``(target, calls)``: the URL or model id to call and the client calling it (``url``,
+        then the configured endpoint, else the provider route with its mapping warmed)."""
         target = url or self.endpoint_for(model)
-        calls = ClientCalls(self._client, self)
-        if target is None:
-            target, client = self._provider_target(task, model, provider or self.settings.provider)
-            calls = ClientCalls(client, self)
-            await warm_mapping(client.provider, task, target)
+        if target is not None:
+            return target, ClientCalls(self._client, self)
+        target, client = self._provider_target(task, model, provider or self.settings.provider)
+        await warm_mapping(client.provider, task, target)
+        return target, ClientCalls(client, self)
+
+    def _retrying(self, task: str, task_id: int, model: str, expert_server: bool) -> AsyncRetrying:
+        """Retries of retryable :class:`ExpertError`: up to ``max_attempts`` tries, exponential
+        backoff with jitter capped by ``backoff_max``, a 503 waiting ``min(estimated_time,
+        backoff_max)``; an expert server refusing the connection is not retried."""
         settings = self.settings
         expo = wait_random_exponential(multiplier=0.5, max=settings.backoff_max)
 
@@ -268,21 +289,21 @@ class HubRunner:
                 rs.next_action.sleep if rs.next_action else 0.0,
             )
 
-        gateway = http.origin_of(target) if target.startswith(("http://", "https://")) else None
-        scope = http.CallScope(
-            spec.reply, settings.max_json_bytes, settings.max_media_bytes, gateway, max_items=settings.max_items,
-            send_token=not expert_server,
-        )
-        raw: Any = None
-        began = time.monotonic()
-        async for attempt in AsyncRetrying(
+        return AsyncRetrying(
             retry=retry_if_exception(lambda e: isinstance(e, ExpertError) and e.retryable
                                      and not (expert_server and refused_connection(e))),
             stop=stop_after_attempt(max(1, settings.max_attempts)),
             wait=wait,
             before_sleep=before_sleep,
             reraise=True,
-        ):
+        )
+
+    async def _call(self, task: str, model: str, call: Call, calls: ClientCalls, target: str, inputs: Inputs,
+                    scope: http.CallScope, retrying: AsyncRetrying) -> Any:
+        """The raw answer of ``model`` to ``task``: ``call(calls, target, inputs)`` under ``scope``,
+        retried by ``retrying``; a failure that is not ours becomes one :class:`ExpertError`."""
+        raw: Any = None
+        async for attempt in retrying:
             with attempt:
                 scope.dropped.clear()
                 try:
@@ -292,29 +313,35 @@ class HubRunner:
                     raise
                 except Exception as exc:  # noqa: BLE001 - mapped to one sentence below
                     raise self._map_error(exc, task, model) from exc
-        log.info("task %s (%s) on %s answered in %.2f s", task_id, task, model, time.monotonic() - began)
-        saver = TaskSaver(sink, task, task_id, settings.limits)
+        return raw
+
+    async def _normalise(self, normalise: Normalise, raw: Any, inputs: Inputs, saver: TaskSaver, what: str,
+                         model: str) -> Output:
+        """``normalise(raw, inputs, saver)``; output it cannot read is ``bad_output`` (or
+        ``too_large``), errors of this project pass unchanged."""
         try:
-            out = await spec.normalise(raw, inputs, saver)
+            return await normalise(raw, inputs, saver)
         except HuggingGPTError:
             raise  # ExpertError from a normaliser, or the sink's StorageError: not bad output
         except Exception as exc:  # noqa: BLE001
             err = self._too_large(exc, model)
             if err is not None:
-                log.warning("task %s (%s) on %s: %s", task_id, task, model, err)
+                log.warning("%s: %s", what, err)
                 raise err from exc
-            log.error("task %s (%s) on %s: unusable output: %r", task_id, task, model, exc)
+            log.error("%s: unusable output: %r", what, exc)
             raise ExpertError(
                 f"The model {model} returned output that could not be read.", repr(exc), reason="bad_output"
             ) from exc
-        if scope.dropped:
-            dropped = sum(scope.dropped)
-            kept = settings.max_items
-            log.warning("task %s (%s) on %s: %d items dropped ([inference] max_items = %d)", task_id, task, model,
-                        dropped, kept)
-            note = f"(only the {kept:,} best-scored of {kept + dropped:,} results are kept)"
-            out = Output(text=f"{out.text} {note}" if out.text else note, files=out.files, data=out.data)
-        return await condense(out, saver)
+
+    def _note_dropped(self, out: Output, scope: http.CallScope, what: str) -> Output:
+        """``out`` with a note of how many list items were cut to ``max_items``, if any were."""
+        if not scope.dropped:
+            return out
+        dropped = sum(scope.dropped)
+        kept = self.settings.max_items
+        log.warning("%s: %d items dropped ([inference] max_items = %d)", what, dropped, kept)
+        note = f"(only the {kept:,} best-scored of {kept + dropped:,} results are kept)"
+        return Output(text=f"{out.text} {note}" if out.text else note, files=out.files, data=out.data)
 
     def _provider_target(self, task: str, model: str, provider: str | None) -> tuple[str, AsyncInferenceClient]:
         """``(model as the client is given it, client)`` for a provider route: ``auto:fastest``

@@ -91,7 +91,7 @@ class FaultyController:
     def start_experts(self, latency: dict[str, float] | None = None) -> str:
         """Start the sandbox's inference stand-in (every catalog model served) in this server's
         thread; returns its base URL."""
-        from bot.sandbox import Sandbox
+        from sandbox import Sandbox
 
         sandbox = Sandbox(latency=latency)
         self._experts = sandbox.inference

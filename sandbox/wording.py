@@ -1,7 +1,7 @@
 """Text helpers shared by the sandbox's stand-in controller rules (pure functions, no I/O).
 
 Quoted passages, clause boundaries and sentences of a user request, as the keyword planner
-(:mod:`bot.sandbox.planning`) and the response writer (:mod:`bot.sandbox.heuristics`) read them.
+(:mod:`sandbox.planning`) and the response writer (:mod:`sandbox.heuristics`) read them.
 """
 
 from __future__ import annotations

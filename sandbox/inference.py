@@ -15,7 +15,6 @@ Test knobs: ``latency`` (seconds per model id or task), ``faults`` (status codes
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import logging
 import re
@@ -23,17 +22,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 from aiohttp import web
 
 from . import providers
-from .audio_video import SAMPLE_RATE, decode_audio, make_video, make_wav, motion_labels, pcm_to_wav, wav_comment
+from .answers import Ask, respond
 from .faults import Fault
-from .imaging import (
-    boxes, colour_shares, condition, controlnet_draw, depth_map, describe_image, draw_prompt, open_image, png, segments,
-    transform,
-)
-from .text_outputs import MASK_TOKENS, best_span, entities, fill_mask, sentiment, similarity
+from .text_outputs import MASK_TOKENS
 
 log = logging.getLogger(__name__)
 
@@ -270,7 +264,7 @@ class InferenceStandIn:
             delay = self.latency.get(model, self.latency.get(task, 0.0))
             if delay:
                 await asyncio.sleep(delay)
-            response = await self._serve(task, model, body, payload, request)
+            response = await respond(Ask(task, model, body, payload))
             status = response.status
             answer = response.body if isinstance(response.body, bytes) else b""
             return response
@@ -281,166 +275,3 @@ class InferenceStandIn:
             asked = payload.get("inputs") or payload.get("prompt") if isinstance(payload, dict) else ""
             self.records.append(Record(model, task, start, time.monotonic(), status, answer, provider, bill_to,
                                        asked if isinstance(asked, str) else ""))
-
-    async def _serve(self, task: str, model: str, body: bytes, payload: Any, request: web.Request) -> web.Response:
-        inputs = payload.get("inputs") if isinstance(payload, dict) else None
-        params = (payload.get("parameters") or {}) if isinstance(payload, dict) else {}
-
-        def text_in() -> str:
-            if not isinstance(inputs, str):
-                raise Fault(400, {"error": f"{task} expects text inputs"})
-            return inputs
-
-        def image_in() -> bytes:
-            if payload is None:
-                return body
-            src = payload.get("image") if isinstance(payload, dict) and "image" in payload else inputs
-            if isinstance(src, dict):
-                src = src.get("image")
-            if not isinstance(src, str):
-                raise Fault(400, {"error": f"{task} expects an image"})
-            try:
-                return base64.b64decode(src)
-            except ValueError as exc:
-                raise Fault(400, {"error": "image is not base64"}) from exc
-
-        def J(obj: Any) -> web.Response:
-            # as hf-inference answers (recordings in tests/fixtures/cassettes): "application/json", no charset
-            return web.Response(body=json.dumps(obj).encode(), content_type="application/json")
-
-        if task == "conversational":
-            msgs = payload.get("messages") if isinstance(payload, dict) else None
-            last = next((m.get("content") for m in reversed(msgs or []) if m.get("role") == "user"), "")
-            seen = await providers.vlm_reply(last)
-            if seen is not None:
-                last = seen
-            elif isinstance(last, list):
-                last = " ".join(p.get("text", "") for p in last if isinstance(p, dict))
-            return J({
-                "id": "sandbox-1", "object": "chat.completion", "created": int(time.time()), "model": model,
-                "system_fingerprint": "sandbox",
-                "choices": [{"index": 0, "finish_reason": "stop", "logprobs": None,
-                             "message": {"role": "assistant", "content": f"[sandbox] reply to: {last}"}}],
-                "usage": {"prompt_tokens": len(str(last).split()), "completion_tokens": 5, "total_tokens": len(str(last).split()) + 5},
-            })
-        if task == "text-classification":
-            return J([sentiment(text_in())])
-        if task == "token-classification":
-            return J(entities(text_in()))
-        if task == "fill-mask":
-            opts = params if isinstance(params, dict) else {}
-            targets = opts.get("targets")
-            return J(fill_mask(text_in(), opts.get("top_k"), [targets] if isinstance(targets, str) else targets))
-        if task == "summarization":
-            t = text_in()
-            first = re.split(r"(?<=[.!?])\s", t.strip())[0]
-            return J([{"summary_text": "[sandbox] summary: " + " ".join(first.split()[:25])}])
-        if task == "translation":
-            # the real API takes the languages as parameters src_lang / tgt_lang (mBART-50, NLLB, M2M-100 codes)
-            langs = " ".join(f"{k}={params[k]}" for k in ("src_lang", "tgt_lang") if isinstance(params, dict) and params.get(k))
-            return J([{"translation_text": f"[sandbox] translation{' (' + langs + ')' if langs else ''} of: {text_in()}"}])
-        if task in ("text-generation", "text2text-generation"):
-            t = text_in()
-            return J([{"generated_text": f"[sandbox] generated text for: {t}"}])
-        if task == "question-answering":
-            if not isinstance(inputs, dict):
-                raise Fault(400, {"error": "question-answering expects question and context"})
-            span, s, e = best_span(str(inputs.get("question", "")), str(inputs.get("context", "")))
-            return J({"answer": f"[sandbox] {span}", "score": 0.5, "start": s, "end": e})
-        if task == "sentence-similarity":
-            if not isinstance(inputs, dict):
-                raise Fault(400, {"error": "sentence-similarity expects source_sentence and sentences"})
-            src = str(inputs.get("source_sentence", ""))
-            return J([similarity(src, str(s)) for s in inputs.get("sentences", [])])
-        if task == "tabular-classification":
-            table = payload.get("table") if isinstance(payload, dict) else None
-            if not isinstance(table, dict) or not table:
-                raise Fault(400, {"error": "tabular-classification expects a table"})
-            cols = list(table.values())
-            n = len(cols[0])
-            sums = []
-            for i in range(n):
-                total = 0.0
-                for col in cols:
-                    try:
-                        total += float(col[i])
-                    except (ValueError, TypeError, IndexError):
-                        pass
-                sums.append(total)
-            mean = sum(sums) / n if n else 0
-            return J(["above-average" if s > mean else "below-average" for s in sums])
-
-        if task in ("object-detection", "image-classification", "image-to-text", "image-segmentation",
-                    "depth-estimation", "image-to-image", "visual-question-answering",
-                    "document-question-answering") or task.endswith(("-control", "-text-to-image")) and task != "text-to-image":
-            im = await asyncio.to_thread(open_image, image_in())
-            if task == "object-detection":
-                return J(await asyncio.to_thread(boxes, im))
-            if task == "image-classification":
-                shares = await asyncio.to_thread(colour_shares, im)
-                return J([{"label": n, "score": round(s, 4)} for n, s, _ in shares[:5]])
-            if task == "image-to-text":
-                return J([{"generated_text": "[sandbox] " + await asyncio.to_thread(describe_image, im)}])
-            if task == "image-segmentation":
-                return J(await asyncio.to_thread(segments, im))
-            if task == "depth-estimation":
-                d = await asyncio.to_thread(lambda: base64.b64encode(png(depth_map(im))).decode())
-                return J({"depth": d})
-            if task in ("visual-question-answering", "document-question-answering"):
-                q = payload.get("question") if isinstance(payload, dict) and "question" in payload else (inputs or {}).get("question", "")
-                desc = await asyncio.to_thread(describe_image, im)
-                ans = f"[sandbox] answer to {q!r}: {desc}"
-                if task == "document-question-answering":
-                    return J([{"answer": ans, "score": 0.5, "start": 0, "end": 0}])
-                return J([{"answer": ans, "score": 0.5}])
-            prompt = params.get("prompt") if isinstance(params, dict) else None
-            if task == "image-to-image":
-                out = await asyncio.to_thread(transform, im, prompt)
-            elif task.endswith("-control"):
-                cond = task.split("-")[0]
-                out = await asyncio.to_thread(condition, im, cond)
-            else:
-                out = await asyncio.to_thread(controlnet_draw, im, str(prompt or ""))
-            return web.Response(body=await asyncio.to_thread(png, out), content_type="image/png")
-
-        if task == "text-to-image:b64":  # together's OpenAI-style images route, base64 in JSON
-            drawn = await asyncio.to_thread(draw_prompt, str(payload.get("prompt", "")), 256, 256, "PNG")
-            return J({"data": [{"b64_json": base64.b64encode(drawn).decode()}]})
-        if task == "text-to-image":
-            t = text_in()
-            w = int(params.get("width") or 512)
-            h = int(params.get("height") or 512)
-            # hf-inference answers text-to-image with a JPEG even when asked for image/png (recorded)
-            return web.Response(body=await asyncio.to_thread(draw_prompt, t, w, h, "JPEG"), content_type="image/jpeg")
-        if task == "text-to-speech":
-            return web.Response(body=await asyncio.to_thread(make_wav, text_in()), content_type="audio/wav")
-        if task == "image-to-video":
-            return web.Response(body=await providers.image_to_video(image_in()), content_type="video/mp4")
-        if task == "text-to-video":
-            return web.Response(body=await make_video(text_in()), content_type="video/mp4")
-        if task == "video-classification":
-            try:
-                return J(await motion_labels(body))
-            except ValueError as e:
-                raise Fault(400, {"error": f"[sandbox] {e}"}) from None
-        if task in ("automatic-speech-recognition", "audio-classification", "audio-to-audio"):
-            audio = body if payload is None else base64.b64decode(str(inputs or ""))
-            if task == "automatic-speech-recognition":
-                said = wav_comment(audio)
-                if said:
-                    return J({"text": f"[sandbox] {said}"})
-                samples = await decode_audio(audio)
-                return J({"text": f"[sandbox transcript of {len(samples) / SAMPLE_RATE:.1f} s of audio]"})
-            samples = await decode_audio(audio)
-            if task == "audio-classification":
-                rms = float(np.sqrt(np.mean(samples**2))) if samples.size else 0.0
-                loud = min(0.99, rms * 5)
-                return J(sorted(
-                    [{"label": "loud sound", "score": round(loud, 4)}, {"label": "quiet sound", "score": round(1 - loud, 4)}],
-                    key=lambda x: -x["score"],
-                ))
-            peak = float(np.abs(samples).max()) if samples.size else 0.0
-            norm = samples * (0.9 / peak) if peak > 0 else samples
-            wav = await pcm_to_wav(norm)
-            return J([{"label": "[sandbox] normalised", "content-type": "audio/wav", "blob": base64.b64encode(wav).decode()}])
-        raise Fault(400, {"error": f"[sandbox] task {task} is not served"})

@@ -1,8 +1,8 @@
 """Deterministic stand-ins for the controller LLM's four jobs (pure functions, no I/O).
 
-The sandbox controller (:mod:`bot.sandbox.controller`) answers every controller call with these
+The sandbox controller (:mod:`sandbox.controller`) answers every controller call with these
 functions so that ``hugginggpt run --sandbox`` and the tests work without credentials. They are a
-*labelled* stand-in: a keyword planner (:func:`plan_tasks`, in :mod:`bot.sandbox.planning`), a
+*labelled* stand-in: a keyword planner (:func:`plan_tasks`, in :mod:`sandbox.planning`), a
 word-overlap model picker and a template writer, not a language model. Stage names follow
 HuggingGPT (Shen et al., NeurIPS 2023, §3): task planning, model selection, response generation;
 plus ``controller-task`` for the text tasks the controller serves itself.
@@ -102,24 +102,7 @@ def compose_response(
     answer: list[str] = []
     failed: list[str] = []
     for t in plan:
-        tid = str(t.get("id"))
-        r = res.get(tid) or {}
-        name = t.get("task", "task")
-        status = r.get("status", "missing")
-        if status == "ok":
-            if r.get("text"):
-                answer.append(f"- **{name}**: “{_clip(r['text'])}”")
-            files = r.get("files") or []
-            if files:
-                named = ", ".join(f"`{f.get('id')}` ({f.get('kind', 'file')})" for f in files)
-                answer.append(f"- **{name}** produced {named}, delivered with this answer.")
-            if not r.get("text") and not files:
-                data = r.get("data")
-                answer.append(f"- **{name}**: {_clip(json.dumps(data)) if data else 'finished with no output.'}")
-        elif status == "skipped":
-            failed.append(f"- **{name}** was skipped: {r.get('error') or 'a task it needed did not finish.'}")
-        else:
-            failed.append(f"- **{name}** failed: {r.get('error') or 'no result came back.'}")
+        _outcome_lines(t.get("task", "task"), res.get(str(t.get("id"))) or {}, answer, failed)
     lines.append(f"Here is what I found for “{_clip(request, 120)}”:")
     lines.extend(answer or ["- No task produced an output."])
     if failed:
@@ -127,16 +110,34 @@ def compose_response(
         lines.append("What did not work:")
         lines.extend(failed)
     lines += ["", "**How I did it**"]
-    for t in plan:
-        tid = str(t.get("id"))
-        s = sel.get(tid) or {}
-        r = res.get(tid) or {}
-        deps = [d for d in t.get("dep", []) if d != -1]
-        after = f" after task {', '.join(map(str, deps))}" if deps else ""
-        lines.append(
-            f"{tid}. `{t.get('task')}` with `{s.get('model', 'no model')}`{after}: {r.get('status', 'no result')}."
-        )
+    lines.extend(_how_line(t, sel.get(str(t.get("id"))) or {}, res.get(str(t.get("id"))) or {}) for t in plan)
     return "\n".join(lines)
+
+
+def _outcome_lines(name: str, r: dict[str, Any], answer: list[str], failed: list[str]) -> None:
+    """Add task ``name``'s result ``r`` to ``answer`` (what it produced) or ``failed``."""
+    status = r.get("status", "missing")
+    if status == "ok":
+        if r.get("text"):
+            answer.append(f"- **{name}**: “{_clip(r['text'])}”")
+        files = r.get("files") or []
+        if files:
+            named = ", ".join(f"`{f.get('id')}` ({f.get('kind', 'file')})" for f in files)
+            answer.append(f"- **{name}** produced {named}, delivered with this answer.")
+        if not r.get("text") and not files:
+            data = r.get("data")
+            answer.append(f"- **{name}**: {_clip(json.dumps(data)) if data else 'finished with no output.'}")
+    elif status == "skipped":
+        failed.append(f"- **{name}** was skipped: {r.get('error') or 'a task it needed did not finish.'}")
+    else:
+        failed.append(f"- **{name}** failed: {r.get('error') or 'no result came back.'}")
+
+
+def _how_line(t: dict[str, Any], s: dict[str, Any], r: dict[str, Any]) -> str:
+    """One "How I did it" line: task id, task, model, the tasks it waited for, outcome."""
+    deps = [d for d in t.get("dep", []) if d != -1]
+    after = f" after task {', '.join(map(str, deps))}" if deps else ""
+    return f"{t.get('id')}. `{t.get('task')}` with `{s.get('model', 'no model')}`{after}: {r.get('status', 'no result')}."
 
 
 def _direct_answer(request: str) -> str:

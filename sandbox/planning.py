@@ -12,7 +12,7 @@ import re
 from typing import Any, Callable
 
 from .mcp_intents import plan_tools
-from .more_intents import _h_similar, about_an_image, deferred
+from .more_intents import about_an_image, deferred, similar_sentences
 from .planner import KIND_WORDS, LANGUAGES, Planner
 from .wording import SMALL_TALK, clause_end, mask_quotes, quotes
 
@@ -117,7 +117,7 @@ def plan_tasks(text: str, resources: list[dict[str, Any]], available_tasks: list
         text: the user's request.
         resources: files of the conversation, ``{"id", "kind", "name"?, "origin", ...}``, newest last.
         available_tasks: task names that may appear in the plan; other tasks are left out.
-        tools: MCP task name → argument keys (:func:`bot.sandbox.mcp_intents.tool_args`); a tool
+        tools: MCP task name → argument keys (:func:`sandbox.mcp_intents.tool_args`); a tool
             the request names is planned first.
 
     Returns:
@@ -424,6 +424,6 @@ _HANDLERS: dict[str, Callable[..., None]] = {
     "write": _text_task("text-generation", r"\b(?:write|compose|continue)\b"),
     "qa": _h_qa,
     "fill_mask": _h_fill_mask,
-    "similar": _h_similar,
+    "similar": similar_sentences,
     "chat": _text_task("conversational"),
 }

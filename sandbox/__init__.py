@@ -1,7 +1,7 @@
 """Stand-in backends for trying the bot without credentials (``--sandbox``) and for the tests.
 
 ``Sandbox`` starts, in-process on 127.0.0.1, an OpenAI-compatible controller
-(:mod:`bot.sandbox.controller`) and a Hugging Face inference server (:mod:`bot.sandbox.inference`)
+(:mod:`sandbox.controller`) and a Hugging Face inference server (:mod:`sandbox.inference`)
 that speak the real wire formats and derive their outputs from their inputs. Answers and generated
 media are labelled as coming from a stand-in.
 

@@ -4,7 +4,7 @@ photo" repeats the previous turn's tasks on the conversation's other file of tha
 It reads the chat log's ``tasks run`` line (:func:`pipeline.followup.work_summary`), which the
 product puts in the planning prompt for the newest earlier turn; without that line it cannot know
 which file the previous plan used, and it leaves the request to the keyword planner. Pure; a
-labelled stand-in like the rest of :mod:`bot.sandbox`.
+labelled stand-in like the rest of :mod:`sandbox`.
 """
 
 from __future__ import annotations

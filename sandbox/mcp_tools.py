@@ -3,7 +3,7 @@ the MCP expert path can be tried offline::
 
     [mcp.servers.standin]
     command = "python"          # the interpreter of the bot's environment
-    args = ["-m", "bot.sandbox.mcp_tools"]
+    args = ["-m", "sandbox.mcp_tools"]
 
 Tools (their outputs are derived from their inputs and say they come from a stand-in):
 
@@ -103,7 +103,7 @@ def build(mode: str = "ok") -> MCPServer:
 
 def main(argv: list[str] | None = None) -> None:
     """Serve the stand-in tools over stdio until the client closes the connection."""
-    parser = argparse.ArgumentParser(prog="python -m bot.sandbox.mcp_tools", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m sandbox.mcp_tools", description=__doc__.split("\n\n")[0])
     parser.add_argument("--mode", choices=("ok", "hang", "crash", "garbage", "link"), default="ok")
     args = parser.parse_args(argv)
     asyncio.run(build(args.mode).run_stdio_async())

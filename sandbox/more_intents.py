@@ -10,7 +10,7 @@ from .planner import Planner
 from .wording import quotes
 
 
-def _h_similar(p: Planner, clause: str, ctx: str, s: int, e: int) -> None:
+def similar_sentences(p: Planner, clause: str, ctx: str, s: int, e: int) -> None:
     """``how similar are 'A' and 'B'``: sentence similarity of the first quoted sentence (text)
     against the others (context, one per line)."""
     q = [t[2] for t in quotes(p.text) if t[2].strip()]

@@ -1,6 +1,6 @@
 """State of one keyword-planning run: the request, its resources and the tasks built so far.
 
-Used by :mod:`bot.sandbox.planning` (the sandbox's stand-in for HuggingGPT §3.1 task planning).
+Used by :mod:`sandbox.planning` (the sandbox's stand-in for HuggingGPT §3.1 task planning).
 Tasks use the paper's record shape ``{"task", "id", "dep", "args"}``; ``"<resource>-N"`` stands
 for the output of task ``N``.
 """

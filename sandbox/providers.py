@@ -1,4 +1,4 @@
-"""What the inference stand-in (:mod:`bot.sandbox.inference`) knows of today's Inference Providers:
+"""What the inference stand-in (:mod:`sandbox.inference`) knows of today's Inference Providers:
 the router's routes, the billing header, out-of-credit accounts, VLM answers and image-to-video.
 
 Routes (the paths ``huggingface_hub`` 2.4 builds under ``router.huggingface.co``, reached through

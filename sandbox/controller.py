@@ -3,8 +3,8 @@
 It speaks the Chat Completions wire format (https://platform.openai.com/docs/api-reference/chat)
 closely enough for the real ``openai`` SDK: ``POST /v1/chat/completions`` (JSON
 ``chat.completion`` or SSE ``chat.completion.chunk`` lines ending with ``data: [DONE]``) and
-``GET /v1/models``. Answers come from the deterministic rules in :mod:`bot.sandbox.heuristics`,
-chosen by :mod:`bot.sandbox.routing`.
+``GET /v1/models``. Answers come from the deterministic rules in :mod:`sandbox.heuristics`,
+chosen by :mod:`sandbox.routing`.
 
 Routing (set by :func:`pipeline.llm.stage_headers`): every request carries the HTTP header
 ``X-HuggingGPT-Stage: NAME`` with NAME one of :data:`STAGES`, and a ``controller-task`` request also

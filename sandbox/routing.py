@@ -4,14 +4,14 @@ The pipeline names the stage of every controller call in the ``X-HuggingGPT-Stag
 the task of a ``controller-task`` call in ``X-HuggingGPT-Task`` (:func:`pipeline.llm.stage_headers`).
 The stage's input travels as tagged blocks ``<tag>...</tag>`` in the last (user) message. Nothing
 in the prompt text is used for routing. A request that breaks these rules raises
-:class:`ProtocolError`, which :mod:`bot.sandbox.controller` answers with HTTP 400.
+:class:`ProtocolError`, which :mod:`sandbox.controller` answers with HTTP 400.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pipeline.llm import STAGE_HEADER, TASK_HEADER
@@ -115,44 +115,55 @@ def answer_for(body: dict[str, Any], headers: Mapping[str, str] | None) -> tuple
     if not isinstance(last, dict) or last.get("role") != "user":
         raise ProtocolError("the last message must be the user message with the tagged blocks")
     user = content_text(last)
+    return stage, _STAGE_ANSWERS[stage](user, msgs, headers)
 
-    if stage == "task-planning":
-        request = tag(user, "request")
-        if request is None:
-            raise ProtocolError("the last user message has no <request> block")
-        resources = _json_tag(user, "resources", list)
-        available = _json_tag(user, "available_tasks", list)
-        plan = followups.redo_with_other_file(request, resources, tag(user, "chat_log")) or heuristics.plan_tasks(
-            request, resources, [str(a) for a in available], tool_args(msgs))
-        # A <problem> block (repair round) gets the same deterministic plan: it is already valid.
-        return stage, json.dumps({"tasks": plan}, ensure_ascii=False)
 
-    if stage == "task-replanning":  # a neighbouring task for each failed one, or answer from what exists
-        plan = _json_tag(user, "plan", list)
-        results = _json_tag(user, "results", dict)
-        available = _json_tag(user, "available_tasks", list)
-        next_id = int(tag(user, "next_id") or 0)
-        return stage, json.dumps({"tasks": replanning.replan(plan, results, [str(a) for a in available], next_id)})
+def _plan(user: str, msgs: list[Any], headers: Mapping[str, str] | None) -> str:
+    """Task planning: the keyword plan as ``{"tasks": [...]}`` (a ``<problem>`` block of a repair
+    round gets the same deterministic plan: it is already valid)."""
+    request = tag(user, "request")
+    if request is None:
+        raise ProtocolError("the last user message has no <request> block")
+    resources = _json_tag(user, "resources", list)
+    available = _json_tag(user, "available_tasks", list)
+    plan = followups.redo_with_other_file(request, resources, tag(user, "chat_log")) or heuristics.plan_tasks(
+        request, resources, [str(a) for a in available], tool_args(msgs))
+    return json.dumps({"tasks": plan}, ensure_ascii=False)
 
-    if stage == "model-selection":
-        task = _json_tag(user, "task", dict)
-        candidates = _json_tag(user, "candidates", list)
-        try:
-            pick = heuristics.select_model(task, candidates)
-        except ValueError as exc:
-            raise ProtocolError(str(exc)) from None
-        return stage, json.dumps(pick, ensure_ascii=False)
 
-    if stage == "response-generation":
-        request = tag(user, "request")
-        if request is None:
-            raise ProtocolError("the last user message has no <request> block")
-        plan = _json_tag(user, "plan", list)
-        selections = _json_tag(user, "selections", dict, required=False) or {}
-        results = _json_tag(user, "results", dict, required=False) or {}
-        return stage, heuristics.compose_response(request, plan, selections, results)
+def _replan(user: str, msgs: list[Any], headers: Mapping[str, str] | None) -> str:
+    """Task replanning: a neighbouring task for each failed one, or answer from what exists."""
+    plan = _json_tag(user, "plan", list)
+    results = _json_tag(user, "results", dict)
+    available = _json_tag(user, "available_tasks", list)
+    next_id = int(tag(user, "next_id") or 0)
+    return json.dumps({"tasks": replanning.replan(plan, results, [str(a) for a in available], next_id)})
 
-    # controller-task
+
+def _select(user: str, msgs: list[Any], headers: Mapping[str, str] | None) -> str:
+    """Model selection: ``{"id", "reason"}`` of one candidate."""
+    task = _json_tag(user, "task", dict)
+    candidates = _json_tag(user, "candidates", list)
+    try:
+        pick = heuristics.select_model(task, candidates)
+    except ValueError as exc:
+        raise ProtocolError(str(exc)) from None
+    return json.dumps(pick, ensure_ascii=False)
+
+
+def _respond(user: str, msgs: list[Any], headers: Mapping[str, str] | None) -> str:
+    """Response generation: the templated answer."""
+    request = tag(user, "request")
+    if request is None:
+        raise ProtocolError("the last user message has no <request> block")
+    plan = _json_tag(user, "plan", list)
+    selections = _json_tag(user, "selections", dict, required=False) or {}
+    results = _json_tag(user, "results", dict, required=False) or {}
+    return heuristics.compose_response(request, plan, selections, results)
+
+
+def _controller_task(user: str, msgs: list[Any], headers: Mapping[str, str] | None) -> str:
+    """A text task the controller serves itself, named by the ``X-HuggingGPT-Task`` header."""
     task_name = header(headers, TASK_HEADER)
     expected = f"expected one of {', '.join(CONTROLLER_TASKS)}"
     if task_name is None:
@@ -162,4 +173,14 @@ def answer_for(body: dict[str, Any], headers: Mapping[str, str] | None) -> tuple
     text = tag(user, "input")
     if text is None:
         raise ProtocolError("the last user message has no <input> block")
-    return stage, heuristics.controller_task(task_name, text, tag(user, "context"))
+    return heuristics.controller_task(task_name, text, tag(user, "context"))
+
+
+_STAGE_ANSWERS: dict[str, Callable[[str, list[Any], Mapping[str, str] | None], str]] = {
+    "task-planning": _plan,
+    "task-replanning": _replan,
+    "model-selection": _select,
+    "response-generation": _respond,
+    "controller-task": _controller_task,
+}
+"""Stage name → the function that writes its answer (every name of ``STAGES``)."""
