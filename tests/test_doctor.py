@@ -83,7 +83,7 @@ async def test_all_ok_one_line_per_check_and_exit_0(setup):
     assert all(s == "ok" for s, _ in got.values()), text
     assert f"Config file {setup.tmp / 'hugginggpt.toml'}; data dir {setup.tmp / 'data'}" in got["settings"][1]
     assert "lists sandbox-controller" in got["controller"][1]
-    assert "token of ada (fineGrained); provider hf-inference; billing: payment method on file" in got["hub"][1]
+    assert "token of ada (fineGrained); provider auto; billing: payment method on file" in got["hub"][1]
     assert "will be created at the first start" in got["store"][1]
     assert got["experts"][1].startswith(f"1 models at {setup.experts.url}")
     assert "ffmpeg" in got["ffmpeg"][1] and "GiB free" in got["disk"][1]
