@@ -46,10 +46,11 @@ class Setup:
         (self.tmp / "hugginggpt.toml").write_text("\n".join(lines) + "\n")
 
     async def doctor(self, *args: str) -> tuple[int, str]:
-        """Run ``hugginggpt doctor ARGS``; returns (exit status, stdout + stderr)."""
+        """Run ``hugginggpt doctor ARGS``; returns (exit status, stdout + stderr). The checks get 30 s:
+        no stand-in here hangs, and a loaded CI machine needs seconds to import the clients."""
         self.write_config()
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bot.cli", "doctor", "--timeout", "3", *args, cwd=self.tmp, env=self.env,
+            sys.executable, "-m", "bot.cli", "doctor", "--timeout", "30", *args, cwd=self.tmp, env=self.env,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
         out, _ = await asyncio.wait_for(proc.communicate(), 60)
         text = out.decode()

@@ -51,6 +51,15 @@ def run(tmp_path, controller, text, *extra, env=None, experts=None, timeout=60):
     return p, doc, took
 
 
+def within_deadline(doc: dict, took: float, deadline: float) -> None:
+    """The run ended within its deadline and a second, by its own clock (from the pipeline's start:
+    ``timings_ms.total``; a failed run's record carries it too), and the whole process well before
+    what it would take without a deadline (20 s or more here): start-up under a loaded CI machine
+    takes seconds, so the wall bound is loose and the run's own clock is the precise one."""
+    assert doc["timings_ms"]["total"] < (deadline + 1) * 1000, doc["timings_ms"]
+    assert took < deadline + 12
+
+
 def log_text(tmp_path) -> str:
     logs = tmp_path / "data" / "logs"
     return "".join(f.read_text(errors="replace") for f in logs.glob("*.log*")) if logs.exists() else ""
@@ -65,7 +74,7 @@ def test_trickling_answer_is_cut_at_the_deadline_and_exits_7(tmp_path, controlle
     controller.trickle, controller.plan_trickle = 0.5, 0.0  # the answer takes 20 s in all; the plan is quick
     p, doc, took = run(tmp_path, controller, "tell me a long story", env={"HUGGINGGPT_INFERENCE__DEADLINE": "3"})
     assert p.returncode == 7, p.stderr
-    assert took < 3 + 1 + 2.5  # the deadline, a second of slack, and the process's start-up
+    within_deadline(doc, took, 3)
     assert doc["status"] == "partial" and doc["deadline_passed"] is True
     assert doc["response"].startswith("word word") and "deadline of 3 seconds passed" in doc["response"]
 
@@ -74,7 +83,7 @@ def test_trickling_plan_ends_at_the_deadline_with_a_sentence(tmp_path, controlle
     controller.trickle = 10
     p, doc, took = run(tmp_path, controller, "caption this", env={"HUGGINGGPT_INFERENCE__DEADLINE": "2"})
     assert p.returncode == 7
-    assert took < 2 + 1 + 2.5
+    within_deadline(doc, took, 2)
     assert doc["status"] == "error" and "deadline of 2 seconds passed during task planning" in doc["error"]
 
 
@@ -85,7 +94,7 @@ def test_429_storm_with_long_retry_after_stays_inside_the_deadline(tmp_path, con
         env={"HUGGINGGPT_INFERENCE__DEADLINE": "3", "HUGGINGGPT_LLM__MAX_RETRIES": "5"},
     )
     assert p.returncode == 7, p.stderr
-    assert took < 3 + 1 + 2.5
+    within_deadline(doc, took, 3)
     assert doc["status"] == "error" and "deadline" in doc["error"]
 
 
@@ -106,7 +115,7 @@ def test_experts_hanging_past_the_deadline_answer_with_what_finished(tmp_path, c
         env={"HUGGINGGPT_INFERENCE__DEADLINE": "3"},
     )
     assert p.returncode == 7, p.stderr
-    assert took < 3 + 1 + 2.5
+    within_deadline(doc, took, 3)
     assert doc["status"] == "partial" and doc["deadline_passed"]
     assert "Not finished:" in doc["response"] and "task 0 (image-to-text)" in doc["response"]
     assert "deadline of 3 seconds passed" in doc["results"]["0"]["error"]
