@@ -270,7 +270,8 @@ def test_db_upgrade_then_bad_urls_exit_8_with_one_sentence(tmp_path, postgres_se
         no_traceback(p)
         assert p.returncode == 8, p.stderr
         assert sentence in p.stderr and pw not in p.stderr + p.stdout
-        assert len([line for line in p.stderr.splitlines() if line.strip()]) == 1, p.stderr
+        said = [line for line in p.stderr.splitlines() if line.strip()]
+        assert said[0].startswith("Starting:") and len(said) == 2, p.stderr  # run's start line, then one sentence
 
 
 # -- the Handover channel: what the store finds of gone processes reaches the front ends ------------
