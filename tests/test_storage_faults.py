@@ -87,6 +87,7 @@ async def test_full_disk_is_503_everywhere_then_recovers(sandbox, tmp_path, capl
             reply = await client.chat.completions.create(model="hugginggpt", messages=[
                 image_message("Detect the objects in this photo", "chelsea.png")])
             assert "/v1/files/" in reply.choices[0].message.content
+            await client.close()  # inside the test's event loop (else its connections close after it, as errors)
         finally:
             await served.close()
 
@@ -95,7 +96,8 @@ async def test_database_corrupted_under_the_server_is_not_ready(sandbox, tmp_pat
     caplog.set_level(logging.INFO)
     served = await Served(sandbox, tmp_path / "data", {"api_keys": [KEY]}).start()
     try:
-        await served.client().chat.completions.create(**BODY)  # some turns stored
+        async with served.client() as client:
+            await client.chat.completions.create(**BODY)  # some turns stored
         db = tmp_path / "data" / "conversations.sqlite3"
         with contextlib.closing(sqlite3.connect(db)) as conn:  # the pages into the file, as SQLite does by itself
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -107,8 +109,9 @@ async def test_database_corrupted_under_the_server_is_not_ready(sandbox, tmp_pat
             async with http.get(served.url + "/readyz") as r:
                 text = await r.text()
                 assert r.status == 503 and "conversation" in text and str(tmp_path) not in text
-        with pytest.raises(openai.APIStatusError) as e:
-            await served.client().chat.completions.create(**BODY)
+        async with served.client() as client:
+            with pytest.raises(openai.APIStatusError) as e:
+                await client.chat.completions.create(**BODY)
         assert e.value.status_code == 503 and e.value.body["code"] == "storage_unavailable"
         assert str(tmp_path) not in e.value.body["message"]
         assert tracebacks(caplog) == []
