@@ -1,14 +1,15 @@
-"""The conversation database behind SQLAlchemy async engines: a SQLite file (aiosqlite) or a
-PostgreSQL database (asyncpg), with driver errors mapped to one sentence naming it (never a
+"""The conversation database behind SQLAlchemy engines: a SQLite file (the standard library's
+driver, on threads: :mod:`bot.store.sql.threads`) or a PostgreSQL database (asyncpg, async engine), with driver errors mapped to one sentence naming it (never a
 password), and the schema checked at open with one cheap query (Alembic is imported only when a
 migration is due, :mod:`bot.store.sql.migrate`).
 
 SQLite: one file in WAL mode; write transactions begin with ``BEGIN IMMEDIATE`` (as SQLAlchemy's
 documentation advises for pysqlite/aiosqlite, "Serializable isolation / Savepoints /
-Transactional DDL"), run on a thread of their own (:mod:`bot.store.sql.writer`) and are
+Transactional DDL"), run on a thread of their own (:mod:`bot.store.sql.threads`) and are
 serialised in the process by an asyncio lock, so writers wait for each other here rather than in
-SQLite's busy handler; reads run on a separate pool of read-only aiosqlite connections in
-autocommit mode, so a slow write never delays reading another conversation.
+SQLite's busy handler; reads run on a separate pool of read-only connections in autocommit
+mode on threads of their own, so a slow write never delays reading another conversation.
+SQLAlchemy's asyncio extension is imported only for PostgreSQL.
 PostgreSQL: a pool per process, reads in autocommit mode (no BEGIN/ROLLBACK round trips).
 """
 
@@ -21,18 +22,20 @@ import sqlite3
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from sqlalchemy import event, exc as sa_exc, text
+from sqlalchemy import Connection, event, exc as sa_exc, text
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from ...errors import StorageError
-from .dialect import sqlite_prebuilt
 from .errors import POOL_TIMEOUT, message
 from .probes import DB_NAME
 from .revisions import HEAD, REVISIONS, SQLITE_STATE, Refused, check_sqlite
-from .writer import SQLiteWriter, Tx
+from .dialect import Tx, sqlite_prebuilt
+from .threads import SQLiteReader, SQLiteWriter, read_all
+
+if TYPE_CHECKING:  # the asyncio extension loads the ORM: imported when a PostgreSQL database opens
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
@@ -96,12 +99,11 @@ class Database:
             raise ValueError("a database URL or a SQLite path is needed")
         self.busy_timeout, self.connect_timeout, self.pool_size = busy_timeout, connect_timeout, pool_size
         self.engine: AsyncEngine | None = None
-        self._writer: SQLiteWriter | None = None  # SQLite's write engine, on its own thread
         self.reader: AsyncEngine | None = None
+        self._writer: SQLiteWriter | None = None  # SQLite's engines, on threads of their own
+        self._readers: SQLiteReader | None = None
         self.applied: list[str] = []
         self._lock = asyncio.Lock() if self.dialect == "sqlite" else None
-        self._hot: AsyncConnection | None = None  # SQLite: the connection of prebuilt reads
-        self._hot_driver: Any = None
 
     def error(self, exc: BaseException, action: str) -> StorageError:
         """Map a driver, connection or OS error to one sentence naming the database, and log it.
@@ -122,10 +124,10 @@ class Database:
     @property
     def is_open(self) -> bool:
         """Whether :meth:`open` succeeded and :meth:`close` has not run since."""
-        return self.reader is not None
+        return self.reader is not None or self._readers is not None
 
     def _engine(self) -> None:
-        if self.reader is None:
+        if not self.is_open:
             raise StorageError(f"The conversation database {self.name} is not open.")
 
     @asynccontextmanager
@@ -189,8 +191,15 @@ class Database:
             StorageError: the database failed (mapped by :meth:`error`).
         """
         self._engine()
-        if params is not None and self.dialect == "sqlite":
-            return await self._read_prebuilt(action, stmts, params)
+        if self._readers is not None:
+            try:
+                if params is None:
+                    out = await self._readers.call(read_all, stmts)
+                else:
+                    out = await self._readers.fetch([sqlite_prebuilt(self._readers.engine, s, params) for s in stmts])
+            except (sa_exc.DBAPIError, sqlite3.Error, OSError) as e:
+                raise self.error(e, action) from None
+            return out[0] if len(out) == 1 else out
         for attempt in (1, 2):
             try:
                 async with self.reader.connect() as conn:  # type: ignore[union-attr]
@@ -205,15 +214,6 @@ class Database:
                 raise self.error(e, action) from None
         raise AssertionError("unreachable")
 
-    async def _read_prebuilt(self, action: str, stmts: tuple[Any, ...], params: dict[str, Any]) -> Any:
-        """:meth:`read` of prebuilt statements on SQLite, straight on the driver connection
-        (:func:`~bot.store.sql.dialect.sqlite_prebuilt`)."""
-        try:
-            out = [list(await self._hot_driver.execute_fetchall(*sqlite_prebuilt(self._hot, s, params))) for s in stmts]
-        except (sa_exc.DBAPIError, sqlite3.Error, OSError) as e:
-            raise self.error(e, action) from None
-        return out[0] if len(out) == 1 else out
-
     async def open(self, *, upgrade: bool = True) -> list[str]:
         """Connect, refuse another program's or a newer database, and apply pending migrations
         (``upgrade``) or refuse a database that needs them; idempotent.
@@ -226,7 +226,7 @@ class Database:
                 locked, from a newer version of the bot, or behind with ``upgrade=False``
                 (nothing is written then).
         """
-        if self.reader is not None:
+        if self.is_open:
             return []
         if self.path is not None:
             try:
@@ -236,9 +236,6 @@ class Database:
         self._engines()
         try:
             self.applied = [] if await self._current() else await self._migrate(upgrade)
-            if self.dialect == "sqlite":  # one read connection kept for prebuilt reads (the driver queues calls)
-                self._hot = await self.reader.connect()
-                self._hot_driver = (await self._hot.get_raw_connection()).driver_connection
         except BaseException as e:
             await self.close()
             if isinstance(e, (sa_exc.DBAPIError, sa_exc.TimeoutError, OSError, asyncio.TimeoutError)):
@@ -251,16 +248,16 @@ class Database:
     def _engines(self) -> None:
         """Make the write and read engines (SQLite: a writer thread and a read-only pool)."""
         if self.dialect == "postgresql":
+            from sqlalchemy.ext.asyncio import create_async_engine
+
             self.engine = create_async_engine(
                 self.url, pool_size=self.pool_size, max_overflow=self.pool_size * 2, pool_timeout=POOL_TIMEOUT,
                 connect_args={"timeout": self.connect_timeout, "server_settings": {"application_name": "hugginggpt"}},
             )
             self.reader = self.engine.execution_options(isolation_level="AUTOCOMMIT")
             return
-        # no reset when a read connection returns to the pool: reads run in autocommit
         self._writer = SQLiteWriter(self.url, self.busy_timeout, _sqlite_writer)
-        self.reader = create_async_engine(self.url, connect_args={"timeout": self.busy_timeout}, pool_reset_on_return=None)
-        event.listen(self.reader.sync_engine, "connect", _sqlite_reader)
+        self._readers = SQLiteReader(self.url, self.busy_timeout, _sqlite_reader)
 
     async def _current(self) -> bool:
         """Whether the schema is at :data:`HEAD`, by one query on the read pool (no Alembic); a
@@ -270,19 +267,16 @@ class Database:
         Raises:
             StorageError: another program's SQLite file, or a newer legacy one.
         """
-        async with self.reader.connect() as conn:  # type: ignore[union-attr]
+        if self._readers is not None:
+            rows, state = await self._readers.call(_schema_state)
+        else:
+            async with self.reader.connect() as conn:  # type: ignore[union-attr]
+                rows, state = await conn.run_sync(_schema_state)
+        if state is not None:
             try:
-                rows = (await conn.execute(text("SELECT version_num FROM alembic_version"))).all()
-            except sa_exc.DBAPIError as e:
-                if "alembic_version" not in str(e.orig):
-                    raise
-                rows = []
-            if not rows and self.dialect == "sqlite":
-                version, tables, versioned = (await conn.execute(text(SQLITE_STATE))).one()
-                try:
-                    check_sqlite(int(version), int(tables), bool(versioned))
-                except Refused as e:
-                    raise StorageError(e.sentence(self.name)) from None
+                check_sqlite(*state)
+            except Refused as e:
+                raise StorageError(e.sentence(self.name)) from None
         return bool(rows) and rows[0][0] == HEAD
 
     async def _migrate(self, upgrade: bool) -> list[str]:
@@ -297,16 +291,29 @@ class Database:
 
     async def close(self) -> None:
         """Close every pooled connection; safe to call twice."""
-        hot, self._hot, self._hot_driver = self._hot, None, None
-        if hot is not None:
-            await hot.close()
         engines, self.engine, self.reader = (self.reader, self.engine), None, None
-        writer, self._writer = self._writer, None
+        threads, self._writer, self._readers = (self._writer, self._readers), None, None
         for engine in engines:
             if engine is not None:
                 await engine.dispose()
-        if writer is not None:
-            await writer.dispose()
+        for pool in threads:
+            if pool is not None:
+                await pool.dispose()
+
+
+def _schema_state(conn: Connection) -> tuple[list[Any], tuple[int, int, bool] | None]:
+    """The ``alembic_version`` rows, and on SQLite without them the file's state as
+    :func:`~bot.store.sql.revisions.check_sqlite` takes it (``user_version``, tables, versioned)."""
+    try:
+        rows = list(conn.execute(text("SELECT version_num FROM alembic_version")).all())
+    except sa_exc.DBAPIError as e:
+        if "alembic_version" not in str(e.orig):
+            raise
+        rows = []
+    if rows or conn.dialect.name != "sqlite":
+        return rows, None
+    version, tables, versioned = conn.execute(text(SQLITE_STATE)).one()
+    return rows, (int(version), int(tables), bool(versioned))
 
 
 def _pragmas(dbapi_connection: Any, *statements: str) -> list[Any]:

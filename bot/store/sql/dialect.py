@@ -10,13 +10,27 @@ in others on the same file, so the row and advisory locks are not needed there.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
-from sqlalchemy import ColumnElement, Connection, Select, Table, func, select
-from sqlalchemy.engine import Result
+from sqlalchemy import ColumnElement, Connection, Engine, Select, Table, func, select
+from sqlalchemy.engine import Dialect, Result
 
-if TYPE_CHECKING:  # the writer runs prebuilt statements: imported only for the annotations
-    from .writer import Tx
+R = TypeVar("R")
+
+
+class Tx(Protocol):
+    """What the store's statements need of a connection in a write transaction: SQLAlchemy's
+    ``AsyncConnection`` (PostgreSQL) or :class:`bot.store.sql.threads.ThreadConnection` (SQLite),
+    whose ``execute`` returns the rows already fetched (``all``, ``first``, ``one``, ``scalar``)."""
+
+    @property
+    def dialect(self) -> Dialect: ...
+
+    async def execute(self, statement: Any) -> Any: ...
+
+    async def run_sync(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R: ...
+
 
 RETENTION_LOCK = 0x48474755
 """Advisory lock id held while deciding what to delete (one pruner at a time; PostgreSQL)."""
@@ -72,7 +86,7 @@ async def lock_conversation(conn: Tx, table: Table, conversation_id: str) -> boo
 _PREBUILT: dict[Any, tuple[str, tuple[str, ...], dict[str, Any]]] = {}
 
 
-def sqlite_prebuilt(conn: Tx | Connection, stmt: Any, params: dict[str, Any]) -> tuple[str, list[Any]]:
+def sqlite_prebuilt(conn: Tx | Connection | Engine, stmt: Any, params: dict[str, Any]) -> tuple[str, list[Any]]:
     """A statement built once at import (with ``bindparam`` placeholders) as SQLite SQL and its
     arguments, to run straight on the driver connection: SQLAlchemy's aiosqlite adapter takes one
     thread hop per cursor step (cursor, execute, fetch, close), which doubled a chat-log load

@@ -18,9 +18,8 @@ from ..protocol import PruneReport
 from ..retention import Plan, plan
 from . import upkeep
 from .database import Database
-from .dialect import RETENTION_LOCK, advisory_lock, insert, lock_rows, upsert
+from .dialect import RETENTION_LOCK, Tx, advisory_lock, insert, lock_rows, upsert
 from .schema import conversations as C, media as M, owners as O, resources as R, turns as T
-from .writer import Tx
 
 log = logging.getLogger(__name__)
 

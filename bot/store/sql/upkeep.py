@@ -5,7 +5,7 @@ claims and the per-user limits shared by every process.
 The rules are pure functions elsewhere: owners and leases (:mod:`bot.store.lease`:
 :func:`~bot.store.lease.live_owners`), what retention deletes (:func:`bot.store.retention.plan`).
 Where the databases differ: :mod:`bot.store.sql.dialect`. Every function here runs inside the
-caller's transaction (``conn``, a :class:`~bot.store.sql.writer.Tx`) unless it says otherwise.
+caller's transaction (``conn``, a :class:`~bot.store.sql.threads.Tx`) unless it says otherwise.
 """
 
 from __future__ import annotations
@@ -22,10 +22,9 @@ from .. import lease
 from ..lease import INTERRUPTED, RECENT_SECONDS
 from ..retention import Activity, MediaFile, Plan
 from .database import Database
-from .dialect import advisory_lock, insert, lock_rows, skip_locked, upsert
+from .dialect import Tx, advisory_lock, insert, lock_rows, skip_locked, upsert
 from .schema import conversations as C, deliveries as D, media as M, owners as O, rate_limits as RL
 from .schema import resources as R, run_slots as S, turns as T
-from .writer import Tx
 
 log = logging.getLogger(__name__)
 

@@ -1,18 +1,21 @@
-"""SQLite's write transactions, run on one thread of their own with the standard library's driver
-(SQLAlchemy's ``pysqlite`` dialect), one thread hop per statement.
+"""SQLite on threads: the standard library's driver (SQLAlchemy's ``pysqlite`` dialect) with
+synchronous SQLAlchemy engines, each call one hop to a thread pool.
 
-Why not the aiosqlite engine the reads use: SQLAlchemy's aiosqlite adapter takes one hop to
-aiosqlite's thread for each step of a cursor (open, execute, fetch, close), so a two-transaction
-turn (``begin_turn`` + ``finish_turn``) took about thirty hops and four times as long as the
-hand-written store it replaced (``python -m benchmarks.bench_store``). Here a statement, its rows
-and its cursor are one hop; ``BEGIN IMMEDIATE`` and ``COMMIT`` one each.
+Why not SQLAlchemy's asyncio extension with aiosqlite: its adapter takes one hop to aiosqlite's
+thread for each step of a cursor (open, execute, fetch, close), so a two-transaction turn
+(``begin_turn`` + ``finish_turn``) took about thirty hops and four times as long as the
+hand-written store it replaced (``python -m benchmarks.bench_store``), and importing the
+extension (it loads the ORM) made every start slower. Here:
 
-The hottest writes (a turn's) go further: :meth:`SQLiteWriter.transaction` runs a whole
-transaction of synchronous code in one hop.
-
-The connection is opened, used and closed only on the writer thread (the driver's
-``check_same_thread`` stays on). Rows are fetched on that thread (:class:`Fetched`), so the
-event loop never touches the driver.
+* writes (:class:`SQLiteWriter`): one connection on one thread; a statement, its rows and its
+  cursor are one hop, ``BEGIN IMMEDIATE`` and ``COMMIT`` one each, and the hottest writes (a
+  turn's) run a whole transaction of synchronous code in one hop
+  (:meth:`SQLiteWriter.transaction`). The connection is opened, used and closed only on that
+  thread; rows are fetched there (:class:`Fetched`), so the event loop never touches the driver;
+* reads (:class:`SQLiteReader`): read-only connections in autocommit mode on a few threads, all
+  of a call's queries on one connection in one hop; the chat log's queries, built once, run as
+  SQL compiled once on one connection kept on a thread of its own (the driver's own cursor: no
+  pool checkout, no SQLAlchemy row objects), as fast as the hand-written store's reads.
 """
 
 from __future__ import annotations
@@ -22,25 +25,13 @@ import functools
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, event
-from sqlalchemy.engine import URL, Dialect, Result, Row
+from sqlalchemy.engine import URL, Dialect, Row
 from sqlalchemy.exc import MultipleResultsFound, NoResultFound
 
 R = TypeVar("R")
-
-
-class Tx(Protocol):
-    """What the store's statements need of a connection in a write transaction: SQLAlchemy's
-    ``AsyncConnection`` (PostgreSQL) or :class:`ThreadConnection` (SQLite)."""
-
-    @property
-    def dialect(self) -> Dialect: ...
-
-    async def execute(self, statement: Any) -> Result[Any] | Fetched: ...
-
-    async def run_sync(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R: ...
 
 
 class SQLiteWriter:
@@ -96,9 +87,68 @@ class SQLiteWriter:
         self._thread.shutdown(wait=False)
 
 
+class SQLiteReader:
+    """Read-only SQLite connections (autocommit: each query sees the latest commit) used from a
+    few threads.
+
+    Args:
+        url: a ``sqlite:///PATH`` URL (any driver name; ``pysqlite`` is used).
+        busy_timeout: seconds to wait for a lock another process holds (the driver's ``timeout``).
+        on_connect: called with each new DB-API connection (``query_only``).
+        threads: threads, and connections, reading at once.
+    """
+
+    def __init__(self, url: URL, busy_timeout: float, on_connect: Callable[[Any, Any], None], threads: int = 4) -> None:
+        # SQLAlchemy turns the driver's check_same_thread off for a file: a connection serves any thread
+        self.engine: Engine = create_engine(url.set(drivername="sqlite+pysqlite"), pool_size=threads, max_overflow=0,
+                                            pool_reset_on_return=None, connect_args={"timeout": busy_timeout})
+        event.listen(self.engine, "connect", on_connect)
+        self._threads = ThreadPoolExecutor(threads, thread_name_prefix="sqlite-reader")
+        self._hot = ThreadPoolExecutor(1, thread_name_prefix="sqlite-hot-reader")
+        self._hot_conn: Any = None  # a pooled DB-API connection, used only on the hot thread
+
+    async def fetch(self, queries: list[tuple[str, list[Any]]]) -> list[list[tuple[Any, ...]]]:
+        """The rows of each ``(sql, arguments)`` (SQLite SQL, qmark style) on the kept connection.
+
+        Raises:
+            sqlite3.Error: the driver failed.
+        """
+        return await asyncio.get_running_loop().run_in_executor(self._hot, self._fetch, queries)
+
+    def _fetch(self, queries: list[tuple[str, list[Any]]]) -> list[list[tuple[Any, ...]]]:
+        if self._hot_conn is None:
+            self._hot_conn = self.engine.raw_connection()
+        cursor = self._hot_conn.cursor()
+        try:
+            return [cursor.execute(sql, args).fetchall() for sql, args in queries]
+        finally:
+            cursor.close()
+
+    def _close_hot(self) -> None:
+        conn, self._hot_conn = self._hot_conn, None
+        if conn is not None:
+            conn.close()
+
+    async def call(self, fn: Callable[..., R], *args: Any) -> R:
+        """``fn(connection, *args)`` with a pooled read connection, on a reader thread; its result.
+
+        Raises:
+            sqlalchemy.exc.DBAPIError: the driver failed; whatever ``fn`` raised.
+        """
+        return await asyncio.get_running_loop().run_in_executor(self._threads, _with_connection, self.engine, fn, args)
+
+    async def dispose(self) -> None:
+        """Close the pooled connections and stop the threads; safe to call twice."""
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._hot, self._close_hot)
+        await loop.run_in_executor(self._threads, self.engine.dispose)
+        self._threads.shutdown(wait=False)
+        self._hot.shutdown(wait=False)
+
+
 class ThreadConnection:
     """A connection of :class:`SQLiteWriter` inside its transaction, with the async face of
-    ``AsyncConnection`` that the store uses (:class:`Tx`)."""
+    ``AsyncConnection`` that the store uses (:class:`~bot.store.sql.dialect.Tx`)."""
 
     def __init__(self, conn: Connection, writer: SQLiteWriter) -> None:
         self._conn, self._writer = conn, writer
@@ -177,6 +227,16 @@ class Fetched:
 def _buffered(conn: Connection, statement: Any) -> Fetched:
     result = conn.execute(statement)
     return Fetched(result.all() if result.returns_rows else [])
+
+
+def _with_connection(engine: Engine, fn: Callable[..., R], args: tuple[Any, ...]) -> R:
+    with engine.connect() as conn:
+        return fn(conn, *args)
+
+
+def read_all(conn: Connection, stmts: tuple[Any, ...]) -> list[list[Row[Any]]]:
+    """The rows of each of ``stmts`` on ``conn``."""
+    return [list(conn.execute(stmt).all()) for stmt in stmts]
 
 
 def _transaction(engine: Engine, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
