@@ -94,7 +94,7 @@ class Database:
             self.name = describe(self.url)
         elif path is not None:
             self.path = Path(path)
-            self.url, self.dialect, self.name = make_url(f"sqlite+aiosqlite:///{self.path}"), "sqlite", str(self.path)
+            self.url, self.dialect, self.name = make_url(f"sqlite:///{self.path}"), "sqlite", str(self.path)
         else:
             raise ValueError("a database URL or a SQLite path is needed")
         self.busy_timeout, self.connect_timeout, self.pool_size = busy_timeout, connect_timeout, pool_size
