@@ -6,6 +6,7 @@ turns are stored and remembered."""
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import sqlite3
 from pathlib import Path
@@ -19,7 +20,7 @@ from bot.service import Service
 from bot.settings import load_settings
 from pipeline.errors import ExpertError
 from pipeline.types import Done, Notice
-from tests.conftest import media_file
+from tests.conftest import MEDIA_DIR as MEDIA, media_file
 from tests.test_storage_faults import fill, small_disk, tracebacks
 
 WITHOUT_MEMORY = ("The server's storage is full, so I can't use or remember this conversation right now; "
@@ -184,4 +185,40 @@ async def test_slack_thread_is_told_once_and_answered_while_the_disk_is_full(sla
                 filler.unlink()
             finally:
                 await h.close()
+    assert tracebacks(caplog) == []
+
+
+async def test_discord_thread_is_told_once_and_gets_its_images_while_the_disk_is_full(tmp_path, caplog):
+    from PIL import Image
+
+    from tests.test_discord_bot import running_bot
+
+    caplog.set_level(logging.INFO)
+    with small_disk(tmp_path / "disk") as disk:
+        async with running_bot(disk) as env:  # the bot's data directory is on the small disk
+
+            async def finished(thread: int, runs: int) -> list:
+                def done() -> list | None:  # a status message starts with its notes, then the plan line
+                    msgs = env.d.bot_messages(thread)
+                    ended = [m for m in msgs if "🧭" in m.text and ("🏁 Finished" in m.text or "⚠️" in m.text)]
+                    return msgs if len(ended) >= runs and env.bot.runs_in_flight == 0 else None
+                return await env.d.wait_for(done, 30)
+
+            filler = fill_up(disk)
+            iid = await env.ask("Generate an image of a red rocket")
+            thread_id = await env.thread_of(iid)
+            await finished(thread_id, 1)
+            await env.d.send_message("Make this photo black and white", channel_id=thread_id, files=["coffee.png"])
+            msgs = await finished(thread_id, 2)
+            statuses = [m for m in msgs if "🧭" in m.text]
+            assert len(statuses) == 2 and sum("storage is full" in m.text for m in statuses) == 1, \
+                [m.text for m in statuses]
+            assert "I'll still answer this message on its own" in statuses[0].text and str(disk) not in statuses[0].text
+            assert all("🏁 Finished" in m.text for m in statuses)
+            images = [m for m in msgs if m.files]
+            assert len(images) == 2  # the generated image, then the photo made black and white
+            with Image.open(io.BytesIO(images[1].files[0].data)) as gray, Image.open(MEDIA / "coffee.png") as orig:
+                r, g, b = gray.convert("RGB").split()
+                assert gray.size == orig.size and r.tobytes() == g.tobytes() == b.tobytes()
+            filler.unlink()
     assert tracebacks(caplog) == []
