@@ -222,3 +222,28 @@ async def test_discord_thread_is_told_once_and_gets_its_images_while_the_disk_is
                 assert gray.size == orig.size and r.tobytes() == g.tobytes() == b.tobytes()
             filler.unlink()
     assert tracebacks(caplog) == []
+
+
+def test_terminal_chat_keeps_answering_when_the_disk_fills(tmp_path):
+    import pexpect
+
+    from tests.test_chat_terminal import PROMPT, _env, screen_text, spawn
+
+    with small_disk(tmp_path / "disk") as disk:
+        chat = spawn(tmp_path, "--sandbox", env=_env(disk))  # the data directory on the small disk
+        chat.expect(PROMPT)
+        filler = fill_up(disk)
+        chat.send("hello\r")
+        chat.expect("storage is full, so I can't use or remember this conversation")
+        chat.expect("Sandbox stand-in")
+        chat.expect(PROMPT)
+        chat.send("hello again\r")
+        chat.expect("Sandbox stand-in")
+        seen = chat.before
+        chat.expect(PROMPT)
+        assert "hello again" in screen_text(seen) and "storage is full" not in screen_text(seen + chat.before)  # once
+        filler.unlink()
+        chat.send("/quit\r")
+        chat.expect(pexpect.EOF)
+        chat.close()
+        assert chat.exitstatus == 0 and "Traceback" not in (chat.before or "")
