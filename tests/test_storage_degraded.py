@@ -112,6 +112,21 @@ async def test_answer_whose_save_fails_arrives_and_is_saved_when_room_comes_back
     assert tracebacks(caplog) == []
 
 
+async def test_an_output_that_cannot_be_stored_fails_its_task_and_the_answer_still_comes(sandbox, tmp_path, caplog):
+    caplog.set_level(logging.INFO)
+    with small_disk(tmp_path / "disk") as disk:
+        async with service_on(sandbox, disk) as service:
+            fillers: list[Path] = []
+            notes, done = await turn(service, "Generate an image of a cat on a red sofa",
+                                     on_start=lambda conv, n: fillers.append(fill_up(disk)))
+            [result] = done.record.results.values()
+            assert result.status == "failed" and result.error.startswith("text-to-image failed: the server's storage is full")
+            assert "could not be kept" in result.error and str(disk) not in result.error
+            assert done.record.answered and done.record.response and notes == [UNSAVED]
+            fillers[0].unlink()
+    assert tracebacks(caplog) == []
+
+
 async def test_request_naming_an_earlier_file_says_the_thread_cannot_be_reached(sandbox, tmp_path):
     with small_disk(tmp_path / "disk") as disk:
         async with service_on(sandbox, disk) as service:
