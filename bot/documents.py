@@ -11,14 +11,13 @@ import io
 import logging
 from collections.abc import Sequence
 from pathlib import PurePath
-from typing import Any
-
-import pypdf
-import pypdfium2
-from pypdf.errors import PdfReadError
+from typing import TYPE_CHECKING, Any
 
 from .errors import InputError
 from .incoming import IncomingFile
+
+if TYPE_CHECKING:  # pypdf and pypdfium2 load with the first PDF, not with every service start
+    import pypdf
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +64,9 @@ def _open(f: IncomingFile, settings: Any, label: str) -> pypdf.PdfReader:
     if len(f.data) > settings.max_pdf_bytes:
         raise InputError(f"The {label} is {_size(len(f.data))}, more than the limit of "
                          f"{_size(settings.max_pdf_bytes)} for PDF files.")
+    import pypdf
+    from pypdf.errors import PdfReadError
+
     try:
         reader = pypdf.PdfReader(io.BytesIO(f.data))
         if reader.is_encrypted:
@@ -115,6 +117,8 @@ def _pdf_parts(f: IncomingFile, settings: Any) -> list[IncomingFile]:
 def _render(data: bytes, pages: list[int], dpi: int, label: str) -> list[tuple[int, bytes]]:
     if not pages:
         return []
+    import pypdfium2
+
     out = []
     pdf = pypdfium2.PdfDocument(data)
     try:

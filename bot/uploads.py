@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-import av
 from PIL import Image, UnidentifiedImageError
 
 from pipeline.planning import MAX_TEXT_ARG
@@ -205,6 +204,8 @@ cannot make the probe read forever."""
 
 
 def _probe(source: bytes | Path) -> dict:
+    import av  # the FFmpeg libraries load with the first audio or video, not with every service start
+
     with av.open(io.BytesIO(source) if isinstance(source, bytes) else str(source), options=PROBE_OPTIONS) as c:
         streams = []
         for st in c.streams:
@@ -235,6 +236,8 @@ async def probe(source: bytes | Path, timeout: float = 20.0) -> dict:
     Raises:
         InputError: the FFmpeg libraries cannot read it, or the probe exceeds ``timeout``.
     """
+    import av
+
     try:
         return await asyncio.wait_for(asyncio.to_thread(_probe, source), timeout)
     except TimeoutError:

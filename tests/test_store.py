@@ -76,7 +76,7 @@ async def q(s: SQLStore, sql: str) -> list[tuple]:
 async def on_writer(s: SQLStore, sql: str) -> None:
     """Run ``sql`` on the store's (one) SQLite writer connection."""
     async with s.database.tx("testing") as conn:
-        await conn.exec_driver_sql(sql)
+        await conn.run_sync(lambda c: c.exec_driver_sql(sql))
 
 
 def record(text: str, answer: str, files: list[Resource] = (), status: str = "ok", error: str | None = None) -> RunRecord:

@@ -13,12 +13,14 @@ import asyncio
 import io
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..media import PixelLimitError, check_pixels
 
-import numpy as np
 from PIL import Image, ImageDraw, ImageFont
+
+if TYPE_CHECKING:  # numpy loads with the first depth or edge map, not with the task registry
+    import numpy as np
 
 # Distinct colours for boxes and masks (Tableau 10).
 PALETTE: tuple[tuple[int, int, int], ...] = (
@@ -174,6 +176,8 @@ def overlay_masks(
 
 def depth_to_png(depth: Image.Image | np.ndarray) -> bytes:
     """Normalise a depth map to 8-bit grey (near = bright) and encode it as PNG."""
+    import numpy as np
+
     arr = np.asarray(depth, dtype=np.float32)
     if arr.ndim == 3:
         arr = arr.mean(axis=2)
@@ -191,6 +195,7 @@ def canny_edges(image: bytes, low: int = 100, high: int = 200, *, max_pixels: in
         PixelLimitError: the image is over ``max_pixels`` (checked before decoding).
     """
     import cv2
+    import numpy as np
 
     grey = np.asarray(open_rgb(image, max_pixels).convert("L"))
     edges = cv2.Canny(grey, low, high)

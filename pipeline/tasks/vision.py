@@ -7,7 +7,6 @@ import base64
 import json
 from typing import Union
 
-import numpy as np
 from huggingface_hub import (
     DocumentQuestionAnsweringOutputElement,
     ImageSegmentationOutputElement,
@@ -81,6 +80,8 @@ async def _depth_estimation(raw: tuple[bytes, str], inputs: Inputs, saver: Saver
         if obj.get("depth"):
             img = base64.b64decode(obj["depth"])
         elif obj.get("predicted_depth") is not None:
+            import numpy as np  # loaded with the first depth map, not with the task registry
+
             depth = np.squeeze(np.asarray(obj["predicted_depth"], dtype="float32"))
             if depth.ndim != 2:
                 raise ValueError(f"predicted_depth of shape {depth.shape}, not a 2-D map")

@@ -5,9 +5,10 @@ migration is due, :mod:`bot.store.sql.migrate`).
 
 SQLite: one file in WAL mode; write transactions begin with ``BEGIN IMMEDIATE`` (as SQLAlchemy's
 documentation advises for pysqlite/aiosqlite, "Serializable isolation / Savepoints /
-Transactional DDL") and are serialised in the process by an asyncio lock, so writers wait for each
-other here rather than in SQLite's busy handler; reads run on a separate pool of read-only
-connections in autocommit mode, so a slow write never delays reading another conversation.
+Transactional DDL"), run on a thread of their own (:mod:`bot.store.sql.writer`) and are
+serialised in the process by an asyncio lock, so writers wait for each other here rather than in
+SQLite's busy handler; reads run on a separate pool of read-only aiosqlite connections in
+autocommit mode, so a slow write never delays reading another conversation.
 PostgreSQL: a pool per process, reads in autocommit mode (no BEGIN/ROLLBACK round trips).
 """
 
@@ -17,10 +18,10 @@ import asyncio
 import contextlib
 import logging
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import event, exc as sa_exc, text
 from sqlalchemy.engine import URL, make_url
@@ -31,8 +32,10 @@ from .dialect import sqlite_prebuilt
 from .errors import POOL_TIMEOUT, message
 from .probes import DB_NAME
 from .revisions import HEAD, REVISIONS, SQLITE_STATE, Refused, check_sqlite
+from .writer import SQLiteWriter, Tx
 
 log = logging.getLogger(__name__)
+R = TypeVar("R")
 
 SCHEMES = {"postgresql", "postgres", "postgresql+asyncpg"}
 """URL schemes of ``[storage] database_url`` this store takes (``postgres://`` as Heroku writes it)."""
@@ -93,6 +96,7 @@ class Database:
             raise ValueError("a database URL or a SQLite path is needed")
         self.busy_timeout, self.connect_timeout, self.pool_size = busy_timeout, connect_timeout, pool_size
         self.engine: AsyncEngine | None = None
+        self._writer: SQLiteWriter | None = None  # SQLite's write engine, on its own thread
         self.reader: AsyncEngine | None = None
         self.applied: list[str] = []
         self._lock = asyncio.Lock() if self.dialect == "sqlite" else None
@@ -115,24 +119,56 @@ class Database:
         log.error("storage error while %s on %s: %s: %s", action, self.name, type(cause).__name__, detail)
         return StorageError(msg, f"{msg} ({type(cause).__name__}: {detail})")
 
-    def _engine(self) -> AsyncEngine:
-        if self.engine is None:
+    @property
+    def is_open(self) -> bool:
+        """Whether :meth:`open` succeeded and :meth:`close` has not run since."""
+        return self.reader is not None
+
+    def _engine(self) -> None:
+        if self.reader is None:
             raise StorageError(f"The conversation database {self.name} is not open.")
-        return self.engine
 
     @asynccontextmanager
-    async def tx(self, action: str) -> AsyncIterator[AsyncConnection]:
+    async def tx(self, action: str) -> AsyncIterator[Tx]:
         """A write transaction, committed on exit, rolled back on any error or cancellation
-        (SQLite: ``BEGIN IMMEDIATE``, one at a time in this process). Never nest two.
+        (SQLite: ``BEGIN IMMEDIATE`` on the writer thread, one at a time in this process). Never
+        nest two.
+
+        Yields:
+            The connection: ``await conn.execute(statement)`` returns the rows, fetched.
 
         Raises:
             StorageError: the database failed (mapped by :meth:`error`).
         """
-        engine = self._engine()
+        self._engine()
         async with self._lock or contextlib.nullcontext():
             try:
-                async with engine.begin() as conn:
-                    yield conn
+                if self._writer is not None:
+                    async with self._writer.begin() as conn:
+                        yield conn
+                else:
+                    async with self.engine.begin() as conn:  # type: ignore[union-attr]
+                        yield conn
+            except (sa_exc.DBAPIError, sa_exc.TimeoutError, OSError, asyncio.TimeoutError) as e:
+                raise self.error(e, action) from None
+
+    async def run(self, action: str, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
+        """``fn(connection, *args, **kwargs)`` as one write transaction on a synchronous
+        SQLAlchemy ``Connection`` (SQLite: begun, run and committed in one hop to the writer
+        thread; PostgreSQL: ``AsyncConnection.run_sync``); its result. For short transactions
+        on the hot path; :meth:`tx` for the others.
+
+        Raises:
+            StorageError: the database failed (mapped by :meth:`error`); whatever ``fn`` raised
+                otherwise (the transaction rolled back).
+        """
+        self._engine()
+        async with self._lock or contextlib.nullcontext():
+            try:
+                if self._writer is not None:
+                    return await self._writer.transaction(fn, *args, **kwargs)
+                async with self.engine.begin() as conn:  # type: ignore[union-attr]
+                    return await conn.run_sync(fn, *args, **kwargs)
             except (sa_exc.DBAPIError, sa_exc.TimeoutError, OSError, asyncio.TimeoutError) as e:
                 raise self.error(e, action) from None
 
@@ -190,14 +226,14 @@ class Database:
                 locked, from a newer version of the bot, or behind with ``upgrade=False``
                 (nothing is written then).
         """
-        if self.engine is not None:
+        if self.reader is not None:
             return []
         if self.path is not None:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as e:
                 raise self.error(e, "creating the data directory") from None
-        self.engine, self.reader = self._engines()
+        self._engines()
         try:
             self.applied = [] if await self._current() else await self._migrate(upgrade)
             if self.dialect == "sqlite":  # one read connection kept for prebuilt reads (the driver queues calls)
@@ -212,23 +248,19 @@ class Database:
             log.info("%s: migrated to revision %s", self.name, rev)
         return self.applied
 
-    def _engines(self) -> tuple[AsyncEngine, AsyncEngine]:
-        """The write engine and the read engine (SQLite: its own read-only pool)."""
+    def _engines(self) -> None:
+        """Make the write and read engines (SQLite: a writer thread and a read-only pool)."""
         if self.dialect == "postgresql":
-            engine = create_async_engine(
+            self.engine = create_async_engine(
                 self.url, pool_size=self.pool_size, max_overflow=self.pool_size * 2, pool_timeout=POOL_TIMEOUT,
                 connect_args={"timeout": self.connect_timeout, "server_settings": {"application_name": "hugginggpt"}},
             )
-            return engine, engine.execution_options(isolation_level="AUTOCOMMIT")
-        # no reset when a connection returns to the pool: every transaction ends by COMMIT or ROLLBACK
-        # (engine.begin()) and reads run in autocommit, so the reset's extra call would only cost time
-        args = {"connect_args": {"timeout": self.busy_timeout}, "pool_reset_on_return": None}
-        writer = create_async_engine(self.url, pool_size=1, max_overflow=0, **args)
-        reader = create_async_engine(self.url, **args)
-        event.listen(writer.sync_engine, "connect", _sqlite_writer)
-        event.listen(writer.sync_engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN IMMEDIATE"))
-        event.listen(reader.sync_engine, "connect", _sqlite_reader)
-        return writer, reader
+            self.reader = self.engine.execution_options(isolation_level="AUTOCOMMIT")
+            return
+        # no reset when a read connection returns to the pool: reads run in autocommit
+        self._writer = SQLiteWriter(self.url, self.busy_timeout, _sqlite_writer)
+        self.reader = create_async_engine(self.url, connect_args={"timeout": self.busy_timeout}, pool_reset_on_return=None)
+        event.listen(self.reader.sync_engine, "connect", _sqlite_reader)
 
     async def _current(self) -> bool:
         """Whether the schema is at :data:`HEAD`, by one query on the read pool (no Alembic); a
@@ -269,9 +301,12 @@ class Database:
         if hot is not None:
             await hot.close()
         engines, self.engine, self.reader = (self.reader, self.engine), None, None
+        writer, self._writer = self._writer, None
         for engine in engines:
             if engine is not None:
                 await engine.dispose()
+        if writer is not None:
+            await writer.dispose()
 
 
 def _pragmas(dbapi_connection: Any, *statements: str) -> list[Any]:

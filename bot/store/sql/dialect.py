@@ -10,10 +10,13 @@ in others on the same file, so the row and advisory locks are not needed there.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import ColumnElement, Select, Table, func, select
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy import ColumnElement, Connection, Select, Table, func, select
+from sqlalchemy.engine import Result
+
+if TYPE_CHECKING:  # the writer runs prebuilt statements: imported only for the annotations
+    from .writer import Tx
 
 RETENTION_LOCK = 0x48474755
 """Advisory lock id held while deciding what to delete (one pruner at a time; PostgreSQL)."""
@@ -21,12 +24,12 @@ MIGRATION_LOCK = 0x48474754
 """Advisory lock id held while migrating (PostgreSQL)."""
 
 
-def is_sqlite(conn: AsyncConnection) -> bool:
+def is_sqlite(conn: Tx | Connection) -> bool:
     """Whether ``conn`` is a connection to SQLite (else PostgreSQL)."""
     return conn.dialect.name == "sqlite"
 
 
-def insert(conn: AsyncConnection, table: Table) -> Any:
+def insert(conn: Tx | Connection, table: Table) -> Any:
     """An ``INSERT`` of the connection's dialect, with ``on_conflict_do_nothing`` /
     ``on_conflict_do_update`` (both dialects write ``INSERT ... ON CONFLICT``). Only the dialect in
     use is imported (the other one costs start-up time for nothing)."""
@@ -37,29 +40,29 @@ def insert(conn: AsyncConnection, table: Table) -> Any:
     return dialect_insert(table)
 
 
-def upsert(conn: AsyncConnection, table: Table, values: dict[str, Any], keys: list[Any], update: dict[str, Any]) -> Any:
+def upsert(conn: Tx, table: Table, values: dict[str, Any], keys: list[Any], update: dict[str, Any]) -> Any:
     """``INSERT values ... ON CONFLICT (keys) DO UPDATE SET update``."""
     return insert(conn, table).values(**values).on_conflict_do_update(index_elements=keys, set_=update)
 
 
-def greatest(conn: AsyncConnection, a: Any, b: Any) -> ColumnElement[Any]:
+def greatest(conn: Tx, a: Any, b: Any) -> ColumnElement[Any]:
     """The larger of two values: ``greatest(a, b)`` (PostgreSQL), the scalar ``max(a, b)`` (SQLite)."""
     return func.max(a, b) if is_sqlite(conn) else func.greatest(a, b)
 
 
-def lock_rows(conn: AsyncConnection, stmt: Select[Any]) -> Select[Any]:
+def lock_rows(conn: Tx, stmt: Select[Any]) -> Select[Any]:
     """``stmt`` locking the rows it reads until the transaction ends (``FOR UPDATE``; SQLite's
     transaction holds the whole file already)."""
     return stmt if is_sqlite(conn) else stmt.with_for_update()
 
 
-def skip_locked(conn: AsyncConnection, stmt: Select[Any]) -> Select[Any]:
+def skip_locked(conn: Tx, stmt: Select[Any]) -> Select[Any]:
     """``stmt`` taking only rows no other transaction holds (``FOR UPDATE SKIP LOCKED``), so
     processes sweeping at once split the rows (SQLite: one writer at a time anyway)."""
     return stmt if is_sqlite(conn) else stmt.with_for_update(skip_locked=True)
 
 
-async def lock_conversation(conn: AsyncConnection, table: Table, conversation_id: str) -> bool:
+async def lock_conversation(conn: Tx, table: Table, conversation_id: str) -> bool:
     """Hold the conversation's row until the transaction ends (numbering its turns and files);
     whether it exists."""
     stmt = lock_rows(conn, select(table.c.id).where(table.c.id == conversation_id))
@@ -69,11 +72,13 @@ async def lock_conversation(conn: AsyncConnection, table: Table, conversation_id
 _PREBUILT: dict[Any, tuple[str, tuple[str, ...], dict[str, Any]]] = {}
 
 
-def sqlite_prebuilt(conn: AsyncConnection, stmt: Any, params: dict[str, Any]) -> tuple[str, list[Any]]:
+def sqlite_prebuilt(conn: Tx | Connection, stmt: Any, params: dict[str, Any]) -> tuple[str, list[Any]]:
     """A statement built once at import (with ``bindparam`` placeholders) as SQLite SQL and its
     arguments, to run straight on the driver connection: SQLAlchemy's aiosqlite adapter takes one
     thread hop per cursor step (cursor, execute, fetch, close), which doubled a chat-log load
-    against the driver's single ``execute_fetchall``. Compiled once per statement."""
+    against the driver's single ``execute_fetchall``, and building a statement and its cache key
+    costs more than SQLite takes to run it. Compiled once per statement (never pass one built per
+    call: each would be kept)."""
     compiled = _PREBUILT.get(stmt)
     if compiled is None:
         c = stmt.compile(dialect=conn.dialect)
@@ -82,7 +87,20 @@ def sqlite_prebuilt(conn: AsyncConnection, stmt: Any, params: dict[str, Any]) ->
     return sql, [params[n] if n in params else defaults[n] for n in names]
 
 
-async def advisory_lock(conn: AsyncConnection, key: int | str) -> None:
+def prebuilt(conn: Connection, stmt: Any, params: dict[str, Any]) -> Result[Any]:
+    """Run a statement built once (``bindparam`` placeholders) with ``params`` on a synchronous
+    connection: on SQLite as SQL compiled once (:func:`sqlite_prebuilt`), else as usual.
+
+    Raises:
+        sqlalchemy.exc.DBAPIError: the driver failed.
+    """
+    if conn.dialect.name == "sqlite":
+        sql, args = sqlite_prebuilt(conn, stmt, params)
+        return conn.exec_driver_sql(sql, tuple(args))
+    return conn.execute(stmt, params)
+
+
+async def advisory_lock(conn: Tx, key: int | str) -> None:
     """Serialise the rest of the transaction with every other one taking the same ``key`` (an int,
     or a text hashed by the server): ``pg_advisory_xact_lock``. Nothing on SQLite, whose write
     transactions are serialised by ``BEGIN IMMEDIATE``."""

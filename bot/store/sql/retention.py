@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy import and_, case, delete, exists, func, select, update
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ...errors import StorageError
 from ..protocol import PruneReport
@@ -21,6 +20,7 @@ from . import upkeep
 from .database import Database
 from .dialect import RETENTION_LOCK, advisory_lock, insert, lock_rows, upsert
 from .schema import conversations as C, media as M, owners as O, resources as R, turns as T
+from .writer import Tx
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ class MediaPaths:
         return p if p.is_absolute() else self.data_dir / p
 
 
-async def record_media(conn: AsyncConnection, rel: str, size: int, now: float, me: str | None) -> None:
+async def record_media(conn: Tx, rel: str, size: int, now: float, me: str | None) -> None:
     """Record a referenced file (also from writers without a ledger) and unpin it: a resource row
     references it now."""
     unpin = case((M.c.owner == me, None), else_=M.c.owner)
@@ -146,7 +146,7 @@ class Ledger:
                      size, self.db.name, len(p.conversations), nfiles, freed)
         return True
 
-    async def _make_room(self, conn: AsyncConnection, size: int, now: float) -> Plan:
+    async def _make_room(self, conn: Tx, size: int, now: float) -> Plan:
         """Delete the rows retention chooses so that ``size`` more bytes fit (the files after commit)."""
         quota = self.max_media_bytes or 0
         await advisory_lock(conn, RETENTION_LOCK)

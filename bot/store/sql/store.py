@@ -47,7 +47,7 @@ from ..lease import RECENT_SECONDS, new_owner_id
 from ..listing import Order, Origin, StoredFile
 from ..protocol import MediaWriter, PruneReport, TurnSink
 from ..text import clip_summary, valid_utf8
-from . import listing, retention, upkeep
+from . import listing, retention, turns, upkeep
 from .database import Database
 from .dialect import greatest, insert, lock_conversation, upsert
 from .schema import conversations as C, deliveries as D, feedback as F, resources as R, run_slots as S
@@ -138,7 +138,7 @@ class SQLStore:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         owner, self.owner_id = self.owner_id, None
-        if owner is not None and self.database.engine is not None:
+        if owner is not None and self.database.is_open:
             try:
                 await upkeep.unregister(self.database, owner, now=self._clock())
             except StorageError as e:
@@ -270,18 +270,11 @@ class SQLStore:
         now, me = self._clock(), self._me()
         user_text = valid_utf8(user_text)
         user = valid_utf8(user) if user is not None else None
-        async with self.database.tx("starting a turn") as conn:
-            row = (await conn.execute(update(C).where(C.c.id == conversation_id).values(updated=now).returning(C.c.id))).first()
-            if row is None:
-                raise _gone("begin_turn", f"conversation {conversation_id!r}", self.path)
-            idx = (await conn.execute(select(func.coalesce(func.max(T.c.idx) + 1, 0))
-                                      .where(T.c.conversation_id == conversation_id))).scalar()
-            await conn.execute(T.insert().values(conversation_id=conversation_id, idx=idx, user_text=user_text,
-                                                 status="running", created=now, user=user,
-                                                 tokens=count_tokens(user_text), owner=me))
-            if delivery is not None:  # answered by this turn: settled in the same transaction
-                await conn.execute(update(D).where(D.c.key == delivery).values(payload=None))
-        return int(idx)
+        idx = await self.database.run("starting a turn", turns.begin, conversation_id, text=user_text, user=user,
+                                      tokens=count_tokens(user_text), now=now, owner=me, delivery=delivery)
+        if idx is None:
+            raise _gone("begin_turn", f"conversation {conversation_id!r}", self.path)
+        return idx
 
     async def finish_turn(self, conversation_id: str, turn: int, record: RunRecord) -> None:
         """See :meth:`Conversations.finish_turn`: status, error sentence, full and condensed answer
@@ -290,18 +283,9 @@ class SQLStore:
         summary = valid_utf8(clip_summary(record.response or (record.error or "")))
         response, error = valid_utf8(record.response), valid_utf8(record.error) if record.error is not None else None
         now = self._clock()
-        where = (T.c.conversation_id == conversation_id, T.c.idx == turn)
-        async with self.database.tx("saving a turn") as conn:
-            row = (await conn.execute(select(T.c.user_text).where(*where))).first()
-            if row is None:
-                raise _gone("finish_turn", f"turn {conversation_id!r}/{turn}", self.path)
-            await conn.execute(update(T).where(*where).values(
-                summary=summary, tokens=count_tokens(row[0]) + count_tokens(summary), status=record.status,
-                error=error, finished=now))
-            await conn.execute(upsert(conn, TR, {"conversation_id": conversation_id, "idx": turn, "answer": response,
-                                                 "record": doc}, [TR.c.conversation_id, TR.c.idx],
-                                      {"answer": response, "record": doc}))
-            await conn.execute(update(C).where(C.c.id == conversation_id).values(updated=now))
+        if not await self.database.run("saving a turn", turns.finish, conversation_id, turn, status=record.status,
+                                       summary=summary, error=error, answer=response, record=doc, now=now):
+            raise _gone("finish_turn", f"turn {conversation_id!r}/{turn}", self.path)
 
     async def wait_turn(self, conversation_id: str, turn: int, *, poll: float = 0.2) -> bool:
         """See :meth:`Conversations.wait_turn` (polls every ``poll`` seconds)."""

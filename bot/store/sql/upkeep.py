@@ -5,7 +5,7 @@ claims and the per-user limits shared by every process.
 The rules are pure functions elsewhere: owners and leases (:mod:`bot.store.lease`:
 :func:`~bot.store.lease.live_owners`), what retention deletes (:func:`bot.store.retention.plan`).
 Where the databases differ: :mod:`bot.store.sql.dialect`. Every function here runs inside the
-caller's transaction (``conn``, an ``AsyncConnection``) unless it says otherwise.
+caller's transaction (``conn``, a :class:`~bot.store.sql.writer.Tx`) unless it says otherwise.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from pathlib import Path
 
 import aiofiles.os
 from sqlalchemy import and_, delete, exists, func, literal, select, update, union_all
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .. import lease
 from ..lease import INTERRUPTED, RECENT_SECONDS
@@ -26,6 +25,7 @@ from .database import Database
 from .dialect import advisory_lock, insert, lock_rows, skip_locked, upsert
 from .schema import conversations as C, deliveries as D, media as M, owners as O, rate_limits as RL
 from .schema import resources as R, run_slots as S, turns as T
+from .writer import Tx
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ DELIVERY_KEEP_SECONDS = 24 * 3600.0
 """How long a claimed delivery key is remembered (Slack retries within minutes)."""
 
 
-async def sweep(conn: AsyncConnection, *, now: float, me: str | None) -> set[str]:
+async def sweep(conn: Tx, *, now: float, me: str | None) -> set[str]:
     """Delete the rows of owners that are gone (:func:`bot.store.lease.live_owners`); the live ids."""
     rows = (await conn.execute(select(O.c.id, O.c.host, O.c.pid, O.c.heartbeat))).all()
     live = lease.live_owners([tuple(r) for r in rows], now=now, me=me)
@@ -44,7 +44,7 @@ async def sweep(conn: AsyncConnection, *, now: float, me: str | None) -> set[str
     return live
 
 
-async def mark_orphans(conn: AsyncConnection, *, now: float, me: str | None) -> list[tuple[str, int]]:
+async def mark_orphans(conn: Tx, *, now: float, me: str | None) -> list[tuple[str, int]]:
     """Mark running turns whose owner is gone as ``"failed"`` / :data:`INTERRUPTED`.
 
     Returns:
@@ -85,7 +85,7 @@ async def unregister(db: Database, owner_id: str, *, now: float) -> None:
 
 # -- retention (rules: bot.store.retention) ----------------------------------------------------
 
-async def snapshot(conn: AsyncConnection, *, now: float, me: str | None
+async def snapshot(conn: Tx, *, now: float, me: str | None
                    ) -> tuple[list[Activity], list[tuple[str, str]], dict[str, MediaFile]]:
     """The inputs of :func:`bot.store.retention.plan` (after removing gone owners)."""
     await sweep(conn, now=now, me=me)
@@ -105,7 +105,7 @@ async def snapshot(conn: AsyncConnection, *, now: float, me: str | None
     return conversations, refs, files
 
 
-async def delete_rows(conn: AsyncConnection, p: Plan) -> None:
+async def delete_rows(conn: Tx, p: Plan) -> None:
     """Delete the plan's conversations (their rows cascade) and file rows."""
     if p.conversations:
         await conn.execute(delete(C).where(C.c.id.in_(p.conversations)))
@@ -144,7 +144,7 @@ async def media_bytes(db: Database) -> int:
 
 # -- shared deliveries and limits --------------------------------------------------------------
 
-async def claim(conn: AsyncConnection, keys: Sequence[str], *, now: float, owner: str, payload: str | None) -> bool:
+async def claim(conn: Tx, keys: Sequence[str], *, now: float, owner: str, payload: str | None) -> bool:
     """Record ``keys`` unless one of them is recorded already (see
     :meth:`ConversationStore.claim_delivery`; ``payload`` goes with the first key); a concurrent
     claim of the same key waits for the first transaction, then fails."""
@@ -158,7 +158,7 @@ async def claim(conn: AsyncConnection, keys: Sequence[str], *, now: float, owner
     return True
 
 
-async def adopt(conn: AsyncConnection, *, me: str, prefix: str) -> list[tuple[str, str]]:
+async def adopt(conn: Tx, *, me: str, prefix: str) -> list[tuple[str, str]]:
     """Take the unsettled deliveries of gone owners whose key starts with ``prefix`` (after
     :func:`sweep`), each by one process
     (``FOR UPDATE SKIP LOCKED``: processes sweeping at once split them); ``[(key, payload)]``."""
@@ -177,7 +177,7 @@ class Taken(Exception):
     """A key was claimed before: roll the claim back."""
 
 
-async def take_rate(conn: AsyncConnection, key: str, *, limit: int, period: float, now: float) -> float:
+async def take_rate(conn: Tx, key: str, *, limit: int, period: float, now: float) -> float:
     """Count one request of ``key`` under ``limit`` per ``period`` seconds (GCRA, ITU-T I.371: a
     burst of ``limit``, then one every ``period / limit`` seconds).
 
@@ -194,7 +194,7 @@ async def take_rate(conn: AsyncConnection, key: str, *, limit: int, period: floa
     return 0.0
 
 
-async def take_slot(conn: AsyncConnection, key: str, slot: str, *, limit: int, owner: str, now: float) -> bool:
+async def take_slot(conn: Tx, key: str, slot: str, *, limit: int, owner: str, now: float) -> bool:
     """Reserve run slot ``slot`` of ``key`` if fewer than ``limit`` are held by live owners (the
     slots of gone owners are deleted with them first, :func:`sweep`)."""
     await advisory_lock(conn, key)

@@ -1,0 +1,184 @@
+"""SQLite's write transactions, run on one thread of their own with the standard library's driver
+(SQLAlchemy's ``pysqlite`` dialect), one thread hop per statement.
+
+Why not the aiosqlite engine the reads use: SQLAlchemy's aiosqlite adapter takes one hop to
+aiosqlite's thread for each step of a cursor (open, execute, fetch, close), so a two-transaction
+turn (``begin_turn`` + ``finish_turn``) took about thirty hops and four times as long as the
+hand-written store it replaced (``python -m benchmarks.bench_store``). Here a statement, its rows
+and its cursor are one hop; ``BEGIN IMMEDIATE`` and ``COMMIT`` one each.
+
+The hottest writes (a turn's) go further: :meth:`SQLiteWriter.transaction` runs a whole
+transaction of synchronous code in one hop.
+
+The connection is opened, used and closed only on the writer thread (the driver's
+``check_same_thread`` stays on). Rows are fetched on that thread (:class:`Fetched`), so the
+event loop never touches the driver.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from typing import Any, Protocol, TypeVar
+
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.engine import URL, Dialect, Result, Row
+from sqlalchemy.exc import MultipleResultsFound, NoResultFound
+
+R = TypeVar("R")
+
+
+class Tx(Protocol):
+    """What the store's statements need of a connection in a write transaction: SQLAlchemy's
+    ``AsyncConnection`` (PostgreSQL) or :class:`ThreadConnection` (SQLite)."""
+
+    @property
+    def dialect(self) -> Dialect: ...
+
+    async def execute(self, statement: Any) -> Result[Any] | Fetched: ...
+
+    async def run_sync(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R: ...
+
+
+class SQLiteWriter:
+    """The SQLite write engine (one pooled connection) and the thread that uses it.
+
+    Args:
+        url: a ``sqlite:///PATH`` URL (any driver name; ``pysqlite`` is used).
+        busy_timeout: seconds to wait for a lock another process holds (the driver's ``timeout``).
+        on_connect: called with each new DB-API connection (pragmas); runs on the writer thread.
+    """
+
+    def __init__(self, url: URL, busy_timeout: float, on_connect: Callable[[Any, Any], None]) -> None:
+        # no reset when a connection returns to the pool: every transaction ends by COMMIT or ROLLBACK
+        self.engine: Engine = create_engine(url.set(drivername="sqlite+pysqlite"), pool_size=1, max_overflow=0,
+                                            pool_reset_on_return=None, connect_args={"timeout": busy_timeout})
+        event.listen(self.engine, "connect", on_connect)
+        event.listen(self.engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN IMMEDIATE"))
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="sqlite-writer")
+
+    async def call(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
+        """``fn(*args, **kwargs)`` on the writer thread; its result or its exception."""
+        return await asyncio.get_running_loop().run_in_executor(self._thread, functools.partial(fn, *args, **kwargs))
+
+    @asynccontextmanager
+    async def begin(self) -> AsyncIterator[ThreadConnection]:
+        """A write transaction (``BEGIN IMMEDIATE``), committed on exit, rolled back on any error
+        or cancellation (the rollback runs to its end even when the caller is cancelled).
+
+        Raises:
+            sqlalchemy.exc.DBAPIError: the driver failed (locked, full, corrupt...).
+        """
+        conn = await self.call(_begin, self.engine)
+        try:
+            yield ThreadConnection(conn, self)
+        except BaseException:
+            await asyncio.shield(self.call(_end, conn, commit=False))
+            raise
+        await asyncio.shield(self.call(_end, conn, commit=True))
+
+    async def transaction(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
+        """``fn(connection, *args, **kwargs)`` as one write transaction, begun, run and committed
+        in one hop to the writer thread (rolled back if ``fn`` raises); its result. A cancelled
+        caller does not stop it: the transaction ends on the thread either way.
+
+        Raises:
+            sqlalchemy.exc.DBAPIError: the driver failed; whatever ``fn`` raised.
+        """
+        return await self.call(_transaction, self.engine, fn, args, kwargs)
+
+    async def dispose(self) -> None:
+        """Close the connection (on its thread) and stop the thread; safe to call twice."""
+        await self.call(self.engine.dispose)
+        self._thread.shutdown(wait=False)
+
+
+class ThreadConnection:
+    """A connection of :class:`SQLiteWriter` inside its transaction, with the async face of
+    ``AsyncConnection`` that the store uses (:class:`Tx`)."""
+
+    def __init__(self, conn: Connection, writer: SQLiteWriter) -> None:
+        self._conn, self._writer = conn, writer
+
+    @property
+    def dialect(self) -> Dialect:
+        """The connection's SQLAlchemy dialect (``name == "sqlite"``)."""
+        return self._conn.dialect
+
+    async def execute(self, statement: Any) -> Fetched:
+        """Run ``statement`` on the writer thread; its rows, already fetched.
+
+        Raises:
+            sqlalchemy.exc.DBAPIError: the driver failed.
+        """
+        return await self._writer.call(_buffered, self._conn, statement)
+
+    async def run_sync(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
+        """``fn(connection, *args, **kwargs)`` with the sync connection, on the writer thread (as
+        ``AsyncConnection.run_sync``)."""
+        return await self._writer.call(fn, self._conn, *args, **kwargs)
+
+
+def _begin(engine: Engine) -> Connection:
+    conn = engine.connect()
+    try:
+        conn.begin()
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _end(conn: Connection, *, commit: bool) -> None:
+    try:
+        if commit:
+            conn.commit()
+        else:
+            conn.rollback()
+    finally:
+        conn.close()
+
+
+class Fetched:
+    """The rows of one statement, fetched on the writer thread: the part of SQLAlchemy's
+    ``Result`` the store's statements use (``all``, ``first``, ``one``, ``scalar``, with
+    ``Result``'s meaning). SQLAlchemy's own buffered result (``Result.freeze``) doubled the time
+    of a 300,000-row read (the retention pass) by building every row twice."""
+
+    def __init__(self, rows: list[Row[Any]]) -> None:
+        self._rows = rows
+
+    def all(self) -> list[Row[Any]]:
+        """Every row."""
+        return self._rows
+
+    def first(self) -> Row[Any] | None:
+        """The first row, or ``None`` when there is none."""
+        return self._rows[0] if self._rows else None
+
+    def one(self) -> Row[Any]:
+        """The only row.
+
+        Raises:
+            sqlalchemy.exc.NoResultFound: no row; sqlalchemy.exc.MultipleResultsFound: several.
+        """
+        if len(self._rows) != 1:
+            raise (NoResultFound if not self._rows else MultipleResultsFound)(f"{len(self._rows)} rows, one expected")
+        return self._rows[0]
+
+    def scalar(self) -> Any:
+        """The first column of the first row, or ``None`` when there is no row."""
+        return self._rows[0][0] if self._rows else None
+
+
+def _buffered(conn: Connection, statement: Any) -> Fetched:
+    result = conn.execute(statement)
+    return Fetched(result.all() if result.returns_rows else [])
+
+
+def _transaction(engine: Engine, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
+    with engine.begin() as conn:  # BEGIN IMMEDIATE (the "begin" event); COMMIT, or ROLLBACK on an error
+        return fn(conn, *args, **kwargs)
