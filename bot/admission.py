@@ -22,7 +22,7 @@ from .store.protocol import SharedLimits
 log = logging.getLogger(__name__)
 
 Platform = Literal["discord", "slack", "terminal"]
-RefusalReason = Literal["dm", "guild", "channel", "user", "role", "rate", "concurrency", "unavailable"]
+RefusalReason = Literal["dm", "guild", "channel", "user", "role", "rate", "concurrency"]
 
 
 @dataclass(frozen=True)
@@ -118,13 +118,17 @@ class Admission:
         On success one run slot is reserved at once (before any suspension), so two requests
         arriving together cannot both pass; give it back with :meth:`release` when the run ends.
         With a store, slots and the rate budget are shared by every process (a database row per
-        slot, GCRA per user); when the store fails, the request is refused with one sentence.
+        slot, GCRA per user); when the store fails (a full disk), this process's own limits apply
+        to the request (logged), so the bot keeps answering as the service does without its store.
         """
         refusal = self.access(who)
         if refusal is not None:
             return refusal
         if self.store is not None:
             return await self._admit_shared(who)
+        return await self._admit_local(who)
+
+    async def _admit_local(self, who: Requester) -> Refusal | None:
         if self.max_concurrent > 0 and self._active.get(who.key, 0) >= self.max_concurrent:
             return self._busy()
         if await self._rate.try_acquire(who.key):
@@ -136,6 +140,7 @@ class Admission:
     async def _admit_shared(self, who: Requester) -> Refusal | None:
         store, key = self.store, f"{who.platform}:{who.user}"
         assert store is not None
+        slot: str | None = None
         try:
             slot = await store.take_slot(key, self.max_concurrent) if self.max_concurrent > 0 else None
             if self.max_concurrent > 0 and slot is None:
@@ -145,9 +150,11 @@ class Admission:
                     await store.release_slot(slot)
                 return self._too_fast()
         except StorageError as e:
-            log.error("admission of %s refused: the store failed: %s", key, e)
-            return Refusal("unavailable", "Sorry, I can't take requests right now (my storage is unavailable); "
-                                          "please try again in a minute.")
+            log.warning("admission of %s: the store failed, this process's limits apply: %s", key, e)
+            if slot is not None:
+                self._slots.setdefault(who.key, []).append(slot)
+                self.release(who)  # taken before the failure: given back in the background
+            return await self._admit_local(who)
         if slot is not None:
             self._slots.setdefault(who.key, []).append(slot)
         return None

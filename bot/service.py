@@ -8,15 +8,18 @@ events it yields. They never decide anything about tasks or models.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import replace
 from collections.abc import AsyncIterator, Callable, Sequence
 
 from pipeline.core import Pipeline
 from pipeline.followup import work_summary
-from pipeline.types import Done, Event, Request, Resource, RunRecord, Turn
+from pipeline.types import Done, Event, Notice, Request, ResourceSink, RunRecord, Turn
 
 from .backends import build_pipeline
+from .degraded import (KeepOrFail, ScratchSpace, ToldThreads, UnsavedTurns, lost_context_sentence,
+                       unsaved_sentence, without_memory_sentence)
 from .documents import expand_documents
 from .errors import InputError, StorageError
 from .incoming import ConversationKey, IncomingFile
@@ -61,6 +64,9 @@ class Service:
         self._closers = list(closers)
         self._locks = ThreadLocks()
         self._inflight: set[asyncio.Task] = set()
+        self._told = ToldThreads()  # threads told that their turns are answered without the store
+        self._unsaved = UnsavedTurns()
+        self._scratch = ScratchSpace()
 
     @classmethod
     async def create(cls, settings: Settings, *, conversations: bool = True) -> "Service":
@@ -114,6 +120,7 @@ class Service:
             t.cancel()
         if self._inflight:
             await asyncio.gather(*self._inflight, return_exceptions=True)
+        await self._scratch.close()
         for close in self._closers:
             try:
                 await close()
@@ -208,6 +215,7 @@ class Service:
         chat_log: Sequence[Turn] = (),
         on_start: Callable[[str | None, int], None] | None = None,
         delivery: str | None = None,
+        storage_fallback: bool = False,
     ) -> AsyncIterator[Event]:
         """Run one turn; see the module docstring and ``pipeline.core.Pipeline.run``.
 
@@ -225,10 +233,21 @@ class Service:
         (the OpenAI API sends earlier messages with each request); it is used only when the
         conversation has no stored turn yet.
 
+        ``storage_fallback`` (the chat bots: Discord, Slack, terminal chat): when the conversation
+        store fails as the turn starts, answer anyway without memory of the conversation (no
+        stored history, this turn's files kept only for the answer, :mod:`bot.degraded`, nothing
+        stored) instead of raising :class:`StorageError`; an output that cannot be stored fails
+        its task only; a failed save of the finished turn is logged and the answer still comes.
+        The thread gets one :class:`Notice` saying so, once while the failure lasts (again after
+        a turn of it was stored). ``False`` (the HTTP API): every storage failure raises.
+
         Raises:
             InputError: before the first event, if a file is unusable or the text names a resource
                 id this conversation does not have (nothing is stored then).
-            StorageError: before the first event, if the conversation store fails.
+            StorageError: before the first event, if the conversation store fails (without
+                ``storage_fallback``; with it, only when a file of the user's cannot be kept at all);
+                after the :class:`Done` event's record was made, if it cannot be saved (without
+                ``storage_fallback``; the :class:`Done` event is then not yielded).
         """
         text = (text or "").strip()
         check_request_size(text, self.settings.planning.max_request_chars)
@@ -237,23 +256,31 @@ class Service:
         text = text or "What can you tell me about these files?"
         files = await expand_documents(files, self.settings.documents)  # a PDF: its text and image-only pages
         if key is None:
-            infos = await self._inspect(files)
-            check_mentions(text, [], [i.kind for i in infos], None)
-            sink = LocalResourceSink(self.media)
-            stored = [
-                await sink.add(f.data, kind=i.kind, mime=i.mime, origin="user", description=i.description, name=f.name)
-                for f, i in zip(files, infos)
-            ]
-            if on_start is not None:
-                on_start(None, 0)
-            async for event in self.pipeline.run(Request(text=text, files=stored, history=list(chat_log)), sink, stop=stop):
+            async for event in self._one_off(text, files, chat_log, on_start, stop):
                 yield event
             return
         async with self._locks.lock(key.as_string()):  # taken first: a thread's turns keep their order of arrival
             infos = await self._inspect(files)
             async for event in self._conversation_turn(key, text, list(zip(files, infos)), user, chat_log, on_start,
-                                                       stop, delivery):
+                                                       stop, delivery, storage_fallback):
                 yield event
+
+    async def _one_off(
+        self, text: str, files: Sequence[IncomingFile], chat_log: Sequence[Turn],
+        on_start: Callable[[str | None, int], None] | None, stop: asyncio.Event | None,
+    ) -> AsyncIterator[Event]:
+        """A request outside a conversation: its files in the media store, nothing else stored."""
+        infos = await self._inspect(files)
+        check_mentions(text, [], [i.kind for i in infos], None)
+        sink = LocalResourceSink(self.media)
+        stored = [
+            await sink.add(f.data, kind=i.kind, mime=i.mime, origin="user", description=i.description, name=f.name)
+            for f, i in zip(files, infos)
+        ]
+        if on_start is not None:
+            on_start(None, 0)
+        async for event in self.pipeline.run(Request(text=text, files=stored, history=list(chat_log)), sink, stop=stop):
+            yield event
 
     async def _with_work(self, conv: str, history: list[Turn]) -> list[Turn]:
         """``history`` (newest first) with what was run for its newest turn (``Turn.work``), so a
@@ -271,49 +298,148 @@ class Service:
             return history
         return [replace(history[0], work=work_summary(record)), *history[1:]]
 
+
     async def _conversation_turn(
         self, key: ConversationKey, text: str, files: list[tuple[IncomingFile, Inspected]], user: str | None,
-        chat_log: Sequence[Turn] = (), on_start: Callable[[str | None, int], None] | None = None,
-        stop: asyncio.Event | None = None, delivery: str | None = None,
+        chat_log: Sequence[Turn], on_start: Callable[[str | None, int], None] | None,
+        stop: asyncio.Event | None, delivery: str | None, storage_fallback: bool,
     ) -> AsyncIterator[Event]:
+        steps: list[str] = []
+        try:
+            opened = await self._open_turn(key, text, files, user, chat_log, delivery, steps)
+        except StorageError as e:
+            if not storage_fallback:
+                raise
+            log.warning("conversation store failed at %s for %s, answering without memory: %s",
+                        steps[-1] if steps else "?", key.as_string(), e)
+            turn = self._memoryless_turn(key, text, files, chat_log, on_start, stop, delivery, e)
+        else:
+            turn = self._stored_turn(key, opened, on_start, stop, storage_fallback)
+        async with contextlib.aclosing(turn) as events:
+            async for event in events:
+                yield event
+
+    async def _open_turn(
+        self, key: ConversationKey, text: str, files: list[tuple[IncomingFile, Inspected]], user: str | None,
+        chat_log: Sequence[Turn], delivery: str | None, steps: list[str],
+    ) -> Request:
+        """Begin a stored turn; its request. ``steps`` gets the name of each store call before it is
+        made. Raises InputError (a file the conversation lacks: nothing stored) or StorageError (a
+        begun turn is then marked failed, or kept to be)."""
+        budget = self.settings.storage.context_tokens
+        steps.append("get_or_create")
         conv = await self.conversations.get_or_create(key)
-        history, earlier = await self.conversations.context(conv, self.settings.storage.context_tokens)
+        steps.append("finish_turn of an unsaved turn")
+        await self._unsaved.save(conv, self.conversations)  # a turn left running would make this one wait
+        steps.append("context")
+        history, earlier = await self.conversations.context(conv, budget)
         history = await self._with_work(conv, history) or list(chat_log)
         check_mentions(text, earlier, [info.kind for _, info in files], key.platform)
+        steps.append("begin_turn")
         turn = await self.conversations.begin_turn(conv, text, user, delivery)
-        record: RunRecord | None = None
         try:
+            steps.append("wait_turn")
             if await self.conversations.wait_turn(conv, turn):  # an earlier turn ran in another process: plan after it
-                history, earlier = await self.conversations.context(conv, self.settings.storage.context_tokens)
+                steps.append("context")
+                history, earlier = await self.conversations.context(conv, budget)
                 history = await self._with_work(conv, history) or list(chat_log)
-            stored: list[Resource] = []
-            for f, info in files:
-                stored.append(
-                    await self.conversations.add_resource(
-                        conv, turn, f.data, kind=info.kind, mime=info.mime, origin="user", description=info.description, name=f.name
-                    )
-                )
-            request = Request(
-                text=text, files=stored, resources=earlier, history=history, conversation_id=conv, turn=turn
-            )
-            me = asyncio.current_task()
-            if me is not None:
-                self._inflight.add(me)
+            steps.append("add_resource")
+            stored = [await self.conversations.add_resource(conv, turn, f.data, kind=info.kind, mime=info.mime,
+                                                            origin="user", description=info.description, name=f.name)
+                      for f, info in files]
+        except BaseException:
+            failed = RunRecord(request=text, status="error", error="This turn could not start.")
+            await asyncio.shield(self._finish(key, conv, turn, failed))
+            raise
+        return Request(text=text, files=stored, resources=earlier, history=history, conversation_id=conv, turn=turn)
+
+    async def _stored_turn(
+        self, key: ConversationKey, request: Request, on_start: Callable[[str | None, int], None] | None,
+        stop: asyncio.Event | None, storage_fallback: bool,
+    ) -> AsyncIterator[Event]:
+        """Run a begun turn and save it; with ``storage_fallback``, an output that cannot be stored
+        fails its task only, and a failed save is told to the thread (once) after the answer."""
+        conv, turn = request.conversation_id or "", request.turn
+        record: RunRecord | None = None
+        sink: ResourceSink = self.conversations.sink(conv, turn)
+        try:
             if on_start is not None:
                 on_start(conv, turn)
-            try:
-                async for event in self.pipeline.run(request, self.conversations.sink(conv, turn), stop=stop):
-                    if isinstance(event, Done):
-                        record = event.record
-                        await self.conversations.finish_turn(conv, turn, record)
-                    yield event
-            finally:
-                if me is not None:
-                    self._inflight.discard(me)
+            async for event in self._tracked(self.pipeline.run(request, KeepOrFail(sink) if storage_fallback else sink,
+                                                               stop=stop)):
+                if isinstance(event, Done):
+                    record = event.record
+                    error = await self._finish(key, conv, turn, record)
+                    if error is not None and not storage_fallback:
+                        raise error
+                    if error is not None and self._told.first_time(key.as_string()):
+                        record.notes.append(unsaved_sentence(error))
+                        yield Notice(unsaved_sentence(error))
+                yield event
         finally:
             if record is None:  # failed before the pipeline ended, or cancelled (shutdown, Ctrl-C)
-                failed = RunRecord(request=text, status="error", error="This turn was interrupted before it finished.")
-                try:
-                    await asyncio.shield(self.conversations.finish_turn(conv, turn, failed))
-                except Exception:
-                    log.exception("could not mark turn %s/%d as failed", conv, turn)
+                failed = RunRecord(request=request.text, status="error", error="This turn was interrupted before it finished.")
+                await asyncio.shield(self._finish(key, conv, turn, failed))
+
+    async def _memoryless_turn(
+        self, key: ConversationKey, text: str, files: list[tuple[IncomingFile, Inspected]], chat_log: Sequence[Turn],
+        on_start: Callable[[str | None, int], None] | None, stop: asyncio.Event | None, delivery: str | None,
+        error: StorageError,
+    ) -> AsyncIterator[Event]:
+        """Answer without the store (``bot.degraded``): no stored history (the front end's
+        ``chat_log`` only), this turn's files in the scratch space, nothing written to the store;
+        the thread is told once (a :class:`Notice` first, also in ``record.notes``).
+
+        Raises:
+            InputError: the text names a file this turn lacks (the sentence says the thread's
+                earlier files cannot be reached).
+            StorageError: a file of the user's cannot be kept even in the scratch space.
+        """
+        told = self._told.first_time(key.as_string())
+        try:
+            check_mentions(text, [], [info.kind for _, info in files], key.platform)
+        except InputError as e:
+            raise InputError(f"{lost_context_sentence(error)} {e.user_message}") from e
+        sink = self._scratch.sink()
+        stored = [await sink.add(f.data, kind=info.kind, mime=info.mime, origin="user", description=info.description,
+                                 name=f.name) for f, info in files]
+        await self.settle_delivery(delivery)  # answered here: no other process is to run it again
+        if on_start is not None:
+            on_start(None, 0)
+        note = without_memory_sentence(error)
+        if told:
+            yield Notice(note)
+        request = Request(text=text, files=stored, history=list(chat_log))
+        async for event in self._tracked(self.pipeline.run(request, KeepOrFail(sink), stop=stop)):
+            if isinstance(event, Done) and told:
+                event.record.notes.insert(0, note)
+            yield event
+
+    async def _tracked(self, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
+        """``events``, with the running task among those :meth:`close` cancels."""
+        me = asyncio.current_task()
+        if me is not None:
+            self._inflight.add(me)
+        try:
+            async with contextlib.aclosing(events) as running:  # type: ignore[type-var]
+                async for event in running:
+                    yield event
+        finally:
+            if me is not None:
+                self._inflight.discard(me)
+
+    async def _finish(self, key: ConversationKey, conv: str, turn: int, record: RunRecord) -> StorageError | None:
+        """Save turn ``turn`` of ``conv`` with ``record``; the storage's error (logged on one line,
+        the turn kept to be saved before the thread's next turn) or ``None`` when saved (the thread
+        is then told about a later failure again). Other errors are logged with their traceback."""
+        try:
+            await self.conversations.finish_turn(conv, turn, record)
+        except StorageError as e:
+            log.error("could not save turn %s/%d (kept to save before the next turn of the thread): %s", conv, turn, e)
+            self._unsaved.keep(conv, turn, record)
+            return e
+        except Exception:
+            log.exception("could not save turn %s/%d", conv, turn)
+            return None
+        self._told.forget(key.as_string())
+        return None

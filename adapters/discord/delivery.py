@@ -76,7 +76,7 @@ async def run_in_channel(
     if not await run.post_status(reply_to):
         return None
     try:
-        await run.follow(service.handle(text, files, key=key, user=user, stop=live.stop), text)
+        await run.follow(service.handle(text, files, key=key, user=user, stop=live.stop, storage_fallback=True), text)
         record = await run.settle()
         await post_files(channel, record, upload_limit)
         await post_answer(channel, record, live.progress.answer)

@@ -250,7 +250,8 @@ class SlackBot:
         record: RunRecord | None = None
         try:
             files = await self.service.check_files(await self.download_files(ctx))
-            async for ev in self.service.handle(text, files, key=ctx.key, user=ctx.user, stop=stop, delivery=ctx.delivery):
+            async for ev in self.service.handle(text, files, key=ctx.key, user=ctx.user, stop=stop, delivery=ctx.delivery,
+                                               storage_fallback=True):
                 if isinstance(ev, Done):
                     record = ev.record
                 if ctx.progress.apply(ev) and not isinstance(ev, Done):

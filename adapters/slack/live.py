@@ -105,6 +105,7 @@ class LiveReply:
         self._cards: dict[str, tuple[str, str | None]] = {}  # card id -> (status, title) sent
         self._plan_title: str | None = None
         self._answer_sent = 0
+        self._notes_sent = 0  # the run's notices already in the stream (a status message shows them all)
         self._wake = asyncio.Event()
         self._sending = asyncio.Lock()  # held while a stream update is in flight: never cancelled mid-call
         self._writer: asyncio.Task | None = None
@@ -224,6 +225,10 @@ class LiveReply:
             if self._cards.get(card.id) != sent or (final and card.output):
                 chunks.append(card)
                 self._cards[card.id] = sent
+        for note in p.notes[self._notes_sent:]:  # before the answer, or after it when they come last
+            gap = "\n\n" if self._answer_sent else ""
+            chunks.append(MarkdownTextChunk(text=f"{gap}ℹ️ {escape_slack(note)}\n\n"))
+        self._notes_sent = len(p.notes)
         text = p.answer[self._answer_sent:]
         while chunks or text:
             piece = text[:MARKDOWN_LIMIT // 5]  # escaped, it stays within the limit (at most 5 characters each)

@@ -226,7 +226,7 @@ async def _turn(service: Service, renderer: Renderer, key: ConversationKey, text
     stop = asyncio.Event()
 
     async def turn() -> None:
-        async for event in service.handle(text, files, key=key, user="terminal", stop=stop):
+        async for event in service.handle(text, files, key=key, user="terminal", stop=stop, storage_fallback=True):
             renderer.render(event)
 
     run = asyncio.ensure_future(turn())
