@@ -298,7 +298,6 @@ class Service:
             return history
         return [replace(history[0], work=work_summary(record)), *history[1:]]
 
-
     async def _conversation_turn(
         self, key: ConversationKey, text: str, files: list[tuple[IncomingFile, Inspected]], user: str | None,
         chat_log: Sequence[Turn], on_start: Callable[[str | None, int], None] | None,
