@@ -95,6 +95,31 @@ async def test_http_external_images_drop(sandbox, tmp_path):
         await s.close()
 
 
+@pytest.mark.parametrize("mode", ["link", "drop"])
+async def test_mcp_answer_shows_no_image_from_elsewhere(sandbox, tmp_path, mode):
+    from mcp import Client
+
+    from adapters.mcp import build_server
+
+    settings = load_settings(env={}, overrides={**sandbox.overrides(tmp_path / "data"),
+                                                "server": {"external_images": mode}})
+    service = await Service.create(settings)
+    try:
+        script_for(sandbox, hostile("http://127.0.0.1:8000"))
+        async with Client(build_server(service)) as client:  # the real client, in process
+            result = await client.call_tool("hugginggpt", {"request": "Say hello"})
+    finally:
+        await service.close()
+    text = result.content[0].text
+    assert not result.is_error and text.startswith("Done! Here is your picture")
+    assert shown_images(text) == []  # files come as content blocks: no image link is rendered, ours included
+    if mode == "link":
+        assert f"[image: pixel (attacker.example)](<{LEAK}>)" in text
+    else:
+        assert "*(pixel: an image from attacker.example, not shown)*" in text
+        assert "exfil" not in text.split("See [the source]")[0]
+
+
 async def test_slack_thread_shows_no_preview_of_the_controllers_links(slack, tmp_path):
     from slack_harness import start_harness
 

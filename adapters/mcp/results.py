@@ -17,6 +17,7 @@ from typing import Any
 
 from mcp import types
 
+from adapters.http.safe_markdown import Mode, sanitize
 from adapters.progress import replan_sentence
 from pipeline.types import (
     Event,
@@ -80,8 +81,13 @@ def _files_json(files: list[Resource]) -> list[dict[str, Any]]:
     return [{"id": f.id, "kind": f.kind, "mime": f.mime, "size": f.size, "description": f.description} for f in files]
 
 
-async def run_result(record: RunRecord, conversation_id: str | None) -> types.CallToolResult:
-    """The ``hugginggpt`` tool's answer to a finished run (``is_error`` when it has no answer)."""
+async def run_result(record: RunRecord, conversation_id: str | None, external_images: Mode = "link") -> types.CallToolResult:
+    """The ``hugginggpt`` tool's answer to a finished run (``is_error`` when it has no answer).
+
+    The answer's Markdown shows no image from elsewhere (``[server] external_images``,
+    :func:`adapters.http.safe_markdown.sanitize`): an MCP client that renders it would load it,
+    and the controller may have been led to write one that carries the user's data in its URL.
+    Generated files come as content blocks, so no image link of the answer is ours."""
     structured = {
         "conversation_id": conversation_id, "status": record.status, "stopped": record.stopped,
         "tasks": [t.to_json() for t in record.tasks],
@@ -94,7 +100,8 @@ async def run_result(record: RunRecord, conversation_id: str | None) -> types.Ca
         text = (record.error or "The request could not be answered.") + more
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)], structured_content=structured,
                                     is_error=True)
-    blocks = [types.TextContent(type="text", text=record.response + more), *await file_blocks(record.files, conversation_id)]
+    answer = sanitize(record.response, f"{SCHEME}://", external_images)
+    blocks = [types.TextContent(type="text", text=answer + more), *await file_blocks(record.files, conversation_id)]
     return types.CallToolResult(content=blocks, structured_content=structured)
 
 
@@ -107,15 +114,18 @@ def plan_result(tasks: list[Task]) -> types.CallToolResult:
                                 structured_content={"tasks": [t.to_json() for t in tasks]})
 
 
-async def task_result(task: str, selection: Selection | None, result: TaskResult) -> types.CallToolResult:
-    """A registry task tool's answer: its text and files, or ``is_error`` with the sentence."""
+async def task_result(task: str, selection: Selection | None, result: TaskResult,
+                      external_images: Mode = "link") -> types.CallToolResult:
+    """A registry task tool's answer: its text (no image from elsewhere, as :func:`run_result`)
+    and files, or ``is_error`` with the sentence."""
     structured = {"task": task, "selection": _selection(selection) if selection else None, "result": _result(result)}
     if result.status != "ok" or result.output is None:
         text = result.error or f"{task} failed."
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)], structured_content=structured,
                                     is_error=True)
     out = result.output
-    blocks: list[Any] = [types.TextContent(type="text", text=out.text)] if out.text else []
+    text = sanitize(out.text, f"{SCHEME}://", external_images) if out.text else ""
+    blocks: list[Any] = [types.TextContent(type="text", text=text)] if text else []
     blocks += await file_blocks(out.files, None)
     if not blocks:
         blocks = [types.TextContent(type="text", text=f"{task} finished on {result.model}.")]

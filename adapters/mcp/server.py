@@ -164,7 +164,7 @@ class Tools:
             record = await self._drive(a.text, files, key, caller, progress)
         finally:
             release()
-        return await run_result(record, name)
+        return await run_result(record, name, self.service.settings.server.external_images)
 
     async def _drive(self, text: str, files: list[IncomingFile], key: ConversationKey, caller: str,
                      progress: Progress) -> RunRecord:
@@ -231,7 +231,7 @@ class Tools:
             events.put_nowait(None)
             await asyncio.wait({reporter}, timeout=5)
             reporter.cancel()
-        return await task_result(task, outcome.selection, outcome.result)
+        return await task_result(task, outcome.selection, outcome.result, self.service.settings.server.external_images)
 
 
 def build_server(service: Service, access: Access | None = None, *, version: str = "") -> Server:
