@@ -30,6 +30,7 @@ from pathlib import Path
 
 from bot.settings import load_settings
 from sandbox import Sandbox
+from bot.errors import InputError
 from bot.incoming import IncomingFile
 from bot.service import Service
 from pipeline.llm import Usage
@@ -149,6 +150,7 @@ async def bench_llm_calls(stand: StandIns, data_dir: Path, n_taskbench: int) -> 
     service = await Service.create(load_settings(env={}, overrides=stand.sandbox.overrides(data_dir)))
     photo = IncomingFile((MEDIA / "chelsea.png").read_bytes(), name="example.jpg")
     speech = IncomingFile((MEDIA / "speech_cat_request.ogg").read_bytes(), name="example.wav")
+    video = IncomingFile((MEDIA / "rocket_speech.mp4").read_bytes(), name="example.mp4")
     requests = [
         ("Describe this picture in as much detail as you can", [photo]),
         ("Generate an image of a cat on a red sofa, then tell me what breed it might be", []),
@@ -159,16 +161,21 @@ async def bench_llm_calls(stand: StandIns, data_dir: Path, n_taskbench: int) -> 
         text = json.loads(line)["user_request"]
         files = [photo] if ".jpg" in text or ".png" in text else []
         files += [speech] if ".wav" in text or ".mp3" in text else []
+        files += [video] if ".mp4" in text or ".avi" in text else []
         requests.append((text, files))
-    calls, tasks = [], []
+    calls, tasks, refused = [], [], 0
     for text, files in requests:
-        async for e in service.handle(text, files):
-            if isinstance(e, Done):
-                calls.append(e.record.llm_calls)
-                tasks.append(len(e.record.tasks))
+        try:
+            async for e in service.handle(text, files):
+                if isinstance(e, Done):
+                    calls.append(e.record.llm_calls)
+                    tasks.append(len(e.record.tasks))
+        except InputError:  # names a file none of the attached ones stands for
+            refused += 1
     await service.close()
     return {
-        "requests": len(requests),
+        "requests": len(requests) - refused,
+        "refused": refused,
         "llm_calls_mean": statistics.mean(calls),
         "llm_calls_max": max(calls),
         "tasks_mean": statistics.mean(tasks),
@@ -207,7 +214,7 @@ def main() -> None:
             f" {r['cpu_ms_per_task']:>12.2f}"
         )
     print(
-        f"LLM calls per request ({calls['requests']} requests, selection=llm): mean {calls['llm_calls_mean']:.2f}, "
+        f"LLM calls per request ({calls['requests']} requests, {calls['refused']} refused, selection=llm): mean {calls['llm_calls_mean']:.2f}, "
         f"max {calls['llm_calls_max']}, issue examples {calls['issue_examples']}; mean tasks per plan {calls['tasks_mean']:.2f}"
     )
 
