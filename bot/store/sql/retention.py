@@ -7,6 +7,7 @@ databases.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,9 +39,9 @@ class MediaPaths:
             return str(Path(path).resolve())
 
     def resolve(self, stored: str) -> Path:
-        """The absolute path of a stored one."""
-        p = Path(stored)
-        return p if p.is_absolute() else self.data_dir / p
+        """The absolute path of a stored one (one ``Path`` built: a chat-log load resolves every
+        file of the conversation)."""
+        return Path(stored) if os.path.isabs(stored) else self.data_dir / stored
 
 
 async def record_media(conn: Tx, rel: str, size: int, now: float, me: str | None) -> None:
