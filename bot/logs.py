@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import logging.handlers
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -63,6 +64,33 @@ class RedactingFormatter(logging.Formatter):
         return self._redact.redact(super().format(record))
 
 
+class LogFile(logging.handlers.RotatingFileHandler):
+    """The rotating log file. A line the file system refuses (a full disk, a read-only mount) is
+    dropped, and that is said once on stderr in one sentence, instead of logging's default
+    (``Handler.handleError``: a "Logging error" traceback on stderr for every line, in the middle
+    of a terminal chat); once a line is written again, a later failure is said again."""
+
+    def __init__(self, filename: Path, **kwargs: object) -> None:
+        super().__init__(filename, **kwargs)  # type: ignore[arg-type]
+        self.failing = False
+        self._failed_now = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._failed_now = False
+        super().emit(record)
+        if not self._failed_now:
+            self.failing = False
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
+        self._failed_now = True
+        if not self.failing:
+            self.failing = True
+            error = sys.exc_info()[1]
+            reason = error.strerror if isinstance(error, OSError) and error.strerror else type(error).__name__
+            sys.stderr.write(f"hugginggpt: the log file {self.baseFilename} cannot be written ({reason}); "
+                             "log lines are dropped until it can.\n")
+
+
 def setup_logging(*, verbose: int = 0, log_file: Path | None = None, secrets: Iterable[str] = ()) -> None:
     """Configure the root logger.
 
@@ -81,7 +109,7 @@ def setup_logging(*, verbose: int = 0, log_file: Path | None = None, secrets: It
     if log_file is not None:
         try:
             log_file.parent.mkdir(parents=True, exist_ok=True)
-            fh = logging.handlers.RotatingFileHandler(log_file, maxBytes=5_000_000, backupCount=3, encoding="utf-8")
+            fh = LogFile(log_file, maxBytes=5_000_000, backupCount=3, encoding="utf-8")
             fh.setFormatter(fmt)
             fh.addFilter(redact)
             root.addHandler(fh)

@@ -6,6 +6,7 @@ allow-lists, and an unreachable Discord is one sentence."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -45,6 +46,34 @@ def test_log_lines_and_tracebacks_never_hold_a_secret_or_url_password(tmp_path):
         assert secret not in text  # ... without any credential
     assert "https://***@llm.internal/v1" in text and "https://***@gw.example/models/x" in text
     setup_logging()
+
+
+def test_a_log_file_the_disk_refuses_is_said_once_on_stderr_not_a_traceback_per_line(tmp_path, capsys):
+    target = tmp_path / "hugginggpt.log"
+    target.symlink_to("/dev/full")  # every write fails with ENOSPC, as on a full disk
+    setup_logging(log_file=target)
+    try:
+        log = logging.getLogger("test.fulldisk")
+        for n in range(3):
+            log.warning("line %d", n)
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "cannot be written (No space left on device)" in err
+        assert "Traceback" not in err and "Logging error" not in err
+        [handler] = [h for h in logging.getLogger().handlers if hasattr(h, "failing")]
+        full, handler.stream = handler.stream, open(tmp_path / "writable.log", "a", encoding="utf-8")  # room again
+        with contextlib.suppress(OSError):
+            full.close()
+        log.warning("back")
+        assert "back" in (tmp_path / "writable.log").read_text() and capsys.readouterr().err == ""
+        handler.stream.close()
+        handler.stream = open(target, "a", encoding="utf-8")
+        log.warning("full again")
+        assert capsys.readouterr().err.count("cannot be written") == 1  # told again after a written line
+    finally:
+        for h in logging.getLogger().handlers:
+            with contextlib.suppress(OSError):
+                h.close()  # its stream still holds the refused line
+        setup_logging()
 
 
 def test_terminal_never_writes_escape_sequences_from_the_answer(tmp_path):
