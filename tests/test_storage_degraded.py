@@ -262,3 +262,16 @@ def test_terminal_chat_keeps_answering_when_the_disk_fills(tmp_path):
         chat.expect(pexpect.EOF)
         chat.close()
         assert chat.exitstatus == 0 and "Traceback" not in (chat.before or "")
+
+
+async def test_a_store_that_cannot_open_on_a_full_disk_says_the_disk_is_full(tmp_path):
+    from bot.store import MediaStore, open_store
+
+    with small_disk(tmp_path / "disk") as disk:
+        settings = load_settings(env={}, overrides={"storage": {"data_dir": str(disk / "data")}})
+        store = await open_store(settings.storage, MediaStore(settings.storage.data_dir))  # made while there is room
+        await store.close()
+        fill_up(disk)
+        with pytest.raises(StorageError) as info:
+            await open_store(settings.storage, MediaStore(settings.storage.data_dir))
+        assert info.value.user_message.endswith("the disk is full.")

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import shutil
 import socket
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import exc as sa_exc
@@ -33,7 +35,8 @@ def sqlite_message(where: str, busy_timeout: float, cause: BaseException, detail
     """The sentence for a ``sqlite3.Error`` or ``OSError`` on the file ``where``: disk full,
     locked, corrupt, not writable, or failed while ``action``."""
     low = detail.lower()
-    if isinstance(cause, OSError) and cause.errno == errno.ENOSPC or "disk is full" in low:
+    if isinstance(cause, OSError) and cause.errno == errno.ENOSPC or "disk is full" in low or (
+            "disk i/o error" in low and _no_room(where)):
         return f"The conversation store {where} cannot be written while {action}: the disk is full."
     if "locked" in low or "busy" in low:
         return (f"The conversation database {where} is locked by another process"
@@ -43,6 +46,19 @@ def sqlite_message(where: str, busy_timeout: float, cause: BaseException, detail
     if "unable to open" in low or isinstance(cause, PermissionError) or "readonly" in low:
         return f"The conversation database {where} cannot be opened or written (check the data directory)."
     return f"The conversation database {where} failed while {action}."
+
+
+FULL_BELOW = 1 << 20
+"""Bytes free under which a SQLite "disk I/O error" is taken for a full disk: SQLite reports a
+write-ahead log or shared-memory file it cannot grow that way, not as "database or disk is full"."""
+
+
+def _no_room(where: str) -> bool:
+    """Whether the file system of the SQLite file ``where`` has less than :data:`FULL_BELOW` free."""
+    try:
+        return shutil.disk_usage(Path(where).parent).free < FULL_BELOW
+    except OSError:
+        return False
 
 
 def postgres_message(where: str, cause: BaseException, detail: str, action: str) -> str:
