@@ -120,6 +120,19 @@ async def run_turn(s: SQLStore, cid: str, text: str, upload: str | None = None, 
 # ----------------------------------------------------------------------------------------------
 
 
+async def test_many_reads_at_once_all_finish(store):
+    """More reads at once than the store has read threads, of both kinds (the chat log's, and any
+    other), all finish: no read waits for a pooled connection that is never given back."""
+    cid = await store.get_or_create(KEY_A)
+    await run_turn(store, cid, "Caption this", upload="chelsea.png")
+    many = ([store.context(cid, 1500) for _ in range(12)] + [store.turns(cid) for _ in range(12)]
+            + [store.find(cid) for _ in range(12)])
+    results = await asyncio.wait_for(asyncio.gather(*many), 20)
+    assert all(history[0].user_text == "Caption this" for history, _ in results[:12])
+    assert all(turns[0]["user_text"] == "Caption this" for turns in results[12:24])
+    assert results[24:] == [KEY_A] * 12
+
+
 def test_the_store_has_every_protocol_method_with_its_signature():
     """SQLStore must offer each method of the four protocols with the same parameters (a structural
     check: isinstance on a runtime-checkable Protocol only tests that the names exist), and the

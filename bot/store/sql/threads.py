@@ -99,9 +99,11 @@ class SQLiteReader:
     """
 
     def __init__(self, url: URL, busy_timeout: float, on_connect: Callable[[Any, Any], None], threads: int = 4) -> None:
-        # SQLAlchemy turns the driver's check_same_thread off for a file: a connection serves any thread
-        self.engine: Engine = create_engine(url.set(drivername="sqlite+pysqlite"), pool_size=threads, max_overflow=0,
-                                            pool_reset_on_return=None, connect_args={"timeout": busy_timeout})
+        # SQLAlchemy turns the driver's check_same_thread off for a file: a connection serves any thread;
+        # one connection per thread, and the one the hot thread keeps
+        self.engine: Engine = create_engine(url.set(drivername="sqlite+pysqlite"), pool_size=threads + 1,
+                                            max_overflow=0, pool_reset_on_return=None,
+                                            connect_args={"timeout": busy_timeout})
         event.listen(self.engine, "connect", on_connect)
         self._threads = ThreadPoolExecutor(threads, thread_name_prefix="sqlite-reader")
         self._hot = ThreadPoolExecutor(1, thread_name_prefix="sqlite-hot-reader")
