@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 import mimetypes
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -154,3 +156,21 @@ def read_user_file(path: str) -> IncomingFile:
         raise InputError(f"The file {shown} cannot be read ({e.strerror or e.__class__.__name__}).") from None
     name = clean_text(p.name)
     return IncomingFile(data=data, name=name, declared_mime=mimetypes.guess_type(name)[0])
+
+
+def print_report(report: dict[str, Any], table: str, out_name: str | None) -> None:
+    """Print an evaluation's Markdown ``table``; with ``--out``, write ``report`` as JSON there and
+    the table beside it (``OUT.md``).
+
+    Raises:
+        InputError: a file cannot be written.
+    """
+    print(table)
+    if out_name:
+        out = Path(out_name)
+        try:
+            out.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+            out.with_name(out.name + ".md").write_text(table + "\n", encoding="utf-8")
+        except OSError as e:
+            raise InputError(f"The report cannot be written to {out_name} ({e.strerror}).") from None
+        print(f"\nReport: {out} (JSON), {out.name}.md (Markdown).", file=sys.stderr)

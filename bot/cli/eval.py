@@ -5,7 +5,6 @@ configured controller with our prompts); ``hugginggpt eval runs``: whole runs (:
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,7 +16,7 @@ if TYPE_CHECKING:
     from ..settings import Settings
     from ..evaluation.runner import Outcome
 from . import eval_runs
-from .common import add_sandbox_option
+from .common import add_sandbox_option, print_report
 
 
 def _positive(value: str) -> int:
@@ -118,20 +117,7 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _print_report(report: dict[str, Any], out_name: str | None) -> None:
-    """Print the Markdown table; with ``--out``, write the JSON report and the table beside it.
-
-    Raises:
-        InputError: a file cannot be written.
-    """
+    """:func:`~bot.cli.common.print_report` of the planning report's table."""
     from ..evaluation.report import markdown
 
-    table = markdown(report)
-    print(table)
-    if out_name:
-        out = Path(out_name)
-        try:
-            out.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-            out.with_name(out.name + ".md").write_text(table + "\n", encoding="utf-8")
-        except OSError as e:
-            raise InputError(f"The report cannot be written to {out_name} ({e.strerror}).") from None
-        print(f"\nReport: {out} (JSON), {out.name}.md (Markdown).", file=sys.stderr)
+    print_report(report, markdown(report), out_name)

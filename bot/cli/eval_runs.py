@@ -5,13 +5,11 @@ calls and latency per request; :mod:`bot.evaluation.runs`)."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InputError
-from .common import add_sandbox_option
+from .common import add_sandbox_option, print_report
 
 if TYPE_CHECKING:
     from ..settings import Settings
@@ -71,14 +69,5 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
         "max_replans": settings.planning.max_replans,
     }
     report = build_report(results, meta)
-    table = markdown(report)
-    print(table)
-    if args.out:
-        out = Path(args.out)
-        try:
-            out.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-            out.with_name(out.name + ".md").write_text(table + "\n", encoding="utf-8")
-        except OSError as e:
-            raise InputError(f"The report cannot be written to {args.out} ({e.strerror}).") from None
-        print(f"\nReport: {out} (JSON), {out.name}.md (Markdown).", file=sys.stderr)
+    print_report(report, markdown(report), args.out)
     return 0 if all(r.passed for r in results) else 6

@@ -24,7 +24,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from sqlalchemy import Connection, event, exc as sa_exc, text
+from sqlalchemy import Connection, exc as sa_exc, text
 from sqlalchemy.engine import URL, make_url
 
 from ...errors import StorageError
