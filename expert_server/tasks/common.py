@@ -1,9 +1,26 @@
-"""Helpers the task modules share: loading a transformers pipeline, and running a pipeline on a
-batch of ``(input, options)`` items."""
+"""Helpers the task modules share: reading a payload's input and options, loading a transformers
+pipeline, and running a pipeline on a batch of ``(input, options)`` items."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
+
+from .. import payload as P
+
+
+def with_options(read: Callable[[P.Payload], Any], *names: tuple[str, Any]) -> Callable[[P.Payload], tuple[Any, dict]]:
+    """A task's payload reader: the input ``read`` takes from the payload (``payload.text``,
+    ``payload.image``) and the named ``parameters`` that are set, each checked against its type
+    (``(name, type or tuple of types)``).
+
+    Raises (from the reader):
+        BadPayload: the input or a parameter does not fit.
+    """
+    def prepare(p: P.Payload) -> tuple[Any, dict]:
+        opts = {n: P.param(p, n, k) for n, k in names}
+        return read(p), {k: v for k, v in opts.items() if v is not None}
+    return prepare
 
 
 def torch_device(device: str) -> Any:

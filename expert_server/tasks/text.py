@@ -10,16 +10,9 @@ from typing import Any
 from .. import payload as P
 from ..errors import BadPayload
 from . import Task
-from .common import first_device, load_pipeline, run_grouped
+from .common import first_device, load_pipeline, run_grouped, with_options
 
 MAX_NEW_TOKENS = 512
-
-
-def _text_opts(*names: tuple[str, type]) -> Any:
-    def prepare(p: P.Payload) -> tuple[str, dict]:
-        opts = {n: P.param(p, n, k) for n, k in names}
-        return P.text(p), {k: v for k, v in opts.items() if v is not None}
-    return prepare
 
 
 def _classify_prepare(p: P.Payload) -> tuple[str, dict]:
@@ -166,8 +159,8 @@ def _wrap(result: Any) -> Any:
 TASKS = [
     Task("text-classification", load_pipeline("text-classification"), _classify_prepare, _pipeline_run, _wrap, batch=True),
     Task("token-classification", load_pipeline("token-classification"),
-         _text_opts(("aggregation_strategy", str)), _pipeline_run, _identity, batch=True),
-    Task("fill-mask", load_pipeline("fill-mask"), _text_opts(("top_k", int)), _pipeline_run, _identity, batch=True),
+         with_options(P.text, ("aggregation_strategy", str)), _pipeline_run, _identity, batch=True),
+    Task("fill-mask", load_pipeline("fill-mask"), with_options(P.text, ("top_k", int)), _pipeline_run, _identity, batch=True),
     Task("zero-shot-classification", load_pipeline("zero-shot-classification"), _zero_shot_prepare, _zero_shot_run, _identity),
     Task("question-answering", _load_tokenized, _qa_prepare, _qa_run, _identity),
     Task("feature-extraction", _load_tokenized, _features_prepare, _features_run, _identity, batch=True),

@@ -11,16 +11,9 @@ from typing import Any
 from .. import payload as P
 from ..errors import BadPayload
 from . import Binary, Task
-from .common import first_device, load_pipeline, run_grouped
+from .common import first_device, load_pipeline, run_grouped, with_options
 
 MAX_NEW_TOKENS = 64
-
-
-def _image_opts(*names: tuple[str, type]) -> Any:
-    def prepare(p: P.Payload) -> tuple[Any, dict]:
-        opts = {n: P.param(p, n, k) for n, k in names}
-        return P.image(p), {k: v for k, v in opts.items() if v is not None}
-    return prepare
 
 
 def _plain_run(runner: Any, items: list[Any]) -> list[Any]:
@@ -120,14 +113,14 @@ def _identity(result: Any) -> Any:
 
 
 TASKS = [
-    Task("image-classification", load_pipeline("image-classification"), _image_opts(("top_k", int)), _plain_run,
+    Task("image-classification", load_pipeline("image-classification"), with_options(P.image, ("top_k", int)), _plain_run,
          _identity, batch=True),
-    Task("object-detection", load_pipeline("object-detection"), _image_opts(("threshold", (int, float))),
+    Task("object-detection", load_pipeline("object-detection"), with_options(P.image, ("threshold", (int, float))),
          _detection_run, _identity),
     Task("image-segmentation", load_pipeline("image-segmentation"),
-         _image_opts(("threshold", (int, float)), ("subtask", str)), _segmentation_run, _identity),
-    Task("depth-estimation", load_pipeline("depth-estimation"), _image_opts(), _depth_run, _identity),
-    Task("image-to-text", _load_vision_text, _image_opts(("max_new_tokens", int)), _caption_run, _identity),
+         with_options(P.image, ("threshold", (int, float)), ("subtask", str)), _segmentation_run, _identity),
+    Task("depth-estimation", load_pipeline("depth-estimation"), with_options(P.image), _depth_run, _identity),
+    Task("image-to-text", _load_vision_text, with_options(P.image, ("max_new_tokens", int)), _caption_run, _identity),
     Task("visual-question-answering", _load_vision_text, _question_prepare, _vqa_run, _identity),
     Task("document-question-answering", load_pipeline("document-question-answering"), _question_prepare, _docqa_run,
          _identity),
