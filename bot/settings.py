@@ -146,6 +146,10 @@ class StorageSettings(Section):
         1 * MiB, ge=1024, le=64 * MiB, description="largest text file (.txt, .md, .csv, .json) a user may attach, bytes"
     )
     max_files: int = Field(5, ge=1, le=100)
+    file_read_timeout: float = Field(
+        60.0, gt=0, le=3600, description="seconds to read one file named on the command line (--file, /file): a pipe "
+        "or FIFO still sending, or that nothing writes to, is refused then",
+    )
     context_tokens: int = Field(1500, ge=0, le=1_000_000, description="chat-log budget in the planning prompt")
     max_age_days: float | None = Field(None, gt=0, le=36500, description="days a conversation is kept after its last use")
     max_media_bytes: int | None = Field(

@@ -77,7 +77,7 @@ class ServerConfig(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="HUGGINGGPT_EXPERTS_", extra="forbid")
 
     host: str = "127.0.0.1"
-    port: int = 8081
+    port: int = Field(8081, ge=0, le=65535)
     device: str = "auto"
     memory_budget: int | None = None
     min_free_memory: int = 0

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 from typing import Any
 
 from .config import ServerConfig, format_size
@@ -58,13 +59,41 @@ def build(config: ServerConfig) -> Any:
     return create_app(config, device, budget)
 
 
+def listen(host: str, port: int) -> socket.socket:
+    """A listening, non-blocking TCP socket on ``host:port`` (IPv6 when ``host`` has a colon).
+
+    Raises:
+        OSError: the address cannot be bound (in use, not an address of this machine).
+    """
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 async def serve(config: ServerConfig) -> None:
-    """Serve on ``config.host:config.port`` until SIGINT/SIGTERM (uvicorn's own handling)."""
+    """Serve on ``config.host:config.port`` until SIGINT/SIGTERM (uvicorn's own handling).
+
+    Raises:
+        ValueError: the port cannot be opened (one sentence), or the device is not there.
+    """
     import uvicorn
 
-    app = build(config)
-    print(f"Expert server on http://{config.host}:{config.port}/models ({app.state.experts.device}, budget "
-          f"{format_size(app.state.experts.budget)}); press Ctrl-C to stop.", flush=True)
-    server = uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, log_config=None, access_log=False,
-                                           server_header=False))
-    await server.serve()
+    try:
+        sock = listen(config.host, config.port)
+    except OSError as e:
+        raise ValueError(f"I cannot listen on {config.host}:{config.port} ({e.strerror or e.__class__.__name__}); "
+                         "choose another --port or the port setting.") from None
+    with sock:  # closed also when the app cannot be built
+        app = build(config)
+        port = sock.getsockname()[1]  # the free port chosen for --port 0
+        print(f"Expert server on http://{config.host}:{port}/models ({app.state.experts.device}, budget "
+              f"{format_size(app.state.experts.budget)}); press Ctrl-C to stop.", flush=True)
+        server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False, server_header=False))
+        await server.serve(sockets=[sock])

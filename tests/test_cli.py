@@ -199,3 +199,131 @@ def test_terminal_answer_lists_tasks_by_id_and_says_where_files_are(tmp_path):
     assert how.index("0. `text-to-image`") < how.index("1. `image-classification`")
     p = hugginggpt(["store"], tmp_path)
     assert p.returncode == 2 and "store_command" not in p.stderr and "{prune,forget}" in p.stderr
+
+
+# --- files read with their limit applied while reading; ports checked as settings -----------------------------------
+
+def _env(tmp_path, extra=None):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HUGGINGGPT_", "OPENAI_", "HF_TOKEN"))}
+    env["HUGGINGGPT_STORAGE__DATA_DIR"] = str(tmp_path / "data")
+    env.update(extra or {})
+    return env
+
+
+def _cap_memory():  # a child that ignored the file limit would stop at 4 GB instead of taking the machine
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+
+
+def _peak_rss(args, tmp_path, stdin=None, extra=None):
+    """(exit status, stderr, peak RSS in bytes) of ``hugginggpt ARGS``, measured on that process alone."""
+    proc = subprocess.Popen([sys.executable, "-m", "bot.cli", *args], cwd=tmp_path, env=_env(tmp_path, extra), stdin=stdin,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=_cap_memory)
+    err = proc.stderr.read().decode()  # ends when the process does (bounded by the read timeout below)
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, err, usage.ru_maxrss * 1024
+
+
+LIMIT = 2 * 1024 * 1024
+SMALL_LIMITS = {"HUGGINGGPT_STORAGE__MAX_FILE_BYTES": str(LIMIT), "HUGGINGGPT_DOCUMENTS__MAX_PDF_BYTES": str(LIMIT),
+                "HUGGINGGPT_STORAGE__FILE_READ_TIMEOUT": "20"}
+
+
+def test_an_endless_device_is_refused_at_the_limit_in_bounded_memory(tmp_path):
+    status, err, empty_peak = _peak_rss(["run", "--sandbox", "Describe", "--file", "/dev/null"], tmp_path, extra=SMALL_LIMITS)
+    assert status == 3 and "The file /dev/null is empty." in err, err  # the baseline: the same run, nothing read
+    status, err, peak = _peak_rss(["run", "--sandbox", "Describe", "--file", "/dev/zero"], tmp_path, extra=SMALL_LIMITS)
+    assert "Traceback" not in err
+    assert status == 3 and "The file /dev/zero is larger than that; the limit is 2 MiB." in err, err
+    assert peak - empty_peak < LIMIT + 16 * 1024 * 1024, (peak, empty_peak)
+
+
+def test_an_endless_pipe_is_refused_at_the_limit(tmp_path):
+    yes = subprocess.Popen(["yes", "a fairly long line of text that keeps coming"], stdout=subprocess.PIPE)
+    try:
+        status, err, _ = _peak_rss(["run", "--sandbox", "Summarize", "--file", "/dev/stdin"], tmp_path, stdin=yes.stdout,
+                                   extra=SMALL_LIMITS)
+    finally:
+        yes.kill()
+        yes.wait()
+    assert "Traceback" not in err
+    assert status == 3 and "The file /dev/stdin is larger than that; the limit is 2 MiB." in err, err
+
+
+def test_a_regular_file_over_the_limit_is_refused_before_it_is_read(tmp_path):
+    big = tmp_path / "big.wav"
+    with open(big, "wb") as f:
+        f.truncate(3 * LIMIT)  # sparse: the size alone refuses it
+    p = hugginggpt(["run", "--sandbox", "Transcribe", "--file", str(big)], tmp_path, SMALL_LIMITS)
+    no_traceback(p)
+    assert p.returncode == 3 and f"The file {big} is 6.0 MiB; the limit is 2 MiB." in p.stderr, p.stderr
+
+
+def test_a_fifo_nothing_writes_to_is_given_up_after_the_read_timeout(tmp_path):
+    fifo = tmp_path / "photo.png"
+    os.mkfifo(fifo)
+    started = time.monotonic()
+    p = hugginggpt(["run", "--sandbox", "Describe", "--file", str(fifo)], tmp_path,
+                   {"HUGGINGGPT_STORAGE__FILE_READ_TIMEOUT": "1"}, timeout=60)
+    no_traceback(p)
+    assert p.returncode == 3 and f"The file {fifo} was still not read after 1 seconds" in p.stderr, p.stderr
+    assert time.monotonic() - started < 45
+
+
+def test_a_file_from_process_substitution_is_attached(tmp_path):
+    command = f'"{sys.executable}" -m bot.cli run --sandbox --json "Describe this picture" --file <(cat "{MEDIA / "chelsea.png"}")'
+    p = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=120)
+    no_traceback(p)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert [t["task"] for t in doc["tasks"]] == ["image-to-text"]  # the piped photo reached the plan
+
+
+def test_ctrl_c_stops_a_read_that_waits(tmp_path):
+    fifo = tmp_path / "speech.wav"
+    os.mkfifo(fifo)
+    proc = subprocess.Popen([sys.executable, "-m", "bot.cli", "run", "--sandbox", "Transcribe", "--file", str(fifo)],
+                            cwd=tmp_path, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    writer = None
+    deadline = time.monotonic() + 60
+    while writer is None and time.monotonic() < deadline and proc.poll() is None:
+        try:  # opening for writing succeeds once the program has the FIFO open for reading
+            writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:
+            time.sleep(0.05)
+    assert writer is not None, proc.communicate(timeout=5)
+    try:
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGINT)  # the writer stays open and silent: only Ctrl-C ends the wait
+        _, err = proc.communicate(timeout=10)
+    finally:
+        os.close(writer)
+        proc.kill()
+    assert "Traceback" not in err
+    assert proc.returncode == 130 and "Interrupted" in err, err
+
+
+@pytest.mark.parametrize("command", [["serve"], ["slack", "--mode", "http"], ["experts", "serve"]])
+def test_a_port_outside_the_tcp_range_is_a_settings_error(tmp_path, command):
+    p = hugginggpt([*command, "--port", "70000"], tmp_path)
+    no_traceback(p)
+    assert p.returncode == 2 and "'70000' is not a port: give a whole number from 0 to 65535" in p.stderr, p.stderr
+
+
+def test_the_expert_server_on_a_busy_port_says_so(tmp_path):
+    pytest.importorskip("torch")
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        for argv in (["-m", "bot.cli", "experts", "serve"], ["-m", "expert_server"]):
+            p = subprocess.run([sys.executable, *argv, "--port", str(port), "--device", "cpu"], cwd=tmp_path,
+                               env=_env(tmp_path), capture_output=True, text=True, timeout=120)
+            no_traceback(p)
+            assert p.returncode == 2, p.stderr
+            assert f"I cannot listen on 127.0.0.1:{port} (Address already in use)" in p.stderr, p.stderr
+            assert p.stderr.count("\n") == 1, p.stderr  # one sentence

@@ -211,7 +211,7 @@ async def _loop(service: Service, renderer: Renderer, reader: Reader, key: Conve
 async def _attach(service: Service, path: str, pending: list[IncomingFile], out: TextIO) -> list[IncomingFile]:
     """``pending`` with the file at ``path`` added (checked now), or as it was after an error."""
     try:
-        f = read_user_file(path)
+        f = await read_user_file(path, service.settings)
         checked = await service.check_files([*pending, f])
     except HuggingGPTError as e:
         print(f"Error: {e.user_message}", file=out)

@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 from ..errors import ConfigError
+from .common import port_number
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -24,7 +25,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="experts_command", metavar="SUBCOMMAND", required=True)
     s = sub.add_parser("serve", help="serve the cached Hugging Face models in the HF inference wire format")
     s.add_argument("--host", default=None, help="address to bind (default 127.0.0.1)")
-    s.add_argument("--port", type=int, default=None, help="port (default 8081)")
+    s.add_argument("--port", type=port_number, default=None, help="port (default 8081)")
     s.add_argument("--device", default=None, help="auto | cpu | cuda | cuda:N (default auto)")
     s.add_argument("--memory-budget", default=None, metavar="SIZE",
                    help="RAM (CPU) or VRAM (GPU) the loaded models may take, e.g. 8GB")

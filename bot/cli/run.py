@@ -48,7 +48,7 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
         ConfigError, StorageError: settings or storage unusable.
     """
     args.text = clean_text(args.text)
-    files = [read_user_file(p) for p in args.file]
+    files = [await read_user_file(p, settings) for p in args.file]
     from ..limits import check_request_size
 
     check_request_size(args.text, settings.planning.max_request_chars)  # before anything is said or loaded

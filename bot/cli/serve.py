@@ -23,7 +23,7 @@ import socket
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
-from .common import add_grace_option, add_sandbox_option
+from .common import add_grace_option, add_sandbox_option, port_number
 
 if TYPE_CHECKING:
     from ..settings import Settings
@@ -35,7 +35,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``serve`` subcommand to the CLI's subparsers; returns the new parser."""
     p = subparsers.add_parser("serve", help="run the HTTP API (OpenAI-compatible, and the reference /hugginggpt)")
     p.add_argument("--host", default=None, help="address to bind (default: [server] host, 127.0.0.1)")
-    p.add_argument("--port", type=int, default=None, help="port to listen on (default: [server] port, 8000; 0: any free)")
+    p.add_argument("--port", type=port_number, default=None, help="port to listen on (default: [server] port, 8000; 0: any free)")
     add_grace_option(p)
     add_sandbox_option(p)
     p.set_defaults(handler=main)
@@ -61,14 +61,10 @@ def bind(host: str, port: int) -> socket.socket:
     Raises:
         ConfigError: the address cannot be bound (in use, not an address of this machine).
     """
+    from expert_server.server import listen
+
     try:
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(2048)
-        sock.setblocking(False)
-        return sock
+        return listen(host, port)
     except OSError as e:
         raise ConfigError(f"I cannot listen on {host}:{port} ({e.strerror or e.__class__.__name__}); "
                           "choose another --port or [server] port.") from None

@@ -14,7 +14,7 @@ import argparse
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from .common import INTERRUPTED, add_grace_option, add_sandbox_option
+from .common import INTERRUPTED, add_grace_option, add_sandbox_option, port_number
 
 if TYPE_CHECKING:
     from ..settings import Settings
@@ -24,7 +24,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``slack`` subcommand to the CLI's subparsers; returns the new parser."""
     p = subparsers.add_parser("slack", help="run the Slack bot (Socket Mode or HTTP Events API)")
     p.add_argument("--mode", choices=["socket", "http"], default=None, help="default: [slack] mode (socket)")
-    p.add_argument("--port", type=int, default=None, help="HTTP mode: port to listen on (default: [slack] port, 3000)")
+    p.add_argument("--port", type=port_number, default=None, help="HTTP mode: port to listen on (default: [slack] port, 3000)")
     p.add_argument("--host", default=None, help="HTTP mode: address to bind (default: [slack] host, 0.0.0.0)")
     p.add_argument("--api-url", default=None,
                    help="Slack Web API base URL (default https://slack.com/api/; GovSlack: https://slack-gov.com/api/)")
