@@ -42,23 +42,25 @@ from .settings_sections import (  # noqa: F401 (re-exported: settings users impo
 class LLMSettings(Section):
     """``[llm]``: the controller, any OpenAI-compatible chat completions server."""
 
-    base_url: str | None = None  # None: the SDK default (api.openai.com)
-    api_key: SecretStr | None = None
-    model: str = "gpt-4o-mini"
+    base_url: str | None = Field(None, description="the controller's OpenAI-compatible API (OPENAI_BASE_URL); default: the openai SDK's, https://api.openai.com/v1")
+    api_key: SecretStr | None = Field(None, description="the controller's key (OPENAI_API_KEY); any string for a local server")
+    model: str = Field("gpt-4o-mini", description="the controller model's name on that server")
     timeout: float = Field(60.0, gt=0, le=DAY, description="seconds per controller call")
     max_retries: int = Field(2, ge=0, le=20, description="openai SDK retries (429, 5xx, connection)")
-    structured_output: Literal["auto", "json_schema", "json_object", "off"] = "auto"
-    temperature: float = Field(0.0, ge=0, le=2)
+    structured_output: Literal["auto", "json_schema", "json_object", "off"] = Field(
+        "auto", description="how plans are asked for: auto tries a JSON schema, then JSON mode, then plain text as the server refuses each")
+    temperature: float = Field(0.0, ge=0, le=2, description="sampling temperature of every controller call")
     max_reply_bytes: int = Field(
         4 * MiB, ge=1024, le=GiB, description="bytes, largest controller reply read (enforced while it arrives)"
     )
 
 
 class InferenceSettings(ProviderKeys, Section):
-    """``[inference]``: expert models, model selection and execution limits (provider keys:
-    :class:`bot.settings_inference.ProviderKeys`)."""
+    """``[inference]``: expert models, model selection and execution limits.
 
-    token: SecretStr | None = None
+    The provider keys come from :class:`bot.settings_inference.ProviderKeys`."""
+
+    token: SecretStr | None = Field(None, description="Hugging Face token (HF_TOKEN) for the Hub and Inference Providers; not needed with mode = \"local\"")
     base_url: str | None = Field(None, description="gateway: every call for M goes to {base_url}/models/{M}")
     endpoints: dict[str, str] = Field(default_factory=dict, description="model id -> dedicated endpoint URL")
     experts_url: Annotated[list[str], NoDecode] = Field(default_factory=list, description="expert servers, M at {url}/models/{M}")
@@ -69,8 +71,9 @@ class InferenceSettings(ProviderKeys, Section):
         default_factory=lambda: ["summarization", "translation", "conversational", "text-generation", "text2text-generation"],
         description="text tasks the controller LLM serves itself",
     )
-    selection: Literal["llm", "top"] = "llm"
-    top_k: int = Field(5, ge=1, le=20)
+    selection: Literal["llm", "top"] = Field(
+        "llm", description="model selection: the controller picks among the candidates (the paper's stage), or top: the most downloaded available one without a call")
+    top_k: int = Field(5, ge=1, le=20, description="candidate models shown to the controller per task")
     task_timeout: float = Field(120.0, gt=0, le=DAY, description="seconds per expert call")
     deadline: float = Field(
         600.0, gt=0, le=DAY, description="seconds for a whole run: planning, execution and the answer, retries included"
@@ -130,7 +133,7 @@ class PlanningSettings(Section):
 class CatalogSettings(Section):
     """``[catalog]``: which models exist for which task."""
 
-    path: Path | None = None  # None: the catalog shipped with the package
+    path: Path | None = Field(None, description="a model catalog (JSON lines, `hugginggpt catalog refresh` writes one); default: the catalog shipped with the package")
     availability_ttl: float = Field(3600.0, ge=0, le=30 * DAY, description="seconds to cache provider availability")
 
 
@@ -141,11 +144,11 @@ class StorageSettings(Section):
         default_factory=default_data_dir, description="conversations, media and logs; default: the user data dir "
         "(platformdirs, e.g. ~/.local/share/hugginggpt), the same from any working directory",
     )
-    max_file_bytes: int = Field(25 * MiB, ge=1024, le=4 * GiB)
+    max_file_bytes: int = Field(25 * MiB, ge=1024, le=4 * GiB, description="bytes, largest file a user may attach")
     max_text_file_bytes: int = Field(
         1 * MiB, ge=1024, le=64 * MiB, description="largest text file (.txt, .md, .csv, .json) a user may attach, bytes"
     )
-    max_files: int = Field(5, ge=1, le=100)
+    max_files: int = Field(5, ge=1, le=100, description="files a user may attach to one message")
     file_read_timeout: float = Field(
         60.0, gt=0, le=3600, description="seconds to read one file named on the command line (--file, /file): a pipe "
         "or FIFO still sending, or that nothing writes to, is refused then",
@@ -243,7 +246,7 @@ class MappingEnvSource(EnvSettingsSource):
 
 
 # (section, key) filled from a conventional variable when not set otherwise.
-_USUAL_VARIABLES: dict[str, tuple[str, str]] = {
+USUAL_VARIABLES: dict[str, tuple[str, str]] = {
     "OPENAI_API_KEY": ("llm", "api_key"),
     "OPENAI_BASE_URL": ("llm", "base_url"),
     "HF_TOKEN": ("inference", "token"),
@@ -303,7 +306,7 @@ def load_settings(
             raise ConfigError(f"The config file {file} cannot be read ({e.__class__.__name__}).") from None
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"The config file {file} is not valid TOML: {e}.") from None
-    for var, (section, key) in _USUAL_VARIABLES.items():
+    for var, (section, key) in USUAL_VARIABLES.items():
         if env.get(var) and not _env_has(env, section, key) and not (data.get(section) or {}).get(key):
             data.setdefault(section, {})[key] = env[var]
     for section, values in (overrides or {}).items():
@@ -342,7 +345,7 @@ def describe_errors(
             model = field.annotation if field is not None else None
             choices = list(getattr(model, "model_fields", {}))
         var = f"HUGGINGGPT_{section}__{key}".upper() if key else None
-        usual = next((v for v, sk in _USUAL_VARIABLES.items() if sk == (section, key) and env.get(v)), None)
+        usual = next((v for v, sk in USUAL_VARIABLES.items() if sk == (section, key) and env.get(v)), None)
         if var and var in upper_env:
             origin = f"from {var}"
         elif key and key in (overrides.get(section) or {}):

@@ -101,7 +101,7 @@ class DocumentSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    pdf: bool = True
+    pdf: bool = Field(True, description="PDF attachments are read (their text, and image-only pages as images); false: refused")
     max_pdf_bytes: int = Field(20 * MiB, ge=1024, le=1024 * MiB, description="bytes, largest PDF accepted")
     max_pages: int = Field(50, ge=1, le=5000, description="pages read of one PDF")
     max_page_images: int = Field(4, ge=0, le=50, description="image-only pages rendered for vision tasks")

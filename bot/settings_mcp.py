@@ -32,7 +32,7 @@ class McpServerSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     command: str | None = Field(None, description="program of a stdio server")
-    args: list[str] = Field(default_factory=list)
+    args: list[str] = Field(default_factory=list, description="its arguments")
     env: dict[str, SecretStr] = Field(default_factory=dict, description="its environment (only these and the "
                                       "SDK's safe defaults such as PATH and HOME are passed)")
     url: str | None = Field(None, pattern=r"^https?://", description="streamable HTTP endpoint")
@@ -52,7 +52,7 @@ class McpSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    servers: dict[str, McpServerSettings] = Field(default_factory=dict)
+    servers: dict[str, McpServerSettings] = Field(default_factory=dict, description="tool servers by short name: command (with args, env) for stdio, or url (with headers) for streamable HTTP; tools limits what is offered")
 
     @model_validator(mode="after")
     def _names(self) -> "McpSettings":

@@ -45,39 +45,39 @@ def secret(value: SecretStr | str | None) -> str | None:
 class DiscordSettings(Section):
     """``[discord]``: the Discord front end."""
 
-    token: SecretStr | None = None
+    token: SecretStr | None = Field(None, description="the bot's token (DISCORD_BOT_TOKEN)")
     api_base_url: str | None = Field(
         None, pattern=r"^https?://", description="Discord REST API base (a proxy); default https://discord.com/api/v10"
     )
     gateway_url: str | None = Field(
         None, pattern=r"^wss?://", description="Discord gateway websocket (a proxy); default wss://gateway.discord.gg/"
     )
-    command_name: str = Field("ask", pattern=r"^[-_a-z0-9]{1,32}$")
-    allowed_guilds: list[int] = Field(default_factory=list)
-    allowed_channels: list[int] = Field(default_factory=list)
-    allowed_roles: list[int] = Field(default_factory=list)
+    command_name: str = Field("ask", pattern=r"^[-_a-z0-9]{1,32}$", description="the slash command's name")
+    allowed_guilds: list[int] = Field(default_factory=list, description="server (guild) ids the bot answers in; empty: any")
+    allowed_channels: list[int] = Field(default_factory=list, description="channel ids the bot answers in (a thread counts as its channel); empty: any")
+    allowed_roles: list[int] = Field(default_factory=list, description="role ids of the members it answers; empty: anyone")
     rate_limit_per_minute: int = Field(6, ge=0, le=10_000, description="0: no limit")
-    max_concurrent_runs: int = Field(2, ge=1, le=1000)
-    followups_need_mention: bool = False
+    max_concurrent_runs: int = Field(2, ge=1, le=1000, description="runs in flight per user")
+    followups_need_mention: bool = Field(False, description="messages in the bot's threads must mention it to be answered")
 
 
 class SlackSettings(Section):
     """``[slack]``: the Slack front end."""
 
-    bot_token: SecretStr | None = None
-    app_token: SecretStr | None = None
-    signing_secret: SecretStr | None = None
-    mode: Literal["socket", "http"] = "socket"
-    host: str = "0.0.0.0"
-    port: int = Field(3000, ge=1, le=65535)
-    path: str = Field("/slack/events", pattern=r"^/")
-    allowed_channels: list[str] = Field(default_factory=list)
-    allowed_users: list[str] = Field(default_factory=list)
+    bot_token: SecretStr | None = Field(None, description="the app's bot token, xoxb-... (SLACK_BOT_TOKEN)")
+    app_token: SecretStr | None = Field(None, description="Socket Mode's app-level token, xapp-... (SLACK_APP_TOKEN)")
+    signing_secret: SecretStr | None = Field(None, description="HTTP mode's signing secret (SLACK_SIGNING_SECRET)")
+    mode: Literal["socket", "http"] = Field("socket", description="Socket Mode (no public URL) or the HTTP Events API")
+    host: str = Field("0.0.0.0", description="HTTP mode: address to bind (--host)")
+    port: int = Field(3000, ge=1, le=65535, description="HTTP mode: port to listen on (--port)")
+    path: str = Field("/slack/events", pattern=r"^/", description="HTTP mode: the Events API request URL's path")
+    allowed_channels: list[str] = Field(default_factory=list, description="channel ids the bot answers in; empty: any")
+    allowed_users: list[str] = Field(default_factory=list, description="user ids it answers; empty: anyone")
     allow_dms: bool | None = Field(
         None, description="direct messages; default: allowed unless allowed_channels is set (allowed_users always applies)"
     )
     rate_limit_per_minute: int = Field(6, ge=0, le=10_000, description="0: no limit")
-    followups_without_mention: bool = True
+    followups_without_mention: bool = Field(True, description="replies in a thread the bot is in are answered without a mention")
     admins: list[str] = Field(default_factory=list, description="user ids who may stop anyone's run")
     streaming: bool = Field(True, description="the plan as task cards and the answer in a chat stream; "
                             "false: a status message edited with chat.update")
