@@ -1,6 +1,6 @@
 """Settings: the one place that reads the environment and the config file.
 
-Sources, strongest first (ARCHITECTURE.md, "Configuration and command line"):
+Sources, strongest first (docs/configuration.md):
 
 1. ``HUGGINGGPT_<SECTION>__<KEY>`` environment variables (e.g. ``HUGGINGGPT_LLM__BASE_URL``);
 2. the usual variables ``OPENAI_API_KEY``, ``OPENAI_BASE_URL``, ``HF_TOKEN``, ``DISCORD_BOT_TOKEN``,

@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 
 STAGE_HEADER = "X-HuggingGPT-Stage"
-"""HTTP header naming the stage of each controller call (ARCHITECTURE.md): ``task-planning``,
+"""HTTP header naming the stage of each controller call (docs/how-it-works.md): ``task-planning``,
 ``task-replanning`` (:mod:`pipeline.replanning`), ``model-selection``, ``controller-task`` or
 ``response-generation``. Gateways can log it; the
 sandbox's stand-in controller routes on it. Prompts carry no such marker."""

@@ -384,7 +384,7 @@ class RunRecord:
         return self.status != "error"
 
     def to_json(self) -> dict[str, Any]:
-        """JSON document of the run, shape documented in ARCHITECTURE.md (``--json``)."""
+        """JSON document of the run, shape documented in docs/command-line.md (``--json``)."""
 
         def out(o: Output | None) -> Any:
             if o is None:

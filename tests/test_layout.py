@@ -1,4 +1,4 @@
-"""The code base's shape (ARCHITECTURE.md, "Where things live"), checked from the source itself.
+"""The code base's shape (docs/architecture.md), checked from the source itself.
 
 * ``pipeline/`` imports nothing of ``bot/`` or ``adapters/``;
 * ``bot/`` imports ``adapters/`` only from ``bot/cli/``;
@@ -8,7 +8,7 @@
 * ``expert_server/`` (a separate deployable) imports nothing of ``bot/``, ``adapters/`` or
   ``pipeline/``, and nothing outside ``bot/cli/`` imports it;
 * no module imports another in a cycle;
-* no product module is over 450 lines;
+* no product module is over 800 lines (a module holds one concept, however long it is up to that);
 * one conversation store: a single class implements the conversations protocol, database drivers
   are imported only by the store's package (``bot/store/sql``) and dialect-specific SQLAlchemy
   only by its dialect module;
@@ -33,7 +33,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("pipeline", "bot", "adapters", "prompts", "expert_server", "sandbox")
-MAX_LINES = 450
+MAX_LINES = 800
 MAX_FUNCTION_LINES = 60
 PLATFORM_SDKS = ("slack_bolt", "slack_sdk", "discord", "aiohttp.web")
 

@@ -104,7 +104,7 @@ async def plan_via(server, text, resources=(), available=ALL_TASKS, **kw) -> lis
 
 
 def assert_valid_plan(plan: list[dict], resources: list[dict], available: list[str]) -> None:
-    """The checks the pipeline's plan validation makes (ARCHITECTURE.md, task planning)."""
+    """The checks the pipeline's plan validation makes (docs/how-it-works.md, task planning)."""
     ids = {r["id"] for r in resources}
     kinds = {r["id"]: r["kind"] for r in resources}
     seen: dict[int, str] = {}

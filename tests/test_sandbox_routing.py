@@ -11,7 +11,7 @@ from bot.settings import load_settings
 from pipeline.types import Done
 from tests.conftest import media_file
 
-# The block each stage's user message must carry (the stage's input, ARCHITECTURE.md / paper §3).
+# The block each stage's user message must carry (the stage's input, paper §3).
 BLOCK_OF_STAGE = {
     "task-planning": "<available_tasks>",
     "model-selection": "<candidates>",

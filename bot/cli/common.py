@@ -1,7 +1,7 @@
 """What every command shares: the options defined once, loading settings (with the sandbox),
 reading ``--file`` arguments, and the exit status each error class means.
 
-Exit statuses (ARCHITECTURE.md, "Configuration and command line"): 0 ok (every task succeeded);
+Exit statuses (docs/command-line.md): 0 ok (every task succeeded);
 2 settings; 3 input (a file, an empty request, an unknown conversation); 4 controller; 5 plan; 6 answered, but some task failed or was skipped; 7 the
 run's deadline passed; 8 storage; 130 interrupted (Ctrl-C).
 """

@@ -102,7 +102,7 @@ def check_settings(config: str | None) -> tuple[Check, Settings | None]:
     except ConfigError as e:
         problems = "; ".join(e.user_message.splitlines())
         return Check("settings", "FAIL", f"The settings do not load: {problems}",
-                     "fix the key or variable named (see `hugginggpt --help` and the README's settings)"), None
+                     "fix the key or variable named (see `hugginggpt --help` and docs/configuration.md)"), None
     file = config_path(config)
     where = f"Config file {file.resolve()}" if file else "No config file (defaults and environment)"
     return Check("settings", "ok", f"{where}; data dir {settings.storage.data_dir}."), settings

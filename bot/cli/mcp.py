@@ -1,5 +1,5 @@
 """``hugginggpt mcp [--sandbox]``: HuggingGPT as an MCP server over stdio, for Claude Desktop,
-Cursor and any other MCP client that starts its servers as programs (README, "MCP").
+Cursor and any other MCP client that starts its servers as programs (docs/mcp.md).
 
 stdout carries the protocol only: nothing else is printed there; logs go to the log file (and to
 stderr with ``-v``). The server ends when the client closes stdin; runs in flight are then

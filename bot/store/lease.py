@@ -2,7 +2,7 @@
 store (a SQLite data directory, or a PostgreSQL database). The rules, as pure functions; the
 statements that apply them: :mod:`bot.store.sql.upkeep`.
 
-Rules (the README's "Sharing a data directory" paragraph is written from these):
+Rules (docs/operations.md, "Sharing a data dir", is written from these):
 
 * Every open store (:class:`bot.store.sql.store.SQLStore`) is an *owner*: ``host/pid/random`` (the host
   name, plus the PID namespace on Linux; the process id; 8 random hex digits), registered in the

@@ -1,6 +1,6 @@
 """Expert models on Hugging Face through ``huggingface_hub``'s ``AsyncInferenceClient``.
 
-Routing of model ``M`` (ARCHITECTURE.md, "Backends"):
+Routing of model ``M`` (docs/configuration.md, ``[inference]``):
 
 0. a URL given by the caller (a team's expert server, chosen by :mod:`.routing`);
 1. ``endpoints[M]`` (a dedicated Inference Endpoint URL): the client POSTs straight to it;
@@ -182,7 +182,7 @@ class HubRunner:
     def endpoint_for(self, model: str) -> str | None:
         """URL that serves ``model``, or ``None`` when the provider path is used.
 
-        ``endpoints[model]`` first, then ``{base_url}/models/{model}`` (ARCHITECTURE.md).
+        ``endpoints[model]`` first, then ``{base_url}/models/{model}``.
         """
         if model in self.settings.endpoints:
             return self.settings.endpoints[model]
