@@ -17,6 +17,7 @@ process environment is never modified.
 from __future__ import annotations
 
 import difflib
+import logging
 import os
 from urllib.parse import unquote, urlsplit
 import tomllib
@@ -258,6 +259,35 @@ USUAL_VARIABLES: dict[str, tuple[str, str]] = {
 }
 
 
+RENAMED: dict[tuple[str, str], str] = {("slack", "followups_without_mention"): "followups_need_mention"}
+"""(section, old key) → the key that replaced it, whose value is the old one's opposite (a boolean
+that was named in the other sense; the old name still loads, with a warning)."""
+
+
+def _renamed(data: dict[str, Any], env: dict[str, str], file: Path | None) -> None:
+    """Move deprecated keys of ``data`` (the file) and ``env`` to their new names, in place, and
+    warn once for each (before logging is set up, Python's last-resort handler prints it on stderr).
+
+    Raises:
+        ConfigError: a deprecated key's value is not a boolean.
+    """
+    from pydantic import TypeAdapter
+
+    for (section, old), new in RENAMED.items():
+        old_var, new_var = (f"HUGGINGGPT_{section}__{key}".upper() for key in (old, new))
+        found = [(name, env.pop(name), env, new_var) for name in [k for k in env if k.upper() == old_var]]
+        if old in (data.get(section) or {}):
+            found.append((f"[{section}] {old} in {file}", data[section].pop(old), data[section], new))
+        for where, value, target, key in found:
+            try:
+                flipped = not TypeAdapter(bool).validate_python(value)
+            except ValidationError:
+                raise ConfigError(f"{where} is invalid: it takes true or false.") from None
+            target[key] = str(flipped).lower() if target is env else flipped
+            logging.getLogger("hugginggpt.settings").warning(
+                "%s is deprecated: write [%s] %s = %s (its opposite) instead.", where, section, new, str(flipped).lower())
+
+
 def config_path(explicit: str | os.PathLike[str] | None = None, env: dict[str, str] | None = None) -> Path | None:
     """The config file to read: ``explicit``, else ``$HUGGINGGPT_CONFIG``, else ``./hugginggpt.toml``
     if it exists, else ``None``."""
@@ -306,6 +336,7 @@ def load_settings(
             raise ConfigError(f"The config file {file} cannot be read ({e.__class__.__name__}).") from None
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"The config file {file} is not valid TOML: {e}.") from None
+    _renamed(data, env, file)
     for var, (section, key) in USUAL_VARIABLES.items():
         if env.get(var) and not _env_has(env, section, key) and not (data.get(section) or {}).get(key):
             data.setdefault(section, {})[key] = env[var]

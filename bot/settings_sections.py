@@ -77,7 +77,8 @@ class SlackSettings(Section):
         None, description="direct messages; default: allowed unless allowed_channels is set (allowed_users always applies)"
     )
     rate_limit_per_minute: int = Field(6, ge=0, le=10_000, description="0: no limit")
-    followups_without_mention: bool = Field(True, description="replies in a thread the bot is in are answered without a mention")
+    followups_need_mention: bool = Field(False, description="replies in the bot's threads must mention it to be "
+                                         "answered (formerly followups_without_mention, its opposite)")
     admins: list[str] = Field(default_factory=list, description="user ids who may stop anyone's run")
     streaming: bool = Field(True, description="the plan as task cards and the answer in a chat stream; "
                             "false: a status message edited with chat.update")

@@ -68,7 +68,7 @@ def test_classify():
     assert classify_message(ev(channel_type="im"), bot_user_id=BOT).reason == "direct message"
     d = classify_message(ev(thread_ts="0.5"), bot_user_id=BOT)
     assert d.verdict == "request" and d.needs_thread_check
-    assert classify_message(ev(thread_ts="0.5"), bot_user_id=BOT, followups_without_mention=False).verdict == "ignore"
+    assert classify_message(ev(thread_ts="0.5"), bot_user_id=BOT, followups_need_mention=True).verdict == "ignore"
     # a thread parent (thread_ts == ts) without a mention is not a follow-up
     assert classify_message(ev(thread_ts="1.0"), bot_user_id=BOT).verdict == "ignore"
     # own messages, bot messages, edits

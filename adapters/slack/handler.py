@@ -6,7 +6,7 @@ What a user sees: ``@bot <request>`` (files attached or not) in a channel gets a
 that message's thread, edited as the run progresses (plan, model and state per task), then the
 answer (Markdown converted to mrkdwn, split under Slack's size limit) and the generated files.
 A mention inside a thread continues that thread's conversation; in a thread the bot takes part
-in, follow-ups need no mention (``[slack] followups_without_mention``). Direct messages work too.
+in, follow-ups need no mention (unless ``[slack] followups_need_mention``). Direct messages work too.
 
 Delivery rules (docs.slack.dev/apis/events-api): bolt acknowledges each event before our listener
 runs (``process_before_response=False``); the listener does its checks without awaiting and hands
@@ -120,7 +120,7 @@ class SlackBot:
         """
         self.stats.events += 1
         decision = classify_message(
-            event, bot_user_id=bot_user_id, bot_id=bot_id, followups_without_mention=self.slack.followups_without_mention
+            event, bot_user_id=bot_user_id, bot_id=bot_id, followups_need_mention=self.slack.followups_need_mention
         )
         if decision.verdict == "ignore":
             self.stats.ignored += 1

@@ -65,7 +65,7 @@ def classify_message(
     *,
     bot_user_id: str | None,
     bot_id: str | None = None,
-    followups_without_mention: bool = True,
+    followups_need_mention: bool = False,
 ) -> Decision:
     """Decide whether a Slack ``app_mention`` or ``message`` event is a request.
 
@@ -78,7 +78,7 @@ def classify_message(
         event: the ``event`` object of the Events API envelope.
         bot_user_id: the bot's user id (``auth.test`` ``user_id``), e.g. ``"U0BOT"``.
         bot_id: the bot's bot id (``auth.test`` ``bot_id``), e.g. ``"B0BOT"``.
-        followups_without_mention: the ``[slack] followups_without_mention`` setting.
+        followups_need_mention: the ``[slack] followups_need_mention`` setting.
     """
     if event.get("subtype") not in _USER_SUBTYPES:
         return Decision("ignore", f"subtype {event.get('subtype')}")
@@ -92,7 +92,7 @@ def classify_message(
     if event.get("channel_type") == "im":
         return Decision("request", "direct message")
     thread_ts = event.get("thread_ts")
-    if thread_ts and thread_ts != event.get("ts") and followups_without_mention:
+    if thread_ts and thread_ts != event.get("ts") and not followups_need_mention:
         return Decision("request", "thread follow-up", needs_thread_check=True)
     return Decision("ignore", "no mention")
 
