@@ -101,7 +101,7 @@ def run_cli(urls: dict[str, str], data_dir: Path, files: list[Path]) -> tuple[di
         "HUGGINGGPT_INFERENCE__SELECTION": "top", "HUGGINGGPT_STORAGE__DATA_DIR": str(data_dir),
         "PYTHONPATH": str(ROOT),
     })
-    args = [sys.executable, "-m", "bot.cli", "run", "--json", "benchmark request"]
+    args = [sys.executable, "-m", "hugginggpt", "run", "--json", "benchmark request"]
     for f in files:
         args += ["--file", str(f)]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -116,13 +116,13 @@ def _env(c: FaultyController, data: Path, deadline: float, fault: Fault, experts
 
 
 def _command(fault: Fault, text: str = "describe this") -> list[str]:
-    cmd = [sys.executable, "-m", "bot.cli", "run", "--json", text]
+    cmd = [sys.executable, "-m", "hugginggpt", "run", "--json", text]
     if fault.photo:
         cmd += ["--file", str(PHOTO)]
     return cmd
 
 
-CHAT = [sys.executable, "-m", "bot.cli", "chat"]
+CHAT = [sys.executable, "-m", "hugginggpt", "chat"]
 """A conversation (its turns are stored, so they can be counted), fed on standard input."""
 
 

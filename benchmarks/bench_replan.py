@@ -20,7 +20,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from bot.evaluation.runs import RunResult, load_cases, run_all
+from hugginggpt.evaluation.runs import RunResult, load_cases, run_all
 from sandbox import Sandbox
 from bot.service import Service
 from bot.settings import load_settings

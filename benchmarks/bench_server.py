@@ -91,7 +91,7 @@ async def concurrent_phase(concurrency: int, rounds: int, inprocess: bool) -> tu
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "HUGGINGGPT_STORAGE__DATA_DIR": str(Path(tmp) / "data"), "PYTHONPATH": str(ROOT),
                "HUGGINGGPT_SERVER__RATE_LIMIT_PER_MINUTE": "0", "HUGGINGGPT_SERVER__MAX_CONCURRENT_RUNS": "1000"}
-        argv = [sys.executable, "-m", "bot.cli", "serve", "--port", "0"]
+        argv = [sys.executable, "-m", "hugginggpt", "serve", "--port", "0"]
         if inprocess:
             argv.append("--sandbox")
         else:

@@ -36,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CODE = ROOT
 """The checkout whose code is timed (``--code``)."""
-HG = [sys.executable, "-m", "bot.cli"]
+HG = [sys.executable, "-m", "hugginggpt"]
 
 OPEN_STORE = """
 import asyncio, time

@@ -59,7 +59,7 @@ async def serving(data: Path, **server: str) -> AsyncIterator[tuple[str, Any]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HUGGINGGPT_", "OPENAI_", "HF_"))}
     env.update({"HUGGINGGPT_STORAGE__DATA_DIR": str(data), "PYTHONPATH": str(ROOT),
                 **{f"HUGGINGGPT_SERVER__{k.upper()}": v for k, v in server.items()}})
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "bot.cli", "serve", "--sandbox", "--port", "0",
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "hugginggpt", "serve", "--sandbox", "--port", "0",
                                                 env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     assert proc.stdout is not None
     line = (await asyncio.wait_for(proc.stdout.readline(), 120)).decode()

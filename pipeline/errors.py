@@ -3,7 +3,7 @@
 ``user_message`` is safe to show in a chat (no secrets, no paths outside the conversation, no
 traceback); ``str(exc)`` may carry operator details for the log. Errors of the service around the
 pipeline (settings, user input, storage) live in :mod:`bot.errors`; which exit status each class
-means to the command line is decided in :mod:`bot.cli.common`.
+means to the command line is decided in :mod:`hugginggpt.common`.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
 that speak the real wire formats and derive their outputs from their inputs. Answers and generated
 media are labelled as coming from a stand-in.
 
-This package is optional and separate: the product imports it only from ``bot/cli/common.py``
+This package is optional and separate: the product imports it only from ``hugginggpt/common.py``
 (lazily, for ``--sandbox``); it imports nothing of ``bot/`` or ``adapters/``. Its modules:
 
 - controller side: :mod:`.controller` (HTTP server), :mod:`.routing` (the ``X-HuggingGPT-Stage``

@@ -1,7 +1,7 @@
 """Several ``hugginggpt slack --mode http`` processes on one store, as an operator runs them behind
 a load balancer; used by tests/test_slack_replicas.py and benchmarks/bench_scale.py.
 
-Each replica is a real subprocess (``python -m bot.cli -v slack --mode http``) in its own process
+Each replica is a real subprocess (``python -m hugginggpt -v slack --mode http``) in its own process
 group, pointed at the stand-in Slack (``--api-url``) and at backends given as settings (the
 sandbox stand-ins running in the caller's process, so one latency knob serves every replica). The
 store is a parameter: ``{"data_dir": ...}`` for a shared SQLite data dir, plus
@@ -135,7 +135,7 @@ class Fleet:
         Raises:
             RuntimeError: it exited or was not ready in ``timeout`` seconds (with its log).
         """
-        argv = [sys.executable, "-m", "bot.cli", "-v", "slack", "--mode", "http", "--host", "127.0.0.1",
+        argv = [sys.executable, "-m", "hugginggpt", "-v", "slack", "--mode", "http", "--host", "127.0.0.1",
                 "--port", str(r.port), "--api-url", self.slack.api_url, "--grace", str(self.graces[r.index])]
         with open(r.log, "ab") as out:
             r.proc = await asyncio.create_subprocess_exec(*argv, cwd=self.root, env=self.env, stdin=asyncio.subprocess.DEVNULL,

@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from bot.cli.catalog import add_parser, main
+from hugginggpt.catalog import add_parser, main
 from pipeline.catalog.refresh import refresh_catalog
 from bot.settings import load_settings
 from pipeline.catalog import SHIPPED_CATALOG, Availability, Catalog, ModelCard
-from bot.cli.common import exit_status
+from hugginggpt.common import exit_status
 from bot.errors import InputError
 from pipeline.errors import CatalogError
 from pipeline.tasks import TASKS
@@ -406,7 +406,7 @@ def test_unreachable_hub_is_said_and_not_waited_for_per_model(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HUGGINGGPT_", "OPENAI_", "HF_"))}
     env.update({"HUGGINGGPT_STORAGE__DATA_DIR": str(tmp_path / "data"), "HF_TOKEN": "hf_test_token"})
     t0 = time.monotonic()
-    p = subprocess.run([sys.executable, "-m", "bot.cli", "catalog", "show", "image-classification", "--limit", "8",
+    p = subprocess.run([sys.executable, "-m", "hugginggpt", "catalog", "show", "image-classification", "--limit", "8",
                         "--hub-endpoint", "http://127.0.0.1:9"], cwd=tmp_path, env=env, capture_output=True, text=True,
                        timeout=120)
     took = time.monotonic() - t0

@@ -47,7 +47,7 @@ def _env(tmp_path, extra=None):
 
 def spawn(tmp_path, *args, env=None):
     return pexpect.spawn(
-        sys.executable, ["-m", "bot.cli", "chat", *args], cwd=str(tmp_path), env=env or _env(tmp_path),
+        sys.executable, ["-m", "hugginggpt", "chat", *args], cwd=str(tmp_path), env=env or _env(tmp_path),
         encoding="utf-8", timeout=60, dimensions=(40, 200),
     )
 
@@ -100,7 +100,7 @@ def test_a_pasted_text_keeps_its_lines_and_ctrl_d_leaves(tmp_path):
     chat.expect(pexpect.EOF)
     chat.close()
     assert chat.exitstatus == 0
-    p = subprocess.run([sys.executable, "-m", "bot.cli", "chat", "--sandbox", "--conversation", conv], input="/quit\n",
+    p = subprocess.run([sys.executable, "-m", "hugginggpt", "chat", "--sandbox", "--conversation", conv], input="/quit\n",
                        cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=120)
     assert "1 earlier turns" in p.stdout and "[0] you: pasted one\npasted two" in p.stdout, p.stdout
 
@@ -125,7 +125,7 @@ def test_arrow_key_editing_multi_line_messages_and_history_in_a_later_session(tm
     assert "^[[D" not in chat.before
 
     # what was stored is what the user edited: one turn with the fix, one turn of two lines
-    p = subprocess.run([sys.executable, "-m", "bot.cli", "chat", "--sandbox", "--conversation", conv], input="/quit\n",
+    p = subprocess.run([sys.executable, "-m", "hugginggpt", "chat", "--sandbox", "--conversation", conv], input="/quit\n",
                        cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=120)
     assert "[0] you: hello there" in p.stdout, p.stdout
     assert "[1] you: first line\nsecond line" in p.stdout, p.stdout
@@ -217,12 +217,12 @@ def test_ctrl_c_during_a_run_stops_it_with_what_finished_twice_abandons_it(tmp_p
 def test_new_gives_a_resume_hint_and_resuming_lists_the_first_turn(tmp_path):
     env = _env(tmp_path)
     lines = "\n".join(["first, with a photo", "second", "third", "fourth", "fifth", "sixth", "/new", "/quit"]) + "\n"
-    p = subprocess.run([sys.executable, "-m", "bot.cli", "chat", "--sandbox"], input=lines, cwd=tmp_path, env=env,
+    p = subprocess.run([sys.executable, "-m", "hugginggpt", "chat", "--sandbox"], input=lines, cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     first = p.stdout.split("resume later with: hugginggpt chat --conversation ")[1].split(")")[0]
     assert f"Resume the previous one with: hugginggpt chat --conversation {first}" in p.stdout
-    p = subprocess.run([sys.executable, "-m", "bot.cli", "chat", "--sandbox", "--conversation", first], input="/quit\n",
+    p = subprocess.run([sys.executable, "-m", "hugginggpt", "chat", "--sandbox", "--conversation", first], input="/quit\n",
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert "6 earlier turns" in p.stdout
     assert "[0] you: first, with a photo" in p.stdout and "[5] you: sixth" in p.stdout and "… 2 more" in p.stdout

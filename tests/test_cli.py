@@ -21,7 +21,7 @@ def hugginggpt(args, tmp_path, env_extra=None, timeout=120):
     env["HUGGINGGPT_STORAGE__DATA_DIR"] = str(tmp_path / "data")
     env.update(env_extra or {})
     return subprocess.run(
-        [sys.executable, "-m", "bot.cli", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "hugginggpt", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout
     )
 
 
@@ -120,7 +120,7 @@ def test_ctrl_c_leaves_no_half_written_files(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HUGGINGGPT_", "OPENAI_"))}
     env["HUGGINGGPT_STORAGE__DATA_DIR"] = str(tmp_path / "data")
     proc = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from bot.cli import main; import sandbox; "
+        [sys.executable, "-c", "import sys; from hugginggpt import main; import sandbox; "
          "orig = sandbox.Sandbox.__init__\n"
          "def slow(self, **kw):\n    orig(self, latency={'image-to-text': 30})\n"
          "sandbox.Sandbox.__init__ = slow\nsys.exit(main(sys.argv[1:]))",
@@ -152,7 +152,7 @@ def test_non_utf8_request_and_file_name_are_accepted(tmp_path):
     env["HUGGINGGPT_STORAGE__DATA_DIR"] = str(tmp_path / "data")
     odd = tmp_path / os.fsdecode(b"caf\xe9.png")
     odd.write_bytes((MEDIA / "chelsea.png").read_bytes())
-    argv = [os.fsencode(sys.executable), b"-m", b"bot.cli", b"run", b"--sandbox", b"--json",
+    argv = [os.fsencode(sys.executable), b"-m", b"hugginggpt", b"run", b"--sandbox", b"--json",
             b"describe this picture \xff", b"--file", os.fsencode(odd)]
     p = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, timeout=120)
     assert b"Traceback" not in p.stderr, p.stderr
@@ -165,7 +165,7 @@ def test_non_utf8_request_and_file_name_are_accepted(tmp_path):
 def test_closed_reader_ends_quietly(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HUGGINGGPT_", "OPENAI_", "HF_TOKEN"))}
     env["HUGGINGGPT_STORAGE__DATA_DIR"] = str(tmp_path / "data")
-    cmd = f"{sys.executable} -m bot.cli run --sandbox 'describe this picture' --file {MEDIA / 'chelsea.png'} | head -1"
+    cmd = f"{sys.executable} -m hugginggpt run --sandbox 'describe this picture' --file {MEDIA / 'chelsea.png'} | head -1"
     p = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert p.stdout.count("\n") == 1
     assert "Traceback" not in p.stderr and "BrokenPipe" not in p.stderr, p.stderr
@@ -218,7 +218,7 @@ def _cap_memory():  # a child that ignored the file limit would stop at 4 GB ins
 
 def _peak_rss(args, tmp_path, stdin=None, extra=None):
     """(exit status, stderr, peak RSS in bytes) of ``hugginggpt ARGS``, measured on that process alone."""
-    proc = subprocess.Popen([sys.executable, "-m", "bot.cli", *args], cwd=tmp_path, env=_env(tmp_path, extra), stdin=stdin,
+    proc = subprocess.Popen([sys.executable, "-m", "hugginggpt", *args], cwd=tmp_path, env=_env(tmp_path, extra), stdin=stdin,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=_cap_memory)
     err = proc.stderr.read().decode()  # ends when the process does (bounded by the read timeout below)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -273,7 +273,7 @@ def test_a_fifo_nothing_writes_to_is_given_up_after_the_read_timeout(tmp_path):
 
 
 def test_a_file_from_process_substitution_is_attached(tmp_path):
-    command = f'"{sys.executable}" -m bot.cli run --sandbox --json "Describe this picture" --file <(cat "{MEDIA / "chelsea.png"}")'
+    command = f'"{sys.executable}" -m hugginggpt run --sandbox --json "Describe this picture" --file <(cat "{MEDIA / "chelsea.png"}")'
     p = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=120)
     no_traceback(p)
     assert p.returncode == 0, p.stderr
@@ -284,7 +284,7 @@ def test_a_file_from_process_substitution_is_attached(tmp_path):
 def test_ctrl_c_stops_a_read_that_waits(tmp_path):
     fifo = tmp_path / "speech.wav"
     os.mkfifo(fifo)
-    proc = subprocess.Popen([sys.executable, "-m", "bot.cli", "run", "--sandbox", "Transcribe", "--file", str(fifo)],
+    proc = subprocess.Popen([sys.executable, "-m", "hugginggpt", "run", "--sandbox", "Transcribe", "--file", str(fifo)],
                             cwd=tmp_path, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     writer = None
     deadline = time.monotonic() + 60
@@ -320,7 +320,7 @@ def test_the_expert_server_on_a_busy_port_says_so(tmp_path):
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        for argv in (["-m", "bot.cli", "experts", "serve"], ["-m", "expert_server"]):
+        for argv in (["-m", "hugginggpt", "experts", "serve"], ["-m", "expert_server"]):
             p = subprocess.run([sys.executable, *argv, "--port", str(port), "--device", "cpu"], cwd=tmp_path,
                                env=_env(tmp_path), capture_output=True, text=True, timeout=120)
             no_traceback(p)

@@ -152,12 +152,12 @@ async def test_corrupt_database_is_named(sandbox, tmp_path):
 def _cli(args, cwd, stdin="", timeout=120, slow=False):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HUGGINGGPT_", "OPENAI_"))}
     env["HUGGINGGPT_STORAGE__DATA_DIR"] = str(cwd / "data")
-    code = "import sys; from bot.cli import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; from hugginggpt import main; sys.exit(main(sys.argv[1:]))"
     if slow:  # make the stand-in captioner slow, so the run can be killed mid-way
         code = (
             "import sys; import sandbox; orig = sandbox.Sandbox.__init__\n"
             "def slow(self, **kw):\n    orig(self, latency={'image-to-text': 60})\n"
-            "sandbox.Sandbox.__init__ = slow\nfrom bot.cli import main; sys.exit(main(sys.argv[1:]))"
+            "sandbox.Sandbox.__init__ = slow\nfrom hugginggpt import main; sys.exit(main(sys.argv[1:]))"
         )
     return [sys.executable, "-c", code, *args], env
 

@@ -17,7 +17,7 @@ def _env(home: Path) -> dict[str, str]:
 
 def _chat(cwd: Path, env: dict[str, str], lines: str, *args: str) -> subprocess.CompletedProcess:
     cwd.mkdir(exist_ok=True)
-    return subprocess.run([sys.executable, "-m", "bot.cli", "chat", "--sandbox", *args], input=lines, cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", "hugginggpt", "chat", "--sandbox", *args], input=lines, cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=120)
 
 
@@ -34,7 +34,7 @@ def test_a_conversation_resumes_from_another_directory(tmp_path):
 
 
 def test_version_prints_the_default_data_dir(tmp_path):
-    p = subprocess.run([sys.executable, "-m", "bot.cli", "--version"], env=_env(tmp_path), capture_output=True,
+    p = subprocess.run([sys.executable, "-m", "hugginggpt", "--version"], env=_env(tmp_path), capture_output=True,
                        text=True, timeout=60)
     assert p.returncode == 0 and p.stdout.startswith("hugginggpt ")
     assert f"data dir (unless [storage] data_dir is set): {tmp_path / 'xdg' / 'hugginggpt'}" in p.stdout

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bot.cli import build_parser
+from hugginggpt import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
-GRACE_DEFAULT = 30.0  # bot.cli.common.add_grace_option
+GRACE_DEFAULT = 30.0  # hugginggpt.common.add_grace_option
 
 
 def _parses(argv: list[str]) -> None:
@@ -142,7 +142,7 @@ def _start(command: list[str], env_file: dict[str, str], service_env: dict[str, 
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             argv[argv.index("--port") + 1] = str(s.getsockname()[1])
-    return subprocess.Popen([sys.executable, "-m", "bot.cli", *argv], cwd=tmp_path, env=env, text=True,
+    return subprocess.Popen([sys.executable, "-m", "hugginggpt", *argv], cwd=tmp_path, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 

@@ -451,7 +451,7 @@ async def test_run_longer_than_the_interaction_token_keeps_posting_in_the_thread
 async def test_discord_command_reports_setup_errors_in_one_sentence(tmp_path: Path) -> None:
     import argparse
 
-    from bot.cli import discord as discord_cmd
+    from hugginggpt import discord as discord_cmd
     from bot.errors import ConfigError
 
     parser = argparse.ArgumentParser()

@@ -85,7 +85,7 @@ class BotProcess:
         self.logs.append(log_path)
         with log_path.open("wb") as err:
             self.proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "bot.cli", "-v", "discord", *([] if self.backends else ["--sandbox"]),
+                sys.executable, "-m", "hugginggpt", "-v", "discord", *([] if self.backends else ["--sandbox"]),
                 "--grace", "0", "--shard-ids", str(self.shard), "--shard-count", str(self.count),
                 cwd=self.workdir, stdout=asyncio.subprocess.DEVNULL, stderr=err, start_new_session=True,
                 env=_env({"DISCORD_BOT_TOKEN": self.d.token, "HUGGINGGPT_DISCORD__API_BASE_URL": self.d.api_base,
@@ -309,7 +309,7 @@ BAD_OPTIONS = [
 async def _discord_command(args: list[str], workdir: Path) -> tuple[int, str]:
     workdir.mkdir(parents=True)
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot.cli", "discord", *args, cwd=workdir, start_new_session=True,
+        sys.executable, "-m", "hugginggpt", "discord", *args, cwd=workdir, start_new_session=True,
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
         env=_env({"DISCORD_BOT_TOKEN": "MTIz.fake.token-value", "HUGGINGGPT_STORAGE__DATA_DIR": str(workdir / "data"),
                   "HUGGINGGPT_DISCORD__API_BASE_URL": "http://127.0.0.1:9/api/v10"}))
@@ -325,8 +325,8 @@ async def _discord_command(args: list[str], workdir: Path) -> tuple[int, str]:
 async def test_bad_shard_options_are_one_sentence_and_exit_2(tmp_path: Path) -> None:
     import argparse
 
-    from bot.cli import discord as discord_cmd
-    from bot.cli.common import exit_status
+    from hugginggpt import discord as discord_cmd
+    from hugginggpt.common import exit_status
     from bot.errors import ConfigError
     from bot.settings import load_settings
 

@@ -50,7 +50,7 @@ class Setup:
         no stand-in here hangs, and a loaded CI machine needs seconds to import the clients."""
         self.write_config()
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bot.cli", "doctor", "--timeout", "30", *args, cwd=self.tmp, env=self.env,
+            sys.executable, "-m", "hugginggpt", "doctor", "--timeout", "30", *args, cwd=self.tmp, env=self.env,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
         out, _ = await asyncio.wait_for(proc.communicate(), 60)
         text = out.decode()

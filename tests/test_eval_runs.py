@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bot.errors import InputError
-from bot.evaluation.runs import RunResult, build_report, load_cases, markdown, run_all
+from hugginggpt.evaluation.runs import RunResult, build_report, load_cases, markdown, run_all
 from bot.service import Service
 from bot.settings import load_settings
 from pipeline.catalog.models import Catalog
@@ -88,7 +88,7 @@ def test_eval_runs_writes_json_and_markdown(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HUGGINGGPT_", "OPENAI_", "HF_"))}
     env["HUGGINGGPT_STORAGE__DATA_DIR"] = str(tmp_path / "data")
     out = tmp_path / "report.json"
-    p = subprocess.run([sys.executable, "-m", "bot.cli", "eval", "runs", "--sandbox", "--requests", str(requests),
+    p = subprocess.run([sys.executable, "-m", "hugginggpt", "eval", "runs", "--sandbox", "--requests", str(requests),
                         "--out", str(out)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     report = json.loads(out.read_text())

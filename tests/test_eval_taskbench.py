@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.evaluation.taskbench import load_records
-from bot.evaluation.toollist import builtin
+from hugginggpt.evaluation.taskbench import load_records
+from hugginggpt.evaluation.toollist import builtin
 from tests.standins.faulty_controller import FaultyController
 
 FIXTURES = Path(__file__).parent / "fixtures" / "taskbench"
@@ -92,7 +92,7 @@ def _eval(args, tmp_path, controller: FaultyController | None = None):
     if controller is not None:
         env.update({"HUGGINGGPT_LLM__BASE_URL": controller.url, "HUGGINGGPT_LLM__API_KEY": "test-key",
                     "HUGGINGGPT_LLM__MAX_RETRIES": "0"})
-    return subprocess.run([sys.executable, "-m", "bot.cli", "eval", "taskbench", *args], cwd=tmp_path, env=env,
+    return subprocess.run([sys.executable, "-m", "hugginggpt", "eval", "taskbench", *args], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)
 
 

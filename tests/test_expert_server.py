@@ -328,7 +328,7 @@ def _hugginggpt_run(tmp_path: Path, text: str, experts_url: str) -> dict:
     config.write_text(f'[catalog]\npath = "{catalog}"\n\n[inference]\nmode = "hybrid"\nexperts_url = "{experts_url}"\n')
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HUGGINGGPT_", "OPENAI_", "HF_"))}
     env["HUGGINGGPT_STORAGE__DATA_DIR"] = str(tmp_path / "data")
-    p = subprocess.run([sys.executable, "-m", "bot.cli", "--config", str(config), "run", "--sandbox", "--json", text,
+    p = subprocess.run([sys.executable, "-m", "hugginggpt", "--config", str(config), "run", "--sandbox", "--json", text,
                         "--file", str(MEDIA / "chelsea.png")], cwd=tmp_path, env=env, capture_output=True, text=True,
                        timeout=300)
     assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr[-3000:]

@@ -81,7 +81,7 @@ def test_presets_grow_and_cover_controlnet():
 
 
 def _cli(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bot.cli", *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "hugginggpt", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, **(env or {})})
 
 
@@ -97,7 +97,7 @@ def test_experts_serve_starts_from_the_bot_command_line(tmp_path):
     port = free_port()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "empty"),
            "HUGGINGGPT_STORAGE__DATA_DIR": str(tmp_path / "data")}
-    proc = subprocess.Popen([sys.executable, "-m", "bot.cli", "experts", "serve", "--port", str(port), "--device", "cpu",
+    proc = subprocess.Popen([sys.executable, "-m", "hugginggpt", "experts", "serve", "--port", str(port), "--device", "cpu",
                              "--memory-budget", "1GB"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 60

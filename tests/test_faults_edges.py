@@ -83,7 +83,7 @@ def test_terminal_never_writes_escape_sequences_from_the_answer(tmp_path):
         env = {k: v for k, v in os.environ.items() if not k.startswith(("HUGGINGGPT_", "OPENAI_", "HF_"))}
         env.update({"HUGGINGGPT_STORAGE__DATA_DIR": str(tmp_path / "data"), "HUGGINGGPT_LLM__BASE_URL": c.url,
                     "HUGGINGGPT_LLM__API_KEY": "sk-test-0000", "HUGGINGGPT_INFERENCE__BASE_URL": f"http://127.0.0.1:{c.port}"})
-        p = subprocess.run([sys.executable, "-m", "bot.cli", "run", "hello"], cwd=tmp_path, env=env,
+        p = subprocess.run([sys.executable, "-m", "hugginggpt", "run", "hello"], cwd=tmp_path, env=env,
                            capture_output=True, text=True, timeout=60)
     finally:
         c.close()
@@ -140,7 +140,7 @@ def test_unreachable_discord_at_start_is_one_sentence_exit_2(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HUGGINGGPT_", "OPENAI_", "HF_", "DISCORD_"))}
     env.update({"HUGGINGGPT_STORAGE__DATA_DIR": str(tmp_path / "data"), "DISCORD_BOT_TOKEN": "MTIz.fake.token-value",
                 "HUGGINGGPT_DISCORD__API_BASE_URL": "http://127.0.0.1:9/api/v10"})
-    p = subprocess.run([sys.executable, "-m", "bot.cli", "discord", "--sandbox", "--grace", "0"], cwd=tmp_path, env=env,
+    p = subprocess.run([sys.executable, "-m", "hugginggpt", "discord", "--sandbox", "--grace", "0"], cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2, p.stderr
     assert "Traceback" not in p.stderr
@@ -167,7 +167,7 @@ async def _hugginggpt(args: list[str], tmp_path: Path, env_extra: dict[str, str]
     stdout, stderr). With ``ready`` (a coroutine function), SIGTERM is sent once it returns."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HUGGINGGPT_", "OPENAI_", "HF_", "DISCORD_", "SLACK_"))}
     env.update({"PYTHONPATH": str(ROOT), "HUGGINGGPT_STORAGE__DATA_DIR": str(tmp_path / "data"), **env_extra})
-    p = await asyncio.create_subprocess_exec(sys.executable, "-m", "bot.cli", *args, cwd=tmp_path, env=env,
+    p = await asyncio.create_subprocess_exec(sys.executable, "-m", "hugginggpt", *args, cwd=tmp_path, env=env,
                                              stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     try:
         if ready is not None:

@@ -42,7 +42,7 @@ def run(tmp_path, controller, text, *extra, env=None, experts=None, timeout=60):
     base.update(env or {})
     t0 = time.monotonic()
     p = subprocess.run(
-        [sys.executable, "-m", "bot.cli", "run", "--json", text, *extra],
+        [sys.executable, "-m", "hugginggpt", "run", "--json", text, *extra],
         cwd=tmp_path, env=base, capture_output=True, text=True, timeout=timeout,
     )
     took = time.monotonic() - t0

@@ -42,7 +42,7 @@ def test_a_hub_that_never_answers_is_named_while_waiting_and_after(tmp_path):
             "HF_ENDPOINT": f"http://127.0.0.1:{silent.getsockname()[1]}",
         })
         t0 = time.monotonic()
-        p = subprocess.run([sys.executable, "-m", "bot.cli", "run", "hello there"], cwd=tmp_path, env=env,
+        p = subprocess.run([sys.executable, "-m", "hugginggpt", "run", "hello there"], cwd=tmp_path, env=env,
                            capture_output=True, text=True, timeout=120)
         took = time.monotonic() - t0
     finally:

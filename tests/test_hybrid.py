@@ -93,7 +93,7 @@ def hugginggpt_run(tmp_path: Path, text: str, experts_url: str | None) -> subpro
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HUGGINGGPT_", "OPENAI_", "HF_TOKEN"))}
     env["HUGGINGGPT_STORAGE__DATA_DIR"] = str(tmp_path / "data")
     return subprocess.run(
-        [sys.executable, "-m", "bot.cli", "--config", str(config), "run", "--sandbox", "--json", text,
+        [sys.executable, "-m", "hugginggpt", "--config", str(config), "run", "--sandbox", "--json", text,
          "--file", str(MEDIA_DIR / "chelsea.png")],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
     )
@@ -271,7 +271,7 @@ async def test_the_hugging_face_token_never_reaches_an_expert_server(sandbox, tm
 async def test_catalog_show_says_where_each_model_runs(experts):
     import argparse
 
-    from bot.cli.catalog import add_parser, main
+    from hugginggpt.catalog import add_parser, main
 
     parser = argparse.ArgumentParser(prog="hugginggpt")
     add_parser(parser.add_subparsers(dest="command"))
@@ -361,7 +361,7 @@ async def test_local_mode_runs_without_a_token_and_never_asks_the_hub(tmp_path, 
                 "HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_TELEMETRY": "1",
             })
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "bot.cli", "run", "--json", "Estimate the depth of this photo",
+                sys.executable, "-m", "hugginggpt", "run", "--json", "Estimate the depth of this photo",
                 "--file", str(MEDIA_DIR / "chelsea.png"), cwd=tmp_path, env=env,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             )

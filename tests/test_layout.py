@@ -1,18 +1,19 @@
 """The code base's shape (docs/architecture.md), checked from the source itself.
 
 * ``pipeline/`` imports nothing of ``bot/`` or ``adapters/``;
-* ``bot/`` imports ``adapters/`` only from ``bot/cli/``;
+* no import runs back up: ``bot/`` imports neither ``adapters/`` nor the program (``hugginggpt/``),
+  which is the only package that imports all the others;
 * the stand-in backends of ``--sandbox`` (``sandbox/``) are imported only by the command line
-  (``bot/cli/``), never by ``pipeline/`` or ``expert_server/``, and import neither ``bot/`` nor
+  (``hugginggpt/``), never by ``pipeline/`` or ``expert_server/``, and import neither ``bot/`` nor
   ``adapters/``;
 * ``expert_server/`` (a separate deployable) imports nothing of ``bot/``, ``adapters/`` or
-  ``pipeline/``, and nothing outside ``bot/cli/`` imports it;
+  ``pipeline/``, and nothing outside ``hugginggpt/`` imports it;
 * no module imports another in a cycle;
 * no product module is over 800 lines (a module holds one concept, however long it is up to that);
 * one conversation store: a single class implements the conversations protocol, database drivers
   are imported only by the store's package (``bot/store/sql``) and dialect-specific SQLAlchemy
   only by its dialect module;
-* the command line (``bot/cli/``) imports no platform SDK: platforms are the adapters' own;
+* the command line (``hugginggpt/``) imports no platform SDK: platforms are the adapters' own;
 * no mixins that rely on their host's attributes: a class of ours used as a base reads no
   ``self.x`` that it (or a base of ours) does not define;
 * no product function is over 60 lines (the Alembic revision files, frozen once released, aside);
@@ -32,7 +33,7 @@ import tokenize
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("pipeline", "bot", "adapters", "prompts", "expert_server", "sandbox")
+PACKAGES = ("hugginggpt", "pipeline", "bot", "adapters", "prompts", "expert_server", "sandbox")
 MAX_LINES = 800
 MAX_FUNCTION_LINES = 60
 PLATFORM_SDKS = ("slack_bolt", "slack_sdk", "discord", "aiohttp.web")
@@ -91,9 +92,9 @@ def graph() -> dict[str, set[str]]:
 
 def test_the_reader_sees_imports_at_every_depth() -> None:
     g = graph()
-    assert "bot.settings" in g["bot.cli.common"]
-    assert "adapters.terminal" in g["bot.cli.run"]
-    assert "sandbox" in g["bot.cli.common"]  # a lazy import inside a function
+    assert "bot.settings" in g["hugginggpt.common"]
+    assert "adapters.terminal" in g["hugginggpt.run"]
+    assert "sandbox" in g["hugginggpt.common"]  # a lazy import inside a function
 
 
 def test_pipeline_imports_neither_bot_nor_adapters() -> None:
@@ -102,9 +103,11 @@ def test_pipeline_imports_neither_bot_nor_adapters() -> None:
     assert {m: ts for m, ts in bad.items() if ts} == {}
 
 
-def test_bot_imports_adapters_only_from_the_command_line() -> None:
-    bad = {m: sorted(t for t in ts if t.startswith("adapters"))
-           for m, ts in graph().items() if m.startswith("bot") and not m.startswith("bot.cli")}
+def test_no_import_runs_back_up() -> None:
+    """The program (``hugginggpt/``) imports the others; ``adapters/`` imports ``bot/``; ``bot/``
+    imports ``pipeline/``: never the other way."""
+    above = {"bot": ("adapters", "hugginggpt"), "adapters": ("hugginggpt",), "pipeline": ("hugginggpt",)}
+    bad = {m: sorted(t for t in ts if top(t) in above[top(m)]) for m, ts in graph().items() if top(m) in above}
     assert {m: ts for m, ts in bad.items() if ts} == {}
 
 
@@ -114,9 +117,9 @@ def test_the_expert_server_stands_alone() -> None:
            for m, ts in g.items() if m.startswith("expert_server")}
     assert {m: ts for m, ts in bad.items() if ts} == {}
     users = {m for m, ts in g.items() if any(t.startswith("expert_server") for t in ts)
-             and not m.startswith(("expert_server", "bot.cli"))}
+             and not m.startswith(("expert_server", "hugginggpt"))}
     assert users == set()
-    assert "expert_server.__main__" in g["bot.cli.experts"]  # a lazy import the reader sees
+    assert "expert_server.__main__" in g["hugginggpt.experts"]  # a lazy import the reader sees
 
 
 def top(module: str) -> str:
@@ -127,7 +130,7 @@ def top(module: str) -> str:
 def test_only_the_command_line_starts_the_sandbox() -> None:
     g = graph()
     users = {m for m, ts in g.items() if any(top(t) == "sandbox" for t in ts) and top(m) != "sandbox"}
-    assert users and all(m.startswith("bot.cli.") for m in users), sorted(users)
+    assert users and all(m.startswith("hugginggpt.") for m in users), sorted(users)
     # the engine and the expert server run against real backends only
     assert {m for m in users if top(m) in ("pipeline", "expert_server")} == set()
 
@@ -178,7 +181,7 @@ def test_the_command_line_imports_no_platform_sdk() -> None:
         return any(name == sdk or name.startswith(sdk + ".") for sdk in PLATFORM_SDKS)
 
     bad = {m: sorted(n for n in external_imports(tree) if platform(n))
-           for m, (_, tree) in trees().items() if m.startswith("bot.cli")}
+           for m, (_, tree) in trees().items() if m.startswith("hugginggpt")}
     assert {m: ns for m, ns in bad.items() if ns} == {}
 
 

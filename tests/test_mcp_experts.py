@@ -33,7 +33,7 @@ def run(tmp_path: Path, text: str, modes: dict[str, str], task_timeout: float = 
     config.write_text("\n".join(lines), encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HUGGINGGPT_", "OPENAI_", "HF_TOKEN"))}
     env["HUGGINGGPT_STORAGE__DATA_DIR"] = str(tmp_path / "data")
-    p = subprocess.run([sys.executable, "-m", "bot.cli", "--config", str(config), "run", "--sandbox", "--json", text,
+    p = subprocess.run([sys.executable, "-m", "hugginggpt", "--config", str(config), "run", "--sandbox", "--json", text,
                         "--file", str(MEDIA / "chelsea.png")], cwd=tmp_path, env=env, capture_output=True, text=True,
                        timeout=300)
     assert "Traceback" not in p.stdout, p.stdout

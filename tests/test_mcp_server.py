@@ -1,5 +1,5 @@
 """HuggingGPT as an MCP server, through the real ``mcp`` SDK client: over stdio against a
-``python -m bot.cli mcp --sandbox`` subprocess, and over streamable HTTP against ``/mcp`` of the
+``python -m hugginggpt mcp --sandbox`` subprocess, and over streamable HTTP against ``/mcp`` of the
 API served by uvicorn on 127.0.0.1 (the sandbox backends behind both)."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from PIL import Image
 from adapters.http import create_app
 from adapters.http.auth import key_id
 from adapters.mcp.http import mount
-from bot.cli.serve import bind
+from hugginggpt.serve import bind
 from bot.incoming import ConversationKey
 from sandbox import Sandbox
 from bot.service import Service
@@ -65,7 +65,7 @@ async def refused(session: ClientSession, tool: str, arguments: dict) -> str:
 
 @pytest.mark.slow
 async def test_over_stdio_tools_photo_in_annotated_image_out_plan_and_bad_arguments(tmp_path):
-    params = StdioServerParameters(command=sys.executable, args=["-m", "bot.cli", "mcp", "--sandbox"], cwd=str(tmp_path),
+    params = StdioServerParameters(command=sys.executable, args=["-m", "hugginggpt", "mcp", "--sandbox"], cwd=str(tmp_path),
                                    env={"HUGGINGGPT_STORAGE__DATA_DIR": str(tmp_path / "data")})
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         info = await session.initialize()

@@ -24,7 +24,7 @@ SAMPLE = [json.loads(line) for line in VERDICTS.read_text(encoding="utf-8").spli
 def hugginggpt(args, tmp_path, stdin=None):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HUGGINGGPT_", "OPENAI_", "HF_TOKEN"))}
     env["HUGGINGGPT_STORAGE__DATA_DIR"] = str(tmp_path / "data")
-    return subprocess.run([sys.executable, "-m", "bot.cli", *args], cwd=tmp_path, env=env, input=stdin,
+    return subprocess.run([sys.executable, "-m", "hugginggpt", *args], cwd=tmp_path, env=env, input=stdin,
                           capture_output=True, text=True, timeout=120)
 
 

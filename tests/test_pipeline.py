@@ -14,7 +14,7 @@ from bot.settings import load_settings
 from bot.incoming import IncomingFile
 from bot.service import Service
 from tests.conftest import media_file
-from bot.cli.common import record_exit_status
+from hugginggpt.common import record_exit_status
 from bot.errors import InputError
 from pipeline.types import Done, ModelSelected, PlanReady, ResponseDelta, TaskFailed, TaskFinished, TaskPlanned, TaskSkipped, TaskStarted
 

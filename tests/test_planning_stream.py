@@ -64,7 +64,7 @@ def _run(controller, tmp_path, *args):
     env.update({"HUGGINGGPT_STORAGE__DATA_DIR": str(tmp_path / "data"), "HUGGINGGPT_LLM__BASE_URL": controller.url,
                 "HUGGINGGPT_LLM__API_KEY": "sk-test-0000", "HUGGINGGPT_INFERENCE__BASE_URL": controller.experts_url,
                 "HUGGINGGPT_INFERENCE__SELECTION": "top"})
-    return subprocess.run([sys.executable, "-m", "bot.cli", "run", *args, "--file", str(MEDIA / "chelsea.png")],
+    return subprocess.run([sys.executable, "-m", "hugginggpt", "run", *args, "--file", str(MEDIA / "chelsea.png")],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
 
 

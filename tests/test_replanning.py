@@ -45,7 +45,7 @@ def _run(controller, tmp_path, *args, env_extra=None):
                 "HUGGINGGPT_LLM__API_KEY": "sk-test-0000", "HUGGINGGPT_INFERENCE__BASE_URL": controller.experts_url,
                 "HUGGINGGPT_INFERENCE__SELECTION": "top", "HUGGINGGPT_INFERENCE__MAX_CANDIDATES_TRIED": "2",
                 "HUGGINGGPT_INFERENCE__BACKOFF_MAX": "0.1", **(env_extra or {})})
-    p = subprocess.run([sys.executable, "-m", "bot.cli", "run", "What is in this photo?", *args,
+    p = subprocess.run([sys.executable, "-m", "hugginggpt", "run", "What is in this photo?", *args,
                         "--file", str(MEDIA / "chelsea.png")],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     return p

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from bot.evaluation.metrics import binary_counts, node_scores
-from bot.evaluation.taskbench import load_records, plan_graph, resources_for
-from bot.evaluation.toollist import builtin
+from hugginggpt.evaluation.metrics import binary_counts, node_scores
+from hugginggpt.evaluation.taskbench import load_records, plan_graph, resources_for
+from hugginggpt.evaluation.toollist import builtin
 from sandbox.planning import plan_tasks
 from pipeline.planning import validate_plan
 from pipeline.tasks import TASKS

@@ -72,7 +72,7 @@ async def test_reference_endpoints_need_the_key(served):
 
 def test_serve_command_answers_and_stops_on_sigterm(tmp_path):
     env = {**os.environ, "HUGGINGGPT_STORAGE__DATA_DIR": str(tmp_path / "data"), "HF_HUB_DISABLE_TELEMETRY": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "bot.cli", "serve", "--sandbox", "--port", "0"], cwd=tmp_path,
+    proc = subprocess.Popen([sys.executable, "-m", "hugginggpt", "serve", "--sandbox", "--port", "0"], cwd=tmp_path,
                             env={**env, "PYTHONPATH": os.getcwd()}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()
@@ -92,7 +92,7 @@ def test_serve_command_answers_and_stops_on_sigterm(tmp_path):
 
 
 def test_serve_refuses_a_public_address_without_keys(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "bot.cli", "serve", "--host", "0.0.0.0", "--port", "0"], cwd=tmp_path,
+    proc = subprocess.run([sys.executable, "-m", "hugginggpt", "serve", "--host", "0.0.0.0", "--port", "0"], cwd=tmp_path,
                           env={**os.environ, "PYTHONPATH": os.getcwd(), "OPENAI_API_KEY": "x", "HF_TOKEN": "x",
                                "HUGGINGGPT_STORAGE__DATA_DIR": str(tmp_path / "data")},
                           capture_output=True, text=True, timeout=60)

@@ -1,5 +1,5 @@
 """``hugginggpt slack``: settings checks, HTTP mode and Socket Mode end to end through
-``bot.cli.slack.main`` and :mod:`adapters.slack.serve` (real Service on sandbox backends, stand-in Slack), graceful stop."""
+``hugginggpt.slack.main`` and :mod:`adapters.slack.serve` (real Service on sandbox backends, stand-in Slack), graceful stop."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 
 from adapters.slack.serve import check_settings
-from bot.cli import slack as slack_cmd
+from hugginggpt import slack as slack_cmd
 from bot.settings import load_settings
 from sandbox import Sandbox
 from bot.errors import ConfigError

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from bot.cli.common import record_exit_status
+from hugginggpt.common import record_exit_status
 from bot.incoming import ConversationKey
 from adapters.progress import Progress
 from bot.service import Service
@@ -93,7 +93,7 @@ def test_ctrl_c_once_stops_hugginggpt_run_with_what_finished(tmp_path):
         env.update({"HUGGINGGPT_STORAGE__DATA_DIR": str(tmp_path / "data"), "HUGGINGGPT_LLM__BASE_URL": c.url,
                     "HUGGINGGPT_LLM__API_KEY": "sk-test-0000", "HUGGINGGPT_INFERENCE__BASE_URL": f"http://127.0.0.1:{c.port}",
                     "HUGGINGGPT_INFERENCE__SELECTION": "top", "PYTHONUNBUFFERED": "1"})
-        p = subprocess.Popen([sys.executable, "-m", "bot.cli", "run", "describe this photo", "--file", str(MEDIA_DIR / "chelsea.png")],
+        p = subprocess.Popen([sys.executable, "-m", "hugginggpt", "run", "describe this photo", "--file", str(MEDIA_DIR / "chelsea.png")],
                              cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         seen = ""
         for line in p.stderr:  # type: ignore[union-attr]  (progress: stderr when stdout is not a terminal)

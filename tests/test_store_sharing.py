@@ -1,7 +1,7 @@
 """One data directory shared by several processes (issue 14): owners with heartbeat leases, pruning
 that spares live and recent work, the media quota enforced at write time for every command.
 
-Rows about processes use real processes: ``python -m bot.cli`` with ``--sandbox`` (stand-in
+Rows about processes use real processes: ``python -m hugginggpt`` with ``--sandbox`` (stand-in
 controller and models), or small scripts opening the SQLite store, killed with SIGKILL.
 """
 
@@ -57,7 +57,7 @@ def cli_env(data: Path, **extra: str) -> dict[str, str]:
 SLOW_CLI = (
     "import sys; import sandbox; orig = sandbox.Sandbox.__init__\n"
     "def slow(self, **kw):\n    orig(self, latency={{'image-to-text': {latency}}})\n"
-    "sandbox.Sandbox.__init__ = slow\nfrom bot.cli import main; sys.exit(main(sys.argv[1:]))"
+    "sandbox.Sandbox.__init__ = slow\nfrom hugginggpt import main; sys.exit(main(sys.argv[1:]))"
 )
 
 
@@ -85,7 +85,7 @@ def test_second_process_start_leaves_the_first_ones_running_turn_and_files_alone
 
         # a second bot starts on the same directory with a 1 MiB quota, while the first one's turn runs
         second = subprocess.run(
-            [sys.executable, "-m", "bot.cli", "chat", "--sandbox"], cwd=tmp_path, input="/quit\n",
+            [sys.executable, "-m", "hugginggpt", "chat", "--sandbox"], cwd=tmp_path, input="/quit\n",
             env=cli_env(data, HUGGINGGPT_STORAGE__MAX_MEDIA_BYTES=str(1024 * 1024)),
             capture_output=True, text=True, timeout=60,
         )
@@ -188,7 +188,7 @@ async def test_heartbeat_keeps_a_live_owner_then_kill_9_is_noticed(tmp_path, mon
             assert await s.mark_interrupted() == 0
             assert (await s.turns(cid))[0]["status"] == "running"
             forget = await asyncio.to_thread(
-                subprocess.run, [sys.executable, "-m", "bot.cli", "store", "forget", cid], cwd=tmp_path,
+                subprocess.run, [sys.executable, "-m", "hugginggpt", "store", "forget", cid], cwd=tmp_path,
                 env=cli_env(data), capture_output=True, text=True, timeout=60,
             )
             no_traceback(forget.stdout, forget.stderr)
@@ -213,7 +213,7 @@ def test_killed_run_on_this_host_is_noticed_at_once_by_the_next_start(tmp_path):
     proc.kill()
     proc.wait()
     p = subprocess.run(
-        [sys.executable, "-m", "bot.cli", "chat", "--sandbox", "--conversation", conv], cwd=tmp_path,
+        [sys.executable, "-m", "hugginggpt", "chat", "--sandbox", "--conversation", conv], cwd=tmp_path,
         input="/quit\n", env=cli_env(data), capture_output=True, text=True, timeout=60,
     )
     no_traceback(p.stdout, p.stderr)
@@ -263,7 +263,7 @@ def test_concurrent_writers_in_two_processes_do_not_lock_each_other_out(tmp_path
     prunes = []
     while any(p.poll() is None for p in procs):  # a maintenance command now and then, meanwhile
         prunes.append(subprocess.run(
-            [sys.executable, "-m", "bot.cli", "store", "prune", "--max-age-days", "30"], cwd=tmp_path,
+            [sys.executable, "-m", "hugginggpt", "store", "prune", "--max-age-days", "30"], cwd=tmp_path,
             env=cli_env(data), capture_output=True, text=True, timeout=60,
         ))
     results = [p.communicate(timeout=60) for p in procs]
@@ -292,7 +292,7 @@ def test_concurrent_writers_in_two_processes_do_not_lock_each_other_out(tmp_path
 def test_run_files_are_recorded_and_counted(tmp_path):
     data = tmp_path / "data"
     p = subprocess.run(
-        [sys.executable, "-m", "bot.cli", "run", "--sandbox", "Generate an image of a cat on a red sofa"],
+        [sys.executable, "-m", "hugginggpt", "run", "--sandbox", "Generate an image of a cat on a red sofa"],
         cwd=tmp_path, env=cli_env(data), capture_output=True, text=True, timeout=120,
     )
     no_traceback(p.stdout, p.stderr)
@@ -330,7 +330,7 @@ def test_run_makes_room_by_deleting_the_oldest_unreferenced_file_first(tmp_path)
     assert total == len(media("astronaut.png")) + len(media("coffee.png"))
     quota = total + 1000  # the new image does not fit without deleting something
     p = subprocess.run(
-        [sys.executable, "-m", "bot.cli", "run", "--sandbox", "--json", "Generate an image of a cat on a red sofa"],
+        [sys.executable, "-m", "hugginggpt", "run", "--sandbox", "--json", "Generate an image of a cat on a red sofa"],
         cwd=tmp_path, env=cli_env(data, HUGGINGGPT_STORAGE__MAX_MEDIA_BYTES=str(quota)),
         capture_output=True, text=True, timeout=120,
     )
@@ -484,7 +484,7 @@ def test_plan_frees_unreferenced_files_oldest_first_then_conversations_and_never
 def test_store_prune_refuses_negative_or_absurd_options(tmp_path, option, value, expected):
     data = tmp_path / "data"
     p = subprocess.run(
-        [sys.executable, "-m", "bot.cli", "store", "prune", f"{option}={value}"], cwd=tmp_path, env=cli_env(data),
+        [sys.executable, "-m", "hugginggpt", "store", "prune", f"{option}={value}"], cwd=tmp_path, env=cli_env(data),
         capture_output=True, text=True, timeout=60,
     )
     no_traceback(p.stdout, p.stderr)

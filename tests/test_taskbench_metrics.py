@@ -1,4 +1,4 @@
-"""TaskBench's metrics (``bot/evaluation/metrics.py``) against counts made by hand on small
+"""TaskBench's metrics (``hugginggpt/evaluation/metrics.py``) against counts made by hand on small
 records, and the conversion of gold records and our plans into TaskBench graphs."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import json
 import pytest
 
 from bot.errors import InputError
-from bot.evaluation import toollist
-from bot.evaluation.metrics import Counts, binary_counts, edit_distance, node_scores, step_rouge
-from bot.evaluation.report import score
-from bot.evaluation.taskbench import gold_graph, plan_graph
+from hugginggpt.evaluation import toollist
+from hugginggpt.evaluation.metrics import Counts, binary_counts, edit_distance, node_scores, step_rouge
+from hugginggpt.evaluation.report import score
+from hugginggpt.evaluation.taskbench import gold_graph, plan_graph
 from pipeline.types import Task
 
 HF = toollist.builtin("huggingface")

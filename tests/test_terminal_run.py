@@ -36,12 +36,12 @@ def _env(tmp_path, extra=None):
 
 
 def hugginggpt(args, tmp_path, env_extra=None, stdin=None):
-    return subprocess.run([sys.executable, "-m", "bot.cli", *args], cwd=tmp_path, env=_env(tmp_path, env_extra),
+    return subprocess.run([sys.executable, "-m", "hugginggpt", *args], cwd=tmp_path, env=_env(tmp_path, env_extra),
                           capture_output=True, text=True, timeout=180, input=stdin)
 
 
 def test_redirected_run_writes_only_the_answer_to_the_file_and_progress_to_stderr(tmp_path):
-    cmd = f"{sys.executable} -m bot.cli run --sandbox '{CAT}' > answer.md 2> progress.txt"
+    cmd = f"{sys.executable} -m hugginggpt run --sandbox '{CAT}' > answer.md 2> progress.txt"
     p = subprocess.run(["bash", "-c", cmd], cwd=tmp_path, env=_env(tmp_path), timeout=180)
     assert p.returncode == 0
     answer = (tmp_path / "answer.md").read_text()
@@ -54,7 +54,7 @@ def test_redirected_run_writes_only_the_answer_to_the_file_and_progress_to_stder
 
 
 def test_run_on_a_terminal_draws_the_tasks_and_renders_the_answer(tmp_path):
-    run = pexpect.spawn(sys.executable, ["-m", "bot.cli", "run", "--sandbox", CAT], cwd=str(tmp_path),
+    run = pexpect.spawn(sys.executable, ["-m", "hugginggpt", "run", "--sandbox", CAT], cwd=str(tmp_path),
                         env=_env(tmp_path), encoding="utf-8", timeout=120, dimensions=(40, 160))
     run.expect(pexpect.EOF)
     run.close()
@@ -67,7 +67,7 @@ def test_run_on_a_terminal_draws_the_tasks_and_renders_the_answer(tmp_path):
 
 
 def test_a_kitty_terminal_gets_the_generated_image_inline(tmp_path):
-    run = pexpect.spawn(sys.executable, ["-m", "bot.cli", "run", "--sandbox", "Generate an image of a red boat"],
+    run = pexpect.spawn(sys.executable, ["-m", "hugginggpt", "run", "--sandbox", "Generate an image of a red boat"],
                         cwd=str(tmp_path), env=_env(tmp_path, {"KITTY_WINDOW_ID": "1", "TERM": "xterm-kitty"}),
                         encoding="utf-8", timeout=120, dimensions=(40, 160))
     run.expect(pexpect.EOF)

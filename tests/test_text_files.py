@@ -27,7 +27,7 @@ def hugginggpt(args, tmp_path, env_extra=None):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HUGGINGGPT_", "OPENAI_", "HF_"))}
     env["HUGGINGGPT_STORAGE__DATA_DIR"] = str(tmp_path / "data")
     env.update(env_extra or {})
-    return subprocess.run([sys.executable, "-m", "bot.cli", *args], cwd=tmp_path, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "hugginggpt", *args], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=120)
 
 

@@ -97,7 +97,7 @@ async def test_an_unreadable_video_is_said_and_the_rest_goes_on(tmp_path):
 def test_run_transcribes_the_sound_of_a_video_and_captions_its_frames(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HUGGINGGPT_", "OPENAI_", "HF_"))}
     env["HUGGINGGPT_STORAGE__DATA_DIR"] = str(tmp_path / "data")
-    p = subprocess.run([sys.executable, "-m", "bot.cli", "run", "--sandbox", "--json",
+    p = subprocess.run([sys.executable, "-m", "hugginggpt", "run", "--sandbox", "--json",
                         "Transcribe what is said in this video and describe what it shows",
                         "--file", str(MEDIA / "rocket_speech.mp4")],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)

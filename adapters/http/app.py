@@ -2,7 +2,7 @@
 routes, health and readiness, OpenAPI at ``/openapi.json`` (FastAPI).
 
 Build it with :func:`create_app` (tests run the same app production runs, served by uvicorn on
-loopback); ``bot/cli/serve.py`` runs it.
+loopback); ``hugginggpt/serve.py`` runs it.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 * Keys: ``Authorization: Bearer KEY`` (as the OpenAI API) against ``[server] api_keys``; each key
   has a public *key id* (the first 12 hex digits of its SHA-256) that names its conversations and
   budgets, so the secret itself is never stored or logged.
-* No key configured: the server only binds to loopback (checked at start, ``bot/cli/serve.py``)
+* No key configured: the server only binds to loopback (checked at start, ``hugginggpt/serve.py``)
   and only answers loopback peers; the key id is then ``"local"``. Nothing secret is generated.
 * File links: ``/v1/files/{id}?exp=...&sig=...`` carries an HMAC-SHA256 of the file id and the
   link's expiry under the owning key, so a chat UI's ``<img>`` (which sends no ``Authorization``

@@ -22,11 +22,11 @@ import signal
 import socket
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError
+from bot.errors import ConfigError
 from .common import add_grace_option, add_sandbox_option, port_number
 
 if TYPE_CHECKING:
-    from ..settings import Settings
+    from bot.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
     from adapters.http import create_app
     from adapters.mcp.http import mount as mount_mcp
 
-    from ..service import Service
+    from bot.service import Service
     from . import package_version
 
     host = args.host or settings.server.host

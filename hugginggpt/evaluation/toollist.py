@@ -5,7 +5,7 @@ TaskBench has one tool list per domain, its ``tool_desc.json`` (``{"nodes": [{"i
 file order, as the labels of node F1 (``types``) and as the ids of the edit distance
 (``tool_map``: 1-based, unknown names 0), and each tool's ``output-type[0]`` (``"none"`` when
 empty) as the argument name of a ``<node-j>`` argument. Both domains' lists ship with this package
-(``bot/evaluation/tools/``); ``--tools FILE`` reads another one.
+(``hugginggpt/evaluation/tools/``); ``--tools FILE`` reads another one.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
+from bot.errors import InputError
 
 BUILTIN: tuple[str, ...] = ("huggingface", "multimedia")
 """The tool lists shipped with the package: TaskBench's ``data_huggingface`` and ``data_multimedia``."""
@@ -98,7 +98,7 @@ def builtin(name: str) -> ToolList:
     """One of :data:`BUILTIN` (``KeyError`` for any other name)."""
     if name not in BUILTIN:
         raise KeyError(name)
-    text = resources.files("bot.evaluation.tools").joinpath(f"{name}.json").read_text(encoding="utf-8")
+    text = resources.files("hugginggpt.evaluation.tools").joinpath(f"{name}.json").read_text(encoding="utf-8")
     return parse(json.loads(text), name, "built-in")
 
 

@@ -15,7 +15,7 @@ import asyncio
 import sys
 from typing import Any
 
-from ..errors import ConfigError
+from bot.errors import ConfigError
 from .common import port_number
 
 

@@ -9,12 +9,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InputError
-from ..evaluation import toollist
+from bot.errors import InputError
+from .evaluation import toollist
 
 if TYPE_CHECKING:
-    from ..settings import Settings
-    from ..evaluation.runner import Outcome
+    from bot.settings import Settings
+    from .evaluation.runner import Outcome
 from . import eval_runs
 from .common import add_sandbox_option, print_report
 
@@ -75,10 +75,10 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.redact import host_of
     from pipeline.tasks import TASKS
 
-    from ..backends import build_controller
-    from ..evaluation.report import build_report
-    from ..evaluation.runner import PlanCache, plan_all, prompt_version
-    from ..evaluation.taskbench import load_records
+    from bot.backends import build_controller
+    from .evaluation.report import build_report
+    from .evaluation.runner import PlanCache, plan_all, prompt_version
+    from .evaluation.taskbench import load_records
 
     data = Path(args.data)
     tools = toollist.resolve(args.tools or toollist.DEFAULT)
@@ -117,7 +117,7 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _print_report(report: dict[str, Any], out_name: str | None) -> None:
-    """:func:`~bot.cli.common.print_report` of the planning report's table."""
-    from ..evaluation.report import markdown
+    """:func:`~hugginggpt.common.print_report` of the planning report's table."""
+    from .evaluation.report import markdown
 
     print_report(report, markdown(report), out_name)

@@ -17,7 +17,7 @@
 
 One module per command, each with ``add_parser(subparsers)`` and ``async main(args, settings) ->
 int``. Every failure a user can cause ends as one sentence on stderr and the exit status of its
-class (:mod:`bot.cli.common`); details go to ``<data_dir>/logs/hugginggpt.log``.
+class (:mod:`hugginggpt.common`); details go to ``<data_dir>/logs/hugginggpt.log``.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import sys
 # huggingface_hub reads this when it is first imported (below, through the commands).
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
-from ..paths import default_data_dir
+from bot.paths import default_data_dir
 
 log = logging.getLogger("hugginggpt")
 
@@ -98,7 +98,7 @@ async def _main(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``hugginggpt``. Returns the exit status (:mod:`bot.cli.common`)."""
+    """Entry point of ``hugginggpt``. Returns the exit status (:mod:`hugginggpt.common`)."""
     _forgiving_streams()
     if (sys.argv[1:] if argv is None else argv) == ["--version"]:  # answered before any command is imported
         _print_version()

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
-    from ..settings import Settings
+    from bot.settings import Settings
     from pipeline.catalog.placement import Placement
     from pipeline.catalog.servers import ExpertServers
 
-from ..errors import InputError
+from bot.errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ async def main(args: argparse.Namespace, settings: Settings, *, stdout: TextIO |
 async def _refresh(args: argparse.Namespace, settings: Any, out: TextIO) -> int:
     from pipeline.catalog.refresh import refresh_catalog  # the Hub client only when the command runs
 
-    from ..settings import secret
+    from bot.settings import secret
 
     target = args.out or settings.catalog.path or Path(settings.storage.data_dir) / "catalog.jsonl"
     provider = None if str(args.provider).lower() == "none" else args.provider
@@ -96,8 +96,8 @@ async def _show(args: argparse.Namespace, settings: Any, out: TextIO) -> int:
     from pipeline.experts.providers import ProviderPolicy
     from pipeline.tasks import TASKS, canonical_task
 
-    from ..backends import expert_servers
-    from ..settings import secret
+    from bot.backends import expert_servers
+    from bot.settings import secret
     task = canonical_task(args.task)
     if task is None:
         raise InputError(f"The task {args.task!r} is not a known task; known tasks: {', '.join(sorted(TASKS))}.")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from .common import add_sandbox_option
 
 if TYPE_CHECKING:
-    from ..settings import Settings
+    from bot.settings import Settings
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -34,7 +34,7 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
     """
     from adapters.mcp import build_server, serve_stdio
 
-    from ..service import Service
+    from bot.service import Service
     from . import package_version
 
     service = await Service.create(settings)

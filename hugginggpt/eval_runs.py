@@ -1,6 +1,6 @@
 """``hugginggpt eval runs --requests FILE [--files DIR] [--limit N] [--concurrency N] [--out FILE]``:
 end-to-end runs of a set of requests with files (passing and success rate, tasks ok, re-plans, LLM
-calls and latency per request; :mod:`bot.evaluation.runs`)."""
+calls and latency per request; :mod:`hugginggpt.evaluation.runs`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from .common import add_sandbox_option, print_report
 
 if TYPE_CHECKING:
-    from ..settings import Settings
+    from bot.settings import Settings
 
 
 def add_parser(benches: Any, positive: Any) -> None:
@@ -45,8 +45,8 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
     """
     from pipeline.redact import host_of  # the service and its clients load when the runs start, not for --help
 
-    from ..evaluation.runs import build_report, load_cases, markdown, run_all
-    from ..service import Service
+    from .evaluation.runs import build_report, load_cases, markdown, run_all
+    from bot.service import Service
 
     cases = load_cases(Path(args.requests), Path(args.files) if args.files else None)[: args.limit]
     service = await Service.create(settings)

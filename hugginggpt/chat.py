@@ -30,16 +30,16 @@ from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from pipeline.errors import HuggingGPTError
 
-from ..errors import InputError
-from ..incoming import ConversationKey, IncomingFile
+from bot.errors import InputError
+from bot.incoming import ConversationKey, IncomingFile
 from .common import INTERRUPTED, add_sandbox_option, clean_text, read_user_file
 
 if TYPE_CHECKING:  # prompt_toolkit, rich and the pipeline are imported when a chat starts, not by every command
     from adapters.terminal import TerminalRenderer
-    from ..settings import Settings
+    from bot.settings import Settings
     from adapters.terminal_live import LiveRenderer
 
-    from ..service import Service
+    from bot.service import Service
 
     Renderer = LiveRenderer | TerminalRenderer
 
@@ -132,7 +132,7 @@ async def main(args: argparse.Namespace, settings: Settings, out: TextIO = sys.s
     Raises:
         InputError: ``--conversation`` names no stored conversation.
     """
-    from ..service import Service  # the pipeline and its clients load when the command runs, not for --help
+    from bot.service import Service  # the pipeline and its clients load when the command runs, not for --help
 
     service = await Service.create(settings)
     try:

@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Any
 from pipeline.errors import CatalogError, ControllerError, DeadlineError, ExpertError, HuggingGPTError, PlanError
 from pipeline.types import RunRecord
 
-from ..errors import ConfigError, InputError, StorageError
-from ..incoming import IncomingFile
-from ..logs import setup_logging
+from bot.errors import ConfigError, InputError, StorageError
+from bot.incoming import IncomingFile
+from bot.logs import setup_logging
 
 if TYPE_CHECKING:
-    from ..settings import Settings
+    from bot.settings import Settings
 
 log = logging.getLogger("hugginggpt")
 
@@ -148,7 +148,7 @@ async def open_settings(args: argparse.Namespace) -> AsyncIterator[Settings]:
         sandbox = await Sandbox().start()
         overrides = sandbox.overrides()
     try:
-        from ..settings import load_settings  # pydantic loads when a command runs, not for --help
+        from bot.settings import load_settings  # pydantic loads when a command runs, not for --help
 
         settings = load_settings(args.config, overrides=overrides)
         setup_logging(
@@ -214,7 +214,7 @@ async def read_user_file(path: str, settings: Settings) -> IncomingFile:
 
 def _too_large(shown: str, max_bytes: int, size: int | None) -> InputError:
     """The refusal of a file larger than ``max_bytes`` (``size``: its size when known, in bytes)."""
-    from ..settings_sections import MiB  # loaded with the settings already
+    from bot.settings_sections import MiB  # loaded with the settings already
 
     what = f"is {size / MiB:.1f} MiB" if size is not None else "is larger than that"
     return InputError(f"The file {shown} {what}; the limit is {max_bytes / MiB:g} MiB.",

@@ -15,7 +15,7 @@ import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
-    from ..settings import Settings
+    from bot.settings import Settings
 
 
 
@@ -37,8 +37,8 @@ async def main(args: argparse.Namespace, settings: Settings, out: TextIO = sys.s
         StorageError: the database URL is wrong, the server unreachable, the credentials refused,
             the database read-only or from a newer version (exit status 8; nothing written).
     """
-    from ..store.sql.database import DB_NAME, Database
-    from ..store.sql.revisions import HEAD
+    from bot.store.sql.database import DB_NAME, Database
+    from bot.store.sql.revisions import HEAD
 
     storage = settings.storage
     if storage.database_url is not None:

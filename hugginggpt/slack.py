@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from .common import INTERRUPTED, add_grace_option, add_sandbox_option, port_number
 
 if TYPE_CHECKING:
-    from ..settings import Settings
+    from bot.settings import Settings
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -46,7 +46,7 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
     """
     from adapters.slack import serve
 
-    from ..service import Service
+    from bot.service import Service
 
     options = serve.ServeOptions(
         mode=args.mode or settings.slack.mode,

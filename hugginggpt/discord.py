@@ -13,11 +13,11 @@ import argparse
 import re
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError
+from bot.errors import ConfigError
 from .common import add_grace_option, add_sandbox_option
 
 if TYPE_CHECKING:
-    from ..settings import Settings
+    from bot.settings import Settings
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -58,7 +58,7 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
     """
     from adapters.discord import launch
 
-    from ..service import Service
+    from bot.service import Service
 
     shard_ids, shard_count = shard_plan(args.shard_ids, args.shard_count)
     launch.check_settings(settings)

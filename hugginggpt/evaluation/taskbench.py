@@ -17,7 +17,7 @@ from typing import Any
 
 from pipeline.types import Resource, Task
 
-from ..errors import InputError
+from bot.errors import InputError
 from .toollist import ToolList
 
 TOOL_TASKS: dict[str, str] = {

@@ -26,7 +26,7 @@ from .common import add_sandbox_option, clean_text, read_user_file, record_exit_
 if TYPE_CHECKING:
     from pipeline.types import RunRecord
 
-    from ..settings import Settings
+    from bot.settings import Settings
 
 
 def add_parser(subparsers: Any) -> None:
@@ -49,7 +49,7 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
     """
     args.text = clean_text(args.text)
     files = [await read_user_file(p, settings) for p in args.file]
-    from ..limits import check_request_size
+    from bot.limits import check_request_size
 
     check_request_size(args.text, settings.planning.max_request_chars)  # before anything is said or loaded
     if not args.json or args.verbose:  # said at once: loading the pipeline and its clients takes a moment
@@ -59,7 +59,7 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
     from adapters.terminal_renderers import terminal_renderer
     from pipeline.types import Done
 
-    from ..service import Service
+    from bot.service import Service
 
     service = await Service.create(settings, conversations=False)  # stores no turn: no store to open
     record: RunRecord | None = None

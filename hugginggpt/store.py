@@ -13,10 +13,10 @@ import math
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ..errors import InputError
+from bot.errors import InputError
 
 if TYPE_CHECKING:
-    from ..settings import Settings
+    from bot.settings import Settings
 
 
 MAX_DAYS = 36500.0
@@ -71,7 +71,7 @@ async def main(args: argparse.Namespace, settings: Settings, out: TextIO = sys.s
         InputError: unknown conversation id (forget).
     """
     storage = settings.storage.model_copy(update={"max_age_days": None, "max_media_bytes": None})  # prune below
-    from ..store import MediaStore, open_store  # the store's drivers load when the command runs
+    from bot.store import MediaStore, open_store  # the store's drivers load when the command runs
 
     store = await open_store(storage, MediaStore(settings.storage.data_dir))
     try:

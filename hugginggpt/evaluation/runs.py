@@ -29,8 +29,8 @@ from typing import Any
 from pipeline.errors import HuggingGPTError
 from pipeline.types import Done, RunRecord
 
-from ..errors import InputError
-from ..incoming import IncomingFile
+from bot.errors import InputError
+from bot.incoming import IncomingFile
 
 _FILE_NAME = re.compile(r"\b[\w.-]+\.(?:jpe?g|png|gif|webp|bmp|wav|mp3|flac|ogg|m4a|mp4|mov|webm|avi|txt)\b", re.I)
 

@@ -34,10 +34,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 from urllib.parse import urlsplit, urlunsplit
 
-from ..errors import ConfigError, StorageError
+from bot.errors import ConfigError, StorageError
 
 if TYPE_CHECKING:
-    from ..settings import InferenceSettings, LLMSettings, Settings, StorageSettings
+    from bot.settings import InferenceSettings, LLMSettings, Settings, StorageSettings
 
 Status = Literal["ok", "warn", "FAIL", "skip"]
 INFERENCE_PERMISSION = "inference.serverless.write"
@@ -95,7 +95,7 @@ def safe_url(url: str) -> str:
 
 def check_settings(config: str | None) -> tuple[Check, Settings | None]:
     """Load the settings as every command does; the check names the file and the data dir."""
-    from ..settings import config_path, load_settings  # pydantic loads when doctor runs, not for --help
+    from bot.settings import config_path, load_settings  # pydantic loads when doctor runs, not for --help
 
     try:
         settings = load_settings(config)
@@ -209,7 +209,7 @@ async def check_store(storage: StorageSettings, timeout: float) -> Check:
     data dir opens (or the data dir can be created and written)."""
     if storage.database_url is not None:
         return await _check_postgres(storage, timeout)
-    from ..store.sql.probes import DB_NAME, count_conversations
+    from bot.store.sql.probes import DB_NAME, count_conversations
 
     data = storage.data_dir
     problem = _unwritable(data)
@@ -237,7 +237,7 @@ def _unwritable(data: Path) -> str | None:
 
 
 async def _check_postgres(storage: StorageSettings, timeout: float) -> Check:
-    from ..store.sql.database import Database
+    from bot.store.sql.database import Database
 
     assert storage.database_url is not None
     db = Database(url=storage.database_url.get_secret_value(), connect_timeout=timeout, pool_size=1)

@@ -1,7 +1,0 @@
-"""``python -m bot.cli``: the same as the ``hugginggpt`` command."""
-
-import sys
-
-from . import main
-
-sys.exit(main())
