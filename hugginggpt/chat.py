@@ -1,52 +1,16 @@
-"""``hugginggpt chat``: a multi-turn conversation in the terminal.
-
-In a chat, each message is one turn of the same conversation; ``/file PATH`` attaches a file to
-the next message, ``/files`` lists the conversation's files, ``/new`` starts a new conversation,
-``/quit`` (or Ctrl-D) leaves. ``--conversation ID`` resumes a stored conversation after a
-restart, with its history and files.
-
-On a terminal the prompt edits lines, keeps a history across sessions in the data dir and takes
-multi-line messages (keys: :mod:`adapters.terminal_input`); a run is drawn live with each task's
-state and seconds, and the answer as Markdown (:mod:`adapters.terminal_live`). Ctrl-C at the
-prompt clears the line; two within 2 seconds leave (status 130), so does Ctrl-D (status 0).
-Ctrl-C during a run stops that run: tasks still running are cancelled, the answer covers what
-finished (written without the controller), the turn is stored with it and the prompt comes back;
-a second Ctrl-C abandons the run at once.
-
-When stdin is not a terminal (a script, a test), messages are read as plain lines, one per turn.
-"""
+"""``hugginggpt chat [--conversation ID] [--sandbox]``: a multi-turn conversation in the terminal
+(the front end is :mod:`adapters.terminal.chat`)."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
-import os
-import secrets
-import signal
 import sys
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Protocol, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from pipeline.errors import HuggingGPTError
+from .common import INTERRUPTED, add_sandbox_option
 
-from bot.errors import InputError
-from bot.incoming import ConversationKey, IncomingFile
-from .common import INTERRUPTED, add_sandbox_option, clean_text, read_user_file
-
-if TYPE_CHECKING:  # prompt_toolkit, rich and the pipeline are imported when a chat starts, not by every command
-    from adapters.terminal import TerminalRenderer
+if TYPE_CHECKING:
     from bot.settings import Settings
-    from adapters.terminal_live import LiveRenderer
-
-    from bot.service import Service
-
-    Renderer = LiveRenderer | TerminalRenderer
-
-HELP = "Type a request. /file PATH attaches a file, /files lists files, /new starts over, /quit leaves."
-COMMANDS = ("/file", "/files", "/new", "/quit", "/help")
-HISTORY_FILE = "chat_history"
-"""The prompt's history, in the data dir (``[storage] data_dir``)."""
 
 
 def add_parser(subparsers: Any) -> None:
@@ -57,195 +21,18 @@ def add_parser(subparsers: Any) -> None:
     p.set_defaults(handler=main)
 
 
-def _new_key() -> ConversationKey:
-    return ConversationKey("terminal", "local", "chat", secrets.token_hex(6))
-
-
-class Reader(Protocol):
-    """Where messages come from: ``read()`` is the next one, ``None`` at the end."""
-
-    interrupted: bool
-    notice: str | None
-
-    async def read(self, prompt: str = "you> ") -> str | None: ...
-
-
-class PlainReader:
-    """Lines from a stdin that is not a terminal, without prompt or editing."""
-
-    interrupted = False
-    notice = None
-
-    async def read(self, prompt: str = "you> ") -> str | None:
-        def line() -> str | None:
-            try:
-                return input()
-            except EOFError:
-                return None
-
-        return await asyncio.to_thread(line)
-
-
-@contextlib.contextmanager
-def _ctrl_c_stops(run: asyncio.Future, stop: asyncio.Event, renderer: Renderer) -> Iterator[None]:
-    """While a run is going on: the first Ctrl-C (SIGINT) sets ``stop`` (the answer covers what
-    finished), the next one cancels ``run`` at once."""
-    loop = asyncio.get_running_loop()
-
-    def on_sigint() -> None:
-        if run.done():
-            return
-        if not stop.is_set():
-            renderer.say("Stopping this run… (Ctrl-C again to abandon it at once)")
-            stop.set()
-        else:
-            renderer.say("Abandoning this run…")
-            run.cancel()
-
-    try:
-        loop.add_signal_handler(signal.SIGINT, on_sigint)
-    except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signals
-        yield
-        return
-    try:
-        yield
-    finally:
-        loop.remove_signal_handler(signal.SIGINT)
-
-
-def _resume_listing(turns: list[dict[str, Any]]) -> list[str]:
-    """Lines listing earlier turns: all of them up to five, else the first and the last three."""
-    from adapters.terminal import printable
-
-    def line(t: dict[str, Any]) -> str:
-        return printable(f"  [{t['index']}] you: {t['user_text'][:80]}  ({t['status']})")
-
-    if len(turns) <= 5:
-        return [line(t) for t in turns]
-    return [line(turns[0]), f"  … {len(turns) - 4} more", *(line(t) for t in turns[-3:])]
-
-
 async def main(args: argparse.Namespace, settings: Settings, out: TextIO = sys.stdout) -> int:
-    """The terminal conversation loop. Returns the exit status (0 when the user leaves with
-    ``/quit`` or Ctrl-D, 130 after two Ctrl-C at the prompt).
+    """Hold the conversation. Returns the exit status (0 when the user leaves with ``/quit`` or
+    Ctrl-D, 130 after two Ctrl-C at the prompt).
 
     Raises:
         InputError: ``--conversation`` names no stored conversation.
     """
-    from bot.service import Service  # the pipeline and its clients load when the command runs, not for --help
+    from adapters.terminal.chat import chat  # prompt_toolkit, rich and the pipeline load when a chat starts
+    from bot.service import Service
 
     service = await Service.create(settings)
     try:
-        key, conv = await _open(service, args, out)
-        interactive = sys.stdin.isatty() and out.isatty()
-        reader: Reader = PlainReader()
-        if interactive:
-            from adapters.terminal_input import KEYS_HELP, ChatPrompt
-
-            reader = ChatPrompt(settings.storage.data_dir / HISTORY_FILE, COMMANDS)
-        print(f"Conversation {conv} (resume later with: hugginggpt chat --conversation {conv}). {HELP}", file=out)
-        if interactive:
-            print(KEYS_HELP, file=out)
-            if reader.notice:
-                print(reader.notice, file=out)
-        from adapters.terminal_renderers import terminal_renderer
-
-        renderer = terminal_renderer(out, out, os.environ)
-        return await _loop(service, renderer, reader, key, conv, out, interactive)
+        return INTERRUPTED if await chat(service, args.conversation, out) else 0
     finally:
         await service.close()
-
-
-async def _open(service: Service, args: argparse.Namespace, out: TextIO) -> tuple[ConversationKey, str]:
-    if not args.conversation:
-        key = _new_key()
-        return key, await service.conversation_id(key)
-    key = await service.store.find(args.conversation)
-    if key is None:
-        raise InputError(f"There is no conversation {args.conversation}.")
-    turns = await service.store.turns(args.conversation)
-    files = await service.store.resources(args.conversation)
-    print(f"Resuming conversation {args.conversation}: {len(turns)} earlier turns, {len(files)} files.", file=out)
-    for listed in _resume_listing(turns):
-        print(listed, file=out)
-    return key, await service.conversation_id(key)
-
-
-async def _loop(service: Service, renderer: Renderer, reader: Reader, key: ConversationKey, conv: str, out: TextIO,
-                interactive: bool) -> int:
-    pending: list[IncomingFile] = []
-    while True:
-        line = await reader.read("you> ")
-        if line is None:
-            if interactive:
-                print(f"Bye. Resume with: hugginggpt chat --conversation {conv}", file=out)
-            return INTERRUPTED if reader.interrupted else 0
-        line = clean_text(line).strip()
-        if not line:
-            continue
-        if line in ("/quit", "/exit"):
-            return 0
-        if line == "/new":
-            left, key = conv, _new_key()
-            conv = await service.conversation_id(key)
-            pending.clear()
-            print(f"New conversation {conv}. (Resume the previous one with: hugginggpt chat --conversation {left})", file=out)
-        elif line == "/files":
-            for r in await service.store.resources(conv):
-                from adapters.terminal import printable
-
-                print(printable(f"  {r.id} ({r.kind}, {r.origin}): {r.description} — {r.path}"), file=out)
-        elif line.startswith("/file ") or line == "/file":
-            pending = await _attach(service, line[len("/file"):].strip(), pending, out)
-        elif line.startswith("/"):
-            print(HELP, file=out)
-            if interactive:
-                from adapters.terminal_input import KEYS_HELP
-
-                print(KEYS_HELP, file=out)
-        else:
-            await _turn(service, renderer, key, line, pending, out, interactive)
-            pending = []
-
-
-async def _attach(service: Service, path: str, pending: list[IncomingFile], out: TextIO) -> list[IncomingFile]:
-    """``pending`` with the file at ``path`` added (checked now), or as it was after an error."""
-    try:
-        f = await read_user_file(path, service.settings)
-        checked = await service.check_files([*pending, f])
-    except HuggingGPTError as e:
-        print(f"Error: {e.user_message}", file=out)
-        return pending
-    print(f"Attached {f.name} to your next message.", file=out)
-    return checked
-
-
-async def _turn(service: Service, renderer: Renderer, key: ConversationKey, text: str, files: list[IncomingFile],
-                out: TextIO, interactive: bool) -> None:
-    """Run one turn, drawing it; Ctrl-C stops it (interactive only)."""
-    stop = asyncio.Event()
-
-    async def turn() -> None:
-        async for event in service.handle(text, files, key=key, user="terminal", stop=stop, storage_fallback=True):
-            renderer.render(event)
-
-    run = asyncio.ensure_future(turn())
-    guard = _ctrl_c_stops(run, stop, renderer) if interactive else contextlib.nullcontext()
-    quiet: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
-    if interactive:
-        from adapters.terminal_input import quiet_typing
-
-        quiet = quiet_typing(sys.stdin)
-    with guard, quiet:
-        try:
-            await run
-        except asyncio.CancelledError:
-            if not run.cancelled():  # the chat itself is being cancelled
-                raise
-            renderer.close()
-            print("Abandoned this run; files it made so far stay in the conversation.", file=out)
-        except HuggingGPTError as e:
-            renderer.close()
-            print(f"Error: {e.user_message}", file=out)
-        finally:
-            renderer.close()

@@ -1,7 +1,7 @@
 """``hugginggpt run TEXT [--file PATH]... [--json] [--sandbox]``: one request end to end.
 
 On a terminal the run is drawn live and the answer rendered as Markdown (the chat's renderer,
-:mod:`adapters.terminal_live`). When stdout is not a terminal, progress goes to stderr and stdout
+:mod:`adapters.terminal.live`). When stdout is not a terminal, progress goes to stderr and stdout
 holds only the answer and its list of files (``hugginggpt run … > answer.md``); with ``--json``
 stdout holds only the JSON document (progress on stderr with ``-v``).
 
@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .common import add_sandbox_option, clean_text, read_user_file, record_exit_status
+from .common import add_sandbox_option, record_exit_status
 
 if TYPE_CHECKING:
     from pipeline.types import RunRecord
@@ -47,6 +47,8 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
             ``[planning] max_request_chars`` (exit status 3).
         ConfigError, StorageError: settings or storage unusable.
     """
+    from adapters.terminal.files import clean_text, read_user_file
+
     args.text = clean_text(args.text)
     files = [await read_user_file(p, settings) for p in args.file]
     from bot.limits import check_request_size
@@ -55,8 +57,8 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
     if not args.json or args.verbose:  # said at once: loading the pipeline and its clients takes a moment
         print("Starting: loading the planner and the model clients…", file=sys.stdout if sys.stdout.isatty() and
               not args.json else sys.stderr, flush=True)
-    from adapters.terminal import TerminalRenderer  # the pipeline and its clients load when the command runs
-    from adapters.terminal_renderers import terminal_renderer
+    from adapters.terminal import terminal_renderer  # the pipeline and its clients load now
+    from adapters.terminal.lines import TerminalRenderer
     from pipeline.types import Done
 
     from bot.service import Service

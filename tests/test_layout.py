@@ -93,7 +93,7 @@ def graph() -> dict[str, set[str]]:
 def test_the_reader_sees_imports_at_every_depth() -> None:
     g = graph()
     assert "bot.settings" in g["hugginggpt.common"]
-    assert "adapters.terminal" in g["hugginggpt.run"]
+    assert "adapters.terminal.lines" in g["hugginggpt.run"]
     assert "sandbox" in g["hugginggpt.common"]  # a lazy import inside a function
 
 

@@ -8,7 +8,7 @@ import re
 
 from adapters.discord.render import render_progress
 from adapters.slack.logic import render_status
-from adapters.terminal import TerminalRenderer
+from adapters.terminal.lines import TerminalRenderer
 from adapters.progress import Progress
 from pipeline.types import (
     Done,

@@ -198,7 +198,7 @@ def test_every_front_end_shows_the_replanning_round():
     from adapters.mcp.results import progress_message
     from adapters.progress import Progress
     from adapters.slack.logic import render_status
-    from adapters.terminal import TerminalRenderer
+    from adapters.terminal.lines import TerminalRenderer
     from pipeline.types import PlanReady, ReplanStarted, TaskFailed
 
     first = (Task(0, "image-to-text", (), {"image": "image-1"}), Task(1, "object-detection", (), {"image": "image-1"}))

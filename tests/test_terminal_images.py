@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from adapters.terminal_images import MAX_HEIGHT, MAX_WIDTH, image_protocol, inline_image
+from adapters.terminal.images import MAX_HEIGHT, MAX_WIDTH, image_protocol, inline_image
 
 MEDIA = Path(__file__).parent / "fixtures" / "media"
 

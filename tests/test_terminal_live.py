@@ -8,7 +8,7 @@ import re
 
 from rich.console import Console
 
-from adapters.terminal_live import LiveRenderer, answer_markdown
+from adapters.terminal.live import LiveRenderer, answer_markdown
 from pipeline.types import Done, ResponseDelta, RunRecord
 from tests.test_progress import EVENTS, PLAN
 

@@ -1,6 +1,9 @@
-"""Which terminal renderer a command gets: the live view on a terminal, plain lines otherwise.
+"""The terminal front end: ``hugginggpt run`` and ``hugginggpt chat``.
 
-Kept apart from both renderers so that a command whose output is redirected never imports rich.
+:mod:`.chat` is the conversation loop, :mod:`.files` reads the files a user names, :mod:`.lines`
+renders a run as lines, :mod:`.live` draws it on a terminal with :mod:`.images` for inline
+pictures, and :mod:`.prompt` is the chat's line editor. :func:`terminal_renderer` picks the
+renderer (importing :mod:`.live`, and rich, only for a terminal).
 """
 
 from __future__ import annotations
@@ -9,10 +12,10 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, TextIO
 
-from .terminal import TerminalRenderer
+from .lines import TerminalRenderer
 
 if TYPE_CHECKING:
-    from .terminal_live import LiveRenderer
+    from .live import LiveRenderer
 
 
 def terminal_renderer(answer: TextIO, progress: TextIO, env: Mapping[str, str]) -> LiveRenderer | TerminalRenderer:
@@ -23,18 +26,18 @@ def terminal_renderer(answer: TextIO, progress: TextIO, env: Mapping[str, str]) 
         answer: the answer's stream (stdout).
         progress: the progress stream when ``answer`` is not a terminal (stderr for ``run``).
         env: the environment, to recognise the terminal's inline-image protocol
-            (:func:`adapters.terminal_images.image_protocol`).
+            (:func:`adapters.terminal.images.image_protocol`).
 
     Returns:
-        :class:`adapters.terminal_live.LiveRenderer` when ``answer`` is a terminal (imported only
-        then); else a :class:`adapters.terminal.TerminalRenderer` writing progress to
+        :class:`adapters.terminal.live.LiveRenderer` when ``answer`` is a terminal (imported only
+        then); else a :class:`adapters.terminal.lines.TerminalRenderer` writing progress to
         ``progress`` and the answer with its files alone to ``answer``.
     """
     if not answer.isatty():
         return TerminalRenderer(progress, answer=answer)
     from rich.console import Console
 
-    from .terminal_images import image_protocol
-    from .terminal_live import LiveRenderer
+    from .images import image_protocol
+    from .live import LiveRenderer
 
     return LiveRenderer(Console(file=answer), images=image_protocol(env), err=Console(file=sys.stderr))

@@ -1,5 +1,5 @@
-"""Terminal front end: renders pipeline events as lines (``hugginggpt run`` and ``chat`` when the
-output is not a terminal); :mod:`adapters.terminal_live` draws the same progress on a terminal.
+"""Pipeline events as lines of text (``hugginggpt run`` and ``chat`` when the output is not a
+terminal); :mod:`adapters.terminal.live` draws the same progress on a terminal.
 
 The progress model is imported here only (:data:`Progress`); the other terminal modules take it
 from this one."""
@@ -11,7 +11,7 @@ import sys
 import textwrap
 from typing import AbstractSet, TextIO
 
-from adapters.progress import Progress, TaskProgress, replan_sentence  # noqa: F401 - the one import of the progress model (terminal_live uses it from here)
+from adapters.progress import Progress, TaskProgress, replan_sentence  # noqa: F401 - the one import of the progress model (live uses it from here)
 from pipeline.types import (
     Done,
     Event,
@@ -188,4 +188,3 @@ class TerminalRenderer:
             self.write("Files:", self.answer)
             for f in record.files:
                 self.write(printable(f"  {f.id} ({f.kind}, {f.description or f.mime}): {f.path}"), self.answer)
-

@@ -27,8 +27,8 @@ from rich.text import Text
 
 from pipeline.types import Done, Event, Notice, PlanDiscarded, ReplanStarted, RunRecord
 
-from .terminal import Progress, TaskProgress, printable
-from .terminal_images import Protocol, inline_image
+from .lines import Progress, TaskProgress, printable
+from .images import Protocol, inline_image
 
 _STATE_STYLE = {"waiting": "dim", "running": "yellow", "done": "green", "failed": "red", "skipped": "magenta",
                 "stopped": "magenta"}
