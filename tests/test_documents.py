@@ -16,6 +16,7 @@ from bot.errors import InputError
 from bot.incoming import IncomingFile
 from bot.settings import load_settings
 from bot.uploads import inspect_upload
+from pipeline.decoding import Decoder
 from tests.conftest import media_file
 
 WORDS = "Quarterly report: revenue grew by 12 percent in Berkeley."
@@ -62,15 +63,21 @@ def joined(*pdfs: bytes) -> bytes:
     return out.getvalue()
 
 
+@pytest.fixture
+async def decoder():
+    async with Decoder() as d:
+        yield d
+
+
 def docs(**kw):
     return load_settings(env={}, overrides={"documents": kw}).documents
 
 
-async def test_text_and_a_scanned_page_become_a_text_file_and_an_image():
+async def test_text_and_a_scanned_page_become_a_text_file_and_an_image(decoder):
     pdf = joined(text_page_pdf(), scan_pdf())
     assert is_pdf(pdf)
     photo = media_file("chelsea.png")
-    files = await expand_documents([IncomingFile(pdf, name="report.pdf"), photo], docs())
+    files = await expand_documents([IncomingFile(pdf, name="report.pdf"), photo], docs(), decoder)
     text, page, kept = files
     assert kept is photo
     assert text.name == "report.txt" and text.data.decode() == f"[page 1]\n{WORDS}"
@@ -83,12 +90,12 @@ async def test_text_and_a_scanned_page_become_a_text_file_and_an_image():
     assert info.kind == "text"
 
 
-async def test_page_limits_say_what_was_left_out():
+async def test_page_limits_say_what_was_left_out(decoder):
     pdf = joined(text_page_pdf("one"), text_page_pdf("two"), scan_pdf(), text_page_pdf("four"))
-    [text] = await expand_documents([IncomingFile(pdf, name="long.pdf")], docs(max_pages=2))
+    [text] = await expand_documents([IncomingFile(pdf, name="long.pdf")], docs(max_pages=2), decoder)
     assert text.data.decode() == "(pages 3-4 of 4 are left out: at most 2 pages are read)\n[page 1]\none\n\n[page 2]\ntwo"
     text, = await expand_documents([IncomingFile(joined(text_page_pdf(), scan_pdf()), name="r.pdf")],
-                                   docs(max_page_images=0))
+                                   docs(max_page_images=0), decoder)
     assert text.data.decode().startswith("(1 pages without text are left out)\n[page 1]")
 
 
@@ -98,9 +105,9 @@ async def test_page_limits_say_what_was_left_out():
     (text_page_pdf() + b" " * 2048, {"max_pdf_bytes": 1024},
      f"The bad.pdf is {len(text_page_pdf()) + 2048:,} bytes, more than the limit of 1,024 bytes for PDF files."),
 ])
-async def test_bad_pdfs_get_one_sentence(data, kw, message):
+async def test_bad_pdfs_get_one_sentence(data, kw, message, decoder):
     with pytest.raises(InputError) as info:
-        await expand_documents([IncomingFile(data, name="bad.pdf")], docs(**kw))
+        await expand_documents([IncomingFile(data, name="bad.pdf")], docs(**kw), decoder)
     assert info.value.user_message == message
 
 
