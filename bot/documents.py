@@ -151,6 +151,9 @@ def _pdf_parts(data: bytes, name: str | None, limits: _Limits) -> list[tuple[byt
         else:
             bare.append(n)
     rendered = _render(data, bare[: limits.max_page_images], limits, label)
+    if not texts and not rendered and skipped == kept:
+        raise DecodeError(f"The {label} has more content on each page than can be read (the limit is "
+                          f"{limits.max_content_bytes / MiB:g} MiB per page, [documents] max_page_content_bytes).")
     if not texts and not rendered:
         raise DecodeError(f"The {label} has no text and none of its pages could be rendered.")
     notes = []

@@ -288,14 +288,7 @@ async def inspect_upload(
     sniffed = None if claimed_text and utf16 else sniff(data)
     if sniffed is None:
         return await _inspect_unsniffed(data, name, declared_mime, claimed_text, utf16, max_text_bytes)
-    if sniffed.kind == "image":
-        mime, width, height = await asyncio.to_thread(_check_image, data, label, max_pixels)
-        media = _Media("image", mime, width, height, None)
-    elif decoder is None:
-        async with Decoder() as own:
-            media = await _inspect_stream(data, label, sniffed.kind, sniffed.mime, own, max_pixels)
-    else:
-        media = await _inspect_stream(data, label, sniffed.kind, sniffed.mime, decoder, max_pixels)
+    media = await _inspect_media(data, label, sniffed.kind, sniffed.mime, max_pixels, decoder)
     claimed, source = _declared_kind(name, declared_mime)
     if claimed and claimed != media.kind and not (sniffed.container and {claimed, media.kind} == {"audio", "video"}):
         raise InputError(
@@ -348,6 +341,19 @@ async def _inspect_unsniffed(data: bytes, name: str | None, declared_mime: str |
         f"The {label} is {what}, not an image, audio, video or text file.",
         f"unsupported content; declared {declared_mime!r}",
     )
+
+
+async def _inspect_media(data: bytes, label: str, kind: Modality, mime: str, max_pixels: int,
+                         decoder: Decoder | None) -> _Media:
+    """An image (Pillow, in a thread: bounded by ``max_pixels`` before decoding), or audio or
+    video (:func:`_inspect_stream`, in a worker of ``decoder`` or of a decoder of its own)."""
+    if kind == "image":
+        mime, width, height = await asyncio.to_thread(_check_image, data, label, max_pixels)
+        return _Media("image", mime, width, height, None)
+    if decoder is None:
+        async with Decoder() as own:
+            return await _inspect_stream(data, label, kind, mime, own, max_pixels)
+    return await _inspect_stream(data, label, kind, mime, decoder, max_pixels)
 
 
 async def _inspect_stream(data: bytes, label: str, kind: Modality, mime: str, decoder: Decoder, max_pixels: int) -> _Media:

@@ -120,7 +120,10 @@ class Decoder:
         timeout: seconds a job may take at most (a caller may give less).
 
     The fork server starts with the first job. A process sharing this one's fork server (one
-    per process, :mod:`multiprocessing.forkserver`) gets the same preloaded modules.
+    per process, :mod:`multiprocessing.forkserver`) gets the same preloaded modules. Each job
+    imports the main module again (multiprocessing's rule; skipped for ``python -m pkg`` whose
+    main is ``pkg.__main__``, as ``python -m bot.cli``; the ``hugginggpt`` script imports only
+    ``bot.cli``): a main script's top level must stay light.
     """
 
     def __init__(self, workers: int = WORKERS, memory_bytes: int = MEMORY_BYTES,
@@ -152,7 +155,7 @@ class Decoder:
                 crashed, or the decoder is closed (``reason`` says which).
         """
         if self._closed:
-            raise DecodeError(f"The server is shutting down, so {what} was not read.", reason="closed")
+            raise _closed(what)
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.workers)
         timeout = self.timeout if timeout is None else min(timeout, self.timeout)
@@ -172,9 +175,16 @@ class Decoder:
         cpu = math.ceil(timeout + 5) * (os.cpu_count() or 1)
         proc = ctx.Process(target=_job, args=(send, self.memory_bytes, cpu, fn, args), daemon=True,
                            name=f"decode {what}")
-        self._running.add(proc)
         try:
             proc.start()
+        except (OSError, RuntimeError) as e:  # out of processes or memory to fork
+            receive.close()
+            send.close()
+            log.error("could not start a worker to decode %s: %r", what, e)
+            raise DecodeError(f"The server could not start reading {what}; please try again later.", repr(e),
+                              reason="crashed") from None
+        self._running.add(proc)
+        try:
             send.close()
             await _readable(receive.fileno())
             try:
@@ -194,6 +204,8 @@ class Decoder:
             return value
         if kind == "error":
             raise value
+        if self._closed:
+            raise _closed(what)
         if kind == "memory" or exitcode in (-6, -9, -11):  # SIGABRT/SIGKILL/SIGSEGV: a C library out of memory
             log.warning("decoding %s went over the memory ceiling of %d MiB (%s, exit %s)", what,
                         self.memory_bytes // MiB, kind, exitcode)
@@ -228,6 +240,11 @@ class Decoder:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def _closed(what: str) -> DecodeError:
+    return DecodeError(f"The server is shutting down, so {what} was not read.", f"decode of {what}: decoder closed",
+                       reason="closed")
 
 
 async def _readable(fd: int) -> None:
