@@ -14,6 +14,7 @@ from pipeline.catalog import Availability, Catalog
 from pipeline.catalog.placement import Mode
 from pipeline.catalog.servers import ExpertServers
 from pipeline.core import Pipeline
+from pipeline.decoding import Decoder
 from pipeline.execution import ExecutionLimits
 from pipeline.experts.controller import ControllerRunner
 from pipeline.experts.hub import ExpertSettings, HubRunner
@@ -139,7 +140,9 @@ def build_pipeline(settings: Settings) -> tuple[Pipeline, list[Callable[[], Awai
         "local": LocalRunner(max_image_pixels=inf.max_image_pixels),
         "mcp": McpRunner(toolbox, experts.limits, experts.max_media_bytes),
     }
-    pipeline = Pipeline(controller, selector, runners, limits)
+    docs = settings.documents
+    decoder = Decoder(docs.decode_workers, docs.decode_memory_bytes, inf.max_image_pixels, docs.decode_timeout)
+    pipeline = Pipeline(controller, selector, runners, limits, decoder)
     closers = [pipeline.aclose, hub.aclose, controller.aclose, toolbox.aclose]
     if servers is not None:
         closers.append(servers.aclose)

@@ -137,7 +137,7 @@ class Service:
             InputError: too many files, or one is empty, too large, undecodable, of an unsupported
                 type or labelled as another kind than its content.
         """
-        files = await expand_documents(files, self.settings.documents)  # a PDF: its text and image-only pages
+        files = await expand_documents(files, self.settings.documents, self.pipeline.decoder)  # a PDF: its text and image-only pages
         infos = await self._inspect(files)
         return [replace(f, checked=info) for f, info in zip(files, infos)]
 
@@ -148,7 +148,8 @@ class Service:
         return [
             f.checked or await inspect_upload(f.data, f.name, f.declared_mime, max_bytes=self.settings.storage.max_file_bytes,
                                               max_pixels=self.settings.inference.max_image_pixels,
-                                              max_text_bytes=self.settings.storage.max_text_file_bytes)
+                                              max_text_bytes=self.settings.storage.max_text_file_bytes,
+                                              decoder=self.pipeline.decoder)
             for f in files
         ]
 
@@ -254,7 +255,7 @@ class Service:
         if not text and not files:
             raise InputError("Please write a request (and attach files if it needs them).")
         text = text or "What can you tell me about these files?"
-        files = await expand_documents(files, self.settings.documents)  # a PDF: its text and image-only pages
+        files = await expand_documents(files, self.settings.documents, self.pipeline.decoder)  # a PDF: its text and image-only pages
         if key is None:
             async for event in self._one_off(text, files, chat_log, on_start, stop):
                 yield event

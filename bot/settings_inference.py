@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from pipeline import decoding
 from pipeline.experts.providers import POLICIES, check_choice
 
 MiB = 1024 * 1024
@@ -88,7 +89,9 @@ class ProviderKeys(BaseModel):
 
 
 class DocumentSettings(BaseModel):
-    """``[documents]``: PDF attachments (text through pypdf, image-only pages rendered by pypdfium2).
+    """``[documents]``: PDF attachments (text through pypdf, image-only pages rendered by pypdfium2),
+    and the worker processes that decode attachments (PDFs, a video's sound and frames, audio and
+    video probes; :class:`pipeline.decoding.Decoder`).
 
     Attributes:
         pdf: whether PDF attachments are accepted at all.
@@ -97,6 +100,11 @@ class DocumentSettings(BaseModel):
         max_page_images: image-only pages rendered as images for vision tasks, at most.
         render_dpi: dots per inch of a rendered page (72 = 1 pixel per PDF point).
         max_text_bytes: bytes of UTF-8 text kept from one PDF.
+        max_page_content_bytes: bytes, the largest content stream of a page that is read (decoded
+            size; a larger page is left out, and the text file says so).
+        decode_workers: decoding jobs running at once (each in a process of its own).
+        decode_memory_bytes: bytes, the memory ceiling of one decoding job.
+        decode_timeout: seconds one decoding job may take (a PDF, a video's parts, a probe).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -107,6 +115,12 @@ class DocumentSettings(BaseModel):
     max_page_images: int = Field(4, ge=0, le=50, description="image-only pages rendered for vision tasks")
     render_dpi: int = Field(110, ge=36, le=300, description="dots per inch of a rendered page")
     max_text_bytes: int = Field(512 * 1024, ge=1024, le=64 * MiB, description="bytes of text kept from one PDF")
+    max_page_content_bytes: int = Field(4 * MiB, ge=4096, le=256 * MiB,
+                                        description="bytes, largest decoded content stream of a PDF page that is read")
+    decode_workers: int = Field(decoding.WORKERS, ge=1, le=64, description="decoding jobs (PDF, video, audio) running at once")
+    decode_memory_bytes: int = Field(decoding.MEMORY_BYTES, ge=256 * MiB, le=64 * 1024 * MiB,
+                                     description="bytes, memory ceiling of one decoding job")
+    decode_timeout: float = Field(decoding.TIMEOUT, gt=0, le=3600, description="seconds one decoding job may take")
 
 
 __all__ = ["POLICIES", "DocumentSettings", "ProviderKeys"]

@@ -19,7 +19,8 @@ from typing import NamedTuple
 from PIL import Image, UnidentifiedImageError
 
 from pipeline.planning import MAX_TEXT_ARG
-from pipeline.media import PixelLimitError, decode_text, image_size_checked, sniff
+from pipeline.decoding import Decoder, DecodeError
+from pipeline.media import PixelLimitError, decode_text, image_size_checked, sniff, stream_info
 from pipeline.types import Modality
 
 from .errors import InputError
@@ -197,56 +198,32 @@ def _check_image(data: bytes, label: str, max_pixels: int = DEFAULT_MAX_PIXELS) 
     return _PIL_MIME.get(fmt, f"image/{fmt.lower() or 'unknown'}"), w, h
 
 
-PROBE_OPTIONS = {"probesize": str(5 * MiB), "analyzeduration": str(5_000_000)}
-"""FFmpeg demuxer options for probing: read at most 5 MiB and 5 s of media to find the streams
-(FFmpeg's ``probesize`` in bytes and ``analyzeduration`` in microseconds), so a crafted file
-cannot make the probe read forever."""
-
-
-def _probe(source: bytes | Path) -> dict:
-    import av  # the FFmpeg libraries load with the first audio or video, not with every service start
-
-    with av.open(io.BytesIO(source) if isinstance(source, bytes) else str(source), options=PROBE_OPTIONS) as c:
-        streams = []
-        for st in c.streams:
-            entry: dict = {"codec_type": st.type,
-                           "duration": float(st.duration * st.time_base) if st.duration and st.time_base else None,
-                           "disposition": {"attached_pic": int(bool(st.disposition & av.stream.Disposition.attached_pic))}}
-            if st.type == "video":
-                entry.update(width=st.codec_context.width, height=st.codec_context.height)
-            streams.append(entry)
-        duration = c.duration / av.time_base if c.duration else None
-        return {"format": {"format_name": c.format.name, "duration": duration}, "streams": streams}
-
-
-async def probe(source: bytes | Path, timeout: float = 20.0) -> dict:
-    """Describe an audio or video file's streams in process, with the FFmpeg libraries (PyAV),
-    in a worker thread: no ``ffprobe`` process and no temporary file per upload.
+async def probe(source: bytes | Path, timeout: float | None = None, decoder: Decoder | None = None) -> dict:
+    """Describe an audio or video file's streams with the FFmpeg libraries (PyAV,
+    :func:`pipeline.media.stream_info`) in a worker process of ``decoder``: no ``ffprobe``
+    process, no temporary file, and a crafted file cannot hold the service.
 
     Args:
         source: the file's bytes, or its path.
-        timeout: seconds to wait for the probe (bounded anyway by :data:`PROBE_OPTIONS`).
+        timeout: seconds to wait for the probe (``None``: the decoder's).
+        decoder: the worker processes (``None``: a decoder of its own, closed after).
 
     Returns:
-        The fields of ``ffprobe -show_format -show_streams`` this project reads:
-        ``{"format": {"format_name", "duration"}, "streams": [{"codec_type", "duration",
-        "disposition": {"attached_pic"}, "width", "height"}]}``; durations in seconds (``None``
-        when unknown), sizes in pixels.
+        :func:`pipeline.media.stream_info`'s description.
 
     Raises:
-        InputError: the FFmpeg libraries cannot read it, or the probe exceeds ``timeout``.
+        InputError: the FFmpeg libraries cannot read it, or the probe exceeds ``timeout`` or the
+            decoder's memory ceiling.
     """
-    import av
-
+    if decoder is None:
+        async with Decoder() as own:
+            return await probe(source, timeout, own)
     try:
-        return await asyncio.wait_for(asyncio.to_thread(_probe, source), timeout)
-    except TimeoutError:
-        raise InputError(
-            "The file could not be read as audio or video: inspecting it took too long.",
-            f"probe timed out after {timeout:g} s",
-        ) from None
-    except (av.FFmpegError, OSError, ValueError) as exc:
-        raise InputError("The file could not be read as audio or video.", f"FFmpeg: {exc}") from exc
+        return await decoder.run(stream_info, source, what="the file", timeout=timeout)
+    except DecodeError as exc:
+        if exc.reason == "timeout":
+            raise InputError("The file could not be read as audio or video: inspecting it took too long.", str(exc)) from None
+        raise InputError("The file could not be read as audio or video.", str(exc)) from None
 
 
 def _duration(info: dict, stream: dict) -> float | None:
@@ -268,6 +245,7 @@ async def inspect_upload(
     max_bytes: int,
     max_pixels: int = DEFAULT_MAX_PIXELS,
     max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES,
+    decoder: Decoder | None = None,
 ) -> Inspected:
     """Check a user's file and describe it.
 
@@ -275,7 +253,8 @@ async def inspect_upload(
     (sniffed from the bytes), or a text file (``.txt``, ``.md``, ``.csv``, ``.tsv``, ``.json``, or
     a ``text/*`` type, or unlabelled text: UTF-8 or UTF-16 with a byte-order mark, no binary
     content, at most ``max_text_bytes``); HTML, XML, PDF and ZIP are refused; it decodes (Pillow ``verify`` and ``load``
-    for images, an audio or video stream with a duration found by :func:`probe`); the user's label (MIME type
+    for images, an audio or video stream with a duration found by :func:`probe`'s worker process, a video's
+    frames within ``max_pixels``); the user's label (MIME type
     or file extension) does not claim another kind than the content (a ``.png`` that is really a
     JPEG is fine: the content wins).
 
@@ -287,6 +266,8 @@ async def inspect_upload(
         max_pixels: image limit in pixels, width × height, checked from the header before the
             image is decoded (``[inference] max_image_pixels``).
         max_text_bytes: text-file limit in bytes (``[storage] max_text_file_bytes``).
+        decoder: the worker processes that probe audio and video (``None``: a decoder of its own,
+            closed after); a video's frames are checked against ``max_pixels`` too.
 
     Returns:
         :class:`Inspected`.
@@ -307,11 +288,7 @@ async def inspect_upload(
     sniffed = None if claimed_text and utf16 else sniff(data)
     if sniffed is None:
         return await _inspect_unsniffed(data, name, declared_mime, claimed_text, utf16, max_text_bytes)
-    if sniffed.kind == "image":
-        mime, width, height = await asyncio.to_thread(_check_image, data, label, max_pixels)
-        media = _Media("image", mime, width, height, None)
-    else:
-        media = await _inspect_stream(data, label, sniffed.kind, sniffed.mime)
+    media = await _inspect_media(data, label, sniffed.kind, sniffed.mime, max_pixels, decoder)
     claimed, source = _declared_kind(name, declared_mime)
     if claimed and claimed != media.kind and not (sniffed.container and {claimed, media.kind} == {"audio", "video"}):
         raise InputError(
@@ -366,13 +343,29 @@ async def _inspect_unsniffed(data: bytes, name: str | None, declared_mime: str |
     )
 
 
-async def _inspect_stream(data: bytes, label: str, kind: Modality, mime: str) -> _Media:
-    """Audio or video (by its streams, :func:`probe`): the kind the streams show, the MIME type
-    matched to it, the picture size of a video and the duration."""
+async def _inspect_media(data: bytes, label: str, kind: Modality, mime: str, max_pixels: int,
+                         decoder: Decoder | None) -> _Media:
+    """An image (Pillow, in a thread: bounded by ``max_pixels`` before decoding), or audio or
+    video (:func:`_inspect_stream`, in a worker of ``decoder`` or of a decoder of its own)."""
+    if kind == "image":
+        mime, width, height = await asyncio.to_thread(_check_image, data, label, max_pixels)
+        return _Media("image", mime, width, height, None)
+    if decoder is None:
+        async with Decoder() as own:
+            return await _inspect_stream(data, label, kind, mime, own, max_pixels)
+    return await _inspect_stream(data, label, kind, mime, decoder, max_pixels)
+
+
+async def _inspect_stream(data: bytes, label: str, kind: Modality, mime: str, decoder: Decoder, max_pixels: int) -> _Media:
+    """Audio or video (by its streams, :func:`pipeline.media.stream_info` in a worker of
+    ``decoder``): the kind the streams show, the MIME type matched to it, the picture size of a
+    video (at most ``max_pixels``) and the duration."""
     try:
-        info = await probe(data)
-    except InputError as exc:
-        raise InputError(f"The {label} could not be read as {kind}; it may be truncated or corrupt.", str(exc)) from exc
+        info = await decoder.run(stream_info, data, what=f"the {label}")
+    except DecodeError as exc:
+        if exc.reason in ("timeout", "memory", "closed"):
+            raise InputError(exc.user_message, str(exc)) from None
+        raise InputError(f"The {label} could not be read as {kind}; it may be truncated or corrupt.", str(exc)) from None
     streams = info.get("streams", [])
     video = [s for s in streams if s.get("codec_type") == "video" and s.get("disposition", {}).get("attached_pic") != 1]
     audio = [s for s in streams if s.get("codec_type") == "audio"]
@@ -383,6 +376,10 @@ async def _inspect_stream(data: bytes, label: str, kind: Modality, mime: str) ->
             mime = {"audio/ogg": "video/ogg", "audio/mp4": "video/mp4"}.get(mime, mime)
         stream = video[0]
         width, height = stream.get("width"), stream.get("height")
+        if (width or 0) * (height or 0) > max_pixels:
+            raise InputError(f"The {label} has frames of {width}x{height} pixels, more than the limit of "
+                             f"{max_pixels / 1e6:g} million pixels ([inference] max_image_pixels).",
+                             f"video frame {width}x{height} > max_pixels {max_pixels}")
     elif audio:
         kind = "audio"
         if mime.startswith("video/"):

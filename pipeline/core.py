@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import replace
 
 from . import prompts
+from .decoding import Decoder
 from .catalog.availability import Availability
 from .errors import ControllerError, DeadlineError, HuggingGPTError, StoppedError
 from .execution import ExecutionLimits, ExecutionRun, Executor
@@ -64,12 +65,16 @@ class Pipeline:
         runners: the expert runner of each kind (``"hub"``, ``"controller"``, ``"local"``,
             :mod:`pipeline.experts`).
         limits: per-task timeout, overall deadline, models tried per task.
+        decoder: the worker processes that read a video's sound and frames (``None``: one with
+            the default limits; it starts no process before the first video).
     """
 
     def __init__(
-        self, controller: Controller, selector: Selector, runners: Mapping[RunnerKind, ExpertRunner], limits: ExecutionLimits
+        self, controller: Controller, selector: Selector, runners: Mapping[RunnerKind, ExpertRunner], limits: ExecutionLimits,
+        decoder: Decoder | None = None,
     ) -> None:
         self.controller = controller
+        self.decoder = decoder or Decoder()
         self.selector = selector
         self.runners = dict(runners)
         self.limits = limits
@@ -87,7 +92,8 @@ class Pipeline:
         return self._asking
 
     async def aclose(self) -> None:
-        """Stop a look-up of the served tasks still under way."""
+        """Stop a look-up of the served tasks still under way, and the decoding jobs still running."""
+        await self.decoder.close()
         if self._asking is not None and not self._asking.done():
             self._asking.cancel()
             await asyncio.gather(self._asking, return_exceptions=True)
@@ -216,7 +222,8 @@ class Pipeline:
             return
         from .video_parts import add_video_parts  # PyAV is imported only when a video comes
 
-        parts, notes = await add_video_parts(st.request.files, sink, timeout=max(1.0, min(60.0, st.left() / 4)))
+        parts, notes = await add_video_parts(st.request.files, sink, decoder=self.decoder,
+                                             timeout=max(1.0, min(self.decoder.timeout, st.left() / 4)))
         st.request = replace(st.request, files=[*st.request.files, *parts])
         for note in notes:
             st.record.notes.append(note)

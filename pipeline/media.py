@@ -1,7 +1,8 @@
 """Media types from content: which image, audio or video format a byte string holds.
 
-Pure functions, no I/O: the experts use them to check what a model returned, the service's upload
-checks (:mod:`bot.uploads`) and the media store (:mod:`bot.store.media`) build on them.
+Pure functions, no I/O but the file an audio or video probe is given: the experts use them to
+check what a model returned, the service's upload checks (:mod:`bot.uploads`) and the media store
+(:mod:`bot.store.media`) build on them.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import io
 import mimetypes
 from dataclasses import dataclass
+from pathlib import Path
 
 from .types import Modality
 
@@ -164,3 +166,49 @@ def image_size_checked(data: bytes, limit: int) -> tuple[int, int]:
             return check_pixels(im.size, limit)
     except Image.DecompressionBombError as exc:
         raise PixelLimitError(None, limit) from exc
+
+
+# ----------------------------------------------------------------------------------------------
+# Streams of audio and video files
+
+
+PROBE_OPTIONS = {"probesize": str(5 * 1024 * 1024), "analyzeduration": str(5_000_000)}
+"""FFmpeg demuxer options for probing: read at most 5 MiB and 5 s of media to find the streams
+(FFmpeg's ``probesize`` in bytes and ``analyzeduration`` in microseconds), so a crafted file
+cannot make the probe read forever."""
+
+
+def stream_info(source: bytes | Path) -> dict:
+    """Describe an audio or video file's streams with the FFmpeg libraries (PyAV), blocking (the
+    service runs it in a worker process, :func:`bot.uploads.probe`).
+
+    Args:
+        source: the file's bytes, or its path.
+
+    Returns:
+        The fields of ``ffprobe -show_format -show_streams`` this project reads:
+        ``{"format": {"format_name", "duration"}, "streams": [{"codec_type", "duration",
+        "disposition": {"attached_pic"}, "width", "height"}]}``; durations in seconds (``None``
+        when unknown), sizes in pixels.
+
+    Raises:
+        DecodeError: the FFmpeg libraries cannot read it.
+    """
+    import av  # the FFmpeg libraries load with the first audio or video, not with every service start
+
+    from .decoding import DecodeError
+
+    try:
+        with av.open(io.BytesIO(source) if isinstance(source, bytes) else str(source), options=PROBE_OPTIONS) as c:
+            streams = []
+            for st in c.streams:
+                entry: dict = {"codec_type": st.type,
+                               "duration": float(st.duration * st.time_base) if st.duration and st.time_base else None,
+                               "disposition": {"attached_pic": int(bool(st.disposition & av.stream.Disposition.attached_pic))}}
+                if st.type == "video":
+                    entry.update(width=st.codec_context.width, height=st.codec_context.height)
+                streams.append(entry)
+            duration = c.duration / av.time_base if c.duration else None
+            return {"format": {"format_name": c.format.name, "duration": duration}, "streams": streams}
+    except (av.FFmpegError, OSError, ValueError) as exc:
+        raise DecodeError("The file could not be read as audio or video.", f"FFmpeg: {exc}") from None

@@ -47,8 +47,9 @@ def test_a_long_sound_is_cut_at_the_limit():
 
 
 async def test_garbage_is_one_sentence():
-    with pytest.raises(ValueError, match="could not be decoded"):
+    with pytest.raises(ValueError) as info:
         await video_parts(b"\x00\x00\x00\x18ftypmp42" + b"\x00" * 500)
+    assert info.value.user_message == "The video could not be decoded (InvalidDataError)."
 
 
 class _Folder:
@@ -90,7 +91,8 @@ async def test_an_unreadable_video_is_said_and_the_rest_goes_on(tmp_path):
     files = [Resource(id="video-1", kind="video", path=bad, mime="video/mp4", size=1),
              Resource(id="video-2", kind="video", path=silent, mime="video/mp4", size=1)]
     parts, notes = await add_video_parts(files, _Folder(tmp_path), frames=2)
-    assert notes == ["The sound and frames of video-1 could not be read, so only the video itself can be used."]
+    assert notes == ["The sound and frames of video-1 could not be read (it could not be decoded), so only the video "
+                     "itself can be used."]
     assert [(p.kind, p.origin) for p in parts] == [("image", "video-2"), ("image", "video-2")]  # no sound track
 
 
