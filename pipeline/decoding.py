@@ -122,8 +122,8 @@ class Decoder:
     The fork server starts with the first job. A process sharing this one's fork server (one
     per process, :mod:`multiprocessing.forkserver`) gets the same preloaded modules. Each job
     imports the main module again (multiprocessing's rule; skipped for ``python -m pkg`` whose
-    main is ``pkg.__main__``, as ``python -m bot.cli``; the ``hugginggpt`` script imports only
-    ``bot.cli``): a main script's top level must stay light.
+    main is ``pkg.__main__``, as ``python -m hugginggpt``; the ``hugginggpt`` script imports only
+    ``hugginggpt``): a main script's top level must stay light.
     """
 
     def __init__(self, workers: int = WORKERS, memory_bytes: int = MEMORY_BYTES,

@@ -111,7 +111,7 @@ async def test_a_job_over_the_memory_ceiling_is_one_sentence():
 
 def _serve(tmp_path: Path, **env: str) -> tuple[subprocess.Popen, str]:
     environ = {**os.environ, "PYTHONPATH": os.getcwd(), "HUGGINGGPT_STORAGE__DATA_DIR": str(tmp_path / "data"), **env}
-    proc = subprocess.Popen([sys.executable, "-m", "bot.cli", "serve", "--sandbox", "--port", "0", "--grace", "2"],
+    proc = subprocess.Popen([sys.executable, "-m", "hugginggpt", "serve", "--sandbox", "--port", "0", "--grace", "2"],
                             cwd=tmp_path, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
     m = re.search(r"(http://127\.0\.0\.1:\d+)/v1", line)
