@@ -53,6 +53,11 @@ class McpSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     servers: dict[str, McpServerSettings] = Field(default_factory=dict, description="tool servers by short name: command (with args, env) for stdio, or url (with headers) for streamable HTTP; tools limits what is offered")
+    max_log_bytes: int = Field(
+        1 << 20, ge=1024, le=1 << 30,
+        description="bytes of a stdio server's stderr written to <data_dir>/logs/mcp-<name>.log per start of the "
+                    "program; the rest is discarded, with one line saying so (a larger file is moved to .log.1 first)",
+    )
 
     @model_validator(mode="after")
     def _names(self) -> "McpSettings":
@@ -74,6 +79,7 @@ class McpSettings(BaseModel):
                 env={k: v.get_secret_value() for k, v in s.env.items()}, url=s.url,
                 headers={k: v.get_secret_value() for k, v in s.headers.items()}, tools=tuple(s.tools),
                 connect_timeout=s.connect_timeout, errlog=logs / f"mcp-{name}.log" if logs else None,
+                max_log_bytes=self.max_log_bytes,
             )
             for name, s in self.servers.items()
         ]

@@ -37,6 +37,7 @@ from typing import Any
 import json_repair
 
 from .llm import Usage
+from .mcp_errlog import capped_stderr
 from .selection import Selector
 from .tasks import TASKS, TaskSpec
 from .types import Modality, Selection, Task
@@ -68,6 +69,7 @@ class McpServerConfig:
         tools: the tools to offer (``[]``: all the server lists).
         connect_timeout: seconds to start, initialise and list tools.
         errlog: file the program's stderr is appended to (``None``: this process's stderr).
+        max_log_bytes: bytes of the program's stderr kept per start (:mod:`pipeline.mcp_errlog`).
     """
 
     name: str
@@ -79,6 +81,7 @@ class McpServerConfig:
     tools: tuple[str, ...] = ()
     connect_timeout: float = 20.0
     errlog: Path | None = None
+    max_log_bytes: int = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -230,10 +233,7 @@ class ToolServer:
             from mcp.client.stdio import StdioServerParameters, stdio_client
 
             params = StdioServerParameters(command=c.command, args=list(c.args), env=dict(c.env) or None)
-            if c.errlog is None:
-                return stdio_client(params)
-            c.errlog.parent.mkdir(parents=True, exist_ok=True)
-            return _logging_to(c.errlog, lambda errlog: stdio_client(params, errlog=errlog))
+            return capped_stderr(c.name, c.errlog, c.max_log_bytes, lambda errlog: stdio_client(params, errlog=errlog))
         import httpx2
         from mcp.client.streamable_http import streamable_http_client
 
@@ -300,14 +300,6 @@ class ToolServer:
                 holder.cancel()
                 await asyncio.gather(holder, return_exceptions=True)
         self.session = None
-
-
-@contextlib.asynccontextmanager
-async def _logging_to(path: Path, transport: Any) -> Any:
-    """The streams of ``transport(errlog)``, the program's stderr appended to ``path``."""
-    with path.open("a", encoding="utf-8") as errlog:
-        async with transport(errlog) as streams:
-            yield streams
 
 
 @contextlib.asynccontextmanager

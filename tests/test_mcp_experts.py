@@ -141,3 +141,30 @@ def test_text_arguments_are_converted_to_the_schema_types_and_files_sent_as_data
     assert args == {"width": 64, "keepRatio": True, "tags": ["a", "b"], "photo": "iVBORw=="}
     with pytest.raises(ValueError, match="'width' of mcp:imgs/Resize_Image must be integer"):
         call_arguments(tool, {"width": "wide"}, {})
+
+
+async def test_a_tool_servers_stderr_reaches_its_log_only_up_to_the_cap(tmp_path, caplog, sink):
+    """A server that writes 8 MB to stderr on start: its log keeps 64 KiB and says the rest was
+    cut (one warning), an older, larger log is moved aside, and the server still answers."""
+    from pipeline.experts.mcp import McpRunner
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    older = b"an earlier start\n" * 10_000
+    (logs / "mcp-noisy.log").write_bytes(older)
+    cap = 64 * 1024
+    box = Toolbox([McpServerConfig("noisy", command=sys.executable, connect_timeout=90, errlog=logs / "mcp-noisy.log",
+                                   args=("-m", "sandbox.mcp_tools", "--stderr-bytes", str(8 << 20)), max_log_bytes=cap)])
+    try:
+        assert await box.task_names() == {"mcp.noisy.stamp", "mcp.noisy.count-words"}
+        out = await McpRunner(box).run("mcp.noisy.count-words", "mcp:noisy/count-words", {"text": "one two three"},
+                                       sink, task_id=0)
+        assert out.text.startswith("3 words")
+    finally:
+        await box.aclose()
+    kept = (logs / "mcp-noisy.log").read_bytes()
+    assert kept.startswith(b"stand-in tool server: noise") and len(kept) <= cap + 200
+    assert kept.rstrip().endswith(b"the rest of its output is discarded]")
+    assert (logs / "mcp-noisy.log.1").read_bytes() == older
+    cut = [r for r in caplog.records if "MCP server noisy wrote more than 65536 bytes" in r.getMessage()]
+    assert len(cut) == 1 and cut[0].levelname == "WARNING"
