@@ -137,7 +137,7 @@ def build_pipeline(settings: Settings) -> tuple[Pipeline, list[Callable[[], Awai
         "hub": RoutingRunner(hub, selector.placement),
         "controller": ControllerRunner(controller, experts.limits),
         "local": LocalRunner(max_image_pixels=inf.max_image_pixels),
-        "mcp": McpRunner(toolbox, experts.limits, experts.max_media_bytes),
+        "mcp": McpRunner(toolbox, experts.limits, experts.max_media_bytes, experts.max_json_bytes),
     }
     pipeline = Pipeline(controller, selector, runners, limits)
     closers = [pipeline.aclose, hub.aclose, controller.aclose, toolbox.aclose]

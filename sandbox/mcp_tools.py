@@ -13,7 +13,8 @@ Tools (their outputs are derived from their inputs and say they come from a stan
 
 ``--mode`` makes ``stamp`` misbehave, for tests of failures: ``hang`` never answers, ``crash``
 exits the process mid-call, ``garbage`` returns "image" content that is not an image, ``link``
-returns links (a local path, a web address) instead of the image. For tests of bounds,
+returns links (a local path, a web address) instead of the image, ``big`` returns 12 MB of
+text (and makes ``count_words`` repeat its answer to 100,000 characters). For tests of bounds,
 ``--extra-tools N`` lists N more tools (``convert_units_0001``..., each with a description of
 its own) and ``--stderr-bytes N`` writes N bytes of noise to stderr before serving.
 Imports nothing of ``bot/`` or ``adapters/``.
@@ -109,6 +110,8 @@ def build(mode: str = "ok", extra_tools: int = 0) -> MCPServer:
             return [TextContent(type="text", text="The stamped image is at file:///etc/passwd"),
                     ResourceLink(type="resource_link", uri="file:///etc/passwd", name="stamped.png", mime_type="image/png"),
                     ResourceLink(type="resource_link", uri="http://127.0.0.1:9/stamped.png", name="mirror")]
+        if mode == "big":
+            return [TextContent(type="text", text="stamped " * (12_000_000 // 8))]
         if mode == "garbage":
             junk = base64.b64encode(b"this is not a picture at all").decode()
             return [ImageContent(type="image", data=junk, mime_type="image/png")]
@@ -121,7 +124,8 @@ def build(mode: str = "ok", extra_tools: int = 0) -> MCPServer:
 
     @server.tool(description="Count the words of a text.")
     def count_words(text: Annotated[str, Field(description="the text")]) -> str:
-        return f"{len(text.split())} words (stand-in tool)"
+        said = f"{len(text.split())} words (stand-in tool)"
+        return (said + " ") * (100_000 // (len(said) + 1)) if mode == "big" else said
 
     add_extra_tools(server, extra_tools)
     return server
@@ -130,7 +134,7 @@ def build(mode: str = "ok", extra_tools: int = 0) -> MCPServer:
 def main(argv: list[str] | None = None) -> None:
     """Serve the stand-in tools over stdio until the client closes the connection."""
     parser = argparse.ArgumentParser(prog="python -m sandbox.mcp_tools", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mode", choices=("ok", "hang", "crash", "garbage", "link"), default="ok")
+    parser.add_argument("--mode", choices=("ok", "hang", "crash", "garbage", "link", "big"), default="ok")
     parser.add_argument("--extra-tools", type=int, default=0, help="list this many more tools")
     parser.add_argument("--stderr-bytes", type=int, default=0, help="write this much noise to stderr first")
     args = parser.parse_args(argv)

@@ -168,3 +168,36 @@ async def test_a_tool_servers_stderr_reaches_its_log_only_up_to_the_cap(tmp_path
     assert (logs / "mcp-noisy.log.1").read_bytes() == older
     cut = [r for r in caplog.records if "MCP server noisy wrote more than 65536 bytes" in r.getMessage()]
     assert len(cut) == 1 and cut[0].levelname == "WARNING"
+
+
+def stored_bytes(root: Path) -> int:
+    return sum(f.stat().st_size for f in root.rglob("*") if f.is_file())
+
+
+async def test_a_large_tool_result_is_bounded_like_any_experts_answer(tmp_path, sink):
+    """12 MB of text (over [inference] max_json_bytes) is refused before anything is stored; a
+    100,000-character answer is cut in the record, its text and structured content kept as files."""
+    from pipeline.errors import ExpertError
+    from pipeline.experts.mcp import McpRunner
+    from tests.conftest import stored_upload
+
+    box = Toolbox([McpServerConfig("big", command=sys.executable, args=("-m", "sandbox.mcp_tools", "--mode", "big"),
+                                   connect_timeout=90)])
+    runner = McpRunner(box, max_json_bytes=8 << 20)
+    try:
+        await box.task_names()
+        photo = await stored_upload(sink, (MEDIA / "chelsea.png").read_bytes(), "chelsea.png", "image/png")
+        before = stored_bytes(tmp_path / "data")
+        with pytest.raises(ExpertError) as info:
+            await runner.run("mcp.big.stamp", "mcp:big/stamp", {"image": photo, "text": "HI"}, sink, task_id=0)
+        out = await runner.run("mcp.big.count-words", "mcp:big/count-words", {"text": "one two"}, sink, task_id=1)
+    finally:
+        await box.aclose()
+    assert info.value.reason == "too_large"
+    assert info.value.user_message == ("The tool mcp:big/stamp returned 12.0 MB of text and data, more than the limit "
+                                       "of 8.4 MB, so its result was not kept.")
+    assert len(out.text) <= 20_000 and out.text.startswith("2 words") and "[cut: " in out.text
+    assert out.data.to_json()["structured"] is None  # the record keeps no 100,000 characters of it
+    json_file = next(f for f in out.files if f.mime == "application/json")
+    assert out.data.to_json()["file"] == json_file.id and json_file.size > 90_000
+    assert stored_bytes(tmp_path / "data") - before < 300_000  # the two files, nothing of the 12 MB
