@@ -129,7 +129,7 @@ def build_pipeline(settings: Settings) -> tuple[Pipeline, list[Callable[[], Awai
     toolbox = Toolbox(settings.mcp.configs(settings.storage.data_dir / "logs"))  # [mcp] servers: tools are tasks too
     selector = ToolSelector(
         toolbox, catalog, availability, controller, strategy=inf.selection, top_k=inf.top_k,
-        controller_tasks=inf.controller_tasks, servers=servers, mode=_mode(settings),
+        controller_tasks=inf.controller_tasks, servers=servers, mode=_mode(settings), offer=settings.mcp.offer(),
     )
     limits = ExecutionLimits(task_timeout=inf.task_timeout, deadline=inf.deadline, max_candidates_tried=inf.max_candidates_tried,
                              max_replans=settings.planning.max_replans)

@@ -38,6 +38,7 @@ import json_repair
 
 from .llm import Usage
 from .mcp_errlog import capped_stderr
+from .mcp_offer import ToolOffer
 from .selection import Selector
 from .tasks import TASKS, TaskSpec
 from .types import Modality, Selection, Task
@@ -285,7 +286,8 @@ class ToolServer:
         wanted = set(self.config.tools)
         tools = [t for t in (tool_from_listing(self.config.name, x) for x in listed) if t is not None]
         self.tools = {t.task: t for t in tools if not wanted or t.name in wanted}
-        log.info("MCP server %s: %d tool(s): %s", self.config.name, len(self.tools), ", ".join(self.tools))
+        shown = ", ".join(list(self.tools)[:20]) + (f" and {len(self.tools) - 20} more" if len(self.tools) > 20 else "")
+        log.info("MCP server %s: %d tool(s): %s", self.config.name, len(self.tools), shown)
         return True
 
     async def aclose(self) -> None:
@@ -381,11 +383,20 @@ class ToolSelector(Selector):
     Args:
         toolbox: the configured MCP servers.
         *args, **kwargs: as :class:`pipeline.selection.Selector`.
+        offer: the bounds on the tools offered to the planner for one request.
     """
 
-    def __init__(self, toolbox: Toolbox, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, toolbox: Toolbox, *args: Any, offer: ToolOffer | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.toolbox = toolbox
+        self.offer = offer or ToolOffer()
+
+    def offered_tasks(self, available: frozenset[str], request_text: str) -> tuple[frozenset[str], list[str]]:
+        """``available`` with only the MCP tools closest to ``request_text`` when the servers
+        list more than ``offer`` allows, and the note saying so
+        (:meth:`pipeline.mcp_offer.ToolOffer.choose`)."""
+        tools = {n for n in available if self.toolbox.tool(n) is not None}
+        return self.offer.choose(available, tools, request_text)
 
     async def served_tasks(self) -> set[str]:
         """The served registry tasks and the tools of the connected MCP servers."""

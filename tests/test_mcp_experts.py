@@ -201,3 +201,39 @@ async def test_a_large_tool_result_is_bounded_like_any_experts_answer(tmp_path, 
     json_file = next(f for f in out.files if f.mime == "application/json")
     assert out.data.to_json()["file"] == json_file.id and json_file.size > 90_000
     assert stored_bytes(tmp_path / "data") - before < 300_000  # the two files, nothing of the 12 MB
+
+
+async def test_a_server_listing_3000_tools_still_runs_offering_the_planner_the_closest_ones(sandbox, tmp_path):
+    """Through the real MCP client of our server: a tool server lists 3,002 tools; the planning
+    prompt shows at most [mcp] max_tools of them within max_tool_chars, the stamp tool the
+    request names among them, a note says how many were left out, and the run succeeds."""
+    import base64
+
+    from mcp import Client
+
+    from adapters.mcp import build_server
+    from bot.service import Service
+    from bot.settings import load_settings
+
+    server = {"command": sys.executable, "args": ["-m", "sandbox.mcp_tools", "--extra-tools", "3000"],
+              "connect_timeout": 180}
+    settings = load_settings(env={}, overrides={**sandbox.overrides(tmp_path / "data"),
+                                                "mcp": {"servers": {"many": server}, "max_tools": 30}})
+    photo = "data:image/png;base64," + base64.b64encode((MEDIA / "chelsea.png").read_bytes()).decode()
+    service = await Service.create(settings)
+    try:
+        async with Client(build_server(service)) as client:
+            result = await client.call_tool("hugginggpt", {"request": 'Stamp "HELLO" on this photo', "files": [photo]})
+    finally:
+        await service.close()
+    doc = result.structured_content
+    assert not result.is_error and doc["status"] == "ok", doc
+    assert [t["task"] for t in doc["tasks"]] == ["mcp.many.stamp"] and doc["results"]["0"]["status"] == "ok"
+    assert any(n.startswith("The MCP servers list 3,002 tools, more than the planner can be shown: the ")
+               and n.endswith("were left out.") for n in doc["notes"]), doc["notes"]
+    [planning] = [r for r in sandbox.controller.requests if r.stage == "task-planning"]
+    system = planning.body["messages"][0]["content"]
+    offered = [line for line in system.splitlines() if line.startswith("- mcp.many.")]
+    assert "- mcp.many.stamp: " in system and 1 < len(offered) <= 30
+    assert sum(len(line) for line in offered) <= settings.mcp.max_tool_chars
+    assert len(json.dumps(planning.body)) < 100_000  # 3,002 tools would be over 1.5 MB
