@@ -13,6 +13,7 @@ told how many were offered and how many left out. The registry's own tasks are a
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from collections.abc import Set as AbstractSet
@@ -31,7 +32,8 @@ _STOP = frozenset({"the", "and", "for", "with", "this", "that", "from", "into", 
                    "jpg", "jpeg", "wav", "mp3", "mp4"})
 
 
-def stems(text: str) -> set[str]:
+@functools.lru_cache(maxsize=16_384)  # tool names and descriptions come back with every request
+def stems(text: str) -> frozenset[str]:
     """The words of ``text`` as compared (lower case, 3 letters or more, common words left out,
     a plural or ``-ed``/``-ing`` ending cut)."""
     out = set()
@@ -43,7 +45,7 @@ def stems(text: str) -> set[str]:
                 word = word[: -len(end)]
                 break
         out.add(word)
-    return out
+    return frozenset(out)
 
 
 def prompt_chars(name: str) -> int:
