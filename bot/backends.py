@@ -130,7 +130,7 @@ def build_pipeline(settings: Settings) -> tuple[Pipeline, list[Callable[[], Awai
     toolbox = Toolbox(settings.mcp.configs(settings.storage.data_dir / "logs"))  # [mcp] servers: tools are tasks too
     selector = ToolSelector(
         toolbox, catalog, availability, controller, strategy=inf.selection, top_k=inf.top_k,
-        controller_tasks=inf.controller_tasks, servers=servers, mode=_mode(settings),
+        controller_tasks=inf.controller_tasks, servers=servers, mode=_mode(settings), offer=settings.mcp.offer(),
     )
     limits = ExecutionLimits(task_timeout=inf.task_timeout, deadline=inf.deadline, max_candidates_tried=inf.max_candidates_tried,
                              max_replans=settings.planning.max_replans)
@@ -138,7 +138,7 @@ def build_pipeline(settings: Settings) -> tuple[Pipeline, list[Callable[[], Awai
         "hub": RoutingRunner(hub, selector.placement),
         "controller": ControllerRunner(controller, experts.limits),
         "local": LocalRunner(max_image_pixels=inf.max_image_pixels),
-        "mcp": McpRunner(toolbox, experts.limits, experts.max_media_bytes),
+        "mcp": McpRunner(toolbox, experts.limits, experts.max_media_bytes, experts.max_json_bytes),
     }
     docs = settings.documents
     decoder = Decoder(docs.decode_workers, docs.decode_memory_bytes, inf.max_image_pixels, docs.decode_timeout)

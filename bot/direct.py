@@ -49,7 +49,7 @@ async def plan_only(service: Service, text: str, files: Sequence[IncomingFile] =
     request = Request(text=text.strip(), files=await _stored(service, files, sink))
     pipeline = service.pipeline
     async with asyncio.timeout(pipeline.limits.deadline):
-        available = await pipeline.served_tasks()
+        available, _ = pipeline.selector.offered_tasks(await pipeline.served_tasks(), request.text)
         return await plan(pipeline.controller, request, available, Usage())
 
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 if TYPE_CHECKING:  # the MCP runner (and the Hub client under it) loads only when servers are used
+    from pipeline.mcp_offer import ToolOffer
     from pipeline.mcp_tools import McpServerConfig
 
 
@@ -53,6 +54,15 @@ class McpSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     servers: dict[str, McpServerSettings] = Field(default_factory=dict, description="tool servers by short name: command (with args, env) for stdio, or url (with headers) for streamable HTTP; tools limits what is offered")
+    max_tools: int = Field(40, ge=1, le=1000, description="MCP tools offered to the planner for one request at most "
+                           "(when the servers list more, those sharing the most words with the request)")
+    max_tool_chars: int = Field(20_000, ge=500, le=1_000_000, description="characters of planning prompt the "
+                                "offered MCP tools take at most (their lines, names and schema entries)")
+    max_log_bytes: int = Field(
+        1 << 20, ge=1024, le=1 << 30,
+        description="bytes of a stdio server's stderr written to <data_dir>/logs/mcp-<name>.log per start of the "
+                    "program; the rest is discarded, with one line saying so (a larger file is moved to .log.1 first)",
+    )
 
     @model_validator(mode="after")
     def _names(self) -> "McpSettings":
@@ -74,9 +84,16 @@ class McpSettings(BaseModel):
                 env={k: v.get_secret_value() for k, v in s.env.items()}, url=s.url,
                 headers={k: v.get_secret_value() for k, v in s.headers.items()}, tools=tuple(s.tools),
                 connect_timeout=s.connect_timeout, errlog=logs / f"mcp-{name}.log" if logs else None,
+                max_log_bytes=self.max_log_bytes,
             )
             for name, s in self.servers.items()
         ]
+
+    def offer(self) -> ToolOffer:
+        """The bounds on the tools offered to the planner (``max_tools``, ``max_tool_chars``)."""
+        from pipeline.mcp_offer import ToolOffer
+
+        return ToolOffer(self.max_tools, self.max_tool_chars)
 
     def secret_values(self) -> list[Any]:
         """Header and environment values of 8 characters or more (tokens), for log masking."""

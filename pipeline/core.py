@@ -249,7 +249,8 @@ class Pipeline:
             if self._hub_unreachable():
                 st.record.notes.append(HUB_UNREACHABLE)
                 yield Notice(HUB_UNREACHABLE)
-            for note in self.selector.placement_notes():
+            st.available, offered = self.selector.offered_tasks(st.available, st.request.text)
+            for note in [*self.selector.placement_notes(), *offered]:
                 st.record.notes.append(note)
                 yield Notice(note)
         except TimeoutError:

@@ -37,6 +37,8 @@ from typing import Any
 import json_repair
 
 from .llm import Usage
+from .mcp_errlog import capped_stderr
+from .mcp_offer import ToolOffer
 from .selection import Selector
 from .tasks import TASKS, TaskSpec
 from .types import Modality, Selection, Task
@@ -68,6 +70,7 @@ class McpServerConfig:
         tools: the tools to offer (``[]``: all the server lists).
         connect_timeout: seconds to start, initialise and list tools.
         errlog: file the program's stderr is appended to (``None``: this process's stderr).
+        max_log_bytes: bytes of the program's stderr kept per start (:mod:`pipeline.mcp_errlog`).
     """
 
     name: str
@@ -79,6 +82,7 @@ class McpServerConfig:
     tools: tuple[str, ...] = ()
     connect_timeout: float = 20.0
     errlog: Path | None = None
+    max_log_bytes: int = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -230,10 +234,7 @@ class ToolServer:
             from mcp.client.stdio import StdioServerParameters, stdio_client
 
             params = StdioServerParameters(command=c.command, args=list(c.args), env=dict(c.env) or None)
-            if c.errlog is None:
-                return stdio_client(params)
-            c.errlog.parent.mkdir(parents=True, exist_ok=True)
-            return _logging_to(c.errlog, lambda errlog: stdio_client(params, errlog=errlog))
+            return capped_stderr(c.name, c.errlog, c.max_log_bytes, lambda errlog: stdio_client(params, errlog=errlog))
         import httpx2
         from mcp.client.streamable_http import streamable_http_client
 
@@ -285,7 +286,8 @@ class ToolServer:
         wanted = set(self.config.tools)
         tools = [t for t in (tool_from_listing(self.config.name, x) for x in listed) if t is not None]
         self.tools = {t.task: t for t in tools if not wanted or t.name in wanted}
-        log.info("MCP server %s: %d tool(s): %s", self.config.name, len(self.tools), ", ".join(self.tools))
+        shown = ", ".join(list(self.tools)[:20]) + (f" and {len(self.tools) - 20} more" if len(self.tools) > 20 else "")
+        log.info("MCP server %s: %d tool(s): %s", self.config.name, len(self.tools), shown)
         return True
 
     async def aclose(self) -> None:
@@ -300,14 +302,6 @@ class ToolServer:
                 holder.cancel()
                 await asyncio.gather(holder, return_exceptions=True)
         self.session = None
-
-
-@contextlib.asynccontextmanager
-async def _logging_to(path: Path, transport: Any) -> Any:
-    """The streams of ``transport(errlog)``, the program's stderr appended to ``path``."""
-    with path.open("a", encoding="utf-8") as errlog:
-        async with transport(errlog) as streams:
-            yield streams
 
 
 @contextlib.asynccontextmanager
@@ -389,11 +383,20 @@ class ToolSelector(Selector):
     Args:
         toolbox: the configured MCP servers.
         *args, **kwargs: as :class:`pipeline.selection.Selector`.
+        offer: the bounds on the tools offered to the planner for one request.
     """
 
-    def __init__(self, toolbox: Toolbox, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, toolbox: Toolbox, *args: Any, offer: ToolOffer | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.toolbox = toolbox
+        self.offer = offer or ToolOffer()
+
+    def offered_tasks(self, available: frozenset[str], request_text: str) -> tuple[frozenset[str], list[str]]:
+        """``available`` with only the MCP tools closest to ``request_text`` when the servers
+        list more than ``offer`` allows, and the note saying so
+        (:meth:`pipeline.mcp_offer.ToolOffer.choose`)."""
+        tools = {n for n in available if self.toolbox.tool(n) is not None}
+        return self.offer.choose(available, tools, request_text)
 
     async def served_tasks(self) -> set[str]:
         """The served registry tasks and the tools of the connected MCP servers."""

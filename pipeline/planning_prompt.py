@@ -16,7 +16,9 @@ from .types import Request, Turn
 
 def plan_schema(available: Iterable[str]) -> dict[str, Any]:
     """JSON schema of a plan for structured output (OpenAI ``response_format`` ``json_schema``)."""
-    arg_props = {k: {"type": "string"} for k in sorted({k for spec in TASKS.values() for k in spec.allowed})}
+    available = set(available)  # MCP tools' argument keys only for those offered: the registry may hold thousands
+    keys = {k for name, spec in TASKS.items() if spec.domain != "mcp" or name in available for k in spec.allowed}
+    arg_props = {k: {"type": "string"} for k in sorted(keys)}
     return {
         "type": "object",
         "properties": {

@@ -124,6 +124,12 @@ class Selector:
         return [f"The expert server {url} could not be reached, so its models are not offered."
                 for url in self.placement.unreachable()]
 
+    def offered_tasks(self, available: frozenset[str], request_text: str) -> tuple[frozenset[str], list[str]]:
+        """The tasks the planner is shown for ``request_text``, and sentences for the user about
+        any left out: here all of ``available`` (:class:`pipeline.mcp_tools.ToolSelector` bounds
+        the tools of MCP servers)."""
+        return available, []
+
     async def served_tasks(self) -> set[str]:
         """Task names that can run now: local ones, controller-served ones, and those with at
         least one available candidate model."""

@@ -13,7 +13,10 @@ Tools (their outputs are derived from their inputs and say they come from a stan
 
 ``--mode`` makes ``stamp`` misbehave, for tests of failures: ``hang`` never answers, ``crash``
 exits the process mid-call, ``garbage`` returns "image" content that is not an image, ``link``
-returns links (a local path, a web address) instead of the image.
+returns links (a local path, a web address) instead of the image, ``big`` returns 12 MB of
+text (and makes ``count_words`` repeat its answer to 100,000 characters). For tests of bounds,
+``--extra-tools N`` lists N more tools (``convert_units_0001``..., each with a description of
+its own) and ``--stderr-bytes N`` writes N bytes of noise to stderr before serving.
 Imports nothing of ``bot/`` or ``adapters/``.
 """
 
@@ -24,7 +27,8 @@ import asyncio
 import base64
 import io
 import os
-from typing import Annotated
+import sys
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -67,8 +71,30 @@ def _bytes_of(value: str) -> bytes:
         raise ValueError("the image must be a data: URI or base64") from None
 
 
-def build(mode: str = "ok") -> MCPServer:
-    """The stand-in server; ``mode`` as ``--mode`` (see the module docstring)."""
+_SUBJECTS = ("length", "mass", "temperature", "pressure", "energy", "speed", "volume", "area", "time", "angle")
+
+
+def _converter(i: int) -> Any:
+    def convert(value: Annotated[float, Field(description="the quantity to convert")],
+                unit: Annotated[str, Field(description="the unit to convert to")]) -> str:
+        return f"{value} converted to {unit} by converter {i} (stand-in tool)"
+
+    return convert
+
+
+def add_extra_tools(server: MCPServer, count: int) -> None:
+    """``count`` unit-conversion tools, each describing its own subject at some length."""
+    for i in range(1, count + 1):
+        subject = _SUBJECTS[i % len(_SUBJECTS)]
+        server.add_tool(_converter(i), name=f"convert_units_{i:04d}",
+                        description=f"Convert a quantity of {subject} between units of measure, variant {i}: "
+                                    f"metric, imperial and customary units, with rounding to the precision asked "
+                                    f"for and the name of the target unit in the answer (stand-in catalogue tool).")
+
+
+def build(mode: str = "ok", extra_tools: int = 0) -> MCPServer:
+    """The stand-in server; ``mode`` and ``extra_tools`` as ``--mode`` and ``--extra-tools``
+    (see the module docstring)."""
     server = MCPServer("hugginggpt-standin-tools", instructions="Stand-in tools for trying HuggingGPT's MCP experts.")
 
     @server.tool(description="Write a short text on a banner across the top of an image (a stamp or watermark).")
@@ -84,6 +110,8 @@ def build(mode: str = "ok") -> MCPServer:
             return [TextContent(type="text", text="The stamped image is at file:///etc/passwd"),
                     ResourceLink(type="resource_link", uri="file:///etc/passwd", name="stamped.png", mime_type="image/png"),
                     ResourceLink(type="resource_link", uri="http://127.0.0.1:9/stamped.png", name="mirror")]
+        if mode == "big":
+            return [TextContent(type="text", text="stamped " * (12_000_000 // 8))]
         if mode == "garbage":
             junk = base64.b64encode(b"this is not a picture at all").decode()
             return [ImageContent(type="image", data=junk, mime_type="image/png")]
@@ -96,17 +124,25 @@ def build(mode: str = "ok") -> MCPServer:
 
     @server.tool(description="Count the words of a text.")
     def count_words(text: Annotated[str, Field(description="the text")]) -> str:
-        return f"{len(text.split())} words (stand-in tool)"
+        said = f"{len(text.split())} words (stand-in tool)"
+        return (said + " ") * (100_000 // (len(said) + 1)) if mode == "big" else said
 
+    add_extra_tools(server, extra_tools)
     return server
 
 
 def main(argv: list[str] | None = None) -> None:
     """Serve the stand-in tools over stdio until the client closes the connection."""
     parser = argparse.ArgumentParser(prog="python -m sandbox.mcp_tools", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mode", choices=("ok", "hang", "crash", "garbage", "link"), default="ok")
+    parser.add_argument("--mode", choices=("ok", "hang", "crash", "garbage", "link", "big"), default="ok")
+    parser.add_argument("--extra-tools", type=int, default=0, help="list this many more tools")
+    parser.add_argument("--stderr-bytes", type=int, default=0, help="write this much noise to stderr first")
     args = parser.parse_args(argv)
-    asyncio.run(build(args.mode).run_stdio_async())
+    line = b"stand-in tool server: noise " + b"x" * 995 + b"\n"
+    for _ in range(args.stderr_bytes // len(line)):
+        sys.stderr.buffer.write(line)
+    sys.stderr.buffer.flush()
+    asyncio.run(build(args.mode, args.extra_tools).run_stdio_async())
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -26,6 +26,41 @@ def hostile(own: str) -> str:
             "`![kept](https://attacker.example/in-code)`")
 
 
+def hostile_links() -> str:
+    """An answer whose links run code, read local files or carry data when clicked."""
+    return ("Here you go: [click me](javascript:alert(document.cookie)) or <vbscript:msgbox(1)>, "
+            "[the file](file:///etc/passwd), [x](&#106;avascript:alert(1)), ![d](data:image/svg+xml;base64,PHN2Zz4=) "
+            "and [ref][r]. The [real page](https://example.org/fine) stays.\n\n"
+            "[r]: data:text/html;base64,PHNjcmlwdD5hbGVydCgxKTwvc2NyaXB0Pg==")
+
+
+class AllLinks(HTMLParser):
+    """Every link and image address of an HTML page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.found += [v or "" for k, v in attrs if (tag, k) in (("a", "href"), ("img", "src"))]
+
+
+def rendered_links(markdown: str) -> list[str]:
+    """The addresses of every link and image a renderer that trusts every scheme would make of
+    ``markdown`` (CommonMark; markdown-it's own scheme check turned off)."""
+    md = MarkdownIt("commonmark")
+    md.validateLink = lambda url: True
+    parser = AllLinks()
+    parser.feed(md.render(markdown))
+    return parser.found
+
+
+def assert_only_web_links(content: str) -> None:
+    assert rendered_links(content) == ["https://example.org/fine"]
+    assert "click me (a javascript: link, removed)" in content and "(a vbscript: link, removed)" in content
+    assert "the file (a file: link, removed)" in content and "ref (a data: link, removed)" in content
+
+
 class HTMLImages(HTMLParser):
     """The ``<img>`` tags of an HTML page, as a browser's parser finds them."""
 
@@ -120,6 +155,40 @@ async def test_mcp_answer_shows_no_image_from_elsewhere(sandbox, tmp_path, mode)
         assert "exfil" not in text.split("See [the source]")[0]
 
 
+@pytest.mark.parametrize("stream", [False, True])
+async def test_http_answer_keeps_only_web_links(served, sandbox, stream):
+    script_for(sandbox, hostile_links())
+    client = served.client()
+    if stream:
+        chunks = [c async for c in await client.chat.completions.create(
+            model="hugginggpt", stream=True, messages=[{"role": "user", "content": "Say hello"}])]
+        content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    else:
+        reply = await client.chat.completions.create(model="hugginggpt", messages=[{"role": "user", "content": "Say hello"}])
+        content = reply.choices[0].message.content
+    assert rendered_links(hostile_links()) != ["https://example.org/fine"]  # the attack, unsanitised
+    if stream:  # the definition came after the link went out: it is text, so the link never forms
+        assert rendered_links(content) == ["https://example.org/fine"] and "\\[r]: data:" in content
+    else:
+        assert_only_web_links(content)
+
+
+async def test_mcp_answer_keeps_only_web_links(sandbox, tmp_path):
+    from mcp import Client
+
+    from adapters.mcp import build_server
+
+    service = await Service.create(load_settings(env={}, overrides=sandbox.overrides(tmp_path / "data")))
+    try:
+        script_for(sandbox, hostile_links())
+        async with Client(build_server(service)) as client:  # the real client, in process
+            result = await client.call_tool("hugginggpt", {"request": "Say hello"})
+    finally:
+        await service.close()
+    assert not result.is_error
+    assert_only_web_links(result.content[0].text)
+
+
 async def test_slack_thread_shows_no_preview_of_the_controllers_links(slack, tmp_path):
     from slack_harness import start_harness
 
@@ -169,6 +238,18 @@ def test_streamed_pieces_never_show_a_foreign_image_however_cut(cuts):
     out = "".join(guard.feed(text[a:b]) for a, b in zip(points, points[1:])) + guard.end()
     assert shown_images(out) == [f"{own}/v1/files/file-1-image-1"]
     assert "attacker.example" in out  # links stay readable and clickable
+
+
+@settings(max_examples=60, deadline=None)
+@given(cuts=st.lists(st.integers(min_value=1, max_value=400), max_size=40))
+def test_streamed_pieces_never_form_a_link_that_is_not_a_web_address_however_cut(cuts):
+    from adapters.http.safe_markdown import StreamGuard
+
+    text = hostile_links() + "\n\nLater [again][s] and <javascript:void(0)>\n\n[s]: vbscript:msgbox(2)"
+    points = sorted({c % len(text) for c in cuts} | {0, len(text)})
+    guard = StreamGuard("http://127.0.0.1:8000/v1/files/")
+    out = "".join(guard.feed(text[a:b]) for a, b in zip(points, points[1:])) + guard.end()
+    assert rendered_links(out) == ["https://example.org/fine"]
 
 
 def test_a_run_that_storage_ended_is_503_without_paths(tmp_path):

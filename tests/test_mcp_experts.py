@@ -141,3 +141,99 @@ def test_text_arguments_are_converted_to_the_schema_types_and_files_sent_as_data
     assert args == {"width": 64, "keepRatio": True, "tags": ["a", "b"], "photo": "iVBORw=="}
     with pytest.raises(ValueError, match="'width' of mcp:imgs/Resize_Image must be integer"):
         call_arguments(tool, {"width": "wide"}, {})
+
+
+async def test_a_tool_servers_stderr_reaches_its_log_only_up_to_the_cap(tmp_path, caplog, sink):
+    """A server that writes 8 MB to stderr on start: its log keeps 64 KiB and says the rest was
+    cut (one warning), an older, larger log is moved aside, and the server still answers."""
+    from pipeline.experts.mcp import McpRunner
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    older = b"an earlier start\n" * 10_000
+    (logs / "mcp-noisy.log").write_bytes(older)
+    cap = 64 * 1024
+    box = Toolbox([McpServerConfig("noisy", command=sys.executable, connect_timeout=90, errlog=logs / "mcp-noisy.log",
+                                   args=("-m", "sandbox.mcp_tools", "--stderr-bytes", str(8 << 20)), max_log_bytes=cap)])
+    try:
+        assert await box.task_names() == {"mcp.noisy.stamp", "mcp.noisy.count-words"}
+        out = await McpRunner(box).run("mcp.noisy.count-words", "mcp:noisy/count-words", {"text": "one two three"},
+                                       sink, task_id=0)
+        assert out.text.startswith("3 words")
+    finally:
+        await box.aclose()
+    kept = (logs / "mcp-noisy.log").read_bytes()
+    assert kept.startswith(b"stand-in tool server: noise") and len(kept) <= cap + 200
+    assert kept.rstrip().endswith(b"the rest of its output is discarded]")
+    assert (logs / "mcp-noisy.log.1").read_bytes() == older
+    cut = [r for r in caplog.records if "MCP server noisy wrote more than 65536 bytes" in r.getMessage()]
+    assert len(cut) == 1 and cut[0].levelname == "WARNING"
+
+
+def stored_bytes(root: Path) -> int:
+    return sum(f.stat().st_size for f in root.rglob("*") if f.is_file())
+
+
+async def test_a_large_tool_result_is_bounded_like_any_experts_answer(tmp_path, sink):
+    """12 MB of text (over [inference] max_json_bytes) is refused before anything is stored; a
+    100,000-character answer is cut in the record, its text and structured content kept as files."""
+    from pipeline.errors import ExpertError
+    from pipeline.experts.mcp import McpRunner
+    from tests.conftest import stored_upload
+
+    box = Toolbox([McpServerConfig("big", command=sys.executable, args=("-m", "sandbox.mcp_tools", "--mode", "big"),
+                                   connect_timeout=90)])
+    runner = McpRunner(box, max_json_bytes=8 << 20)
+    try:
+        await box.task_names()
+        photo = await stored_upload(sink, (MEDIA / "chelsea.png").read_bytes(), "chelsea.png", "image/png")
+        before = stored_bytes(tmp_path / "data")
+        with pytest.raises(ExpertError) as info:
+            await runner.run("mcp.big.stamp", "mcp:big/stamp", {"image": photo, "text": "HI"}, sink, task_id=0)
+        out = await runner.run("mcp.big.count-words", "mcp:big/count-words", {"text": "one two"}, sink, task_id=1)
+    finally:
+        await box.aclose()
+    assert info.value.reason == "too_large"
+    assert info.value.user_message == ("The tool mcp:big/stamp returned 12.0 MB of text and data, more than the limit "
+                                       "of 8.4 MB, so its result was not kept.")
+    assert len(out.text) <= 20_000 and out.text.startswith("2 words") and "[cut: " in out.text
+    assert out.data.to_json()["structured"] is None  # the record keeps no 100,000 characters of it
+    json_file = next(f for f in out.files if f.mime == "application/json")
+    assert out.data.to_json()["file"] == json_file.id and json_file.size > 90_000
+    assert stored_bytes(tmp_path / "data") - before < 300_000  # the two files, nothing of the 12 MB
+
+
+async def test_a_server_listing_3000_tools_still_runs_offering_the_planner_the_closest_ones(sandbox, tmp_path):
+    """Through the real MCP client of our server: a tool server lists 3,002 tools; the planning
+    prompt shows at most [mcp] max_tools of them within max_tool_chars, the stamp tool the
+    request names among them, a note says how many were left out, and the run succeeds."""
+    import base64
+
+    from mcp import Client
+
+    from adapters.mcp import build_server
+    from bot.service import Service
+    from bot.settings import load_settings
+
+    server = {"command": sys.executable, "args": ["-m", "sandbox.mcp_tools", "--extra-tools", "3000"],
+              "connect_timeout": 180}
+    settings = load_settings(env={}, overrides={**sandbox.overrides(tmp_path / "data"),
+                                                "mcp": {"servers": {"many": server}, "max_tools": 30}})
+    photo = "data:image/png;base64," + base64.b64encode((MEDIA / "chelsea.png").read_bytes()).decode()
+    service = await Service.create(settings)
+    try:
+        async with Client(build_server(service)) as client:
+            result = await client.call_tool("hugginggpt", {"request": 'Stamp "HELLO" on this photo', "files": [photo]})
+    finally:
+        await service.close()
+    doc = result.structured_content
+    assert not result.is_error and doc["status"] == "ok", doc
+    assert [t["task"] for t in doc["tasks"]] == ["mcp.many.stamp"] and doc["results"]["0"]["status"] == "ok"
+    assert any(n.startswith("The MCP servers list 3,002 tools, more than the planner can be shown: the ")
+               and n.endswith("were left out.") for n in doc["notes"]), doc["notes"]
+    [planning] = [r for r in sandbox.controller.requests if r.stage == "task-planning"]
+    system = planning.body["messages"][0]["content"]
+    offered = [line for line in system.splitlines() if line.startswith("- mcp.many.")]
+    assert "- mcp.many.stamp: " in system and 1 < len(offered) <= 30
+    assert sum(len(line) for line in offered) <= settings.mcp.max_tool_chars
+    assert len(json.dumps(planning.body)) < 100_000  # 3,002 tools would be over 1.5 MB

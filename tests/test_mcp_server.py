@@ -32,6 +32,7 @@ from bot.settings import load_settings
 
 MEDIA = Path(__file__).parent / "fixtures" / "media"
 KEY = "sk-mcp-test-key"
+KEY_B = "sk-mcp-test-key-b"
 PHOTO = MEDIA / "chelsea.png"
 
 
@@ -145,8 +146,15 @@ class ServedApi:
         await self.service.close()
 
     @contextlib.asynccontextmanager
-    async def session(self, key: str = KEY):
-        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=60) as http:
+    async def session(self, key: str = KEY, seen: dict | None = None):
+        """A client session with ``key``; ``seen`` gets the ``mcp-session-id`` the server gave it."""
+
+        async def note(response: httpx2.Response) -> None:
+            if seen is not None and "mcp-session-id" in response.headers:
+                seen["id"] = response.headers["mcp-session-id"]
+
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=60,
+                                      event_hooks={"response": [note]}) as http:
             async with streamable_http_client(self.url + "/mcp", http_client=http) as (read, write):
                 async with ClientSession(read, write) as session:
                     await session.initialize()
@@ -156,7 +164,7 @@ class ServedApi:
 @pytest.fixture
 async def api(tmp_path):
     async with Sandbox(latency={"image-segmentation": 60.0}) as sandbox:
-        async with ServedApi(sandbox, tmp_path / "data", {"api_keys": [KEY], "max_concurrent_runs": 1}) as served:
+        async with ServedApi(sandbox, tmp_path / "data", {"api_keys": [KEY, KEY_B], "max_concurrent_runs": 1}) as served:
             yield served
 
 
@@ -169,6 +177,25 @@ async def test_over_http_a_key_is_needed(api):
                                    headers={**headers, "Accept": "application/json, text/event-stream"})
             assert resp.status_code == 401 and resp.headers["www-authenticate"] == "Bearer"
             assert resp.json()["error"]["code"] == "invalid_api_key"
+
+
+async def test_over_http_a_session_belongs_to_the_key_that_opened_it(api, caplog):
+    seen: dict = {}
+    async with api.session(KEY, seen) as session:
+        assert seen["id"]
+        headers = {"mcp-session-id": seen["id"], "mcp-protocol-version": "2025-06-18",
+                   "Accept": "application/json, text/event-stream"}
+        listing = {"jsonrpc": "2.0", "id": 7, "method": "tools/list", "params": {}}
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {KEY_B}"}, timeout=30) as other:
+            deleted = await other.delete(api.url + "/mcp", headers=headers)
+            used = await other.post(api.url + "/mcp", json=listing, headers=headers)
+        for refusal in (deleted, used):  # as if the session did not exist: no oracle for its id
+            assert refusal.status_code == 404 and refusal.json()["error"]["message"] == "Session not found"
+        assert any("credential does not match" in r.getMessage() for r in caplog.records)
+        # the owner's session still works
+        assert "plan" in {t.name for t in (await session.list_tools()).tools}
+        result, _ = await ask(session, "plan", {"request": "Caption this photo", "files": [data_uri()]})
+        assert not result.is_error
 
 
 async def test_over_http_a_photo_in_and_boxes_out_in_the_api_conversation_of_the_key(api):

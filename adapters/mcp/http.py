@@ -9,6 +9,11 @@ the application's :class:`adapters.http.guard.BrowserGuard` before this endpoint
 (``[server] allowed_hosts`` and ``cors_origins``, the same for every route), so the SDK's own
 DNS-rebinding check is off rather than a second, differently configured list.
 
+A session belongs to the key that opened it: the request reaches the SDK with the key id as its
+authenticated user (Starlette's ``scope["user"]``, the SDK's ``AuthenticatedUser``), and the
+SDK's session manager answers another key's request for that session (a ``DELETE`` included)
+as if the session did not exist: 404 "Session not found", with one warning in the log.
+
 The SDK's session manager needs a running task group: it is started by the first request (the
 API runs without an ASGI lifespan) and stopped by :meth:`McpEndpoint.close`.
 """
@@ -22,6 +27,8 @@ from collections.abc import Callable
 from typing import Any
 
 from mcp import types
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
@@ -74,6 +81,12 @@ class KeyAccess:
             raise MCPError(types.INVALID_REQUEST, e.message) from None
 
 
+def key_user(key_id: str) -> AuthenticatedUser:
+    """The SDK's authenticated user for the API key ``key_id`` (its id, never the key itself):
+    the owner of the sessions it opens (see the module docstring)."""
+    return AuthenticatedUser(AccessToken(token=key_id, client_id=key_id, scopes=[]))
+
+
 class McpEndpoint:
     """The ASGI application at ``/mcp``: authenticates, then hands the request to the SDK's
     streamable HTTP session manager.
@@ -99,13 +112,13 @@ class McpEndpoint:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         client = scope.get("client")
         try:
-            self.keys.authenticate(headers.get("authorization"), client[0] if client else None)
+            caller = self.keys.authenticate(headers.get("authorization"), client[0] if client else None)
         except ApiError as e:
             log.info("%s %s -> 401: %s", scope.get("method"), PATH, e.message)
             await e.response()(scope, receive, send)
             return
         await self._started()
-        await self.manager.handle_request(scope, receive, send)
+        await self.manager.handle_request({**scope, "user": key_user(caller.key_id)}, receive, send)
 
     async def _started(self) -> None:
         async with self._lock:

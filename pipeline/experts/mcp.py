@@ -8,6 +8,12 @@ resources the same (text or a blob); resource links are not followed (noted in t
 ``structuredContent`` is kept as data (and is the text when there is no other). A result marked
 ``isError``, a lost connection, an answer that breaks the protocol or media that are not what
 they claim end the task as failed with one sentence.
+
+Bounds, as any expert's answer (``[inference]`` settings): a result whose text and structured
+content together pass ``max_json_bytes``, or whose files together pass ``max_media_bytes``, is
+refused before anything of it is stored (``too_large``); text over ``max_text_chars`` is cut
+(the whole kept as a file, :func:`pipeline.experts.base.condense`), and structured content over
+``max_text_chars`` is kept as a ``.json`` file of the task rather than in the run's record.
 """
 
 from __future__ import annotations
@@ -32,13 +38,15 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ToolData:
-    """The structured content of a tool's result (:class:`pipeline.types.TaskData`)."""
+    """The structured content of a tool's result (:class:`pipeline.types.TaskData`): as the tool
+    returned it, or ``None`` and the id of the file that holds it when it was too long."""
 
     structured: Any
+    file: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """``{"structured": ...}`` as the tool returned it."""
-        return {"structured": self.structured}
+        """``{"structured": ...}`` (with ``"file": id`` when the content is in that file)."""
+        return {"structured": self.structured, **({"file": self.file} if self.file else {})}
 
 
 class McpRunner:
@@ -47,13 +55,17 @@ class McpRunner:
     Args:
         toolbox: the configured MCP servers.
         limits: what a result may keep (text characters, pixels).
-        max_media_bytes: bytes, largest file taken from a result.
+        max_media_bytes: bytes, the files of one result together (``[inference] max_media_bytes``).
+        max_json_bytes: bytes, the text and structured content of one result together
+            (``[inference] max_json_bytes``).
     """
 
-    def __init__(self, toolbox: Toolbox, limits: OutputLimits | None = None, max_media_bytes: int = 50 << 20) -> None:
+    def __init__(self, toolbox: Toolbox, limits: OutputLimits | None = None, max_media_bytes: int = 64 << 20,
+                 max_json_bytes: int = 8 << 20) -> None:
         self.toolbox = toolbox
         self.limits = limits or OutputLimits()
         self.max_media_bytes = max_media_bytes
+        self.max_json_bytes = max_json_bytes
 
     async def run(
         self, task: str, model: str, args: dict[str, Any], sink: ResourceSink, *, task_id: int, usage: Usage | None = None
@@ -102,10 +114,40 @@ class McpRunner:
                               reason="server")
         return result
 
+    def _check_size(self, tool: McpTool, blocks: list[Any], structured: Any) -> None:
+        """Refuse a result over the byte limits before anything of it is stored.
+
+        Raises:
+            ExpertError: ``"too_large"``, naming the limit.
+        """
+        text = media = 0
+        for block in blocks:
+            kind, res = getattr(block, "type", None), getattr(block, "resource", None)
+            if kind == "text":
+                text += len(str(block.text).encode("utf-8"))
+            elif kind in ("image", "audio"):
+                media += len(str(block.data)) * 3 // 4
+            elif kind == "resource" and getattr(res, "blob", None) is not None:
+                media += len(str(res.blob)) * 3 // 4
+            elif kind == "resource" and getattr(res, "text", None) is not None:
+                text += len(str(res.text).encode("utf-8"))
+        if structured is not None:
+            text += len(json.dumps(structured, ensure_ascii=False).encode("utf-8"))
+        for seen, limit, what, setting in ((text, self.max_json_bytes, "text and data", "max_json_bytes"),
+                                           (media, self.max_media_bytes, "files", "max_media_bytes")):
+            if seen > limit:
+                raise ExpertError(f"The tool {tool.label} returned {seen / 1e6:,.1f} MB of {what}, more than the limit "
+                                  f"of {limit / 1e6:,.1f} MB, so its result was not kept.",
+                                  f"{tool.label}: {seen} bytes of {what} (setting [inference] {setting} = {limit})",
+                                  reason="too_large")
+
     async def _output(self, tool: McpTool, result: Any, saver: TaskSaver) -> Output:
+        blocks = list(getattr(result, "content", None) or [])
+        structured = getattr(result, "structured_content", None)
+        self._check_size(tool, blocks, structured)
         texts: list[str] = []
         files: list[Resource] = []
-        for block in getattr(result, "content", None) or []:
+        for block in blocks:
             kind = getattr(block, "type", None)
             if kind == "text":
                 texts.append(str(block.text))
@@ -119,18 +161,29 @@ class McpRunner:
                     texts.append(str(res.text))
             elif kind == "resource_link":
                 texts.append(f"(The tool returned a link, {_one_line(getattr(block, 'name', ''), 60)!r}, that was not followed.)")
-        structured = getattr(result, "structured_content", None)
-        if not texts and structured is not None:
-            texts.append(json.dumps(structured, ensure_ascii=False)[: self.limits.max_text_chars])
+        data = await self._data(tool, structured, texts, files, saver)
         if not texts and not files:
             raise ExpertError(f"The tool {tool.label} returned nothing usable.", reason="bad_output")
-        data = ToolData(structured) if structured is not None else None
         return Output(text="\n".join(texts).strip() or None, files=files, data=data)
 
+    async def _data(self, tool: McpTool, structured: Any, texts: list[str], files: list[Resource],
+                    saver: TaskSaver) -> ToolData | None:
+        """The structured content as data (and as the text when there is no other); kept in a
+        ``.json`` file instead when longer than ``max_text_chars`` (``texts``/``files`` grow)."""
+        if structured is None:
+            return None
+        encoded = json.dumps(structured, ensure_ascii=False)
+        if len(encoded) <= self.limits.max_text_chars:
+            if not texts:
+                texts.append(encoded)
+            return ToolData(structured)
+        full = await saver.file(encoded.encode("utf-8"), "text", "application/json",
+                                f"structured result of {tool.label} ({len(encoded):,} characters)")
+        files.append(full)
+        texts.append(f"(The tool's structured result, {len(encoded):,} characters, is in {full.id}.)")
+        return ToolData(None, full.id)
+
     async def _media(self, tool: McpTool, encoded: str, claimed: str | None, saver: TaskSaver) -> Resource:
-        if len(encoded) > self.max_media_bytes * 4 // 3 + 4:
-            raise ExpertError(f"The tool {tool.label} returned a file larger than {self.max_media_bytes:,} bytes.",
-                              reason="too_large")
         try:
             data = base64.b64decode(encoded, validate=True)
         except (binascii.Error, ValueError):
