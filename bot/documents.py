@@ -1,7 +1,7 @@
 """PDF attachments as files the pipeline can read: the text of the pages (``pypdf``) as one text
 file, and pages that carry no text (scans, slides saved as pictures) rendered as PNG images
 (``pypdfium2``) that a vision task can take. Limits are ``[documents]``
-(:class:`bot.settings_inference.DocumentSettings`).
+(:class:`bot.settings.DocumentSettings`).
 
 The parsing and rendering run in a worker process of a :class:`pipeline.decoding.Decoder`
 (bounded in time and memory, killed when its time is up): a crafted PDF costs its worker, never

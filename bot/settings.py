@@ -1,6 +1,6 @@
-"""Settings: the one place that reads the environment and the config file.
+"""Settings: the one place that reads the environment and the config file, and every default.
 
-Sources, strongest first (docs/configuration.md):
+Sources, strongest first (docs/configuration.md, generated from the fields below):
 
 1. ``HUGGINGGPT_<SECTION>__<KEY>`` environment variables (e.g. ``HUGGINGGPT_LLM__BASE_URL``);
 2. the usual variables ``OPENAI_API_KEY``, ``OPENAI_BASE_URL``, ``HF_TOKEN``, ``DISCORD_BOT_TOKEN``,
@@ -8,6 +8,21 @@ Sources, strongest first (docs/configuration.md):
    keys left unset);
 3. one TOML file: ``--config FILE``, else ``HUGGINGGPT_CONFIG``, else ``./hugginggpt.toml``;
 4. the defaults below.
+
+One section a class: ``[llm]``, ``[inference]`` (with the provider keys of :class:`ProviderKeys`;
+their words are Hugging Face's Inference Providers documentation: ``provider="auto"``, the
+``:fastest``, ``:cheapest``, ``:preferred`` and ``model:provider`` suffixes, ``bill_to`` as
+``X-HF-Bill-To``), ``[planning]``, ``[catalog]``, ``[storage]``, ``[documents]`` (PDF
+attachments and media decoding), ``[discord]``, ``[slack]``, ``[server]`` (the HTTP API) and
+``[mcp]`` (tool servers whose tools the planner may use as experts), e.g.::
+
+    [mcp.servers.stamps]            # a program spoken to over stdio
+    command = "python"
+    args = ["-m", "sandbox.mcp_tools"]
+
+    [mcp.servers.spaces]            # a streamable HTTP endpoint
+    url = "https://huggingface.co/mcp"
+    headers = { Authorization = "Bearer hf_..." }
 
 Secrets are ``SecretStr``: they print as ``**********`` in logs and reprs. The environment is
 read from the mapping :func:`load_settings` is given (a custom pydantic-settings source); the
@@ -17,39 +32,150 @@ process environment is never modified.
 from __future__ import annotations
 
 import difflib
+import json
 import logging
 import os
-from urllib.parse import unquote, urlsplit
+import re
 import tomllib
 from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+from urllib.parse import unquote, urlsplit
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 from pydantic_settings.sources.utils import parse_env_vars
 
+from pipeline import decoding
+from pipeline.experts.providers import POLICIES, check_choice
+
 from .errors import ConfigError
 from .paths import default_data_dir
-from .settings_inference import DocumentSettings, ProviderKeys
-from .settings_mcp import McpSettings
 
-from .settings_sections import (  # noqa: F401 (re-exported: settings users import them from here)
-    DAY, GiB, MiB, DiscordSettings, Section, ServerSettings, SlackSettings, env_list, secret,
-)
+if TYPE_CHECKING:  # the MCP runner (and the Hub client under it) loads only when servers are used
+    from pipeline.mcp_offer import ToolOffer
+    from pipeline.mcp_tools import McpServerConfig
+
+
+MiB = 1024 * 1024
+GiB = 1024 * MiB
+DAY = 86400.0
+
+
+def env_list(v: Any) -> Any:
+    """A list from the environment: JSON (``["a", "b"]``) or comma-separated (``a,b``); else ``v``."""
+    if isinstance(v, str):
+        text = v.strip()
+        if text.startswith("["):
+            try:
+                return json.loads(text)
+            except ValueError:
+                raise ValueError("not a valid JSON list") from None
+        return [k.strip() for k in text.split(",") if k.strip()]
+    return v
+
+
+class Section(BaseModel):
+    """A ``[section]`` of the config: unknown keys are refused (with the nearest valid key)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+def secret(value: SecretStr | str | None) -> str | None:
+    """The plain value of a secret setting (``SecretStr``), a plain string as is, ``None`` as is."""
+    if value is None:
+        return None
+    return value.get_secret_value() if isinstance(value, SecretStr) else str(value)
+
+
+_ORG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
+
+
+def _http_url(v: str | None) -> str | None:
+    if v is None or not v.strip():
+        return None
+    u = urlsplit(v.strip())
+    if u.scheme not in ("http", "https") or not u.hostname or u.query or u.fragment or u.username or u.password:
+        raise ValueError(f"{v[:80]!r} is not an http:// or https:// URL without a query or credentials")
+    return v.strip().rstrip("/")
+
+
+class ProviderKeys(BaseModel):
+    """The provider keys of ``[inference]``.
+
+    Attributes:
+        provider: ``"auto"`` (default: the Hub's order for the account, the router's fastest for chat
+            models), ``"fastest"``, ``"cheapest"``, ``"preferred"``, a provider name (``"fal-ai"``),
+            or ``None``/``""`` (no provider: gateway, endpoints or expert servers only).
+        providers: pipeline tag → a policy, a provider name, or ``"model:provider"`` (that model,
+            pinned to that provider) for that task; e.g. ``{"text-to-image": "fal-ai"}``.
+        bill_to: the organisation (or user) whose Hugging Face credits pay every expert call
+            (the client's ``bill_to``, sent as ``X-HF-Bill-To``); ``None``: the token's owner.
+        router_url: the Inference Providers router (``None``: ``https://router.huggingface.co``,
+            as ``huggingface_hub`` builds it); an operator's egress proxy or a test stand-in that
+            forwards by path.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    provider: str | None = Field("auto", description="auto | fastest | cheapest | preferred | a provider name | none")
+    providers: dict[str, str] = Field(default_factory=dict, description="task -> policy, provider or model:provider")
+    bill_to: str | None = Field(None, description="organisation whose credits pay expert calls (X-HF-Bill-To)")
+    router_url: str | None = Field(None, description="Inference Providers router (default router.huggingface.co)")
+
+    @field_validator("provider", mode="after")
+    @classmethod
+    def _provider(cls, v: str | None) -> str | None:
+        if v is None or not v.strip() or v.strip().lower() == "none":
+            return None
+        return check_choice(v.strip())
+
+    @field_validator("providers", mode="after")
+    @classmethod
+    def _per_task(cls, v: dict[str, str]) -> dict[str, str]:
+        from pipeline.tasks import canonical_task
+
+        out = {}
+        for task, choice in v.items():
+            canon = canonical_task(task)
+            if canon is None:
+                raise ValueError(f"{task!r} is not a known task")
+            out[canon] = check_choice(str(choice).strip(), allow_pin=True)
+        return out
+
+    @field_validator("bill_to", mode="after")
+    @classmethod
+    def _org(cls, v: str | None) -> str | None:
+        if v is None or not v.strip():
+            return None
+        if not _ORG.match(v.strip()):
+            raise ValueError(f"{v[:40]!r} is not a Hugging Face organisation or user name")
+        return v.strip()
+
+    @field_validator("router_url", mode="after")
+    @classmethod
+    def _urls(cls, v: str | None) -> str | None:
+        return _http_url(v)
 
 
 class LLMSettings(Section):
     """``[llm]``: the controller, any OpenAI-compatible chat completions server."""
 
-    base_url: str | None = Field(None, description="the controller's OpenAI-compatible API (OPENAI_BASE_URL); default: the openai SDK's, https://api.openai.com/v1")
-    api_key: SecretStr | None = Field(None, description="the controller's key (OPENAI_API_KEY); any string for a local server")
+    base_url: str | None = Field(
+        None, description="the controller's OpenAI-compatible API (OPENAI_BASE_URL); default: the openai SDK's, "
+        "https://api.openai.com/v1",
+    )
+    api_key: SecretStr | None = Field(
+        None, description="the controller's key (OPENAI_API_KEY); any string for a local server",
+    )
     model: str = Field("gpt-4o-mini", description="the controller model's name on that server")
     timeout: float = Field(60.0, gt=0, le=DAY, description="seconds per controller call")
     max_retries: int = Field(2, ge=0, le=20, description="openai SDK retries (429, 5xx, connection)")
     structured_output: Literal["auto", "json_schema", "json_object", "off"] = Field(
-        "auto", description="how plans are asked for: auto tries a JSON schema, then JSON mode, then plain text as the server refuses each")
+        "auto", description="how plans are asked for: auto tries a JSON schema, then JSON mode, then plain text as "
+        "the server refuses each",
+    )
     temperature: float = Field(0.0, ge=0, le=2, description="sampling temperature of every controller call")
     max_reply_bytes: int = Field(
         4 * MiB, ge=1024, le=GiB, description="bytes, largest controller reply read (enforced while it arrives)"
@@ -59,21 +185,32 @@ class LLMSettings(Section):
 class InferenceSettings(ProviderKeys, Section):
     """``[inference]``: expert models, model selection and execution limits.
 
-    The provider keys come from :class:`bot.settings_inference.ProviderKeys`."""
+    The provider keys come from :class:`ProviderKeys`."""
 
-    token: SecretStr | None = Field(None, description="Hugging Face token (HF_TOKEN) for the Hub and Inference Providers; not needed with mode = \"local\"")
+    token: SecretStr | None = Field(
+        None, description="Hugging Face token (HF_TOKEN) for the Hub and Inference Providers; not needed with mode "
+        "= \"local\"",
+    )
     base_url: str | None = Field(None, description="gateway: every call for M goes to {base_url}/models/{M}")
     endpoints: dict[str, str] = Field(default_factory=dict, description="model id -> dedicated endpoint URL")
-    experts_url: Annotated[list[str], NoDecode] = Field(default_factory=list, description="expert servers, M at {url}/models/{M}")
-    mode: Literal["providers", "local", "hybrid"] = Field("hybrid", description="hybrid: expert servers, then providers")
-    experts_ttl: float = Field(10.0, ge=0, le=DAY, description="seconds an expert server's GET /models answer is reused")
+    experts_url: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="expert servers, M at {url}/models/{M}",
+    )
+    mode: Literal["providers", "local", "hybrid"] = Field(
+        "hybrid", description="hybrid: expert servers, then providers",
+    )
+    experts_ttl: float = Field(
+        10.0, ge=0, le=DAY, description="seconds an expert server's GET /models answer is reused",
+    )
     experts_timeout: float = Field(3.0, gt=0, le=600, description="seconds to wait for an expert server's GET /models")
     controller_tasks: list[str] = Field(
         default_factory=lambda: ["summarization", "translation", "conversational", "text-generation", "text2text-generation"],
         description="text tasks the controller LLM serves itself",
     )
     selection: Literal["llm", "top"] = Field(
-        "llm", description="model selection: the controller picks among the candidates (the paper's stage), or top: the most downloaded available one without a call")
+        "llm", description="model selection: the controller picks among the candidates (the paper's stage), or "
+        "top: the most downloaded available one without a call",
+    )
     top_k: int = Field(5, ge=1, le=20, description="candidate models shown to the controller per task")
     task_timeout: float = Field(120.0, gt=0, le=DAY, description="seconds per expert call")
     deadline: float = Field(
@@ -89,7 +226,9 @@ class InferenceSettings(ProviderKeys, Section):
     max_image_pixels: int = Field(
         40_000_000, ge=10_000, le=1_000_000_000, description="pixels, largest image decoded (input or output)"
     )
-    max_items: int = Field(1000, ge=1, le=1_000_000, description="structured items (boxes, masks, labels) kept per reply")
+    max_items: int = Field(
+        1000, ge=1, le=1_000_000, description="structured items (boxes, masks, labels) kept per reply",
+    )
     max_text_chars: int = Field(
         20_000, ge=100, le=10_000_000, description="characters of a text result kept in the record and shown"
     )
@@ -134,7 +273,10 @@ class PlanningSettings(Section):
 class CatalogSettings(Section):
     """``[catalog]``: which models exist for which task."""
 
-    path: Path | None = Field(None, description="a model catalog (JSON lines, `hugginggpt catalog refresh` writes one); default: the catalog shipped with the package")
+    path: Path | None = Field(
+        None, description="a model catalog (JSON lines, `hugginggpt catalog refresh` writes one); default: the "
+        "catalog shipped with the package",
+    )
     availability_ttl: float = Field(3600.0, ge=0, le=30 * DAY, description="seconds to cache provider availability")
 
 
@@ -155,7 +297,9 @@ class StorageSettings(Section):
         "or FIFO still sending, or that nothing writes to, is refused then",
     )
     context_tokens: int = Field(1500, ge=0, le=1_000_000, description="chat-log budget in the planning prompt")
-    max_age_days: float | None = Field(None, gt=0, le=36500, description="days a conversation is kept after its last use")
+    max_age_days: float | None = Field(
+        None, gt=0, le=36500, description="days a conversation is kept after its last use",
+    )
     max_media_bytes: int | None = Field(
         None, ge=MiB, description="bytes, quota of the media directory (oldest unreferenced files go first)"
     )
@@ -171,6 +315,250 @@ class StorageSettings(Section):
         30.0, ge=2.0, le=3600.0, description="seconds after which a silent process counts as gone and its running "
         "turns are marked interrupted (the same in every process sharing the store)",
     )
+
+
+class DocumentSettings(BaseModel):
+    """``[documents]``: PDF attachments (text through pypdf, image-only pages rendered by pypdfium2),
+    and the worker processes that decode attachments (PDFs, a video's sound and frames, audio and
+    video probes; :class:`pipeline.decoding.Decoder`).
+
+    Attributes:
+        pdf: whether PDF attachments are accepted at all.
+        max_pdf_bytes: bytes, largest PDF accepted.
+        max_pages: pages read of one PDF (the rest is left out, and the answer says so).
+        max_page_images: image-only pages rendered as images for vision tasks, at most.
+        render_dpi: dots per inch of a rendered page (72 = 1 pixel per PDF point).
+        max_text_bytes: bytes of UTF-8 text kept from one PDF.
+        max_page_content_bytes: bytes, the largest content stream of a page that is read (decoded
+            size; a larger page is left out, and the text file says so).
+        decode_workers: decoding jobs running at once (each in a process of its own).
+        decode_memory_bytes: bytes, the memory ceiling of one decoding job.
+        decode_timeout: seconds one decoding job may take (a PDF, a video's parts, a probe).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    pdf: bool = Field(
+        True, description="PDF attachments are read (their text, and image-only pages as images); false: refused",
+    )
+    max_pdf_bytes: int = Field(20 * MiB, ge=1024, le=1024 * MiB, description="bytes, largest PDF accepted")
+    max_pages: int = Field(50, ge=1, le=5000, description="pages read of one PDF")
+    max_page_images: int = Field(4, ge=0, le=50, description="image-only pages rendered for vision tasks")
+    render_dpi: int = Field(110, ge=36, le=300, description="dots per inch of a rendered page")
+    max_text_bytes: int = Field(512 * 1024, ge=1024, le=64 * MiB, description="bytes of text kept from one PDF")
+    max_page_content_bytes: int = Field(4 * MiB, ge=4096, le=256 * MiB,
+                                        description="bytes, largest decoded content stream of a PDF page that is read")
+    decode_workers: int = Field(
+        decoding.WORKERS, ge=1, le=64, description="decoding jobs (PDF, video, audio) running at once",
+    )
+    decode_memory_bytes: int = Field(decoding.MEMORY_BYTES, ge=256 * MiB, le=64 * 1024 * MiB,
+                                     description="bytes, memory ceiling of one decoding job")
+    decode_timeout: float = Field(decoding.TIMEOUT, gt=0, le=3600, description="seconds one decoding job may take")
+
+
+class DiscordSettings(Section):
+    """``[discord]``: the Discord front end."""
+
+    token: SecretStr | None = Field(None, description="the bot's token (DISCORD_BOT_TOKEN)")
+    api_base_url: str | None = Field(
+        None, pattern=r"^https?://", description="Discord REST API base (a proxy); default https://discord.com/api/v10"
+    )
+    gateway_url: str | None = Field(
+        None, pattern=r"^wss?://", description="Discord gateway websocket (a proxy); default wss://gateway.discord.gg/"
+    )
+    command_name: str = Field("ask", pattern=r"^[-_a-z0-9]{1,32}$", description="the slash command's name")
+    allowed_guilds: list[int] = Field(
+        default_factory=list, description="server (guild) ids the bot answers in; empty: any",
+    )
+    allowed_channels: list[int] = Field(
+        default_factory=list, description="channel ids the bot answers in (a thread counts as its channel); empty: "
+        "any",
+    )
+    allowed_roles: list[int] = Field(
+        default_factory=list, description="role ids of the members it answers; empty: anyone",
+    )
+    rate_limit_per_minute: int = Field(6, ge=0, le=10_000, description="0: no limit")
+    max_concurrent_runs: int = Field(2, ge=1, le=1000, description="runs in flight per user")
+    followups_need_mention: bool = Field(
+        False, description="messages in the bot's threads must mention it to be answered",
+    )
+
+
+class SlackSettings(Section):
+    """``[slack]``: the Slack front end."""
+
+    bot_token: SecretStr | None = Field(None, description="the app's bot token, xoxb-... (SLACK_BOT_TOKEN)")
+    app_token: SecretStr | None = Field(None, description="Socket Mode's app-level token, xapp-... (SLACK_APP_TOKEN)")
+    signing_secret: SecretStr | None = Field(None, description="HTTP mode's signing secret (SLACK_SIGNING_SECRET)")
+    mode: Literal["socket", "http"] = Field("socket", description="Socket Mode (no public URL) or the HTTP Events API")
+    host: str = Field("0.0.0.0", description="HTTP mode: address to bind (--host)")
+    port: int = Field(3000, ge=1, le=65535, description="HTTP mode: port to listen on (--port)")
+    path: str = Field("/slack/events", pattern=r"^/", description="HTTP mode: the Events API request URL's path")
+    allowed_channels: list[str] = Field(default_factory=list, description="channel ids the bot answers in; empty: any")
+    allowed_users: list[str] = Field(default_factory=list, description="user ids it answers; empty: anyone")
+    allow_dms: bool | None = Field(
+        None, description="direct messages; default: allowed unless allowed_channels is set (allowed_users always applies)"
+    )
+    rate_limit_per_minute: int = Field(6, ge=0, le=10_000, description="0: no limit")
+    followups_need_mention: bool = Field(False, description="replies in the bot's threads must mention it to be "
+                                         "answered (formerly followups_without_mention, its opposite)")
+    admins: list[str] = Field(default_factory=list, description="user ids who may stop anyone's run")
+    streaming: bool = Field(True, description="the plan as task cards and the answer in a chat stream; "
+                            "false: a status message edited with chat.update")
+
+
+class ServerSettings(Section):
+    """``[server]``: the HTTP API (``hugginggpt serve``; docs/http-api.md).
+
+    ``api_keys`` are the bearer tokens clients send (``Authorization: Bearer KEY``, as the OpenAI
+    API); several may be set (one per client, rotation). From the environment,
+    ``HUGGINGGPT_SERVER__API_KEYS`` takes a JSON list or comma-separated keys. With no key the
+    server only starts bound to a loopback address and only answers loopback peers.
+    """
+
+    api_keys: Annotated[list[SecretStr], NoDecode] = Field(
+        default_factory=list, description="bearer tokens of the clients",
+    )
+    host: str = Field("127.0.0.1", description="address to bind (--host)")
+    port: int = Field(8000, ge=0, le=65535, description="port to listen on (--port; 0: any free port)")
+    max_body_bytes: int = Field(
+        40 * MiB, ge=1024, le=4 * GiB, description="bytes, largest request body (413 beyond); base64 adds a third to files"
+    )
+    rate_limit_per_minute: int = Field(30, ge=0, le=100_000, description="requests per API key per minute; 0: no limit")
+    max_concurrent_runs: int = Field(4, ge=1, le=10_000, description="runs in flight per API key (429 beyond)")
+    allowed_url_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="hosts whose http(s) image/audio URLs may be fetched ('*.example.org' for subdomains); empty: none",
+    )
+    url_timeout: float = Field(20.0, gt=0, le=600, description="seconds to download one remote image/audio URL")
+    progress: Literal["reasoning", "preamble", "none"] = Field(
+        "reasoning", description="how a streamed reply shows the plan's progress: reasoning_content deltas, a short "
+                                 "preamble in the content, or nothing",
+    )
+    public_url: str | None = Field(
+        None, pattern=r"^https?://", description="base URL clients reach the server at, for file links (default: the "
+                                                 "address the server is bound to; never the request's Host header)",
+    )
+    cors_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="browser origins ('https://chat.example.org') whose pages may call the API; "
+                                          "empty: none (CORS off, cross-origin requests refused)",
+    )
+    allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="names clients may reach the server by (Host header; '*.example.org' for "
+                                          "subdomains, '*' any); empty: the bound address, its loopback names and "
+                                          "public_url's host (any name when bound to 0.0.0.0 or ::)",
+    )
+    link_ttl: float = Field(
+        7 * DAY, ge=60, le=3650 * DAY, description="seconds a signed file link stays valid (410 after)",
+    )
+    ready_min_free_bytes: int = Field(
+        256 * MiB, ge=0, description="bytes the data directory's file system must have free for /readyz to say ready",
+    )
+    external_images: Literal["link", "drop"] = Field(
+        "link", description="images the controller's answer points at elsewhere than this server's files: shown as a "
+                            "plain link naming the host, or dropped",
+    )
+
+    @field_validator("api_keys", "allowed_url_hosts", "cors_origins", "allowed_hosts", mode="before")
+    @classmethod
+    def _split_list(cls, v: Any) -> Any:
+        return env_list(v)
+
+    @field_validator("cors_origins", mode="after")
+    @classmethod
+    def _origins(cls, v: list[str]) -> list[str]:
+        out = [o.strip().lower().rstrip("/") for o in v if o.strip()]
+        for o in out:
+            if not re.fullmatch(r"https?://[a-z0-9.\-\[\]:]+", o):
+                raise ValueError(f"{o!r} is not an origin: write scheme://host[:port], without a path")
+        return out
+
+    @field_validator("allowed_hosts", mode="after")
+    @classmethod
+    def _hosts(cls, v: list[str]) -> list[str]:
+        return [h.strip().lower().rstrip(".").strip("[]") for h in v if h.strip()]
+
+    @field_validator("allowed_url_hosts", mode="after")
+    @classmethod
+    def _lower_hosts(cls, v: list[str]) -> list[str]:
+        return [h.strip().lower().rstrip(".") for h in v if h.strip()]
+
+
+class McpServerSettings(BaseModel):
+    """One server: ``command`` (with ``args``, ``env``) or ``url`` (with ``headers``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    command: str | None = Field(None, description="program of a stdio server")
+    args: list[str] = Field(default_factory=list, description="its arguments")
+    env: dict[str, SecretStr] = Field(default_factory=dict, description="its environment (only these and the "
+                                      "SDK's safe defaults such as PATH and HOME are passed)")
+    url: str | None = Field(None, pattern=r"^https?://", description="streamable HTTP endpoint")
+    headers: dict[str, SecretStr] = Field(default_factory=dict, description="HTTP headers for url (Authorization)")
+    tools: list[str] = Field(default_factory=list, description="tools to offer the planner ([]: all)")
+    connect_timeout: float = Field(20.0, gt=0, le=600, description="seconds to start and list the tools")
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> "McpServerSettings":
+        if bool(self.command) == bool(self.url):
+            raise ValueError("set either command (a stdio server) or url (a streamable HTTP server)")
+        return self
+
+
+class McpSettings(BaseModel):
+    """``[mcp]``: the servers by short name (their tasks are ``mcp.<name>.<tool>``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    servers: dict[str, McpServerSettings] = Field(
+        default_factory=dict, description="tool servers by short name: command (with args, env) for stdio, or url "
+        "(with headers) for streamable HTTP; tools limits what is offered",
+    )
+    max_tools: int = Field(40, ge=1, le=1000, description="MCP tools offered to the planner for one request at most "
+                           "(when the servers list more, those sharing the most words with the request)")
+    max_tool_chars: int = Field(20_000, ge=500, le=1_000_000, description="characters of planning prompt the "
+                                "offered MCP tools take at most (their lines, names and schema entries)")
+    max_log_bytes: int = Field(
+        1 << 20, ge=1024, le=1 << 30,
+        description="bytes of a stdio server's stderr written to <data_dir>/logs/mcp-<name>.log per start of the "
+                    "program; the rest is discarded, with one line saying so (a larger file is moved to .log.1 first)",
+    )
+
+    @model_validator(mode="after")
+    def _names(self) -> "McpSettings":
+        import re
+
+        for name in self.servers:
+            if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,31}", name):
+                raise ValueError(f"the server name {name!r} may have 1 to 32 lower-case letters, digits and -")
+        return self
+
+    def configs(self, logs: Path | None = None) -> list[McpServerConfig]:
+        """The servers as the pipeline takes them (secrets in plain text); a stdio server's stderr
+        goes to ``<logs>/mcp-<name>.log`` when ``logs`` is given."""
+        from pipeline.mcp_tools import McpServerConfig
+
+        return [
+            McpServerConfig(
+                name=name, command=s.command, args=tuple(s.args),
+                env={k: v.get_secret_value() for k, v in s.env.items()}, url=s.url,
+                headers={k: v.get_secret_value() for k, v in s.headers.items()}, tools=tuple(s.tools),
+                connect_timeout=s.connect_timeout, errlog=logs / f"mcp-{name}.log" if logs else None,
+                max_log_bytes=self.max_log_bytes,
+            )
+            for name, s in self.servers.items()
+        ]
+
+    def offer(self) -> ToolOffer:
+        """The bounds on the tools offered to the planner (``max_tools``, ``max_tool_chars``)."""
+        from pipeline.mcp_offer import ToolOffer
+
+        return ToolOffer(self.max_tools, self.max_tool_chars)
+
+    def secret_values(self) -> list[Any]:
+        """Header and environment values of 8 characters or more (tokens), for log masking."""
+        return [v.get_secret_value() for s in self.servers.values() for v in (*s.env.values(), *s.headers.values())
+                if len(v.get_secret_value()) >= 8]
 
 
 class Settings(BaseSettings):
@@ -285,7 +673,8 @@ def _renamed(data: dict[str, Any], env: dict[str, str], file: Path | None) -> No
                 raise ConfigError(f"{where} is invalid: it takes true or false.") from None
             target[key] = str(flipped).lower() if target is env else flipped
             logging.getLogger("hugginggpt.settings").warning(
-                "%s is deprecated: write [%s] %s = %s (its opposite) instead.", where, section, new, str(flipped).lower())
+                "%s is deprecated: write [%s] %s = %s (its opposite) instead.", where, section, new,
+                str(flipped).lower())
 
 
 def config_path(explicit: str | os.PathLike[str] | None = None, env: dict[str, str] | None = None) -> Path | None:

@@ -21,8 +21,7 @@ from pydantic.fields import FieldInfo
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bot.settings import USUAL_VARIABLES, MiB, Settings  # noqa: E402
-from bot.settings_mcp import McpServerSettings  # noqa: E402
+from bot.settings import USUAL_VARIABLES, McpServerSettings, MiB, Settings  # noqa: E402
 
 PAGE = ROOT / "docs" / "configuration.md"
 HEADER = """# Configuration reference
