@@ -6,7 +6,8 @@ A request is refused only when it clearly asks to use a file the user has not gi
 * a file named as an *input* but not attached (``identify the objects in example.jpg``); a name
   the request asks to produce (``save the audio as example.wav``) is not an input;
 * a pointing reference to a kind of file the conversation does not have (``this photo``, ``the
-  first video``, ``my recording``) when nothing in the request produces one.
+  first video``, ``my recording``) when nothing in the request produces one; ``this document``
+  is satisfied by an attached image too (a scanned or photographed page).
 
 Everything else goes to task planning, and the answer says what was missing. In particular these
 never refuse: words inside quotes (``'The movie was great'`` is text, not a video), a request
@@ -162,8 +163,8 @@ def _missing_kind(text: str, have: set[Modality]) -> Modality | None:
         r"\b(?:text|reads|following|document|content)\s*(?:is)?\s*:", text, re.IGNORECASE)
     for m in _REFERENCE.finditer(plain):
         kind = _KIND_WORDS[m.group(1).lower()]
-        if kind in have or (kind == "text" and inline_text):
-            continue
+        if kind in have or (kind == "text" and (inline_text or "image" in have)):
+            continue  # "this document" may be a scanned page: an attached image stands for it
         if _produced_before(plain, kind, m.start()):
             continue
         return kind

@@ -23,7 +23,7 @@ from .errors import PlanError
 from .llm import Controller, Usage
 from .planning_prompt import chat_log_text, plan_schema, planning_messages
 from .tasks import TASKS, canonical_task
-from .types import MEDIA_MODALITIES, Request, Resource, Task
+from .types import MEDIA_MODALITIES, Request, Resource, Task, article
 
 __all__ = [
     "MAX_TASKS", "MAX_TEXT_ARG", "PLACEHOLDER", "PlanInvalid", "chat_log_text", "parse_plan", "placeholder_id",
@@ -37,12 +37,14 @@ REFERENCE_WORDS = ("resource", "generated", "node", "output", "result", "task")
 reference implementation's ``<GENERATED>-N``, TaskBench's ``<node-N>``, and the like."""
 
 PLACEHOLDER = re.compile(
-    r"<\s*(?:" + "|".join(REFERENCE_WORDS) + r")\s*(?:>\s*[-_]\s*(\d+)\s*>?|[-_ ]\s*(\d+)\s*>)",
+    r"<\s*(?:" + "|".join(REFERENCE_WORDS) + r")\s*(?:>\s*[-_]\s*(\d+)>?|[-_ ]\s*(\d+)\s*>)",
     re.IGNORECASE,
 )
 """A reference to task N's output: ``<resource>-N``, ``<resource-N>``, ``<GENERATED>-N``,
 ``<generated-N>``, ``<node-N>``, ``<output_N>``, ``< resource >-N`` ... (case-insensitive). The
-task id is :func:`placeholder_id` of a match; validation rewrites every form to ``<resource>-N``."""
+task id is :func:`placeholder_id` of a match; validation rewrites every form to ``<resource>-N``. A
+match ends at the digits (or at a closing ``>`` right after them): the text after it, spaces and
+line breaks included, is never part of it."""
 
 SUSPECT_REFERENCE = re.compile(r"<\s*[A-Za-z_][\w ]{0,30}>\s*-\s*\d+|<\s*[A-Za-z_][\w]{0,30}[-_ ]\d+\s*>")
 """Something shaped like a reference (``<word>-N``, ``<word-N>``) that :data:`PLACEHOLDER` does
@@ -255,7 +257,7 @@ def _resolve(draft: _Draft, plan: _PlanContext, request_text: str) -> Task:
             raise PlanInvalid(f'Task {tid} ({name}) takes no "{key}" argument; it takes {allowed}.')
     for key in spec.required:
         if not args.get(key):
-            raise PlanInvalid(f'Task {tid} ({name}) needs a "{key}" argument.')
+            raise PlanInvalid(f'Task {tid} ({name}) needs {article(key)} "{key}" argument.')
     for key, value in (spec.from_request(request_text) if spec.from_request and request_text else {}).items():
         args.setdefault(key, value)
     final: dict[str, str] = {}
@@ -298,7 +300,7 @@ def _media_argument(tid: int, key: str, kind: str, value: str, refs: list[int], 
     if res is None:
         known = ", ".join(r.id for r in plan.resources if r.kind == kind) or "none"
         raise PlanInvalid(
-            f'Argument "{key}" of task {tid} is {value[:80]!r}, which is not a {kind} of this '
+            f'Argument "{key}" of task {tid} is {value[:80]!r}, which is not {article(kind)} {kind} of this '
             f"conversation; use a resource id ({known}) or <resource>-N."
         )
     if res.kind != kind:

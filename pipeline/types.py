@@ -20,6 +20,14 @@ Modality = Literal["text", "image", "audio", "video"]
 MODALITIES: tuple[Modality, ...] = ("text", "image", "audio", "video")
 MEDIA_MODALITIES: tuple[Modality, ...] = ("image", "audio", "video")
 
+
+
+def article(word: str) -> str:
+    """The indefinite article before ``word`` in our sentences: ``"an"`` before a vowel letter
+    (``an audio``, ``an image``), else ``"a"`` (``a video``, ``a text``)."""
+    return "an" if word[:1].lower() in "aeiou" else "a"
+
+
 TaskStatus = Literal["ok", "failed", "skipped"]
 
 
