@@ -24,18 +24,14 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from pipeline.media import NAME_KINDS
 from pipeline.types import Modality, Resource
 
 from .errors import InputError
 
 _ID = re.compile(r"\b(image|audio|video|text)-(\d+)\b", re.IGNORECASE)
 
-_EXTENSIONS: dict[str, Modality] = {
-    **dict.fromkeys(("jpg", "jpeg", "png", "gif", "webp", "bmp", "tif", "tiff"), "image"),
-    **dict.fromkeys(("mp3", "wav", "ogg", "oga", "flac", "m4a", "opus"), "audio"),
-    **dict.fromkeys(("mp4", "mov", "webm", "avi", "mkv", "m4v"), "video"),
-    **dict.fromkeys(("txt", "md", "csv", "tsv", "json", "pdf"), "text"),
-}
+_EXTENSIONS = NAME_KINDS
 _FILE_NAME = re.compile(r"(?<![\w/.:@-])([\w-]{1,80}\.(" + "|".join(_EXTENSIONS) + r"))\b(?![/.]\w)", re.IGNORECASE)
 
 # The words that point at a file of a kind. Film, movie, footage, clip, voice, sound and speech are
