@@ -46,6 +46,7 @@ _KIND_WORDS = {
 _KEY_WORDS = {**{w: k for k, ws in _KIND_WORDS.items() for w in ws},
               **dict.fromkeys(("prompt", "query", "question", "sentence", "caption", "content", "message"), "text")}
 _CONTEXT_KEYS = {"context", "passage", "paragraph", "document", "article", "reference", "source_text"}
+_NOT_BY_POSITION = {"src_lang"}  # a translation's second value is the language to translate into
 _ARG_ALIASES = ("arguments", "parameters", "params", "inputs", "input")
 
 
@@ -162,21 +163,32 @@ def argument_list(tid: int, record: dict[str, Any], plan: _Plan) -> list[str]:
 
 
 def _by_position(tid: int, values: list[Any], spec: TaskSpec, plan: _Plan) -> dict[str, Any] | None:
-    """Each value to the first unfilled argument of a kind it can be; ``None`` when one cannot be
-    placed (too many values, or none of its kind left)."""
+    """Each value to the first unfilled argument of a kind it can be; failing that, in the task's
+    order where only file arguments get a value of another kind (validation then names the file
+    that is not there). ``None`` when neither places every value."""
     if not all(isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in values):
         return None
+    keys = [k for k in spec.allowed if k not in _NOT_BY_POSITION]
+    kinds = [_value_kinds(tid, str(v), plan) for v in values]
     placed: dict[str, Any] = {}
-    for value in values:
-        kinds = _value_kinds(tid, str(value), plan)
-        key = next((k for k, kind in spec.allowed.items() if k not in placed and kind in kinds), None)
+    for value, can in zip(values, kinds):
+        key = next((k for k in keys if k not in placed and spec.allowed[k] in can), None)
         if key is None:
-            return None
+            break
         placed[key] = value
+    else:
+        return _question_first(placed)
+    if len(values) > len(keys) or any(spec.allowed[k] == "text" and "text" not in can for k, can in zip(keys, kinds)):
+        return None
+    return dict(zip(keys, values))
+
+
+def _question_first(placed: dict[str, Any]) -> dict[str, Any]:
+    """A task taking ``text`` and ``context`` (question answering) gets the question as its text."""
     text, context = placed.get("text"), placed.get("context")
     if isinstance(text, str) and isinstance(context, str) and context.rstrip().endswith("?") \
             and not text.rstrip().endswith("?"):
-        placed["text"], placed["context"] = context, text  # the question is the task's "text"
+        placed["text"], placed["context"] = context, text
     return placed
 
 
@@ -195,6 +207,9 @@ def _value_kinds(tid: int, value: str, plan: _Plan) -> tuple[str, ...]:
         ext = name.rsplit(".", 1)[-1].lower() if "." in name else ""
         if ext in NAME_KINDS:
             return (NAME_KINDS[ext],)
+        generic = tuple(k for k in MEDIA_MODALITIES if _means_a_file(name, k))
+        if generic and name != value.strip():  # "<user-input>", "'image'"; a bare word stays text
+            return generic
     return ("text",)
 
 

@@ -31,7 +31,7 @@ from .tasks import TASKS, canonical_task
 from .types import MEDIA_MODALITIES, Request, Resource, Task, article
 
 __all__ = [
-    "MAX_TASKS", "MAX_TEXT_ARG", "PLACEHOLDER", "PlanInvalid", "ReadPlan", "chat_log_text", "known_files", "parse_plan",
+    "MAX_TASKS", "MAX_TEXT_ARG", "PLACEHOLDER", "PlanInvalid", "ReadPlan", "chat_log_text", "file_hint", "parse_plan",
     "placeholder_id", "plan", "plan_schema", "planning_messages", "read_plan", "validate_plan",
 ]
 
@@ -124,16 +124,19 @@ def _resource_index(resources: Sequence[Resource]) -> dict[str, Resource]:
     return index
 
 
-def known_files(kind: str, resources: Sequence[Resource]) -> str:
-    """The files of ``kind`` of the conversation as a repair hint names them (at most 8):
-    ``"the images of this conversation are image-1 (example.png), image-2"``, ``"the image of this
-    conversation is image-1 (example.png)"`` or ``"this conversation has no image"``."""
+def file_hint(kind: str, resources: Sequence[Resource]) -> str:
+    """What a repair round is told to give for a file of ``kind``, naming the conversation's files
+    of that kind (at most 8): ``"the images of this conversation are image-1 (example.png),
+    image-2: give one of these ids or <resource>-N"``, ``"the image of this conversation is
+    image-1 (example.png): give its id or <resource>-N"``, or ``"this conversation has no image:
+    give <resource>-N of a task that produces one"``."""
     files = [r.id + (f" ({r.name})" if r.name else "") for r in resources if r.kind == kind]
     if not files:
-        return f"this conversation has no {kind}"
+        return f"this conversation has no {kind}: give <resource>-N of a task that produces one"
     if len(files) == 1:
-        return f"the {kind} of this conversation is {files[0]}"
-    return f"the {kind}s of this conversation are " + ", ".join(files[:8]) + (" ..." if len(files) > 8 else "")
+        return f"the {kind} of this conversation is {files[0]}: give its id or <resource>-N"
+    more = " ..." if len(files) > 8 else ""
+    return f"the {kind}s of this conversation are {', '.join(files[:8])}{more}: give one of these ids or <resource>-N"
 
 
 def validate_plan(
@@ -289,8 +292,7 @@ def _resolve(draft: _Draft, plan: _PlanContext, request_text: str) -> Task:
     for key in spec.required:
         if not args.get(key):
             kind = spec.allowed[key]
-            give = (f"{known_files(kind, plan.resources)}; give its id or <resource>-N of a task producing {kind}"
-                    if kind in MEDIA_MODALITIES else "give the text, or <resource>-N")
+            give = file_hint(kind, plan.resources) if kind in MEDIA_MODALITIES else "give the text, or <resource>-N"
             raise PlanInvalid(f'Task {tid} ({name}) needs {article(key)} "{key}" argument: {give}.', "missing-argument")
     for key, value in (spec.from_request(request_text) if spec.from_request and request_text else {}).items():
         args.setdefault(key, value)
@@ -313,7 +315,7 @@ def _references(tid: int, key: str, kind: str, value: str, deps: set[int], plan:
         if n == tid:
             raise PlanInvalid(
                 f'Task {tid} uses its own output <resource>-{n} as "{key}", which no task can do; '
-                f"{known_files(kind, plan.resources)}: give its id, or <resource>-N of another task.",
+                f"{file_hint(kind, plan.resources)}.",
                 "self-reference")
         if n not in plan.outputs:
             raise PlanInvalid(f"Task {tid} uses <resource>-{n}, but there is no task {n}.", "bad-reference")
@@ -339,12 +341,12 @@ def _media_argument(tid: int, key: str, kind: str, value: str, refs: list[int], 
     if res is None:
         raise PlanInvalid(
             f'Argument "{key}" of task {tid} is {value[:80]!r}, which is not {article(kind)} {kind} of this '
-            f"conversation; {known_files(kind, plan.resources)}: give its id or <resource>-N.",
+            f"conversation; {file_hint(kind, plan.resources)}.",
             "unknown-file",
         )
     if res.kind != kind:
         raise PlanInvalid(f'Argument "{key}" of task {tid} names {res.id}, which is {res.kind}, not {kind}; '
-                          f"{known_files(kind, plan.resources)}: give its id or <resource>-N.", "wrong-kind")
+                          f"{file_hint(kind, plan.resources)}.", "wrong-kind")
     return res.id
 
 
