@@ -88,13 +88,15 @@ def normalise_plan(raw_tasks: Sequence[Any], *, resources: Sequence[Resource]) -
 
     Args:
         raw_tasks: records from :func:`pipeline.planning.parse_plan` (not changed: rules work on
-            a copy; records that are not task objects pass through for validation to refuse).
+            a copy of each record and of its values one level down, all they rewrite; records
+            that are not task objects pass through for validation to refuse).
         resources: the conversation's resources (ids, kinds, the user's file names).
 
     Returns:
         :class:`Normalised`: the records in their order, and one :class:`Note` per change.
     """
-    records = [copy.deepcopy(r) if isinstance(r, dict) else r for r in raw_tasks]
+    records = [{k: copy.copy(v) if isinstance(v, (dict, list)) else v for k, v in r.items()} if isinstance(r, dict) else r
+               for r in raw_tasks]
     plan = _Plan(resources, {})
     for pos, r in enumerate(records):
         if isinstance(r, dict):

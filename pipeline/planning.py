@@ -232,7 +232,7 @@ def _draft(pos: int, item: Any, available: AbstractSet[str], seen: set[int]) -> 
         raise PlanInvalid(f'Task {tid} has no "task" name.', "bad-record")
     name = canonical_task(name_raw)
     if name is None:
-        close = difflib.get_close_matches("-".join(name_raw.lower().split()), sorted(available), n=3, cutoff=0.6)
+        close = difflib.get_close_matches("-".join(name_raw[:60].lower().split()), sorted(available), n=3, cutoff=0.6)
         hint = f" (the closest: {', '.join(close)})" if close else ""
         raise PlanInvalid(f"Task {tid} uses an unknown task {name_raw[:60]!r}; use one of the listed tasks{hint}.",
                           "unknown-task")

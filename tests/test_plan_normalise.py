@@ -224,3 +224,16 @@ def test_normalising_twice_changes_nothing_more(plan, data):
     twice = normalise_plan(once.records, resources=RES)
     assert twice.records == once.records and twice.notes == ()
     assert quirky != plan or once.notes == ()
+
+
+def test_the_controller_records_are_not_changed_and_deep_nesting_is_refused_as_a_sentence():
+    records = [{"task": "Object Detection", "id": 0, "dep": [-1], "args": {"image_path": "'example.png'"}},
+               {"task": "summarization", "id": 1, "args": {"text": [[[["x"]]] * 3] * 2}}]
+    before = json.loads(json.dumps(records))
+    normalise_plan(records, resources=RES)
+    assert records == before
+    deep: list = []
+    for _ in range(5000):
+        deep = [deep]
+    with pytest.raises(PlanInvalid, match='Argument "text" of task 0 must be a string'):
+        read(one("summarization", {"text": deep}))
