@@ -6,7 +6,8 @@ A request is refused only when it clearly asks to use a file the user has not gi
 * a file named as an *input* but not attached (``identify the objects in example.jpg``); a name
   the request asks to produce (``save the audio as example.wav``) is not an input;
 * a pointing reference to a kind of file the conversation does not have (``this photo``, ``the
-  first video``, ``my recording``) when nothing in the request produces one.
+  first video``, ``my recording``) when nothing in the request produces one; ``this document``
+  is satisfied by an attached image too (a scanned or photographed page).
 
 Everything else goes to task planning, and the answer says what was missing. In particular these
 never refuse: words inside quotes (``'The movie was great'`` is text, not a video), a request
@@ -23,18 +24,14 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from pipeline.media import NAME_KINDS
 from pipeline.types import Modality, Resource
 
 from .errors import InputError
 
 _ID = re.compile(r"\b(image|audio|video|text)-(\d+)\b", re.IGNORECASE)
 
-_EXTENSIONS: dict[str, Modality] = {
-    **dict.fromkeys(("jpg", "jpeg", "png", "gif", "webp", "bmp", "tif", "tiff"), "image"),
-    **dict.fromkeys(("mp3", "wav", "ogg", "oga", "flac", "m4a", "opus"), "audio"),
-    **dict.fromkeys(("mp4", "mov", "webm", "avi", "mkv", "m4v"), "video"),
-    **dict.fromkeys(("txt", "md", "csv", "tsv", "json", "pdf"), "text"),
-}
+_EXTENSIONS = NAME_KINDS
 _FILE_NAME = re.compile(r"(?<![\w/.:@-])([\w-]{1,80}\.(" + "|".join(_EXTENSIONS) + r"))\b(?![/.]\w)", re.IGNORECASE)
 
 # The words that point at a file of a kind. Film, movie, footage, clip, voice, sound and speech are
@@ -162,8 +159,8 @@ def _missing_kind(text: str, have: set[Modality]) -> Modality | None:
         r"\b(?:text|reads|following|document|content)\s*(?:is)?\s*:", text, re.IGNORECASE)
     for m in _REFERENCE.finditer(plain):
         kind = _KIND_WORDS[m.group(1).lower()]
-        if kind in have or (kind == "text" and inline_text):
-            continue
+        if kind in have or (kind == "text" and (inline_text or "image" in have)):
+            continue  # "this document" may be a scanned page: an attached image stands for it
         if _produced_before(plain, kind, m.start()):
             continue
         return kind

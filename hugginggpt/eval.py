@@ -1,6 +1,7 @@
 """``hugginggpt eval taskbench --data FILE [--tools huggingface|multimedia|FILE] [--limit N]
 [--concurrency N] [--out FILE] [--resume]``: the planning benchmark (TaskBench's metrics for the
-configured controller with our prompts); ``hugginggpt eval runs``: whole runs (:mod:`.eval_runs`)."""
+configured controller with our prompts); ``hugginggpt eval runs``: whole runs (:mod:`.eval_runs`);
+``hugginggpt eval plans FILE [--json]``: recorded plans through normalisation and validation."""
 
 from __future__ import annotations
 
@@ -52,7 +53,43 @@ def add_parser(subparsers: Any) -> None:
     add_sandbox_option(t)
     t.set_defaults(handler=main)
     eval_runs.add_parser(benches, _positive)
+    add_plans_parser(benches)
     p.set_defaults(handler=_usage, parser=p)
+
+
+def add_plans_parser(benches: Any) -> None:
+    """Add ``plans`` to ``eval``'s subparsers."""
+    q = benches.add_parser(
+        "plans", help="recorded plans through plan normalisation and validation, nothing run (accepted as is, "
+        "normalised, sent to repair, refused)",
+        description="Read each recorded plan of FILE (TaskBench's prediction lines {\"id\", \"user_request\", "
+        "\"result\": {\"task_nodes\", \"task_links\"}}; the files the request names count as attached) and count "
+        "how it ends: accepted as is, accepted after normalisation (by rule), sent to the repair round (and "
+        "repaired, when the line holds a \"repair\" answer), refused (by reason).",
+    )
+    q.add_argument("file", metavar="FILE", help="JSON lines of recorded plans")
+    q.add_argument("--json", action="store_true", help="print the counts as one JSON document")
+    q.set_defaults(handler=plans_main)
+
+
+async def plans_main(args: argparse.Namespace, settings: Settings) -> int:
+    """Count how the recorded plans of ``args.file`` end (:mod:`hugginggpt.evaluation.plans`); returns 0.
+
+    Raises:
+        InputError: the file cannot be read within the file limits, or a line is not a recorded
+            plan (exit status 3).
+    """
+    import json
+
+    from pipeline.tasks import TASKS
+
+    from .evaluation.plans import evaluate, load_plans, summary, text_report
+    from adapters.terminal.files import read_user_file
+
+    data = (await read_user_file(args.file, settings)).data.decode("utf-8", errors="replace")
+    report = summary([evaluate(case, frozenset(TASKS)) for case in load_plans(data)])
+    print(json.dumps(report, indent=2) if args.json else text_report(report))
+    return 0
 
 
 async def _usage(args: argparse.Namespace, settings: Settings) -> int:

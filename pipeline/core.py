@@ -144,6 +144,7 @@ class Pipeline:
                         record.notes.append(_discarded_note(item))
                         emit(item)
                     else:
+                        record.notes.extend(item.notes)
                         return list(item.tasks)
         except TimeoutError:
             raise self._planning_deadline() from None

@@ -41,6 +41,15 @@ EXTENSIONS: dict[str, str] = {
     "application/json": ".json",
 }
 
+NAME_KINDS: dict[str, Modality] = {
+    **dict.fromkeys(("jpg", "jpeg", "png", "gif", "webp", "bmp", "tif", "tiff"), "image"),
+    **dict.fromkeys(("mp3", "wav", "ogg", "oga", "flac", "m4a", "opus"), "audio"),
+    **dict.fromkeys(("mp4", "mov", "webm", "avi", "mkv", "m4v"), "video"),
+    **dict.fromkeys(("txt", "md", "csv", "tsv", "json", "pdf"), "text"),
+}
+"""File name extension (lower case, no dot) → the kind of file a person or a plan means by a name
+such as ``example.jpg`` (a name, not the content: uploads are sniffed)."""
+
 
 def extension_for(mime: str) -> str:
     """File extension (with dot) for ``mime``; ``".bin"`` if unknown."""

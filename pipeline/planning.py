@@ -7,10 +7,13 @@ the placeholders (``<resource>-N`` must point at a dependency that produces that
 forgotten dependency is added) and the conversation's resources (file arguments may only name
 resources of this conversation: never a URL or a path). An invalid plan gets one repair round with
 the controller, quoting the problem; a second failure is a :class:`~pipeline.errors.PlanError`.
+Before validation, :mod:`pipeline.plan_normalise` reads the forms real controllers write for what
+they mean (tool names, arguments by position, decorated file names); :func:`read_plan` does both.
 """
 
 from __future__ import annotations
 
+import difflib
 import graphlib
 import logging
 import re
@@ -21,48 +24,37 @@ import json_repair
 
 from .errors import PlanError
 from .llm import Controller, Usage
+from .placeholders import PLACEHOLDER, SUSPECT_REFERENCE, placeholder_id
+from .plan_normalise import Note, normalise_plan
 from .planning_prompt import chat_log_text, plan_schema, planning_messages
 from .tasks import TASKS, canonical_task
-from .types import MEDIA_MODALITIES, Request, Resource, Task
+from .types import MEDIA_MODALITIES, Request, Resource, Task, article
 
 __all__ = [
-    "MAX_TASKS", "MAX_TEXT_ARG", "PLACEHOLDER", "PlanInvalid", "chat_log_text", "parse_plan", "placeholder_id",
-    "plan", "plan_schema", "planning_messages", "validate_plan",
+    "MAX_TASKS", "MAX_TEXT_ARG", "PLACEHOLDER", "PlanInvalid", "ReadPlan", "chat_log_text", "file_hint", "parse_plan",
+    "placeholder_id", "plan", "plan_schema", "planning_messages", "read_plan", "validate_plan",
 ]
 
 log = logging.getLogger(__name__)
-
-REFERENCE_WORDS = ("resource", "generated", "node", "output", "result", "task")
-"""Words a controller writes for "the output of task N": the paper's ``<resource>-N``, the
-reference implementation's ``<GENERATED>-N``, TaskBench's ``<node-N>``, and the like."""
-
-PLACEHOLDER = re.compile(
-    r"<\s*(?:" + "|".join(REFERENCE_WORDS) + r")\s*(?:>\s*[-_]\s*(\d+)\s*>?|[-_ ]\s*(\d+)\s*>)",
-    re.IGNORECASE,
-)
-"""A reference to task N's output: ``<resource>-N``, ``<resource-N>``, ``<GENERATED>-N``,
-``<generated-N>``, ``<node-N>``, ``<output_N>``, ``< resource >-N`` ... (case-insensitive). The
-task id is :func:`placeholder_id` of a match; validation rewrites every form to ``<resource>-N``."""
-
-SUSPECT_REFERENCE = re.compile(r"<\s*[A-Za-z_][\w ]{0,30}>\s*-\s*\d+|<\s*[A-Za-z_][\w]{0,30}[-_ ]\d+\s*>")
-"""Something shaped like a reference (``<word>-N``, ``<word-N>``) that :data:`PLACEHOLDER` does
-not know: a text argument holding one is refused with a repair hint, never run as is."""
-
-
-def placeholder_id(m: re.Match[str]) -> int:
-    """The task id of a :data:`PLACEHOLDER` match."""
-    return int(m.group(1) or m.group(2))
 
 MAX_TASKS = 24
 MAX_TEXT_ARG = 20_000  # characters
 
 
 class PlanInvalid(ValueError):
-    """A plan failed parsing or validation; ``problem`` is the sentence quoted to the controller."""
+    """A plan failed parsing or validation.
 
-    def __init__(self, problem: str) -> None:
+    Attributes:
+        problem: the sentence quoted to the controller in the repair round (which task, which
+            argument, what exists instead).
+        reason: a short code for counting (``"unknown-task"``, ``"unknown-file"``,
+            ``"self-reference"``, ... ``eval plans`` reports them by code).
+    """
+
+    def __init__(self, problem: str, reason: str = "invalid") -> None:
         super().__init__(problem)
         self.problem = problem
+        self.reason = reason
 
 
 # ---------------------------------------------------------------------------------------------
@@ -83,22 +75,22 @@ def parse_plan(raw: str) -> list[Any]:
     """
     text = (raw or "").strip()
     if not text:
-        raise PlanInvalid("The reply was empty; it must be a JSON object {\"tasks\": [...]}.")
+        raise PlanInvalid("The reply was empty; it must be a JSON object {\"tasks\": [...]}.", "not-a-plan")
     try:
         data = json_repair.loads(text)
     except Exception as e:  # json_repair raises rarely, but never let it escape
-        raise PlanInvalid(f"The reply is not JSON ({e.__class__.__name__}).") from None
+        raise PlanInvalid(f"The reply is not JSON ({e.__class__.__name__}).", "not-a-plan") from None
     if isinstance(data, dict):
         if "tasks" in data:
             data = data["tasks"]
         elif "task" in data:
             data = [data]
         else:
-            raise PlanInvalid('The reply is a JSON object without a "tasks" list.')
+            raise PlanInvalid('The reply is a JSON object without a "tasks" list.', "not-a-plan")
     if data == "" or data is None:
-        raise PlanInvalid('The reply is not JSON; it must be a JSON object {"tasks": [...]}.')
+        raise PlanInvalid('The reply is not JSON; it must be a JSON object {"tasks": [...]}.', "not-a-plan")
     if not isinstance(data, list):
-        raise PlanInvalid('"tasks" must be a JSON list of task objects.')
+        raise PlanInvalid('"tasks" must be a JSON list of task objects.', "not-a-plan")
     return data
 
 
@@ -108,14 +100,14 @@ def parse_plan(raw: str) -> list[Any]:
 
 def _as_int(value: Any, what: str) -> int:
     if isinstance(value, bool):
-        raise PlanInvalid(f"{what} must be an integer, not {value!r}.")
+        raise PlanInvalid(f"{what} must be an integer, not {value!r}.", "bad-record")
     if isinstance(value, int):
         return value
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()):
         return int(value.strip())
-    raise PlanInvalid(f"{what} must be an integer, not {str(value)[:40]!r}.")
+    raise PlanInvalid(f"{what} must be an integer, not {str(value)[:40]!r}.", "bad-record")
 
 
 def _resource_index(resources: Sequence[Resource]) -> dict[str, Resource]:
@@ -130,6 +122,21 @@ def _resource_index(resources: Sequence[Resource]) -> dict[str, Resource]:
         if len(rs) == 1 and name not in index:
             index[name] = rs[0]
     return index
+
+
+def file_hint(kind: str, resources: Sequence[Resource]) -> str:
+    """What a repair round is told to give for a file of ``kind``, naming the conversation's files
+    of that kind (at most 8): ``"the images of this conversation are image-1 (example.png),
+    image-2: give one of these ids or <resource>-N"``, ``"the image of this conversation is
+    image-1 (example.png): give its id or <resource>-N"``, or ``"this conversation has no image:
+    give <resource>-N of a task that produces one"``."""
+    files = [r.id + (f" ({r.name})" if r.name else "") for r in resources if r.kind == kind]
+    if not files:
+        return f"this conversation has no {kind}: give <resource>-N of a task that produces one"
+    if len(files) == 1:
+        return f"the {kind} of this conversation is {files[0]}: give its id or <resource>-N"
+    more = " ..." if len(files) > 8 else ""
+    return f"the {kind}s of this conversation are {', '.join(files[:8])}{more}: give one of these ids or <resource>-N"
 
 
 def validate_plan(
@@ -155,7 +162,7 @@ def validate_plan(
     """
     items = list(raw_tasks)
     if len(items) > MAX_TASKS:
-        raise PlanInvalid(f"The plan has {len(items)} tasks; at most {MAX_TASKS} are allowed.")
+        raise PlanInvalid(f"The plan has {len(items)} tasks; at most {MAX_TASKS} are allowed.", "too-many-tasks")
     drafts: list[_Draft] = []
     seen: set[int] = set()
     for pos, item in enumerate(items):
@@ -166,6 +173,28 @@ def validate_plan(
         tasks[draft.tid] = _resolve(draft, plan, request_text)
     _check_acyclic({t.id: set(t.dep) for t in tasks.values()})
     return [tasks[t] for t in sorted(tasks)]  # by id, as users read a plan; the scheduler needs no order
+
+
+class ReadPlan(NamedTuple):
+    """A plan read from records: its validated tasks and what normalisation changed to get there."""
+
+    tasks: list[Task]
+    notes: tuple[Note, ...]
+
+
+def read_plan(
+    raw_tasks: Iterable[Any], *, available: AbstractSet[str], resources: Sequence[Resource], request_text: str = ""
+) -> ReadPlan:
+    """Normalise (:func:`pipeline.plan_normalise.normalise_plan`), then :func:`validate_plan`.
+
+    Raises:
+        PlanInvalid: the normalised plan is still invalid (the first problem, for the repair round).
+    """
+    normalised = normalise_plan(list(raw_tasks), resources=resources)
+    tasks = validate_plan(normalised.records, available=available, resources=resources, request_text=request_text)
+    for note in normalised.notes:
+        log.info("plan normalised (%s): %s", note.rule, note.text)
+    return ReadPlan(tasks, normalised.notes)
 
 
 class _Draft(NamedTuple):
@@ -189,24 +218,28 @@ class _PlanContext(NamedTuple):
 def _draft(pos: int, item: Any, available: AbstractSet[str], seen: set[int]) -> _Draft:
     """One record on its own: a new id (added to ``seen``), a served task, its deps and args."""
     if not isinstance(item, dict):
-        raise PlanInvalid(f"Item {pos} of the plan is not a task object.")
+        raise PlanInvalid(f"Item {pos} of the plan is not a task object.", "bad-record")
     if "id" not in item:
-        raise PlanInvalid(f"Item {pos} of the plan has no \"id\".")
+        raise PlanInvalid(f"Item {pos} of the plan has no \"id\".", "bad-record")
     tid = _as_int(item["id"], f'The "id" of item {pos}')
     if tid < 0:
-        raise PlanInvalid(f"Task id {tid} is negative; ids start at 0.")
+        raise PlanInvalid(f"Task id {tid} is negative; ids start at 0.", "bad-record")
     if tid in seen:
-        raise PlanInvalid(f"Task id {tid} is used twice.")
+        raise PlanInvalid(f"Task id {tid} is used twice.", "bad-record")
     seen.add(tid)
     name_raw = item.get("task")
     if not isinstance(name_raw, str) or not name_raw.strip():
-        raise PlanInvalid(f'Task {tid} has no "task" name.')
+        raise PlanInvalid(f'Task {tid} has no "task" name.', "bad-record")
     name = canonical_task(name_raw)
     if name is None:
-        raise PlanInvalid(f"Task {tid} uses an unknown task {name_raw[:60]!r}.")
+        close = difflib.get_close_matches("-".join(name_raw[:60].lower().split()), sorted(available), n=3, cutoff=0.6)
+        hint = f" (the closest: {', '.join(close)})" if close else ""
+        raise PlanInvalid(f"Task {tid} uses an unknown task {name_raw[:60]!r}; use one of the listed tasks{hint}.",
+                          "unknown-task")
     if name not in available:
-        raise PlanInvalid(f"Task {tid} uses {name!r}, which cannot be served right now; use only the listed tasks.")
-    return _Draft(tid, name, _draft_deps(tid, item.get("dep", [])), _draft_args(tid, item.get("args", {})))
+        raise PlanInvalid(f"Task {tid} uses {name!r}, which cannot be served right now; use only the listed tasks.",
+                          "not-served")
+    return _Draft(tid, name, _draft_deps(tid, item.get("dep", [])), _draft_args(tid, name, item.get("args", {})))
 
 
 def _draft_deps(tid: int, dep_raw: Any) -> set[int]:
@@ -218,14 +251,17 @@ def _draft_deps(tid: int, dep_raw: Any) -> set[int]:
     deps = {_as_int(d, f'A "dep" entry of task {tid}') for d in dep_raw}
     deps.discard(-1)
     if tid in deps:
-        raise PlanInvalid(f"Task {tid} depends on itself.")
+        raise PlanInvalid(f"Task {tid} depends on itself; a task with no dependency has \"dep\": [-1].",
+                          "bad-dependency")
     return deps
 
 
-def _draft_args(tid: int, args_raw: Any) -> dict[str, str]:
+def _draft_args(tid: int, name: str, args_raw: Any) -> dict[str, str]:
     """A record's ``args``: lower-case keys, stripped strings (numbers, text line lists; no nulls)."""
     if not isinstance(args_raw, dict):
-        raise PlanInvalid(f'The "args" of task {tid} must be an object.')
+        takes = ", ".join(f'"{k}"' for k in TASKS[name].allowed)
+        raise PlanInvalid(f'The "args" of task {tid} ({name}) must be an object of argument to value; it takes {takes}.',
+                          "bad-arguments")
     args: dict[str, str] = {}
     for key, value in args_raw.items():
         k = str(key).strip().lower()
@@ -236,7 +272,7 @@ def _draft_args(tid: int, args_raw: Any) -> dict[str, str]:
         if isinstance(value, list) and all(isinstance(v, str) for v in value) and k in ("text", "context"):
             value = "\n".join(value)
         if not isinstance(value, str):
-            raise PlanInvalid(f'Argument "{k}" of task {tid} must be a string.')
+            raise PlanInvalid(f'Argument "{k}" of task {tid} must be a string.', "bad-arguments")
         args[k] = value.strip()
     return args
 
@@ -248,14 +284,16 @@ def _resolve(draft: _Draft, plan: _PlanContext, request_text: str) -> Task:
     spec = TASKS[name]
     for d in deps:
         if d not in plan.outputs:
-            raise PlanInvalid(f"Task {tid} depends on task {d}, which is not in the plan.")
+            raise PlanInvalid(f"Task {tid} depends on task {d}, which is not in the plan.", "bad-dependency")
     for key in args:
         if key not in spec.allowed:
             allowed = ", ".join(sorted(spec.allowed))
-            raise PlanInvalid(f'Task {tid} ({name}) takes no "{key}" argument; it takes {allowed}.')
+            raise PlanInvalid(f'Task {tid} ({name}) takes no "{key}" argument; it takes {allowed}.', "unknown-argument")
     for key in spec.required:
         if not args.get(key):
-            raise PlanInvalid(f'Task {tid} ({name}) needs a "{key}" argument.')
+            kind = spec.allowed[key]
+            give = file_hint(kind, plan.resources) if kind in MEDIA_MODALITIES else "give the text, or <resource>-N"
+            raise PlanInvalid(f'Task {tid} ({name}) needs {article(key)} "{key}" argument: {give}.', "missing-argument")
     for key, value in (spec.from_request(request_text) if spec.from_request and request_text else {}).items():
         args.setdefault(key, value)
     final: dict[str, str] = {}
@@ -275,12 +313,16 @@ def _references(tid: int, key: str, kind: str, value: str, deps: set[int], plan:
     refs = [placeholder_id(m) for m in PLACEHOLDER.finditer(value)]
     for n in refs:
         if n == tid:
-            raise PlanInvalid(f"Task {tid} uses its own output <resource>-{n}.")
+            raise PlanInvalid(
+                f'Task {tid} uses its own output <resource>-{n} as "{key}", which no task can do; '
+                f"{file_hint(kind, plan.resources)}.",
+                "self-reference")
         if n not in plan.outputs:
-            raise PlanInvalid(f"Task {tid} uses <resource>-{n}, but there is no task {n}.")
+            raise PlanInvalid(f"Task {tid} uses <resource>-{n}, but there is no task {n}.", "bad-reference")
         if kind not in plan.outputs[n]:
             made = "/".join(plan.outputs[n])
-            raise PlanInvalid(f'Task {tid} passes <resource>-{n} as "{key}" ({kind}), but task {n} produces {made}.')
+            raise PlanInvalid(f'Task {tid} passes <resource>-{n} as "{key}" ({kind}), but task {n} produces {made}.',
+                              "wrong-kind")
         if n not in deps:
             log.info("plan: adding implied dependency %d -> %d", tid, n)
             deps.add(n)
@@ -292,17 +334,19 @@ def _media_argument(tid: int, key: str, kind: str, value: str, refs: list[int], 
     (by id or unique file name), rewritten to its id."""
     if refs:
         if PLACEHOLDER.sub("", value).strip():
-            raise PlanInvalid(f'Argument "{key}" of task {tid} must be one file, not text around <resource>-{refs[0]}.')
+            raise PlanInvalid(f'Argument "{key}" of task {tid} must be one file, not text around <resource>-{refs[0]}.',
+                              "bad-reference")
         return f"<resource>-{refs[0]}"
     res = plan.index.get(value.lower())
     if res is None:
-        known = ", ".join(r.id for r in plan.resources if r.kind == kind) or "none"
         raise PlanInvalid(
-            f'Argument "{key}" of task {tid} is {value[:80]!r}, which is not a {kind} of this '
-            f"conversation; use a resource id ({known}) or <resource>-N."
+            f'Argument "{key}" of task {tid} is {value[:80]!r}, which is not {article(kind)} {kind} of this '
+            f"conversation; {file_hint(kind, plan.resources)}.",
+            "unknown-file",
         )
     if res.kind != kind:
-        raise PlanInvalid(f'Argument "{key}" of task {tid} names {res.id}, which is {res.kind}, not {kind}.')
+        raise PlanInvalid(f'Argument "{key}" of task {tid} names {res.id}, which is {res.kind}, not {kind}; '
+                          f"{file_hint(kind, plan.resources)}.", "wrong-kind")
     return res.id
 
 
@@ -313,12 +357,13 @@ def _text_argument(tid: int, key: str, value: str, refs: list[int], plan: _PlanC
     if document is not None and document.kind == "text":  # a text file, passed by id
         return document.id
     if len(value) > MAX_TEXT_ARG:
-        raise PlanInvalid(f'Argument "{key}" of task {tid} is longer than {MAX_TEXT_ARG} characters.')
+        raise PlanInvalid(f'Argument "{key}" of task {tid} is longer than {MAX_TEXT_ARG} characters.', "too-long")
     odd = SUSPECT_REFERENCE.search(PLACEHOLDER.sub("", value))
     if odd:
         raise PlanInvalid(
             f'Argument "{key}" of task {tid} contains {odd.group(0)!r}, which is not a reference this '
-            "system understands; write <resource>-N for the output of task N."
+            "system understands; write <resource>-N for the output of task N.",
+            "bad-reference",
         )
     return PLACEHOLDER.sub(lambda m: f"<resource>-{placeholder_id(m)}", value)
 
@@ -329,7 +374,7 @@ def _check_acyclic(graph: dict[int, set[int]]) -> None:
         graphlib.TopologicalSorter(graph).prepare()
     except graphlib.CycleError as e:
         cycle = " -> ".join(str(n) for n in e.args[1])
-        raise PlanInvalid(f"The dependencies form a cycle ({cycle}).") from None
+        raise PlanInvalid(f"The dependencies form a cycle ({cycle}).", "cycle") from None
 
 
 async def plan(controller: Controller, request: Request, available: AbstractSet[str], usage: Usage) -> list[Task]:
@@ -346,7 +391,7 @@ async def plan(controller: Controller, request: Request, available: AbstractSet[
     messages = planning_messages(request, available)
     raw = await controller.complete_json(messages, stage="task-planning", schema_name="task_plan", schema=schema, usage=usage)
     try:
-        return validate_plan(parse_plan(raw), available=available, resources=request.resources, request_text=request.text)
+        return read_plan(parse_plan(raw), available=available, resources=request.resources, request_text=request.text).tasks
     except PlanInvalid as e:
         problem = e.problem
         log.warning("plan rejected (%s); raw=%r", problem, raw[:500])
@@ -355,7 +400,7 @@ async def plan(controller: Controller, request: Request, available: AbstractSet[
     repair.insert(-1, {"role": "assistant", "content": raw[:4000]})
     raw2 = await controller.complete_json(repair, stage="task-planning", schema_name="task_plan", schema=schema, usage=usage)
     try:
-        return validate_plan(parse_plan(raw2), available=available, resources=request.resources, request_text=request.text)
+        return read_plan(parse_plan(raw2), available=available, resources=request.resources, request_text=request.text).tasks
     except PlanInvalid as e:
         log.warning("plan rejected after repair (%s); raw=%r", e.problem, raw2[:500])
         raise PlanError(

@@ -3,7 +3,7 @@ LLMCompiler, Kim et al. 2023, "An LLM Compiler for Parallel Function Calling", Â
 
 The plan is asked for as a stream and parsed as it arrives (``jiter``'s partial mode). A task
 record is handed out as soon as it is complete (its closing brace has arrived) and the plan up to it
-is valid on its own (:func:`pipeline.planning.validate_plan` on that prefix: known task, argument
+is valid on its own (:func:`pipeline.planning.read_plan` on that prefix, normalised: known task, argument
 kinds, dependencies and placeholders pointing at tasks already seen, resources that exist). A
 record that is not valid with those before it (for example one depending on a later task) holds
 early dispatch back until the records it needs have arrived.
@@ -25,7 +25,7 @@ import jiter
 
 from .errors import PlanError
 from .llm import Controller, Usage
-from .planning import PlanInvalid, parse_plan, plan_schema, planning_messages, validate_plan
+from .planning import PlanInvalid, parse_plan, plan_schema, planning_messages, read_plan
 from .types import PlanDiscarded, PlanReady, Request, Task, TaskPlanned
 
 log = logging.getLogger(__name__)
@@ -98,8 +98,8 @@ async def plan_stream(
             async for planned in early:
                 yield planned
         try:
-            tasks = validate_plan(parse_plan(attempt.raw), available=available, resources=request.resources,
-                                  request_text=request.text)
+            tasks, notes = read_plan(parse_plan(attempt.raw), available=available, resources=request.resources,
+                                     request_text=request.text)
         except PlanInvalid as e:
             attempt.problem = e.problem
             log.warning("plan rejected%s (%s); raw=%r", " after repair" if number == 2 else "", e.problem, attempt.raw[:500])
@@ -116,7 +116,7 @@ async def plan_stream(
         if changed:  # cannot happen for a prefix-valid plan, but never run a task the plan lost
             log.warning("plan: tasks %s changed after they started; restarting them", changed)
             yield PlanDiscarded("the finished plan changed tasks that had started", tuple(sorted(attempt.started)))
-        yield PlanReady(tuple(tasks))
+        yield PlanReady(tuple(tasks), tuple(n.text for n in notes))
         return
 
 
@@ -145,7 +145,7 @@ async def _early_tasks(stream: AsyncIterator[str], request: Request, available: 
             continue
         seen = len(records)
         try:
-            prefix = validate_plan(records, available=available, resources=request.resources, request_text=request.text)
+            prefix = read_plan(records, available=available, resources=request.resources, request_text=request.text).tasks
         except PlanInvalid as e:  # e.g. a task depending on a later one: wait for more
             log.debug("plan: no early start for the tasks so far (%s)", e.problem)
             continue

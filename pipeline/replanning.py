@@ -13,7 +13,7 @@ whose tasks all produced something costs no extra call. The pipeline bounds the 
 (``ExecutionLimits.max_replans``) and the run's deadline covers them.
 
 A further plan is untrusted like the first: it is validated together with the finished tasks
-(:func:`pipeline.planning.validate_plan`), its ids must be new, it may not use the output of a
+(:func:`pipeline.planning.read_plan`: normalised, then validated), its ids must be new, it may not use the output of a
 task that failed, and a task that repeats one already tried (same task, same arguments) is dropped
 (a repeat of a finished one is replaced by it), so rounds cannot cycle.
 """
@@ -32,7 +32,7 @@ from typing import Any
 from . import prompts
 from .errors import ControllerError
 from .llm import Controller
-from .planning import PLACEHOLDER, PlanInvalid, parse_plan, placeholder_id, validate_plan
+from .planning import PLACEHOLDER, PlanInvalid, parse_plan, placeholder_id, read_plan
 from .planning_prompt import chat_log_text, plan_schema, task_lines
 from .response import results_view
 from .run_events import events_until
@@ -147,8 +147,8 @@ def accept_replan(
         return Decision((), "answer")
     finished = [t for t in tasks if (r := results.get(t.id)) is not None and r.status == "ok"]
     new_ids = _check_new_records(records, tasks, {t.id for t in finished})
-    combined = validate_plan([t.to_json() for t in finished] + list(records), available=available,
-                             resources=resources, request_text=request.text)
+    combined = read_plan([t.to_json() for t in finished] + list(records), available=available,
+                         resources=resources, request_text=request.text).tasks
     fresh = [t for t in combined if t.id in new_ids]
     kept, dropped = _drop_repeats(fresh, tasks, results)
     if not kept:

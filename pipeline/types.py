@@ -20,6 +20,14 @@ Modality = Literal["text", "image", "audio", "video"]
 MODALITIES: tuple[Modality, ...] = ("text", "image", "audio", "video")
 MEDIA_MODALITIES: tuple[Modality, ...] = ("image", "audio", "video")
 
+
+
+def article(word: str) -> str:
+    """The indefinite article before ``word`` in our sentences: ``"an"`` before a vowel letter
+    (``an audio``, ``an image``), else ``"a"`` (``a video``, ``a text``)."""
+    return "an" if word[:1].lower() in "aeiou" else "a"
+
+
 TaskStatus = Literal["ok", "failed", "skipped"]
 
 
@@ -243,9 +251,12 @@ class ResourceSink(Protocol):
 @dataclass(frozen=True)
 class PlanReady:
     """Task planning is done; ``tasks`` is the validated graph (may be empty: direct answer).
-    Tasks already announced by :class:`TaskPlanned` are among them and are running."""
+    Tasks already announced by :class:`TaskPlanned` are among them and are running. ``notes``:
+    how the controller's plan was read to get there (:mod:`pipeline.plan_normalise`), one sentence
+    each ("read 'example.jpg' as image-1")."""
 
     tasks: tuple[Task, ...]
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -354,7 +365,8 @@ class RunRecord:
         error: one sentence for the user when ``status == "error"``.
         failure: the error that ended the run, when ``status == "error"`` (not in :meth:`to_json`;
             the command line maps its class to an exit status).
-        notes: the :class:`Notice` sentences of the run, in order.
+        notes: the :class:`Notice` sentences of the run and how its plan was read
+            (:attr:`PlanReady.notes`), in order.
         rounds: the planning rounds (:class:`Round`): the first plan, then each re-plan.
         conversation_id, turn: the stored turn this run answers (``None`` outside a conversation).
     """

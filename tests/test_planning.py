@@ -64,10 +64,10 @@ def test_empty_plan_means_direct_answer():
             "produces text",
         ),
         ('[{"task": "object-detection", "id": 0, "dep": [-1], "args": {"audio": "audio-1"}}]', 'no "audio" argument'),
-        ('[{"task": "object-detection", "id": 0, "dep": [-1], "args": {}}]', 'needs a "image"'),
-        ('[{"task": "object-detection", "id": 0, "args": {"image": "http://169.254.169.254/latest"}}]', "not a image of this conversation"),
-        ('[{"task": "object-detection", "id": 0, "args": {"image": "/etc/passwd"}}]', "not a image of this conversation"),
-        ('[{"task": "object-detection", "id": 0, "args": {"image": "../../secret.png"}}]', "not a image of this conversation"),
+        ('[{"task": "object-detection", "id": 0, "dep": [-1], "args": {}}]', 'needs an "image"'),
+        ('[{"task": "object-detection", "id": 0, "args": {"image": "http://169.254.169.254/latest"}}]', "not an image of this conversation"),
+        ('[{"task": "object-detection", "id": 0, "args": {"image": "/etc/passwd"}}]', "not an image of this conversation"),
+        ('[{"task": "object-detection", "id": 0, "args": {"image": "../../secret.png"}}]', "not an image of this conversation"),
         ('[{"task": "object-detection", "id": 0, "args": {"image": "audio-1"}}]', "which is audio"),
         ('[{"task": "object-detection", "id": 0, "args": {"image": "image-1"}}, {"task": "image-to-text", "id": 0, "args": {"image": "image-1"}}]', "used twice"),
         ('[{"task": "object-detection", "id": "zero", "args": {"image": "image-1"}}]', "integer"),
@@ -130,7 +130,7 @@ def test_media_placeholder_with_surrounding_text_is_refused():
 
 def test_resource_of_another_conversation_is_refused():
     other = [Resource("image-9", "image", Path("/x.png"), "image/png", 1)]
-    with pytest.raises(PlanInvalid, match="not a image of this conversation"):
+    with pytest.raises(PlanInvalid, match="not an image of this conversation"):
         validate_plan(parse_plan('[{"task": "object-detection", "id": 0, "args": {"image": "image-1"}}]'), available=ALL, resources=other)
 
 
@@ -187,3 +187,27 @@ def test_parse_never_raises_anything_but_plan_invalid(text):
         parse_plan(text)
     except PlanInvalid:
         pass
+
+
+@pytest.mark.parametrize("form", ["<resource>-{n}", "<resource-{n}>", "<node-{n}>", "<GENERATED>-{n}", "<resource>-{n}>"])
+def test_placeholder_substitution_keeps_the_text_around_it(form):
+    from pipeline.execution import resolve_args
+    from pipeline.types import Output, Task, TaskResult
+
+    text = f"see {form.format(n=1)} and {form.format(n=0)} ok\n{form.format(n=1)}\n\n{form.format(n=0)}\tend"
+    raw = json.dumps([{"task": "text-generation", "id": 0, "args": {"text": "a"}},
+                      {"task": "text-generation", "id": 1, "args": {"text": "b"}},
+                      {"task": "summarization", "id": 2, "args": {"text": text}}])
+    task = plan(raw)[2]
+    assert task.args["text"] == "see <resource>-1 and <resource>-0 ok\n<resource>-1\n\n<resource>-0\tend"
+    results = {0: TaskResult(0, "ok", Output(text="A")), 1: TaskResult(1, "ok", Output(text="B"))}
+    assert resolve_args(task, results, {})["text"] == "see B and A ok\nB\n\nA\tend"
+
+
+def test_messages_use_the_right_article():
+    with pytest.raises(PlanInvalid) as e:
+        plan('[{"task": "automatic-speech-recognition", "id": 0, "args": {}}]')
+    assert 'needs an "audio" argument' in e.value.problem
+    with pytest.raises(PlanInvalid) as e:
+        plan('[{"task": "video-classification", "id": 0, "args": {"video": "clip.mp4"}}]')
+    assert "not a video of this conversation" in e.value.problem

@@ -185,7 +185,7 @@ def test_a_replan_may_not_reuse_ids_nor_use_what_failed():
         accept_replan(_plan((1, "image-classification", [-1], {"image": "image-1"})), **kw)
     with pytest.raises(PlanInvalid, match="uses the output of task 1, which did not succeed"):
         accept_replan(_plan((3, "text-to-speech", [-1], {"text": "<resource>-1"})), **kw)
-    with pytest.raises(PlanInvalid, match="not a image of this conversation"):
+    with pytest.raises(PlanInvalid, match="not an image of this conversation"):
         accept_replan(_plan((3, "image-classification", [-1], {"image": "/etc/passwd"})), **kw)
     assert accept_replan('{"tasks": []}', **kw).outcome == "answer"
 

@@ -118,3 +118,10 @@ def test_a_named_or_referred_text_file_that_is_not_there_is_said():
         check_mentions("translate this document into German", [], [], "discord")
     check_mentions("translate the document into German", [], [], "discord")  # a bare "the": planned
     check_mentions("Summarize the text in example.txt", [], ["text"], None)  # attached with the message
+
+
+def test_this_document_binds_to_an_attached_image_when_no_text_file_is_there():
+    scanned = "I have this document which was scanned and saved as an image 'example.jpg'. What is its title?"
+    check_mentions(scanned, [], ["image"], None)  # the scanned page is the document: planned
+    with pytest.raises(InputError, match="no document or text file in this conversation"):
+        check_mentions(scanned.replace("an image 'example.jpg'", "a recording"), [], ["audio"], None)

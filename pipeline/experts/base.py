@@ -11,7 +11,7 @@ from ..llm import Usage
 from ..media import check_pixels, extension_for, image_size_checked, sniff
 from ..tasks import TaskSpec
 from ..tasks.base import Inputs, OutputLimits
-from ..types import Modality, Output, Resource, ResourceSink
+from ..types import Modality, Output, Resource, ResourceSink, article
 from ..tasks import drawing as render
 
 RunnerKind = Literal["hub", "controller", "local", "mcp"]
@@ -50,7 +50,7 @@ async def read_inputs(spec: TaskSpec, args: dict[str, str | Resource]) -> Inputs
         value = args.get(key)
         if value is None:
             if key in spec.required:
-                raise ExpertError(f"The task {task} needs a {kind} argument '{key}'.", reason="refused")
+                raise ExpertError(f"The task {task} needs {article(kind)} {kind} argument '{key}'.", reason="refused")
             continue
         if kind == "text":
             if isinstance(value, Resource):

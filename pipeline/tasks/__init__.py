@@ -37,6 +37,26 @@ ALIASES: dict[str, str] = {
     "vlm": "image-text-to-text",
     "visual-chat": "image-text-to-text",
     "animate-image": "image-to-video",
+    # TaskBench's tool names (Hugging Face and multimedia domains) and near names models write
+    # for them; the pipeline tags themselves ("Image Classification", "Text-to-Speech") need none.
+    "sentiment-analysis": "text-classification",
+    "text-sentiment-analysis": "text-classification",
+    "text-to-text": "text2text-generation",
+    "text-to-text-generation": "text2text-generation",
+    "text-summarizer": "summarization",
+    "text-summarization": "summarization",
+    "text-translator": "translation",
+    "text-translation": "translation",
+    "named-entity-recognition": "token-classification",
+    "audio-to-text": "automatic-speech-recognition",
+    "speech-to-text": "automatic-speech-recognition",
+    "text-to-audio": "text-to-speech",
+    "speech-synthesis": "text-to-speech",
+    "audio-noise-reduction": "audio-to-audio",
+    "image-generation": "text-to-image",
+    "visual-qa": "visual-question-answering",
+    "document-qa": "document-question-answering",
+    "ocr": "image-to-text",
 }
 
 
