@@ -19,7 +19,7 @@ import time
 
 from pipeline.mcp_offer import ToolOffer
 from pipeline.mcp_tools import tool_from_listing
-from pipeline.planning_prompt import plan_schema, planning_messages
+from pipeline.planning import plan_schema, planning_messages
 from pipeline.tasks import TASKS
 from pipeline.types import Request
 from sandbox.mcp_tools import build

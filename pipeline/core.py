@@ -23,10 +23,9 @@ from .experts.base import ExpertRunner, RunnerKind
 from .llm import Controller, Usage
 from .response import fallback_answer, response_messages
 from .selection import Selector
-from .planning_stream import plan_stream
+from .planning import plan_stream
 from .replanning import last_round_ids, replan_rounds, unsettled
-from .run_events import events_until, next_or_stop
-from .run_state import RunState
+from .run import RunState, events_until, next_or_stop
 from .types import (
     Done,
     Event,

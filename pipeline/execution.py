@@ -21,11 +21,12 @@ from .errors import ControllerError, ExpertError
 from .experts.base import ExpertRunner, RunnerKind
 from .llm import Usage
 from .media import decode_text
-from .planning import MAX_TEXT_ARG, PLACEHOLDER, placeholder_id
+from .planning import MAX_TEXT_ARG
 from .selection import Selector
 from .tasks import TASKS
 from .tasks.multimodal import vlm_args
 from .types import (
+    PLACEHOLDER, placeholder_id,
     Event,
     ModelSelected,
     Request,

@@ -23,9 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .media import NAME_KINDS
-from .placeholders import PLACEHOLDER, placeholder_id
 from .tasks import TASKS, TaskSpec, canonical_task
-from .types import MEDIA_MODALITIES, MODALITIES, Resource
+from .types import MEDIA_MODALITIES, MODALITIES, PLACEHOLDER, Resource, placeholder_id
 
 __all__ = ["MAX_REFERENCE_CHARS", "Note", "Normalised", "RULES", "normalise_plan"]
 

@@ -32,12 +32,11 @@ from typing import Any
 from . import prompts
 from .errors import ControllerError
 from .llm import Controller
-from .planning import PLACEHOLDER, PlanInvalid, parse_plan, placeholder_id, read_plan
-from .planning_prompt import chat_log_text, plan_schema, task_lines
+from .planning import PlanInvalid, chat_log_text, parse_plan, plan_schema, read_plan, task_lines
 from .response import results_view
-from .run_events import events_until
-from .run_state import RunState
+from .run import RunState, events_until
 from .types import (
+    PLACEHOLDER, placeholder_id,
     Event, Notice, PlanReady, ReplanStarted, Request, Resource, Round, RoundOutcome, Selection, Task, TaskResult,
 )
 

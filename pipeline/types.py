@@ -10,16 +10,44 @@ graph produced by task planning (§3.1); ``dep`` lists the ids of the tasks it n
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, Union
 
-from .rounds import Round, RoundOutcome  # noqa: F401  (part of the record; re-exported)
 
 Modality = Literal["text", "image", "audio", "video"]
 MODALITIES: tuple[Modality, ...] = ("text", "image", "audio", "video")
 MEDIA_MODALITIES: tuple[Modality, ...] = ("image", "audio", "video")
 
+
+
+
+# References to another task's output inside a plan's arguments (HuggingGPT §3.3's ``<resource>-N``)
+# and the other forms controllers write for them.
+
+REFERENCE_WORDS = ("resource", "generated", "node", "output", "result", "task")
+"""Words a controller writes for "the output of task N": the paper's ``<resource>-N``, the
+reference implementation's ``<GENERATED>-N``, TaskBench's ``<node-N>``, and the like."""
+
+PLACEHOLDER = re.compile(
+    r"<\s*(?:" + "|".join(REFERENCE_WORDS) + r")\s*(?:>\s*[-_]\s*(\d+)>?|[-_ ]\s*(\d+)\s*>)",
+    re.IGNORECASE,
+)
+"""A reference to task N's output: ``<resource>-N``, ``<resource-N>``, ``<GENERATED>-N``,
+``<generated-N>``, ``<node-N>``, ``<output_N>``, ``< resource >-N`` ... (case-insensitive). The
+task id is :func:`placeholder_id` of a match; validation rewrites every form to ``<resource>-N``. A
+match ends at the digits (or at a closing ``>`` right after them): the text after it, spaces and
+line breaks included, is never part of it."""
+
+SUSPECT_REFERENCE = re.compile(r"<\s*[A-Za-z_][\w ]{0,30}>\s*-\s*\d+|<\s*[A-Za-z_][\w]{0,30}[-_ ]\d+\s*>")
+"""Something shaped like a reference (``<word>-N``, ``<word-N>``) that :data:`PLACEHOLDER` does
+not know: a text argument holding one is refused with a repair hint, never run as is."""
+
+
+def placeholder_id(m: re.Match[str]) -> int:
+    """The task id of a :data:`PLACEHOLDER` match."""
+    return int(m.group(1) or m.group(2))
 
 
 def article(word: str) -> str:
@@ -262,7 +290,7 @@ class PlanReady:
 @dataclass(frozen=True)
 class TaskPlanned:
     """A task of a plan still being written that starts now: its record is complete and valid
-    together with the tasks before it (eager dispatch, :mod:`pipeline.planning_stream`)."""
+    together with the tasks before it (eager dispatch, :func:`pipeline.planning.plan_stream`)."""
 
     task: Task
 
@@ -340,6 +368,35 @@ class Notice:
     waiting for, or that a decision rests on older information than usual."""
 
     text: str
+
+
+
+RoundOutcome = Literal["planned", "answer", "repeated", "invalid", "deadline", "stopped", "error"]
+
+
+@dataclass
+class Round:
+    """One planning round of a run (the first plan is round 1; re-plans follow).
+
+    Attributes:
+        number: 1, 2, ...
+        task_ids: ids of the tasks this round added to the run (earlier rounds' results are reused,
+            never run again).
+        reason: why the round was asked (``None`` for round 1).
+        outcome: ``"planned"`` (its tasks ran), ``"answer"`` (the controller answered from what
+            exists), ``"repeated"`` (it only repeated tasks already tried), ``"invalid"`` (its plan
+            could not be used), ``"deadline"`` / ``"stopped"`` (cut short), ``"error"`` (the
+            controller failed).
+    """
+
+    number: int
+    task_ids: tuple[int, ...] = ()
+    reason: str | None = None
+    outcome: RoundOutcome = "planned"
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"round", "tasks", "reason", "outcome"}``."""
+        return {"round": self.number, "tasks": list(self.task_ids), "reason": self.reason, "outcome": self.outcome}
 
 
 @dataclass

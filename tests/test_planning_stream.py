@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.planning_stream import complete_records
+from pipeline.planning import complete_records
 from tests.standins.faulty_controller import FaultyController
 
 MEDIA = Path(__file__).parent / "fixtures" / "media"
