@@ -16,7 +16,6 @@ recorded repair answer a plan sent to repair counts as refused).
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from pipeline.planning import PlanInvalid, parse_plan, read_plan
 from pipeline.types import Resource
 
 from bot.errors import InputError
-from .taskbench import resources_for
+from .taskbench import json_lines, resources_for
 
 __all__ = ["PlanCase", "Verdict", "evaluate", "load_plans", "summary", "text_report"]
 
@@ -103,13 +102,7 @@ def load_plans(text: str) -> list[PlanCase]:
         InputError: a line is not JSON or not a recorded plan (names the line), or there is none.
     """
     cases = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            raw = json.loads(line)
-        except ValueError:
-            raise InputError(f"Line {number} is not JSON; the file needs one recorded plan a line.") from None
+    for number, raw in json_lines(text, lambda n: f"Line {n} is not JSON; the file needs one recorded plan a line."):
         cases.append(_case(number, raw))
     if not cases:
         raise InputError("The file holds no recorded plans.")

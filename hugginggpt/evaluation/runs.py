@@ -17,7 +17,6 @@ the request mentions are looked up in the files folder.
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import statistics
 import time
@@ -31,6 +30,8 @@ from pipeline.types import Done, RunRecord
 
 from bot.errors import InputError
 from bot.incoming import IncomingFile
+
+from .taskbench import json_lines
 
 _FILE_NAME = re.compile(r"\b[\w.-]+\.(?:jpe?g|png|gif|webp|bmp|wav|mp3|flac|ogg|m4a|mp4|mov|webm|avi|txt)\b", re.I)
 
@@ -87,17 +88,11 @@ def load_cases(path: Path, files_dir: Path | None = None) -> list[RunCase]:
     """
     folder = files_dir or path.parent
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        content = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise InputError(f"The requests file {path} cannot be read ({e.__class__.__name__}).") from None
     cases = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            raw = json.loads(line)
-        except ValueError:
-            raise InputError(f"Line {n} of {path} is not JSON.") from None
+    for n, raw in json_lines(content, lambda n: f"Line {n} of {path} is not JSON."):
         text = raw.get("request") or raw.get("user_request") if isinstance(raw, dict) else None
         if not isinstance(text, str) or not text.strip():
             raise InputError(f'Line {n} of {path} has no "request" text.')

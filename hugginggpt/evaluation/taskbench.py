@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,22 @@ _MIME = {"image": "image/jpeg", "audio": "audio/wav", "video": "video/mp4", "tex
 _FILE_NAME = re.compile(r"\b[\w.-]+\.(" + "|".join(e for exts in FILE_KINDS.values() for e in exts) + r"|txt)\b", re.I)
 _NODE_REF = re.compile(r"<node-(\d+)>")
 _RESOURCE_REF = re.compile(r"<resource>-(\d+)")
+
+
+def json_lines(text: str, not_json: Callable[[int], str]) -> Iterator[tuple[int, Any]]:
+    """``(line number, value)`` for each line of a JSON-lines ``text`` (TaskBench's format; blank
+    lines skipped; numbers from 1).
+
+    Raises:
+        InputError: a line is not JSON; its sentence is ``not_json(line number)``.
+    """
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            yield number, json.loads(line)
+        except ValueError:
+            raise InputError(not_json(number)) from None
 
 
 def content_type(argument: str) -> str:
@@ -282,13 +299,7 @@ def load_records(path: Path, tools: ToolList) -> list[GoldRecord]:
     except OSError as e:
         raise InputError(f"The data file {path} cannot be read ({e.strerror}).") from None
     records: list[GoldRecord] = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            raw = json.loads(line)
-        except ValueError:
-            raise InputError(f"Line {number} of {path} is not JSON; TaskBench's data.json has one record per line.") from None
+    for number, raw in json_lines(text, lambda n: f"Line {n} of {path} is not JSON; TaskBench's data.json has one record per line."):
         nodes = raw.get("tool_nodes", raw.get("task_nodes", raw.get("nodes"))) if isinstance(raw, dict) else None
         request = raw.get("user_request") if isinstance(raw, dict) else None
         if not isinstance(request, str) or not isinstance(nodes, list):
