@@ -109,8 +109,9 @@ def compose_response(
         lines.append("")
         lines.append("What did not work:")
         lines.extend(failed)
-    lines += ["", "**How I did it**"]
-    lines.extend(_how_line(t, sel.get(str(t.get("id"))) or {}, res.get(str(t.get("id"))) or {}) for t in plan)
+    lines += ["", "**How I did it**", ""]  # a list that starts at 1 after a blank line, as Markdown renders it
+    lines.extend(f"{n}. {_how_line(t, sel.get(str(t.get('id'))) or {}, res.get(str(t.get('id'))) or {})}"
+                 for n, t in enumerate(plan, 1))
     return "\n".join(lines)
 
 
@@ -137,7 +138,7 @@ def _how_line(t: dict[str, Any], s: dict[str, Any], r: dict[str, Any]) -> str:
     """One "How I did it" line: task id, task, model, the tasks it waited for, outcome."""
     deps = [d for d in t.get("dep", []) if d != -1]
     after = f" after task {', '.join(map(str, deps))}" if deps else ""
-    return f"{t.get('id')}. `{t.get('task')}` with `{s.get('model', 'no model')}`{after}: {r.get('status', 'no result')}."
+    return f"Task {t.get('id')}, `{t.get('task')}` with `{s.get('model', 'no model')}`{after}: {r.get('status', 'no result')}."
 
 
 def _direct_answer(request: str) -> str:

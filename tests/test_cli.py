@@ -196,7 +196,9 @@ def test_terminal_answer_lists_tasks_by_id_and_says_where_files_are(tmp_path):
     out = p.stdout
     assert "attached below" not in out and "delivered with this answer" in out
     how = out.split("How I did it")[1]
-    assert how.index("0. `text-to-image`") < how.index("1. `image-classification`")
+    assert how.index("1. Task 0, `text-to-image`") < how.index("2. Task 1, `image-classification` with")
+    p = hugginggpt(["run", "--sandbox", "--json", "Generate an image of a cat on a red sofa"], tmp_path)
+    assert "**How I did it**\n\n1. Task 0, `text-to-image`" in json.loads(p.stdout)["response"]  # a list, not glued on
     p = hugginggpt(["store"], tmp_path)
     assert p.returncode == 2 and "store_command" not in p.stderr and "{prune,forget}" in p.stderr
 
