@@ -113,12 +113,13 @@ def notice_of(record: RunRecord) -> tuple[Moment, str | None]:
 
 class TurnView(Protocol):
     """How one front end shows one turn; :func:`follow` calls it, in this order: :meth:`progress`
-    for each event that changed the progress; then, for an answered run, :meth:`answer`,
+    for each event but ``Done``; then, for an answered run, :meth:`answer`,
     :meth:`files` and (when the answer lacks something) :meth:`notice`; last :meth:`end`, always.
     A view may show each at once or keep it for :meth:`end` (to post in its platform's order)."""
 
     async def progress(self, progress: Progress, event: Event) -> None:
-        """Show ``progress`` (already folded with ``event``, never ``Done``); must not block long."""
+        """Show ``progress``, already folded with ``event`` (every event but ``Done``: each answer
+        delta too, which a view streaming the answer needs); must not block long."""
         ...
 
     async def answer(self, record: RunRecord, progress: Progress) -> None:
@@ -162,10 +163,11 @@ async def follow(events: AsyncIterable[Event], view: TurnView, *, progress: Prog
             if isinstance(event, Done):
                 record = event.record
                 progress.apply(event)
-            elif progress.apply(event):
+            else:
+                progress.apply(event)
                 await view.progress(progress, event)
     except HuggingGPTError as e:
-        log.warning("turn %s refused: %s", where, e)
+        log.info("turn %s refused: %s", where, e)  # the user's doing: said to them, noted for the operator
         return await _end(view, progress, Outcome("refused", user_sentence(e), error=e))
     except asyncio.CancelledError:
         outcome = Outcome("restarted", RESTARTED)

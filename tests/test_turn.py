@@ -132,7 +132,7 @@ async def test_a_failed_run_says_its_record_error_and_shows_no_answer():
 
 async def test_a_refusal_says_the_error_sentence_and_logs_one_line(caplog):
     view = Recorder()
-    with caplog.at_level(logging.WARNING, "adapters.turn"):
+    with caplog.at_level(logging.INFO, "adapters.turn"):
         outcome = await follow(script(then=InputError("Please attach at most 4 files at a time.")), view, where="t1")
     assert outcome.moment == "refused" and view.said() == ["Please attach at most 4 files at a time."]
     assert [r.getMessage() for r in caplog.records] == ["turn t1 refused: Please attach at most 4 files at a time."]
