@@ -106,7 +106,7 @@ def notice_of(record: RunRecord) -> tuple[Moment, str | None]:
                             "The time limit for this request passed while the answer was being written; it is cut short.")
     if record.status == "partial":
         tasks = _unfinished(record, why=True)
-        return "partial", (f"Part of this request failed ({tasks}); the answer covers what finished." if tasks else
+        return "partial", (f"Part of this request failed: {tasks}. The answer covers what finished." if tasks else
                            "Part of this request failed; the answer covers what finished.")
     return "answered", None
 
@@ -150,7 +150,8 @@ async def follow(events: AsyncIterable[Event], view: TurnView, *, progress: Prog
         where: the turn's place for the operator's log lines (``"slack C1/1700.1"``).
 
     Returns:
-        The :class:`Outcome`; its sentence was said by the view.
+        The :class:`Outcome`; its sentence was said by the view. A view that fails while showing
+        a finished run is logged (one line; a traceback for an unexpected error), not raised.
 
     Raises:
         asyncio.CancelledError: the turn was cancelled (shutdown); the view's end said
@@ -182,12 +183,17 @@ async def follow(events: AsyncIterable[Event], view: TurnView, *, progress: Prog
         return await _end(view, progress, Outcome("crashed", CRASHED))
     moment, sentence = notice_of(record)
     outcome = Outcome(moment, sentence, record)
-    if outcome.answered:
-        await view.answer(record, progress)
-        await view.files(record)
-        if sentence is not None:
-            await view.notice(sentence, outcome)
-    await view.end(outcome, progress)
+    try:
+        if outcome.answered:
+            await view.answer(record, progress)
+            await view.files(record)
+            if sentence is not None:
+                await view.notice(sentence, outcome)
+        await view.end(outcome, progress)
+    except HuggingGPTError as e:  # the platform refused what was shown: nobody left to tell but the operator
+        log.warning("showing turn %s failed: %s", where, e)
+    except Exception:
+        log.exception("showing turn %s failed", where)
     return outcome
 
 

@@ -92,8 +92,8 @@ async def test_a_partial_answer_names_the_failed_task_in_one_notice():
     rec = record("partial", ok(CAPTION), failed(DRAW, "No text-to-image model answered."))
     outcome = await follow(script(*plan_events(ok(CAPTION)), Done(rec)), view)
     assert outcome.moment == "partial"
-    assert view.said() == ["Part of this request failed (task 1 (text-to-image): No text-to-image model answered); "
-                           "the answer covers what finished."]
+    assert view.said() == ["Part of this request failed: task 1 (text-to-image): No text-to-image model answered. "
+                           "The answer covers what finished."]
     assert [k for k, _ in view.calls][-4:] == ["answer", "files", "notice", "end"]
 
 

@@ -87,7 +87,7 @@ class CompletionView:
 
     Attributes:
         content, reasoning: what was gathered (a whole answer: everything but the file links).
-        notice: the notice of an answer that lacks something, else ``None``.
+        said: the notice of an answer that lacks something, else ``None``.
         outcome: how the turn ended, once it did.
     """
 
@@ -99,7 +99,7 @@ class CompletionView:
         self.guard = answer_guard(request)  # only our own file links stay images
         self.content, self.sent = "", ""
         self.reasoning: list[str] = []
-        self.notice: str | None = None
+        self.said: str | None = None
         self.outcome: Outcome | None = None
 
     def _say(self, delta: dict[str, Any]) -> None:
@@ -136,7 +136,7 @@ class CompletionView:
 
     async def notice(self, sentence: str, outcome: Outcome) -> None:
         """A last paragraph saying what the answer lacks."""
-        self.notice = sentence
+        self.said = sentence
         self._say({"content": notice_paragraph(sentence)})
 
     async def end(self, outcome: Outcome, progress: Progress) -> None:
@@ -253,7 +253,7 @@ async def chat_completions(request: Request) -> Response:
     if record is None or not record.answered:
         raise turn_error(outcome)
     content = safe_answer(request, (record.response or view.content) if mode != "preamble" else view.content)
-    content += view.links(record) + (notice_paragraph(view.notice) if view.notice else "")
+    content += view.links(record) + (notice_paragraph(view.said) if view.said else "")
     doc = completion.whole(content, "\n".join(view.reasoning) or None, usage(prompt, content))
     return JSONResponse(doc, headers=headers)
 
