@@ -14,7 +14,8 @@ module owns the rest, so the same moment reads the same on every front end:
   cancellation goes on); an unexpected exception or a stream without ``Done`` (``crashed``: one
   log line with the traceback for the operator, :data:`CRASHED` for the user);
 * the sentences of those moments, each written once here (:data:`RESTARTED`, :data:`CRASHED`,
-  :func:`notice_of`), or the error's or the record's own.
+  :func:`notice_of`), or the error's or the record's own; and :data:`INTERRUPTED_ELSEWHERE`, said
+  by the front ends that find a turn a dead process left.
 
 The command line's exit status is not decided here: it stays
 :func:`hugginggpt.common.record_exit_status` of the record.
@@ -41,6 +42,10 @@ RESTARTED = "I was restarted before finishing this request; please send it again
 """What a user reads for a turn cut off by a shutdown (or refused while shutting down)."""
 CRASHED = "Something went wrong on my side while answering; the details are in my log. Please try again."
 """What a user reads for a turn that failed in a way nobody planned for (the log has the traceback)."""
+
+INTERRUPTED_ELSEWHERE = ("The process working on your last request here stopped unexpectedly before it finished; "
+                         "please ask again.")
+"""Said in a conversation whose turn a dead process left running (another process found it)."""
 
 Moment = Literal["answered", "partial", "deadline", "stopped", "failed", "refused", "restarted", "crashed"]
 """How a turn ended, as a user sees it (see the module docstring)."""

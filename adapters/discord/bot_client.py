@@ -63,7 +63,7 @@ from bot.limits import SeenKeys
 from bot.settings import Settings
 from pipeline.errors import HuggingGPTError
 from pipeline.types import RunRecord
-from adapters.turn import RESTARTED
+from adapters.turn import INTERRUPTED_ELSEWHERE as INTERRUPTED, RESTARTED
 
 from . import ask, conversation
 from .delivery import run_in_channel, tell_privately
@@ -99,8 +99,7 @@ def bot_intents() -> discord.Intents:
     return intents
 
 
-INTERRUPTED_ELSEWHERE = ("\u26a0\ufe0f The process working on your last request here stopped unexpectedly before it finished; "
-                         "please ask again.")
+INTERRUPTED_ELSEWHERE = f"\u26a0\ufe0f {INTERRUPTED}"
 """Posted in a thread whose turn a dead process left running (found within the lease time)."""
 
 
