@@ -155,24 +155,29 @@ async def follow(events: AsyncIterable[Event], view: TurnView, *, progress: Prog
         where: the turn's place for the operator's log lines (``"slack C1/1700.1"``).
 
     Returns:
-        The :class:`Outcome`; its sentence was said by the view. A view that fails while showing
-        a finished run is logged (one line; a traceback for an unexpected error), not raised.
+        The :class:`Outcome`; its sentence was said by the view.
 
     Raises:
         asyncio.CancelledError: the turn was cancelled (shutdown); the view's end said
             :data:`RESTARTED` first, shielded from the cancellation.
+        Exception: whatever the view raised (its platform's failure, such as a closed pipe): the
+            front end handles its own platform; only the events' failures are the turn's moments.
     """
     progress = progress if progress is not None else Progress()
     record: RunRecord | None = None
+    showing = False  # the view's own failures are the view's (a closed pipe, a platform's refusal)
     try:
         async for event in events:
+            progress.apply(event)
             if isinstance(event, Done):
                 record = event.record
-                progress.apply(event)
             else:
-                progress.apply(event)
+                showing = True
                 await view.progress(progress, event)
+                showing = False
     except HuggingGPTError as e:
+        if showing:
+            raise
         log.info("turn %s refused: %s", where, e)  # the user's doing: said to them, noted for the operator
         return await _end(view, progress, Outcome("refused", user_sentence(e), error=e))
     except asyncio.CancelledError:
@@ -181,6 +186,8 @@ async def follow(events: AsyncIterable[Event], view: TurnView, *, progress: Prog
         await asyncio.shield(_end(view, progress, outcome))
         raise
     except Exception as e:
+        if showing:
+            raise
         log.exception("turn %s crashed", where)
         return await _end(view, progress, Outcome("crashed", CRASHED, error=e))
     if record is None:
@@ -188,17 +195,12 @@ async def follow(events: AsyncIterable[Event], view: TurnView, *, progress: Prog
         return await _end(view, progress, Outcome("crashed", CRASHED))
     moment, sentence = notice_of(record)
     outcome = Outcome(moment, sentence, record)
-    try:
-        if outcome.answered:
-            await view.answer(record, progress)
-            await view.files(record)
-            if sentence is not None:
-                await view.notice(sentence, outcome)
-        await view.end(outcome, progress)
-    except HuggingGPTError as e:  # the platform refused what was shown: nobody left to tell but the operator
-        log.warning("showing turn %s failed: %s", where, e)
-    except Exception:
-        log.exception("showing turn %s failed", where)
+    if outcome.answered:
+        await view.answer(record, progress)
+        await view.files(record)
+        if sentence is not None:
+            await view.notice(sentence, outcome)
+    await view.end(outcome, progress)
     return outcome
 
 

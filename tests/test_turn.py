@@ -176,3 +176,14 @@ async def test_a_cancelled_turn_says_restarted_shielded_then_stays_cancelled():
     with pytest.raises(asyncio.CancelledError):
         await turn
     assert view.said() == [RESTARTED] and progress.stage == "stopped" and progress.error == RESTARTED
+
+
+async def test_a_view_failing_is_the_front_ends_failure_not_a_crash_sentence():
+    class Broken(Recorder):
+        async def progress(self, progress: Progress, event: Event) -> None:
+            raise BrokenPipeError("the reader of the answer went away")
+
+    view = Broken()
+    with pytest.raises(BrokenPipeError):  # the command line ends quietly on it (exit status 141)
+        await follow(script(PlanReady((CAPTION,)), Done(record("ok", ok(CAPTION)))), view)
+    assert view.said() == []

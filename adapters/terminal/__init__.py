@@ -10,7 +10,7 @@ turn followed by :func:`adapters.turn.follow` with it.
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, TextIO
 
 from pipeline.types import Done, Event, RunRecord
@@ -58,11 +58,14 @@ class TerminalView:
             is said, on stderr).
         say_refusal: say a refusal's sentence (``False`` where the command re-raises the error, so
             its error handling says it once, with its exit status).
+        say_error: says a refusal's or a crash's sentence (default: the renderer's error stream;
+            the chat writes it where it talks).
     """
 
     def __init__(self, renderer: LiveRenderer | TerminalRenderer, *, show_progress: bool = True,
-                 say_refusal: bool = True) -> None:
+                 say_refusal: bool = True, say_error: Callable[[str], None] | None = None) -> None:
         self.renderer, self.show_progress, self.say_refusal = renderer, show_progress, say_refusal
+        self.say_error = say_error or renderer.error
 
     async def progress(self, progress: Progress, event: Event) -> None:
         """Draw ``event`` (the renderer keeps its own drawing state)."""
@@ -92,4 +95,4 @@ class TerminalView:
             return
         self.renderer.close()
         if outcome.sentence and outcome.moment != "restarted" and (self.say_refusal or outcome.moment != "refused"):
-            self.renderer.error(outcome.sentence)
+            self.say_error(outcome.sentence)

@@ -223,7 +223,8 @@ async def _turn(service: Service, renderer: Renderer, key: ConversationKey, text
         from . import TerminalView
 
         await follow(service.handle(text, files, key=key, user="terminal", stop=stop, storage_fallback=True),
-                     TerminalView(renderer), where=f"chat {key.thread}")
+                     TerminalView(renderer, say_error=lambda sentence: print(f"Error: {sentence}", file=out)),
+                     where=f"chat {key.thread}")
 
     run = asyncio.ensure_future(turn())
     guard = _ctrl_c_stops(run, stop, renderer) if interactive else contextlib.nullcontext()
