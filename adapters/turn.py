@@ -49,8 +49,6 @@ INTERRUPTED_ELSEWHERE = ("The process working on your last request here stopped 
 
 Moment = Literal["answered", "partial", "deadline", "stopped", "failed", "refused", "restarted", "crashed"]
 """How a turn ended, as a user sees it (see the module docstring)."""
-FAILURES: tuple[Moment, ...] = ("failed", "refused", "restarted", "crashed")
-"""The moments with no answer; ``deadline`` too when its record has none (:attr:`Outcome.answered`)."""
 
 
 @dataclass
