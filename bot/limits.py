@@ -18,6 +18,12 @@ from cachetools import LRUCache, TTLCache
 from .errors import InputError
 
 
+def too_many_files(limit: int) -> InputError:
+    """The refusal of a request with more than ``limit`` files (``[storage] max_files``): one
+    sentence, said the same way by the service and by the front ends that count before downloading."""
+    return InputError(f"Please attach at most {limit} files at a time.")
+
+
 def check_request_size(text: str, max_chars: int) -> None:
     """Refuse a request whose text is longer than ``max_chars`` characters (Unicode code points,
     as Python's ``len``), before anything is stored or planned.

@@ -23,7 +23,7 @@ from .degraded import (KeepOrFail, ScratchSpace, ToldThreads, UnsavedTurns, lost
 from .documents import expand_documents
 from .errors import InputError, StorageError
 from .incoming import ConversationKey, IncomingFile
-from .limits import check_request_size
+from .limits import check_request_size, too_many_files
 from .locks import ThreadLocks
 from .mentions import check_mentions
 from .settings import Settings
@@ -144,7 +144,7 @@ class Service:
     async def _inspect(self, files: Sequence[IncomingFile]) -> list[Inspected]:
         limit = self.settings.storage.max_files
         if len(files) > limit:
-            raise InputError(f"Please send at most {limit} files at a time.")
+            raise too_many_files(limit)
         return [
             f.checked or await inspect_upload(f.data, f.name, f.declared_mime, max_bytes=self.settings.storage.max_file_bytes,
                                               max_pixels=self.settings.inference.max_image_pixels,

@@ -21,11 +21,9 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .common import add_sandbox_option, record_exit_status
+from .common import add_sandbox_option, exit_status, record_exit_status
 
 if TYPE_CHECKING:
-    from pipeline.types import RunRecord
-
     from bot.settings import Settings
 
 
@@ -57,30 +55,31 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
     if not args.json or args.verbose:  # said at once: loading the pipeline and its clients takes a moment
         print("Starting: loading the planner and the model clients…", file=sys.stdout if sys.stdout.isatty() and
               not args.json else sys.stderr, flush=True)
-    from adapters.terminal import terminal_renderer  # the pipeline and its clients load now
+    from adapters.terminal import TerminalView, terminal_renderer  # the pipeline and its clients load now
     from adapters.terminal.lines import TerminalRenderer
-    from pipeline.types import Done
+    from adapters.turn import follow
 
     from bot.service import Service
 
     service = await Service.create(settings, conversations=False)  # stores no turn: no store to open
-    record: RunRecord | None = None
     stop = asyncio.Event()
     renderer = TerminalRenderer(sys.stderr) if args.json else terminal_renderer(sys.stdout, sys.stderr, os.environ)
+    view = TerminalView(renderer, show_progress=not args.json or args.verbose, say_refusal=False)
     try:
         with _ctrl_c_stops(stop, renderer.say):
-            async for event in service.handle(args.text, files, stop=stop):
-                if not args.json or args.verbose:
-                    renderer.render(event)
-                elif isinstance(event, Done) and not event.record.answered:
-                    renderer.finish(event.record)
-                if isinstance(event, Done):
-                    record = event.record
+            outcome = await follow(service.handle(args.text, files, stop=stop), view, where="run")
     finally:
         renderer.close()
         await service.close()
-    if record is None:  # the pipeline always ends with Done; a bug otherwise
-        raise RuntimeError("the run ended without a record")
+    if outcome.moment == "refused" and outcome.error is not None:
+        raise outcome.error  # the command line says it once, with its exit status (and --json's document)
+    record = outcome.record
+    if record is None:  # crashed: said by the view, the traceback is in the log
+        status = exit_status(outcome.error) or 1
+        if args.json:  # --json promises a document whatever happened
+            print(json.dumps({"request": args.text, "status": "error", "error": outcome.sentence, "exit_status": status},
+                             indent=2, ensure_ascii=False))
+        return status
     if args.json:
         doc = record.to_json()
         doc["exit_status"] = record_exit_status(record)

@@ -22,7 +22,8 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from adapters.discord.bot_client import SHUTDOWN_SENTENCE, HuggingGPTBot
+from adapters.discord.bot_client import HuggingGPTBot
+from adapters.turn import RESTARTED
 from adapters.discord.render import thread_name
 from bot.settings import Settings, load_settings
 from sandbox import Sandbox
@@ -416,11 +417,11 @@ async def test_shutdown_marks_runs_in_flight(tmp_path: Path) -> None:
         await asyncio.sleep(0.05)
         late = await env.ask("Generate an image of a dog")  # arrives while shutting down
         await d.wait_for(lambda: env.ephemeral_reply(late))
-        assert env.ephemeral_reply(late) == SHUTDOWN_SENTENCE
+        assert env.ephemeral_reply(late) == RESTARTED
         await draining
         await env.bot.close()
         status = d.bot_messages(thread_id)[0]
-        assert SHUTDOWN_SENTENCE in status.text and "text-to-image" in status.text
+        assert RESTARTED in status.text and "text-to-image" in status.text
         assert "· stopped" in status.text and "running" not in status.text
         assert env.bot.runs_in_flight == 0
         assert len(d.threads()) == 1

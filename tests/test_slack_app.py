@@ -20,6 +20,7 @@ from PIL import Image
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.app import create_bolt_app
+from adapters.turn import RESTARTED
 from slack_harness import CHANNEL, Harness, bot_settings, png_file, start_harness
 from slack_service import make_service
 
@@ -351,4 +352,4 @@ async def test_graceful_shutdown_marks_unfinished_runs(slack, tmp_path):
         await h.session.close()
         await h.runner.cleanup()
         (status,) = h.replies(ts)
-        assert "restarted" in status.text
+        assert status.text.endswith(f":warning: {RESTARTED}")  # the sentence every front end says

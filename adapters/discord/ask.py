@@ -30,8 +30,9 @@ from adapters.sentences import record_error, user_sentence
 from bot.incoming import ConversationKey, IncomingFile
 from pipeline.errors import HuggingGPTError
 from pipeline.types import RunRecord
+from adapters.turn import RESTARTED
 
-from .delivery import SHUTDOWN_SENTENCE, tell_privately
+from .delivery import tell_privately
 from .render import missing_permission_sentence, thread_name
 from .runs import LiveRun
 
@@ -124,7 +125,7 @@ async def _ask_run(bot: Any, interaction: discord.Interaction, prompt: str,
             return
         opened = await _open_thread(bot, interaction, prompt, headline)
     except asyncio.CancelledError:  # shutdown before the thread existed
-        await asyncio.shield(tell_privately(interaction, SHUTDOWN_SENTENCE))
+        await asyncio.shield(tell_privately(interaction, RESTARTED))
         raise
     if opened is None:
         return

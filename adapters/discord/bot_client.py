@@ -63,9 +63,10 @@ from bot.limits import SeenKeys
 from bot.settings import Settings
 from pipeline.errors import HuggingGPTError
 from pipeline.types import RunRecord
+from adapters.turn import INTERRUPTED_ELSEWHERE as INTERRUPTED, RESTARTED
 
 from . import ask, conversation
-from .delivery import SHUTDOWN_SENTENCE, run_in_channel, tell_privately
+from .delivery import run_in_channel, tell_privately
 from .policy import REQUIRED_IN_CHANNEL, AttachmentInfo, attachment_refusal, missing_permission
 from .render import missing_permission_sentence
 from .runs import LiveRun
@@ -98,8 +99,7 @@ def bot_intents() -> discord.Intents:
     return intents
 
 
-INTERRUPTED_ELSEWHERE = ("\u26a0\ufe0f The process working on your last request here stopped unexpectedly before it finished; "
-                         "please ask again.")
+INTERRUPTED_ELSEWHERE = f"\u26a0\ufe0f {INTERRUPTED}"
 """Posted in a thread whose turn a dead process left running (found within the lease time)."""
 
 
@@ -327,7 +327,7 @@ class HuggingGPTBot(discord.AutoShardedClient):
         refused = self.admission.access(who)
         refusal = refused.sentence if refused else None
         if refusal is None and self._closing:
-            refusal = SHUTDOWN_SENTENCE
+            refusal = RESTARTED
         if refusal is None and permissions is not None:
             missing = missing_permission(self._granted(permissions), in_thread=in_thread)
             if missing is not None:

@@ -11,16 +11,16 @@ import asyncio
 import logging
 import mimetypes
 import time
-from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 import discord
 
 from adapters.editor import MessageEditor
-from adapters.sentences import record_error, user_sentence
+from adapters.progress import Progress
+from adapters.sentences import record_error
+from adapters.turn import CRASHED, Outcome, follow
 from bot.incoming import ConversationKey, IncomingFile
-from pipeline.errors import HuggingGPTError
-from pipeline.types import Done, Event, Resource, RunRecord
+from pipeline.types import Event, Resource, RunRecord
 
 from .components import MediaItem, media_view, progress_texts, progress_view
 from .media import fit_media
@@ -35,8 +35,6 @@ log = logging.getLogger("hugginggpt.discord")
 MAX_FILES_PER_MESSAGE = 10
 """Attachments per message (Discord API docs, "Create Message")."""
 
-SHUTDOWN_SENTENCE = "I'm restarting and could not finish this; please send your message again in a minute."
-CRASH_SENTENCE = "Something went wrong on my side while answering; the details are in my log. Please try again."
 
 
 async def run_in_channel(
@@ -75,24 +73,57 @@ async def run_in_channel(
     run = ChannelRun(channel, live, title, edit_rate)
     if not await run.post_status(reply_to):
         return None
-    try:
-        await run.follow(service.handle(text, files, key=key, user=user, stop=live.stop, storage_fallback=True), text)
-        record = await run.settle()
-        await post_files(channel, record, upload_limit)
-        await post_answer(channel, record, live.progress.answer)
-        return record
-    except asyncio.CancelledError:
-        live.progress.stop(SHUTDOWN_SENTENCE)
-        await asyncio.shield(mark_stopped(run.editor, run.key_text()))
-        raise
-    except discord.HTTPException as e:
-        log.warning("could not post the result in channel %s: %s", getattr(channel, "id", "?"), e)
-        return run.record
-    except Exception:
-        log.exception("run in channel %s crashed", getattr(channel, "id", "?"))
-        live.progress.stop(CRASH_SENTENCE)
-        await mark_stopped(run.editor, run.key_text())
-        return run.record
+    view = DiscordView(run, upload_limit)
+    events = service.handle(text, files, key=key, user=user, stop=live.stop, storage_fallback=True)
+    outcome = await follow(events, view, progress=live.progress, where=f"discord channel {getattr(channel, 'id', '?')}")
+    return outcome.record or RunRecord(request=text, status="error", error=outcome.sentence)
+
+
+class DiscordView:
+    """Discord's :class:`adapters.turn.TurnView`: the progress message (Components V2) is edited as
+    the run goes; at the end it shows the final state, then the files (a media gallery), the
+    notice and the answer are posted, in that order.
+
+    Args:
+        run: the run's progress message, posted.
+        upload_limit: bytes per uploaded file.
+    """
+
+    def __init__(self, run: ChannelRun, upload_limit: int) -> None:
+        self.run, self.upload_limit = run, upload_limit
+        self._notice: str | None = None
+
+    async def progress(self, progress: Progress, event: Event) -> None:
+        """Edit the progress message (the editor skips texts already shown, and paces the edits)."""
+        self.run.editor.set(self.run.key_text())
+
+    async def answer(self, record: RunRecord, progress: Progress) -> None:
+        """Nothing yet: posted after the files (:meth:`end`)."""
+
+    async def files(self, record: RunRecord) -> None:
+        """Nothing yet: posted once the progress message shows the final state (:meth:`end`)."""
+
+    async def notice(self, sentence: str, outcome: Outcome) -> None:
+        """Kept for :meth:`end`: posted just before the answer."""
+        self._notice = sentence
+
+    async def end(self, outcome: Outcome, progress: Progress) -> None:
+        """Show the final state, then post the files, the notice and the answer (or the failure's
+        sentence); a cancelled run's message only shows it stopped (at most 5 s). A post Discord
+        refuses is logged."""
+        run, channel = self.run, self.run.channel
+        if outcome.moment == "restarted":
+            await mark_stopped(run.editor, run.key_text())
+            return
+        run.record = outcome.record or RunRecord(request="", status="error", error=outcome.sentence)
+        try:
+            record = await run.settle()
+            await post_files(channel, record, self.upload_limit)
+            if self._notice:  # said before the answer it qualifies; the answer stays the thread's last word
+                await channel.send(f"⚠️ {self._notice}", suppress_embeds=True)
+            await post_answer(channel, record, progress.answer)
+        except discord.HTTPException as e:
+            log.warning("could not post the result in channel %s: %s", getattr(channel, "id", "?"), e)
 
 
 class ChannelRun:
@@ -144,24 +175,6 @@ class ChannelRun:
         if key not in self.shown_by_press and self.status is not None:
             await self.status.edit(view=self.view())
 
-    async def follow(self, events: AsyncIterator[Event], text: str) -> None:
-        """Fold the run's events into the progress (and the message); a refusal of the service
-        or a run that ended without ``Done`` becomes an error record."""
-        progress = self.live.progress
-        try:
-            async for event in events:
-                progress.apply(event)
-                self.editor.set(self.key_text())  # the editor skips texts already shown
-                if isinstance(event, Done):
-                    self.record = event.record
-        except HuggingGPTError as e:
-            log.info("run in channel %s refused: %s", getattr(self.channel, "id", "?"), e)
-            self.record = RunRecord(request=text, status="error", error=user_sentence(e))
-            progress.apply(Done(self.record))
-        if self.record is None:
-            self.record = RunRecord(request=text, status="error", error=CRASH_SENTENCE)
-            progress.apply(Done(self.record))
-
     async def settle(self) -> RunRecord:
         """Show the final state (through the Stop press when it stopped the run); the record."""
         live, record = self.live, self.record
@@ -181,7 +194,7 @@ async def post_answer(channel: Any, record: RunRecord, streamed: str) -> None:
     suppressed (message flag ``SUPPRESS_EMBEDS``): the links are the controller's, and a preview
     would make Discord's servers fetch whatever URL it wrote."""
     if not record.answered:
-        await channel.send(f"⚠️ {record_error(record) or CRASH_SENTENCE}", suppress_embeds=True)
+        await channel.send(f"⚠️ {record_error(record) or CRASHED}", suppress_embeds=True)
         return
     chunks = split_message(record.response or streamed)
     if not chunks and not record.files:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bot.limits import too_many_files
 
 from .media import human_size
 
@@ -33,7 +34,7 @@ def attachment_refusal(files: list[AttachmentInfo], *, max_bytes: int, max_files
     lets the bot refuse at once, privately, before downloading anything.
     """
     if len(files) > max_files:
-        return f"Please attach at most {max_files} files."
+        return too_many_files(max_files).user_message
     for f in files:
         if f.size > max_bytes:
             return (f"{f.filename} is {human_size(f.size)}, over the {human_size(max_bytes)} limit for files I read; "

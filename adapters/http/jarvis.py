@@ -21,18 +21,21 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from pipeline.types import PlanReady, RunRecord
+from adapters.turn import Outcome, follow, notice_of
+from pipeline.types import PlanReady
 
 from .common import caller_of, conversation_of, file_url, read_json, safe_answer
 from .errors import ApiError
 from .models import JarvisRequest, Message, schema_of
-from .openai_api import run_error, start_run
+from .openai_api import CompletionView, notice_paragraph, run_error, start_run, turn_error
 from .render import file_links
 
 router = APIRouter(tags=["reference implementation"])
 
 
-async def _run(request: Request, *, plan_only: bool = False) -> tuple[Any, Any, RunRecord | None, tuple | None]:
+async def _run(request: Request, *, plan_only: bool = False) -> tuple[Any, Any, Outcome | None, tuple | None]:
+    """Start the request's turn; ``(caller, run, outcome, planned tasks)``: the outcome once it is
+    over (:func:`adapters.turn.follow`, ``None`` when the client went away or ``plan_only``)."""
     caller = await caller_of(request)
     body: JarvisRequest = await read_json(request, JarvisRequest)
     messages = [Message(role=m.role if m.role in ("system", "user", "assistant") else "user", content=m.content)
@@ -45,30 +48,33 @@ async def _run(request: Request, *, plan_only: bool = False) -> tuple[Any, Any, 
             if isinstance(event, PlanReady):
                 await run.cancel()
                 return caller, run, None, event.tasks
-        return caller, run, run.record, None
+        record = run.record  # the run ended before its plan (refused, or it failed)
+        return caller, run, Outcome(*notice_of(record), record) if record else None, None
     if not await run.wait_or_disconnect(request.receive):
         return caller, run, None, None
-    async for _ in run.events():
-        pass
-    return caller, run, run.record, None
+    view = CompletionView(request, caller, run, "none")
+    return caller, run, await follow(run.events(), view, where=f"http {run.conversation_id}/{run.turn}"), None
 
 
 @router.post("/hugginggpt", summary="Answer a request (reference implementation)", openapi_extra=schema_of(JarvisRequest))
 async def hugginggpt(request: Request) -> dict[str, Any]:
     """``{"message": <answer with links to the generated files>}``."""
-    caller, run, record, _ = await _run(request)
-    if record is None:
+    caller, run, outcome, _ = await _run(request)
+    if outcome is None:
         return {"message": "The request was cancelled."}
-    if not record.answered:
-        return {"message": record.error or "The request could not be answered."}
+    record = outcome.record
+    if record is None or not record.answered:
+        return {"message": outcome.sentence or "The request could not be answered."}
     links = file_links(record.files, lambda f: file_url(request, caller, run.conversation_id or "", f))
-    return {"message": safe_answer(request, record.response) + links}
+    notice = notice_paragraph(outcome.sentence) if outcome.sentence else ""
+    return {"message": safe_answer(request, record.response) + links + notice}
 
 
 @router.post("/tasks", summary="Plan a request (reference implementation)", openapi_extra=schema_of(JarvisRequest))
 async def tasks(request: Request) -> list[dict[str, Any]]:
     """The validated task list, the paper's record shape (``dep`` ``[-1]`` when none)."""
-    _, _, record, planned = await _run(request, plan_only=True)
+    _, _, outcome, planned = await _run(request, plan_only=True)
+    record = outcome.record if outcome is not None else None
     if planned is not None:
         return [t.to_json() for t in planned]
     if record is not None and not record.answered:
@@ -79,9 +85,12 @@ async def tasks(request: Request) -> list[dict[str, Any]]:
 @router.post("/results", summary="Run a request's tasks (reference implementation)", openapi_extra=schema_of(JarvisRequest))
 async def results(request: Request) -> dict[str, Any]:
     """Task id → ``{"task", "inference result", "choose model result"}``."""
-    caller, run, record, _ = await _run(request)
-    if record is None:
+    caller, run, outcome, _ = await _run(request)
+    if outcome is None:
         raise ApiError(499, "The request was cancelled.", "cancelled")
+    record = outcome.record
+    if record is None:
+        raise turn_error(outcome)
     if not record.answered and not record.results:
         raise run_error(record)
     out: dict[str, Any] = {}

@@ -10,19 +10,22 @@ SDK raises ``APIError`` on it).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from adapters.progress import Progress
+from adapters.turn import CRASHED, Outcome, follow
 from bot.errors import InputError, StorageError
 from pipeline.errors import ControllerError, DeadlineError, PlanError
-from pipeline.types import Done, PlanReady, ResponseDelta, RunRecord
+from pipeline.types import Event, PlanReady, ResponseDelta, RunRecord
 
 from .auth import Caller
 from . import files
@@ -39,6 +42,7 @@ log = logging.getLogger("adapters.http")
 router = APIRouter()
 router.include_router(files.router)
 _STARTED = int(time.time())
+_END = object()
 
 
 def run_error(record: RunRecord) -> ApiError:
@@ -57,6 +61,102 @@ def run_error(record: RunRecord) -> ApiError:
     if isinstance(failure, PlanError):
         return ApiError(500, sentence, "plan_error")
     return ApiError(500, sentence, "run_failed")
+
+
+def turn_error(outcome: Outcome) -> ApiError:
+    """The error object of a turn with no answer: :func:`run_error` of its record, or of the error
+    the service refused it with; a crash is a 500 with the shared sentence (:data:`CRASHED`)."""
+    if outcome.record is not None:
+        return run_error(outcome.record)
+    if outcome.moment == "refused" and isinstance(outcome.error, Exception):
+        return run_error(RunRecord(request="", status="error", error=outcome.sentence, failure=outcome.error))
+    return ApiError(500, outcome.sentence or CRASHED, "internal_error")
+
+
+class CompletionView:
+    """The HTTP API's :class:`adapters.turn.TurnView`: progress as ``reasoning_content`` lines or a
+    preamble (``[server] progress``), the answer's deltas through the stream guard, then the file
+    links and the notice; streamed, each becomes a chunk (``emit``), else it is gathered.
+
+    Args:
+        request, caller, run: the HTTP request, its caller and the turn's :class:`Run`.
+        mode: ``[server] progress``.
+        emit: takes each Server-Sent Events ``data:`` line (``None``: a whole answer).
+        completion: builds the chunks (a stream).
+        include_usage, prompt: end a stream with a usage chunk counted from ``prompt``.
+
+    Attributes:
+        content, reasoning: what was gathered (a whole answer: everything but the file links).
+        said: the notice of an answer that lacks something, else ``None``.
+        outcome: how the turn ended, once it did.
+    """
+
+    def __init__(self, request: Request, caller: Caller, run: Run, mode: str, emit: Callable[[str], None] | None = None,
+                 completion: Completion | None = None, include_usage: bool = False, prompt: str = "") -> None:
+        self.request, self.caller, self.run, self.mode, self.emit = request, caller, run, mode, emit
+        self.completion = completion or Completion("")
+        self.include_usage, self.prompt = include_usage, prompt
+        self.guard = answer_guard(request)  # only our own file links stay images
+        self.content, self.sent = "", ""
+        self.reasoning: list[str] = []
+        self.said: str | None = None
+        self.outcome: Outcome | None = None
+
+    def _say(self, delta: dict[str, Any]) -> None:
+        if self.emit is not None:
+            self.sent += delta.get("content", "")
+            self.emit(_data(self.completion.chunk(delta)))
+
+    async def progress(self, progress: Progress, event: Event) -> None:
+        """An answer delta, the preamble or a reasoning line."""
+        if isinstance(event, ResponseDelta):
+            self.content += event.text
+            if self.emit is not None and (text := self.guard.feed(event.text)):
+                self._say({"content": text})
+        elif isinstance(event, PlanReady) and self.mode == "preamble":
+            text = preamble(event)
+            self.content = text + self.content
+            if text:
+                self._say({"content": text})
+        elif self.mode == "reasoning" and (line := progress_line(event)) is not None:
+            self.reasoning.append(line)
+            self._say({"reasoning_content": line + "\n"})
+
+    async def answer(self, record: RunRecord, progress: Progress) -> None:
+        """Nothing more: the deltas carried it (a whole answer takes the record's)."""
+
+    def links(self, record: RunRecord) -> str:
+        """Markdown links to the run's generated files."""
+        return file_links(record.files, lambda f: file_url(self.request, self.caller, self.run.conversation_id or "", f))
+
+    async def files(self, record: RunRecord) -> None:
+        """The end of the guarded answer and the file links (streamed)."""
+        if self.emit is not None and (text := self.guard.end() + self.links(record)):
+            self._say({"content": text})
+
+    async def notice(self, sentence: str, outcome: Outcome) -> None:
+        """A last paragraph saying what the answer lacks."""
+        self.said = sentence
+        self._say({"content": notice_paragraph(sentence)})
+
+    async def end(self, outcome: Outcome, progress: Progress) -> None:
+        """Streamed: the finish chunk (an error object for a turn with no answer) and ``[DONE]``."""
+        self.outcome = outcome
+        if self.emit is None or outcome.moment == "restarted":
+            return
+        if not outcome.answered:
+            self.emit(_data(turn_error(outcome).body()))
+        else:
+            self.emit(_data(self.completion.chunk({}, finish_reason="stop")))
+            if self.include_usage:
+                self.emit(_data(self.completion.chunk(usage_=usage(self.prompt, self.sent), choices=False)))
+        self.emit("data: [DONE]\n\n")
+
+
+
+def notice_paragraph(sentence: str) -> str:
+    """The notice as the answer's last Markdown paragraph."""
+    return f"\n\n> ⚠️ {sentence}"
 
 
 async def start_run(request: Request, caller: Caller, messages: list[Any], conversation: tuple[str, Any] | None,
@@ -147,21 +247,14 @@ async def chat_completions(request: Request) -> Response:
     if not await run.wait_or_disconnect(request.receive):
         log.info("client went away; run %s/%d cancelled", run.conversation_id, run.turn)
         return Response(status_code=499)
-    reasoning: list[str] = []
-    answer = ""
-    async for event in run.events():
-        if isinstance(event, ResponseDelta):
-            answer += event.text
-        elif isinstance(event, PlanReady) and mode == "preamble":
-            answer = preamble(event) + answer
-        elif mode == "reasoning" and (line := progress_line(event)) is not None:
-            reasoning.append(line)
-    record = run.record
+    view = CompletionView(request, caller, run, mode)
+    outcome = await follow(run.events(), view, where=f"http {run.conversation_id}/{run.turn}")
+    record = outcome.record
     if record is None or not record.answered:
-        raise run_error(record or RunRecord(request=""))
-    content = safe_answer(request, (record.response or answer) if mode != "preamble" else answer)
-    content += file_links(record.files, lambda f: file_url(request, caller, run.conversation_id or "", f))
-    doc = completion.whole(content, "\n".join(reasoning) or None, usage(prompt, content))
+        raise turn_error(outcome)
+    content = safe_answer(request, (record.response or view.content) if mode != "preamble" else view.content)
+    content += view.links(record) + (notice_paragraph(view.said) if view.said else "")
+    doc = completion.whole(content, "\n".join(view.reasoning) or None, usage(prompt, content))
     return JSONResponse(doc, headers=headers)
 
 
@@ -171,8 +264,8 @@ def _data(obj: Any) -> str:
 
 async def _sse(request: Request, caller: Caller, run: Run, completion: Completion, mode: str, include_usage: bool,
                prompt: str) -> AsyncIterator[str]:
-    sent = ""
-    guard = answer_guard(request)  # only our own file links stay images
+    """The stream: the role chunk at once, then the turn's chunks as :class:`CompletionView` emits
+    them (:func:`adapters.turn.follow`); a refusal before the first event is an error object."""
     try:
         yield _data(completion.chunk({"role": "assistant", "content": ""}))
         try:
@@ -181,41 +274,17 @@ async def _sse(request: Request, caller: Caller, run: Run, completion: Completio
             yield _data(refused.body())
             yield "data: [DONE]\n\n"
             return
-        record: RunRecord | None = None
-        async for event in run.events():
-            if isinstance(event, ResponseDelta):
-                if text := guard.feed(event.text):
-                    sent += text
-                    yield _data(completion.chunk({"content": text}))
-            elif isinstance(event, Done):
-                record = event.record
-            elif isinstance(event, PlanReady) and mode == "preamble":
-                if text := preamble(event):
-                    sent += text
-                    yield _data(completion.chunk({"content": text}))
-            elif mode == "reasoning" and (line := progress_line(event)) is not None:
-                yield _data(completion.chunk({"reasoning_content": line + "\n"}))
-        if record is None or not record.answered:
-            yield _data(run_error(record or RunRecord(request="")).body())
-            yield "data: [DONE]\n\n"
-            return
-        links = guard.end() + file_links(record.files, lambda f: file_url(request, caller, run.conversation_id or "", f))
-        if links:
-            sent += links
-            yield _data(completion.chunk({"content": links}))
-        yield _data(completion.chunk({}, finish_reason="stop"))
-        if include_usage:
-            yield _data(completion.chunk(usage_=usage(prompt, sent), choices=False))
-        yield "data: [DONE]\n\n"
-    except StorageError as e:  # one line, no traceback: the operator knows what a full disk is
-        log.warning("stream of run %s/%d: storage failed: %s", run.conversation_id, run.turn, e)
-        yield _data(storage_error(e).body())
-        yield "data: [DONE]\n\n"
-    except Exception as e:  # one line for the operator, one error object for the client
-        log.error("stream of run %s/%d failed: %s: %s", run.conversation_id, run.turn, e.__class__.__name__, e, exc_info=e)
-        yield _data(ApiError(500, "The server failed while answering; the operator's log has the details.",
-                             "internal_error").body())
-        yield "data: [DONE]\n\n"
+        chunks: asyncio.Queue[object] = asyncio.Queue()
+        view = CompletionView(request, caller, run, mode, emit=chunks.put_nowait, completion=completion,
+                              include_usage=include_usage, prompt=prompt)
+        turn = asyncio.create_task(follow(run.events(), view, where=f"http {run.conversation_id}/{run.turn}"))
+        turn.add_done_callback(lambda _: chunks.put_nowait(_END))
+        try:
+            while (item := await chunks.get()) is not _END:
+                yield item  # type: ignore[misc]
+        finally:
+            if not turn.done():
+                turn.cancel()
     finally:
         if not run.done:
             log.info("client went away; run %s/%d cancelled", run.conversation_id, run.turn)

@@ -81,13 +81,15 @@ def _files_json(files: list[Resource]) -> list[dict[str, Any]]:
     return [{"id": f.id, "kind": f.kind, "mime": f.mime, "size": f.size, "description": f.description} for f in files]
 
 
-async def run_result(record: RunRecord, conversation_id: str | None, external_images: Mode = "link") -> types.CallToolResult:
+async def run_result(record: RunRecord, conversation_id: str | None, external_images: Mode = "link",
+                     notice: str | None = None) -> types.CallToolResult:
     """The ``hugginggpt`` tool's answer to a finished run (``is_error`` when it has no answer).
 
     The answer's Markdown shows no image from elsewhere (``[server] external_images``,
     :func:`adapters.http.safe_markdown.sanitize`): an MCP client that renders it would load it,
     and the controller may have been led to write one that carries the user's data in its URL.
-    Generated files come as content blocks, so no image link of the answer is ours."""
+    Generated files come as content blocks, so no image link of the answer is ours. ``notice``
+    (what the answer lacks, :func:`adapters.turn.notice_of`) is the last text block."""
     structured = {
         "conversation_id": conversation_id, "status": record.status, "stopped": record.stopped,
         "tasks": [t.to_json() for t in record.tasks],
@@ -102,6 +104,8 @@ async def run_result(record: RunRecord, conversation_id: str | None, external_im
                                     is_error=True)
     answer = sanitize(record.response, f"{SCHEME}://", external_images)
     blocks = [types.TextContent(type="text", text=answer + more), *await file_blocks(record.files, conversation_id)]
+    if notice:
+        blocks.append(types.TextContent(type="text", text=f"⚠️ {notice}"))
     return types.CallToolResult(content=blocks, structured_content=structured)
 
 

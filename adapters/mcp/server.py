@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
 
 import anyio
@@ -31,13 +31,15 @@ from mcp import types
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 
+from adapters.progress import Progress as TurnProgress
+from adapters.turn import CRASHED, Outcome, follow
 from bot.direct import plan_only, run_task
 from bot.errors import InputError, StorageError
 from bot.incoming import ConversationKey, IncomingFile
 from bot.service import Service
 from pipeline.errors import HuggingGPTError
 from pipeline.tasks import TASKS
-from pipeline.types import Done, RunRecord
+from pipeline.types import Event, RunRecord
 
 from .arguments import REQUEST_SCHEMA, RUN_SCHEMA, BadArguments, RunArguments, run_arguments, task_arguments, task_schema
 from .results import Progress, plan_result, run_result, task_result
@@ -150,7 +152,7 @@ class Tools:
             raise
         except Exception as e:  # one line for the operator, one sentence for the client
             log.error("MCP tool %s failed: %s: %s", name, e.__class__.__name__, e, exc_info=e)
-            raise MCPError(types.INTERNAL_ERROR, "The server failed while answering; the operator's log has the details.") from None
+            raise MCPError(types.INTERNAL_ERROR, CRASHED) from None
 
     async def _run(self, ctx: Any, a: RunArguments) -> types.CallToolResult:
         caller = await self.access.caller(ctx)
@@ -161,15 +163,21 @@ class Tools:
             key = ConversationKey(self.access.platform, caller, "chat", name)
             progress = Progress(ctx.session)
             await progress.say("Task planning: reading the request")
-            record = await self._drive(a.text, files, key, caller, progress)
+            record, notice = await self._drive(a.text, files, key, caller, progress)
         finally:
             release()
-        return await run_result(record, name, self.service.settings.server.external_images)
+        return await run_result(record, name, self.service.settings.server.external_images, notice)
 
     async def _drive(self, text: str, files: list[IncomingFile], key: ConversationKey, caller: str,
-                     progress: Progress) -> RunRecord:
-        """Run the turn in a task of its own, reporting its events; cancelled, it stops the run
-        (``stop``) and waits for the stopped answer to be stored."""
+                     progress: Progress) -> tuple[RunRecord, str | None]:
+        """Run the turn in a task of its own, followed by :func:`adapters.turn.follow` (progress
+        notifications on the way); cancelled, it stops the run (``stop``) and waits for the
+        stopped answer to be stored. Returns the record and the notice to say with its answer.
+
+        Raises:
+            HuggingGPTError: the service refused the request (``call_tool`` maps it).
+            MCPError: the turn crashed (:data:`adapters.turn.CRASHED`; the log has the traceback).
+        """
         stop = asyncio.Event()
         queue: asyncio.Queue[Any] = asyncio.Queue()
 
@@ -182,15 +190,16 @@ class Tools:
             finally:
                 queue.put_nowait(_END)
 
-        driver = asyncio.create_task(drive(), name=f"mcp-run-{key.thread}")
-        record: RunRecord | None = None
-        try:
+        async def events() -> AsyncIterator[Event]:
             while (item := await queue.get()) is not _END:
                 if isinstance(item, BaseException):
                     raise item
-                if isinstance(item, Done):
-                    record = item.record
-                await progress.event(item)
+                yield item
+
+        driver = asyncio.create_task(drive(), name=f"mcp-run-{key.thread}")
+        view = McpView(progress)
+        try:
+            outcome = await follow(events(), view, where=f"mcp {key.thread}")
         except asyncio.CancelledError:
             stop.set()
             log.info("MCP call cancelled: stopping the run of %s", key.thread)
@@ -199,7 +208,11 @@ class Tools:
             if not driver.done():
                 driver.cancel()
             raise
-        return record or RunRecord(request=text, status="error", error="The run ended without an answer.")
+        if outcome.moment == "refused" and outcome.error is not None:
+            raise outcome.error
+        if outcome.record is None:
+            raise MCPError(types.INTERNAL_ERROR, outcome.sentence or CRASHED)
+        return outcome.record, view.said
 
     async def _plan(self, ctx: Any, a: RunArguments) -> types.CallToolResult:
         release = await self.access.admit(await self.access.caller(ctx))
@@ -232,6 +245,40 @@ class Tools:
             await asyncio.wait({reporter}, timeout=5)
             reporter.cancel()
         return await task_result(task, outcome.selection, outcome.result, self.service.settings.server.external_images)
+
+
+class McpView:
+    """MCP's :class:`adapters.turn.TurnView`: each step becomes a progress notification; the
+    answer, its files (content blocks) and the notice (the last text block) are the tool's
+    result, built once the turn is over (:func:`adapters.mcp.results.run_result`).
+
+    Args:
+        progress: the call's progress notifications.
+
+    Attributes:
+        said: the notice of an answer that lacks something, else ``None``.
+    """
+
+    def __init__(self, progress: Progress) -> None:
+        self.notifications = progress
+        self.said: str | None = None
+
+    async def progress(self, progress: TurnProgress, event: Event) -> None:
+        """Report ``event`` if it marks a step."""
+        await self.notifications.event(event)
+
+    async def answer(self, record: RunRecord, progress: TurnProgress) -> None:
+        """Nothing: the tool's result carries it."""
+
+    async def files(self, record: RunRecord) -> None:
+        """Nothing: the tool's result carries them as content blocks."""
+
+    async def notice(self, sentence: str, outcome: Outcome) -> None:
+        """Kept for the tool's result."""
+        self.said = sentence
+
+    async def end(self, outcome: Outcome, progress: TurnProgress) -> None:
+        """Nothing: a failure is the tool's error (refused, crashed) or its ``is_error`` result."""
 
 
 def build_server(service: Service, access: Access | None = None, *, version: str = "") -> Server:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -28,14 +29,15 @@ from cachetools import TTLCache
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from adapters.progress import Progress
 from adapters.sentences import user_sentence
+from adapters.turn import Outcome, follow
 from bot.admission import Admission, Requester
-from bot.limits import SeenKeys
+from bot.limits import SeenKeys, too_many_files
 from bot.settings import Settings
 from bot.incoming import IncomingFile
-from bot.errors import InputError
 from pipeline.errors import HuggingGPTError
-from pipeline.types import Done, RunRecord
+from pipeline.types import Event, RunRecord
 
 from . import io as slack_io
 from .context import EventContext, FileLimits
@@ -47,8 +49,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("adapters.slack.app")
 
-BACKEND_DOWN = "Something went wrong on my side and the request stopped; please try again in a few minutes."
-RESTARTING = ":warning: I was restarted before finishing this request; please ask again."
 STARTED_OVER = ("Starting a new conversation: the files and answers of our earlier messages are no longer used. "
                 "Send a request (with files if it needs them).")
 EMPTY_REQUEST = "Mention me with a request, for example: `@HuggingGPT describe this photo` with an image attached."
@@ -64,6 +64,57 @@ class Stats:
     runs: int = 0
     answers: int = 0
     errors: int = 0
+
+
+class SlackView:
+    """Slack's :class:`adapters.turn.TurnView`: the live reply (a chat stream or a status message,
+    :class:`adapters.slack.live.LiveReply`) shows the progress; at the end it is closed, then what
+    the stream did not carry of the answer, the files and the notice are posted in the thread.
+
+    Args:
+        bot: the front end (its poster, client and counters).
+        reply: the run's live reply, started.
+        ctx: the event's context.
+    """
+
+    def __init__(self, bot: SlackBot, reply: LiveReply, ctx: EventContext) -> None:
+        self.bot, self.reply, self.ctx = bot, reply, ctx
+        self._notice: str | None = None
+
+    async def progress(self, progress: Progress, event: Event) -> None:
+        """Show the progress within the reply's update interval (never waits)."""
+        self.reply.show(progress)
+
+    async def answer(self, record: RunRecord, progress: Progress) -> None:
+        """Nothing yet: the reply is closed first, then the rest of the answer is posted (:meth:`end`)."""
+
+    async def files(self, record: RunRecord) -> None:
+        """Nothing yet: uploaded after the answer (:meth:`SlackBot.deliver`)."""
+
+    async def notice(self, sentence: str, outcome: Outcome) -> None:
+        """Kept for :meth:`end`: posted after the answer and its files."""
+        self._notice = sentence
+
+    async def end(self, outcome: Outcome, progress: Progress) -> None:
+        """Close the reply with the final state (or the failure's sentence) and post the rest."""
+        bot, reply, ctx, record = self.bot, self.reply, self.ctx, outcome.record
+        if record is None:
+            if outcome.moment != "restarted":
+                bot.stats.errors += 1
+            await reply.close_failed(":warning: " + escape_slack(outcome.sentence or ""))
+            return
+        reply.show(progress)
+        if not record.answered:
+            bot.stats.errors += 1
+            log.warning("run failed in %s/%s: %s", ctx.channel, ctx.thread_ts, record.error)
+            await reply.finish(False, {})
+            return
+        outputs = {tid: (r.output.text or "") for tid, r in record.results.items() if r.output is not None}
+        ref = f"{record.conversation_id}:{record.turn}" if record.conversation_id is not None else None
+        rest = await reply.finish(True, outputs, ref)
+        await bot.deliver(ctx.channel, ctx.thread_ts, record, rest)
+        if self._notice:
+            await bot.say(ctx.channel, ctx.thread_ts, ":warning: " + escape_slack(self._notice))
 
 
 class SlackBot:
@@ -230,50 +281,16 @@ class SlackBot:
             self.runs.pop(ctx.run_id, None)
 
     async def _run(self, reply: LiveReply, ctx: EventContext, text: str, stop: asyncio.Event) -> None:
-        record = await self._follow(reply, ctx, text, stop)
-        if record is None:
-            return
-        reply.show(ctx.progress)
-        if not record.answered:
-            self.stats.errors += 1
-            log.warning("run failed in %s/%s: %s", ctx.channel, ctx.thread_ts, record.error)
-            await reply.finish(False, {})
-            return
-        outputs = {tid: (r.output.text or "") for tid, r in record.results.items() if r.output is not None}
-        ref = f"{record.conversation_id}:{record.turn}" if record.conversation_id is not None else None
-        rest = await reply.finish(True, outputs, ref)
-        await self.deliver(ctx.channel, ctx.thread_ts, record, rest)
+        """Follow the turn (:func:`adapters.turn.follow`) into ``reply`` through a :class:`SlackView`."""
+        await follow(self._events(ctx, text, stop), SlackView(self, reply, ctx), progress=ctx.progress,
+                     where=f"slack {ctx.channel}/{ctx.thread_ts}")
 
-    async def _follow(self, reply: LiveReply, ctx: EventContext, text: str, stop: asyncio.Event) -> RunRecord | None:
-        """Run the request through the service, showing its progress; the run's record, or
-        ``None`` after the failure was said in the reply."""
-        record: RunRecord | None = None
-        try:
-            files = await self.service.check_files(await self.download_files(ctx))
-            async for ev in self.service.handle(text, files, key=ctx.key, user=ctx.user, stop=stop, delivery=ctx.delivery,
-                                               storage_fallback=True):
-                if isinstance(ev, Done):
-                    record = ev.record
-                if ctx.progress.apply(ev) and not isinstance(ev, Done):
-                    reply.show(ctx.progress)
-        except HuggingGPTError as e:
-            self.stats.errors += 1
-            log.warning("request in %s/%s failed: %s", ctx.channel, ctx.thread_ts, e)
-            await reply.close_failed(":warning: " + escape_slack(user_sentence(e)))
-            return None
-        except asyncio.CancelledError:
-            await asyncio.shield(reply.close_failed(RESTARTING))
-            raise
-        except Exception:
-            self.stats.errors += 1
-            log.exception("service failed on request in %s/%s", ctx.channel, ctx.thread_ts)
-            await reply.close_failed(":warning: " + BACKEND_DOWN)
-            return None
-        if record is None:
-            self.stats.errors += 1
-            log.error("service ended without Done for %s/%s", ctx.channel, ctx.thread_ts)
-            await reply.close_failed(":warning: " + BACKEND_DOWN)
-        return record
+    async def _events(self, ctx: EventContext, text: str, stop: asyncio.Event) -> AsyncIterator[Event]:
+        """The turn's events: the event's files downloaded and checked, then the service's run."""
+        files = await self.service.check_files(await self.download_files(ctx))
+        async for ev in self.service.handle(text, files, key=ctx.key, user=ctx.user, stop=stop, delivery=ctx.delivery,
+                                           storage_fallback=True):
+            yield ev
 
     async def deliver(self, channel: str, thread_ts: str, record: RunRecord, text: str) -> None:
         """Post what the stream did not carry of the answer (mrkdwn, split), then upload the
@@ -324,7 +341,7 @@ class SlackBot:
         if not files:
             return []
         if len(files) > ctx.limits.max_files:
-            raise InputError(f"Please attach at most {ctx.limits.max_files} files at a time.")
+            raise too_many_files(ctx.limits.max_files)
         if self.session is None or self.session.closed:
             self.session = aiohttp.ClientSession()
         token = self.client.token or ""

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from slack_sdk.errors import SlackApiError
 
+from adapters.turn import INTERRUPTED_ELSEWHERE as INTERRUPTED
 from bot.incoming import ConversationKey
 
 from .context import EventContext
@@ -21,8 +22,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("adapters.slack.app")
 
-INTERRUPTED_ELSEWHERE = (":warning: The process working on your last request here stopped unexpectedly before it"
-                         " finished; please ask again.")
+INTERRUPTED_ELSEWHERE = f":warning: {INTERRUPTED}"
 """Posted in a thread whose turn a dead process left running (found within the lease time)."""
 
 

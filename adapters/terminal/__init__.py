@@ -3,18 +3,23 @@
 :mod:`.chat` is the conversation loop, :mod:`.files` reads the files a user names, :mod:`.lines`
 renders a run as lines, :mod:`.live` draws it on a terminal with :mod:`.images` for inline
 pictures, and :mod:`.prompt` is the chat's line editor. :func:`terminal_renderer` picks the
-renderer (importing :mod:`.live`, and rich, only for a terminal).
+renderer (importing :mod:`.live`, and rich, only for a terminal); :class:`TerminalView` shows one
+turn followed by :func:`adapters.turn.follow` with it.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, TextIO
 
-from .lines import TerminalRenderer
+from pipeline.types import Done, Event, RunRecord
+
+from .lines import Progress, TerminalRenderer
 
 if TYPE_CHECKING:
+    from adapters.turn import Outcome
+
     from .live import LiveRenderer
 
 
@@ -41,3 +46,53 @@ def terminal_renderer(answer: TextIO, progress: TextIO, env: Mapping[str, str]) 
     from .live import LiveRenderer
 
     return LiveRenderer(Console(file=answer), images=image_protocol(env), err=Console(file=sys.stderr))
+
+
+class TerminalView:
+    """The terminal's :class:`adapters.turn.TurnView`: the renderer draws the events as they come
+    and, at the end, the answer, its files and the notice or error sentence (in that order).
+
+    Args:
+        renderer: :func:`terminal_renderer`'s renderer (or a :class:`TerminalRenderer`).
+        show_progress: draw the events (``False``: ``run --json`` without ``-v``: only a failure
+            is said, on stderr).
+        say_refusal: say a refusal's sentence (``False`` where the command re-raises the error, so
+            its error handling says it once, with its exit status).
+        say_error: says a refusal's or a crash's sentence (default: the renderer's error stream;
+            the chat writes it where it talks).
+    """
+
+    def __init__(self, renderer: LiveRenderer | TerminalRenderer, *, show_progress: bool = True,
+                 say_refusal: bool = True, say_error: Callable[[str], None] | None = None) -> None:
+        self.renderer, self.show_progress, self.say_refusal = renderer, show_progress, say_refusal
+        self.say_error = say_error or renderer.error
+
+    async def progress(self, progress: Progress, event: Event) -> None:
+        """Draw ``event`` (the renderer keeps its own drawing state)."""
+        if self.show_progress:
+            self.renderer.render(event)
+
+    async def answer(self, record: RunRecord, progress: Progress) -> None:
+        """Nothing yet: the renderer draws the answer at the end, with the run's last state."""
+
+    async def files(self, record: RunRecord) -> None:
+        """Nothing yet: the renderer lists the files under the answer."""
+
+    async def notice(self, sentence: str, outcome: Outcome) -> None:
+        """Nothing yet: said under the answer by :meth:`end`."""
+
+    async def end(self, outcome: Outcome, progress: Progress) -> None:
+        """The answer, files and notice, or the failure's sentence; a cancelled turn is only
+        cleared (the command says how it was abandoned)."""
+        record = outcome.record
+        if record is not None:
+            if self.show_progress:
+                self.renderer.render(Done(record))
+            elif not record.answered:
+                self.renderer.finish(record)
+            if outcome.answered and outcome.sentence:
+                self.renderer.notice(outcome.sentence)
+            return
+        self.renderer.close()
+        if outcome.sentence and outcome.moment != "restarted" and (self.say_refusal or outcome.moment != "refused"):
+            self.say_error(outcome.sentence)

@@ -213,12 +213,18 @@ async def _attach(service: Service, path: str, pending: list[IncomingFile], out:
 
 async def _turn(service: Service, renderer: Renderer, key: ConversationKey, text: str, files: list[IncomingFile],
                 out: TextIO, interactive: bool) -> None:
-    """Run one turn, drawing it; Ctrl-C stops it (interactive only)."""
+    """Run one turn, drawing it (:func:`adapters.turn.follow`, which says a refusal or a crash);
+    Ctrl-C stops it (interactive only)."""
     stop = asyncio.Event()
 
     async def turn() -> None:
-        async for event in service.handle(text, files, key=key, user="terminal", stop=stop, storage_fallback=True):
-            renderer.render(event)
+        from adapters.turn import follow
+
+        from . import TerminalView
+
+        await follow(service.handle(text, files, key=key, user="terminal", stop=stop, storage_fallback=True),
+                     TerminalView(renderer, say_error=lambda sentence: print(f"Error: {sentence}", file=out)),
+                     where=f"chat {key.thread}")
 
     run = asyncio.ensure_future(turn())
     guard = _ctrl_c_stops(run, stop, renderer) if interactive else contextlib.nullcontext()
@@ -235,8 +241,5 @@ async def _turn(service: Service, renderer: Renderer, key: ConversationKey, text
                 raise
             renderer.close()
             print("Abandoned this run; files it made so far stay in the conversation.", file=out)
-        except HuggingGPTError as e:
-            renderer.close()
-            print(f"Error: {e.user_message}", file=out)
         finally:
             renderer.close()

@@ -121,6 +121,14 @@ class TerminalRenderer:
         """Print one sentence of the front end's own (``Stopping this run…``) with the progress."""
         self.write(f"\n{sentence}")
 
+    def notice(self, sentence: str) -> None:
+        """Say what an answer lacks (:func:`adapters.turn.notice_of`), next to the error sentences."""
+        self.write(printable(f"Note: {sentence}"), self.err)
+
+    def error(self, sentence: str) -> None:
+        """Say why a turn has no answer (a refusal, a crash), where failed runs say theirs."""
+        self.write(printable(f"Error: {sentence}"), self.err)
+
     def close(self) -> None:
         """Forget a run that ended without :class:`Done` (abandoned): the next run starts afresh."""
         self.progress = Progress()
@@ -181,8 +189,7 @@ class TerminalRenderer:
     def finish(self, record: RunRecord) -> None:
         """The error sentence or the list of generated files."""
         if not record.answered:
-            self.err.write(f"Error: {printable(record.error or '')}\n")
-            self.err.flush()
+            self.error(record.error or "")
         if record.files:
             self.write(stream=self.answer)
             self.write("Files:", self.answer)

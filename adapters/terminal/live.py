@@ -146,6 +146,15 @@ class LiveRenderer:
         """Print a sentence of the front end's own above the live region (``Stopping this run…``)."""
         self.console.print(Text(sentence, style="yellow"))
 
+    def notice(self, sentence: str) -> None:
+        """Say what an answer lacks (:func:`adapters.turn.notice_of`) under the answer."""
+        self.console.print(Text(printable(f"Note: {sentence}"), style="yellow"))
+
+    def error(self, sentence: str) -> None:
+        """Say why a turn has no answer (a refusal, a crash), as a failed run's error."""
+        self.close()
+        self.err.print(Text(printable(f"Error: {sentence}"), style="red"))
+
     def close(self) -> None:
         """Stop redrawing (the region is cleared); safe to call twice."""
         if self._live is not None:
