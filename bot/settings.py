@@ -62,6 +62,9 @@ class InferenceSettings(ProviderKeys, Section):
     base_url: str | None = Field(None, description="gateway: every call for M goes to {base_url}/models/{M}")
     endpoints: dict[str, str] = Field(default_factory=dict, description="model id -> dedicated endpoint URL")
     experts_url: Annotated[list[str], NoDecode] = Field(default_factory=list, description="expert servers, M at {url}/models/{M}")
+    experts_api_keys: dict[str, SecretStr] = Field(
+        default_factory=dict, description="expert server URL (as in experts_url) -> the API key the bot sends it "
+                                          "as 'Authorization: Bearer KEY' (the server's api_key)")
     mode: Literal["providers", "local", "hybrid"] = Field("hybrid", description="hybrid: expert servers, then providers")
     experts_ttl: float = Field(10.0, ge=0, le=DAY, description="seconds an expert server's GET /models answer is reused")
     experts_timeout: float = Field(3.0, gt=0, le=600, description="seconds to wait for an expert server's GET /models")
@@ -103,6 +106,16 @@ class InferenceSettings(ProviderKeys, Section):
             if u.scheme not in ("http", "https") or not u.hostname or u.query or u.fragment or u.username or u.password:
                 raise ValueError(f"{url[:80]!r} is not an http:// or https:// URL without a query or credentials")
         return list(dict.fromkeys(url.strip().rstrip("/") for url in v))
+
+    @field_validator("experts_api_keys", mode="after")
+    @classmethod
+    def _keys_of_servers(cls, v: dict[str, SecretStr], info: Any) -> dict[str, SecretStr]:
+        urls = info.data.get("experts_url", [])
+        keys = {url.strip().rstrip("/"): key for url, key in v.items()}
+        for url in keys:
+            if url not in urls:
+                raise ValueError(f"{url[:80]!r} is not one of [inference] experts_url")
+        return keys
 
     @field_validator("mode", mode="after")
     @classmethod
