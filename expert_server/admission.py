@@ -35,6 +35,12 @@ class Held:
         self.pool.hold(nbytes, self.model_id)
         self.bytes += nbytes
 
+    def shrink(self, nbytes: int) -> None:
+        """Give back ``nbytes`` of what is held (on the event loop)."""
+        nbytes = min(nbytes, self.bytes)
+        self.bytes -= nbytes
+        self.pool.free(nbytes)
+
     def from_thread(self, loop: asyncio.AbstractEventLoop) -> Callable[[int], None]:
         """:meth:`grow` for a worker thread: runs it on ``loop`` and waits for its answer (raising
         what it raised)."""
@@ -58,16 +64,19 @@ class Held:
             self.pool.free(nbytes)
 
 
-async def read_body(request: Request, limit: int, held: Held) -> bytes:
-    """The request body, at most ``limit`` bytes, each piece held in ``held`` as it arrives.
+async def read_body(request: Request, limit: tuple[int, str], held: Held) -> bytes:
+    """The request body, at most ``limit[0]`` bytes (``limit[1]``: the setting that says so, for
+    the sentence), each piece held in ``held`` as it arrives.
 
     Raises:
         TooLarge: the declared or the received length is over ``limit`` (413).
         ClientClosed: the client left before the body was complete (499).
         Busy, TooLarge: the memory budget refused the body (:meth:`Held.grow`).
     """
+    limit, setting = limit
+
     def over(size: str) -> TooLarge:
-        return TooLarge("body", f"is {size} bytes long", f"max_body_bytes = {limit}")
+        return TooLarge("body", f"is {size} bytes long", setting)
 
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
@@ -82,4 +91,8 @@ async def read_body(request: Request, limit: int, held: Held) -> bytes:
             chunks.append(chunk)
     except ClientDisconnect:
         raise ClientClosed("The client left while sending its request.") from None
-    return b"".join(chunks)
+    held.grow(size)  # the joined copy, while the pieces still exist
+    body = b"".join(chunks)
+    del chunks
+    held.shrink(size)
+    return body

@@ -37,7 +37,7 @@ from .errors import BadPayload, ClientClosed, DeadlineExceeded, ExpertError, Not
 from .payload import Limits, parse_body
 from .pool import Pool
 from .queues import ModelQueue
-from .tasks import Binary, task_for
+from .tasks import Binary, body_limit, task_for
 
 THREAD_PREFIX = "expert"
 """Name prefix of the threads that run inference (:func:`expert_server.server.serve` looks for them at exit)."""
@@ -166,7 +166,8 @@ async def _list(request: Request) -> dict:
                      "size_bytes": m.size_bytes, "library": m.library,
                      "loaded_bytes": slot.loaded.charged if slot.loaded else None, "loads": slot.loads})
     return {"models": rows, "device": state.device, "memory_budget_bytes": state.budget,
-            "memory_used_bytes": state.pool.used if state.pool else 0}
+            "memory_used_bytes": state.pool.used if state.pool else 0,
+            "memory_inputs_bytes": state.pool.inputs if state.pool else 0}
 
 
 def _deadline(request: Request, config: ServerConfig) -> float:
@@ -193,16 +194,7 @@ async def _infer(model_id: str, request: Request) -> Response:
     if slot.refused:
         raise Refused(slot.refused)
     deadline = _deadline(request, state.config)
-    held = Held(state.pool, model_id)
-    try:
-        body = await read_body(request, state.config.max_body_bytes, held)
-        item = await asyncio.to_thread(_prepare, state, model.task, body, request.headers.get("content-type", ""),
-                                       held.from_thread(asyncio.get_running_loop()))
-        del body
-        future = state.queue(model_id).submit(item, deadline, held.release)
-    except BaseException:
-        held.release()
-        raise
+    future = await _admit(state, model_id, model.task, request, deadline)
     task = task_for(model.task)
     assert task is not None
     result = await _wait(request, future, deadline, model_id)
@@ -210,6 +202,35 @@ async def _infer(model_id: str, request: Request) -> Response:
     if isinstance(reply, Binary):
         return Response(reply.data, media_type=reply.media_type)
     return JSONResponse(reply)
+
+
+async def _admit(state: State, model_id: str, task_name: str, request: Request, deadline: float) -> asyncio.Future:
+    """Read, decode and queue the request's input, its memory held from the first byte; returns
+    the future of its job (which gives the memory back once run).
+
+    Raises:
+        ExpertError: refused on the way (without a traceback: its frames would keep the body and
+            the decoded input alive after their memory was given back).
+    """
+    held = Held(state.pool, model_id)
+    error: ExpertError | None = None
+    try:
+        task = task_for(task_name)
+        assert task is not None
+        body = await read_body(request, body_limit(task, state.config.max_body_bytes, state.config.max_text_chars),
+                               held)
+        item = await asyncio.to_thread(_prepare, state, task_name, body, request.headers.get("content-type", ""),
+                                       held.from_thread(asyncio.get_running_loop()))
+        del body
+        return state.queue(model_id).submit(item, deadline, held.release)  # the job holds the item from now on
+    except ExpertError as e:
+        error = e.with_traceback(None)
+        error.__context__ = error.__cause__ = None
+    except BaseException:
+        held.release()
+        raise
+    held.release()  # the body and the input are gone with the frames that held them
+    raise error
 
 
 def _prepare(state: State, task_name: str, body: bytes, content_type: str, charge: Any) -> Any:

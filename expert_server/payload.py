@@ -25,10 +25,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import BadPayload, TooLarge
+from .errors import BadPayload, ExpertError, TooLarge
 
 RGB_BYTES = 16  # bytes charged per pixel of a decoded image: 3 for RGB, 12 for the float32 copy
 # a pipeline's image processor makes of it before resizing, 1 for the decoder's buffers
+JSON_BYTES = 3  # bytes charged per byte of a JSON body parsed: its text, the parser's buffer, the document
 SAMPLE_BYTES = 8  # bytes charged per audio sample: float32, and its copy at the model's rate
 
 
@@ -76,7 +77,7 @@ def parse_body(body: bytes, content_type: str, limits: Limits | None = None,
         if not body:
             raise BadPayload("inputs", "is missing (the request body is empty)")
         return Payload(inputs=body, raw=body, limits=limits, charge=charge)
-    charge(len(body))  # the parsed document holds about as much again
+    charge(JSON_BYTES * len(body))
     try:
         doc = json.loads(body)
     except RecursionError:
@@ -101,11 +102,11 @@ def text(p: Payload, name: str = "inputs", value: Any = None) -> str:
     value = p.inputs if value is None and name == "inputs" else value
     if isinstance(value, bytes):
         value = value.decode("utf-8", "replace")
-    if not isinstance(value, str) or not value.strip():
-        raise BadPayload(name, "must be a non-empty string")
-    if p.limits is not None and len(value) > p.limits.max_text_chars:
+    if p.limits is not None and isinstance(value, str) and len(value) > p.limits.max_text_chars:
         raise TooLarge(name, f"is a text of {len(value)} characters",
                        f"max_text_chars = {p.limits.max_text_chars}")
+    if not isinstance(value, str) or not value or value.isspace():
+        raise BadPayload(name, "must be a non-empty string")
     return value
 
 
@@ -197,13 +198,13 @@ def audio(p: Payload, sampling_rate: int, name: str = "inputs") -> Any:
                 raise too_long
             p.charge(int(min(declared or seconds, seconds) * sampling_rate * SAMPLE_BYTES))
             chunks = _decode(container, stream, sampling_rate, int(seconds * sampling_rate), too_long)
-    except TooLarge:
+    except ExpertError:  # over the duration, or refused by the memory budget
         raise
     except Exception:  # noqa: BLE001 - FFmpeg's many errors all mean "not audio we can read"
         raise BadPayload(name, "is not an audio file this server can read (WAV, FLAC, MP3, OGG, ...)") from None
     if not chunks:
         raise BadPayload(name, "is an audio file without samples")
-    return np.concatenate(chunks).astype("float32")
+    return np.concatenate(chunks).astype("float32", copy=False)
 
 
 def _duration(container: Any, stream: Any) -> float | None:

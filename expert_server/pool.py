@@ -10,9 +10,10 @@
 * Evicting a model that is running drops the pool's reference; its memory is freed when that run
   ends (the run is not interrupted).
 * Requests' inputs share the budget (:meth:`Pool.hold`): a body as it arrives, a decoded image or
-  audio clip before it is decoded, until its job is done. When they do not fit beside the loaded
-  models, idle models are evicted as for a load; when they still do not fit, the request is
-  refused (503 while other inputs hold the memory, 413 when it could never fit). When the inputs
+  audio clip before it is decoded, until its job is done. When one does not fit beside the loaded
+  models and the inputs already held, it is refused with 503 (they will be done soon); when no
+  input is held, least recently used models are evicted to make room as for a load, and an input
+  that still does not fit is refused with 413 (it never could). When the inputs
   held fall back to none, freed memory is handed back to the system (:func:`memory.release`).
 """
 
@@ -59,6 +60,10 @@ class Slot:
 
 Loader = Callable[[CachedModel, str], Any]
 
+SMALL_INPUT = 2**20
+"""Bytes of an input that may use the last 1/SMALL_SHARE of the budget, which larger ones leave
+free: a small request is still answered while large inputs hold the rest."""
+SMALL_SHARE = 20
 RELEASE_AFTER = 16 * 2**20
 """Bytes of inputs freed after which memory is handed back to the system once none is held."""
 
@@ -77,7 +82,6 @@ class Pool:
         self.device, self.budget, self._loader, self._executor = device, budget, loader, executor
         self.slots = {mid: Slot(m) for mid, m in models.items()}
         self.inputs = 0  # bytes held by requests' inputs (hold / free)
-        self.peak_inputs = 0
         self._freed = 0  # bytes freed since memory was last handed back
         self._gate = asyncio.Lock()
         for slot in self.slots.values():
@@ -96,7 +100,8 @@ class Pool:
     def hold(self, nbytes: int, model_id: str) -> None:
         """Count ``nbytes`` of a request's input for ``model_id`` against the budget (call on the
         event loop; give them back with :meth:`free`). The model is counted too when it is not
-        loaded yet (it will be, to run the input).
+        loaded yet (it will be, to run the input). Inputs over :data:`SMALL_INPUT` bytes leave the
+        last 1/:data:`SMALL_SHARE` of the budget to small ones.
 
         Raises:
             Busy: they do not fit now, other requests' inputs hold the memory (503, retry).
@@ -105,16 +110,16 @@ class Pool:
         if self.budget is not None:
             slot = self.slots[model_id]
             model = 0 if slot.loaded else slot.model.size_bytes
-            if self.used + self.inputs + nbytes + model > self.budget:
-                self._make_room(nbytes + model + self.inputs, keep=slot)
-            if self.used + self.inputs + nbytes + model > self.budget:
+            budget = self.budget if nbytes <= SMALL_INPUT else self.budget - self.budget // SMALL_SHARE
+            if self.used + self.inputs + nbytes + model > budget and self.inputs == 0:  # else: wait for them
+                self._make_room(nbytes + model + self.budget - budget, keep=slot)
+            if self.used + self.inputs + nbytes + model > budget:
                 if self.inputs == 0 or nbytes + model + (slot.loaded.charged if slot.loaded else 0) > self.budget:
                     raise TooLarge("inputs", f"needs {format_size(nbytes)} of memory beside the model",
                                    f"memory_budget = {format_size(self.budget)}")
                 raise Busy(f"The inputs of the requests already waiting hold the server's memory budget "
                            f"({format_size(self.inputs)}); try again shortly.")
         self.inputs += nbytes
-        self.peak_inputs = max(self.peak_inputs, self.inputs)
 
     def free(self, nbytes: int) -> None:
         """Give back ``nbytes`` held with :meth:`hold`; once no input is held and at least

@@ -10,7 +10,7 @@ from typing import Any
 
 from .access import check_bind
 from .config import ServerConfig, format_size
-from .memory import available_bytes, cuda_total
+from .memory import available_bytes, cuda_total, tune_allocator
 
 log = logging.getLogger("expert_server")
 
@@ -59,6 +59,7 @@ def build(config: ServerConfig) -> Any:
     from .app import create_app
 
     check_bind(config)
+    tune_allocator()
     device = resolve_device(config.device)
     budget = resolve_budget(config.memory_budget, device)
     log.info("expert server on %s with a memory budget of %s", device, format_size(budget))

@@ -95,7 +95,7 @@ def _log_clean(server: Server) -> str:
 
 
 def test_a_body_over_max_body_bytes_is_413_whether_declared_or_streamed(server):
-    r = _post(server, "tiny/bert-sentiment", content=b"x" * 3_000_000, headers={"Content-Type": "application/json"})
+    r = _post(server, "tiny/vit-classifier", content=b"x" * 3_000_000, headers={"Content-Type": "image/png"})
     assert r.status_code == 413
     assert r.json()["error"] == ("Field 'body' is 3000000 bytes long, over this server's limit "
                                  "(max_body_bytes = 2000000).")
@@ -104,8 +104,13 @@ def test_a_body_over_max_body_bytes_is_413_whether_declared_or_streamed(server):
         for _ in range(30):
             yield b"y" * 100_000
 
-    r = _post(server, "tiny/bert-sentiment", content=chunks(), headers={"Content-Type": "application/json"})
+    r = _post(server, "tiny/vit-classifier", content=chunks(), headers={"Content-Type": "image/png"})
     assert r.status_code == 413 and "max_body_bytes = 2000000" in r.json()["error"]
+    # a text task's body holds texts only: bounded by what max_text_chars characters take in JSON
+    r = _post(server, "tiny/bert-sentiment", content=b"x" * 1_500_000, headers={"Content-Type": "application/json"})
+    assert r.status_code == 413
+    assert r.json()["error"] == ("Field 'body' is 1500000 bytes long, over this server's limit "
+                                 "(1078576 bytes for the texts of max_text_chars = 5000).")
     _small_ok(server)
     _log_clean(server)
 
@@ -146,6 +151,8 @@ def test_many_large_images_at_once_stay_within_the_memory_budget(server):
     while _status(pid, "VmRSS") - base > SLACK // 2 and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _status(pid, "VmRSS") - base <= SLACK // 2
+    listing = httpx2.get(f"{server.url}/models", headers=AUTH).json()
+    assert listing["memory_inputs_bytes"] == 0 and listing["memory_used_bytes"] <= BUDGET
     r = _post(server, "tiny/vit-classifier", content=_png(3000), headers={"Content-Type": "image/png"})
     assert r.status_code == 413
     assert r.json()["error"] == ("Field 'inputs' is an image of 3000x3000 pixels, over this server's limit "
