@@ -31,6 +31,9 @@ RGB_BYTES = 16  # bytes charged per pixel of a decoded image: 3 for RGB, 12 for 
 # a pipeline's image processor makes of it before resizing, 1 for the decoder's buffers
 JSON_BYTES = 3  # bytes charged per byte of a JSON body parsed: its text, the parser's buffer, the document
 SAMPLE_BYTES = 8  # bytes charged per audio sample: float32, and its copy at the model's rate
+WORK_BYTES = 256  # bytes charged per audio sample the model reads at once, for its activations:
+# measured with the benchmark's tiny wav2vec2 (bench_experts --flood); larger models take more
+# (wav2vec2-base's first convolution alone keeps 410), a margin for the operator's memory_budget
 
 
 @dataclass(frozen=True)
@@ -175,11 +178,13 @@ def image(p: Payload, name: str = "inputs", value: Any = None) -> Any:
         raise BadPayload(name, "is not an image this server can read (PNG, JPEG, WebP, ...)") from None
 
 
-def audio(p: Payload, sampling_rate: int, name: str = "inputs") -> Any:
+def audio(p: Payload, sampling_rate: int, name: str = "inputs", run_seconds: float | None = None) -> Any:
     """The mono float32 samples (numpy, at ``sampling_rate`` Hz) of the audio file in ``name``,
     decoded and resampled with PyAV (FFmpeg's libraries). The duration the container declares is
-    checked against ``max_audio_seconds`` and the samples charged before decoding; the samples are
-    counted while decoding too (a container can lie, or declare nothing).
+    checked against ``max_audio_seconds`` and charged before decoding (:data:`SAMPLE_BYTES` a
+    sample, and :data:`WORK_BYTES` a sample of what the model reads at once: ``run_seconds``, or
+    the whole clip when ``None``); the samples are counted while decoding too (a container can
+    lie, or declare nothing).
 
     Raises:
         BadPayload: not audio FFmpeg reads. TooLarge: longer than ``max_audio_seconds``.
@@ -196,7 +201,8 @@ def audio(p: Payload, sampling_rate: int, name: str = "inputs") -> Any:
             declared = _duration(container, stream)
             if declared is not None and declared > seconds:
                 raise too_long
-            p.charge(int(min(declared or seconds, seconds) * sampling_rate * SAMPLE_BYTES))
+            clip = min(declared or seconds, seconds)
+            p.charge(int(sampling_rate * (clip * SAMPLE_BYTES + min(clip, run_seconds or clip) * WORK_BYTES)))
             chunks = _decode(container, stream, sampling_rate, int(seconds * sampling_rate), too_long)
     except ExpertError:  # over the duration, or refused by the memory budget
         raise

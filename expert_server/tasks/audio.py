@@ -16,11 +16,12 @@ def _rate(runner: Any) -> int:
 
 
 RATE = 16000  # what speech models take; a model with another rate gets the audio resampled
-CHUNK_SECONDS = 30  # speech recognition reads a clip this many seconds at a time
+CHUNK_SECONDS = 10  # speech recognition reads a clip this many seconds at a time (the chunk length
+# transformers' docs use for CTC models); its working memory grows with it
 
 
 def _asr_prepare(p: P.Payload) -> tuple[Any, dict]:
-    return P.audio(p, RATE), {}
+    return P.audio(p, RATE, run_seconds=CHUNK_SECONDS), {}
 
 
 def _classify_prepare(p: P.Payload) -> tuple[Any, dict]:
