@@ -1,4 +1,4 @@
-"""Expert server benchmark: ``python -m benchmarks.bench_experts [--requests N]``.
+"""Expert server benchmark: ``python -m benchmarks.bench_experts [--requests N] [--flood]``.
 
 Builds tiny random checkpoints in a temporary Hugging Face cache (tests/tinymodels.py), starts the
 real server (``python -m expert_server``) and prints:
@@ -12,6 +12,13 @@ real server (``python -m expert_server``) and prints:
 * peak RSS growth (over the server's RSS with its libraries loaded) while 5 models are requested
   in turn under a budget of 2 models' size (target: never above the budget + 10 %), and which
   models are still loaded afterwards (the others were evicted, least recently used first).
+
+``--flood`` (issue 39) instead floods one server at once with large bodies (text over its limits),
+many large images and long audio clips, each retrying its 503s for a minute as the bot would,
+and prints its peak RSS growth (over its RSS with the models loaded and each library's code
+mapped by one small request of each kind: neither is in the budget's inputs) against its memory
+budget (target <= 110 %), how each kind of request was answered, and the p50/p99 latency of a
+small text request sent every 20 ms during the flood.
 """
 
 from __future__ import annotations
@@ -146,10 +153,128 @@ def peak_rss(url: str, pid: int, models: list[str]) -> tuple[int, int]:
     return base, peak[0]
 
 
+FLOOD_BUDGET = 200_000_000
+FLOOD_RETRY = 60  # seconds a flood request retries its 503s
+FLOOD_REPOS = {"tiny/vit": REPOS["tiny/vit"], "tiny/bert-cls": REPOS["tiny/bert-cls"],
+               "tiny/asr": (tinymodels.wav2vec2("Wav2Vec2ForCTC"), "automatic-speech-recognition")}
+
+
+def _wav(seconds: int, noise: bool) -> bytes:
+    import wave
+
+    clip = io.BytesIO()
+    with wave.open(clip, "wb") as w:
+        w.setnchannels(1), w.setsampwidth(2), w.setframerate(16000)
+        w.writeframes(os.urandom(2 * 16000 * seconds) if noise else bytes(2 * 16000 * seconds))
+    return clip.getvalue()
+
+
+def _flood_inputs() -> dict[str, tuple[str, bytes, str, int]]:
+    """kind → (model, body, content type, how many at once)."""
+    from PIL import Image
+
+    import base64
+
+    buf = io.BytesIO()
+    Image.new("RGB", (2000, 2000), (200, 40, 40)).save(buf, "PNG")  # 4 Mpx in a few kB
+    noise = io.BytesIO()
+    Image.frombytes("RGB", (2000, 2000), os.urandom(2000 * 2000 * 3)).save(noise, "PNG")  # 12 MB: incompressible
+    image_json = b'{"inputs": "' + base64.b64encode(noise.getvalue()) + b'", "parameters": {"top_k": 2}}'  # 16 MB
+    text = b'{"inputs": "' + b"the cat " * 4_000_000 + b'"}'  # 32 MB of text
+    return {"large body (32 MB of text)": ("tiny/bert-cls", text, "application/json", 8),
+            "large body (16 MB JSON, an image in base64)": ("tiny/vit", image_json, "application/json", 8),
+            "large image (4 Mpx)": ("tiny/vit", buf.getvalue(), "image/png", 48),
+            "long audio (2 min)": ("tiny/asr", _wav(120, noise=True), "audio/wav", 4)}
+
+
+def _prober(url: str, pid: int, stop: threading.Event, peak: list[int], latencies: list[float]) -> None:
+    """In a thread of its own (the flood's client loop is busy): the peak RSS of ``pid`` and the
+    latency of a small text request every 20 ms (``inf`` for one that was not answered 200)."""
+    with httpx2.Client(timeout=60) as http:
+        while not stop.is_set():
+            t = time.perf_counter()
+            r = http.post(f"{url}/models/tiny/bert-cls", json={"inputs": "the cat"})
+            latencies.append(time.perf_counter() - t if r.status_code == 200 else float("inf"))
+            end = time.perf_counter() + 0.02
+            while time.perf_counter() < end:
+                peak[0] = max(peak[0], rss_bytes(pid))
+                time.sleep(0.002)
+
+
+async def _flood(url: str, pid: int) -> tuple[int, dict[str, dict[int, int]], list[float]]:
+    """(peak RSS, statuses per kind, latencies of the small request in seconds) of one flood."""
+    inputs = _flood_inputs()
+    peak, latencies, stop = [rss_bytes(pid)], [], threading.Event()
+    prober = threading.Thread(target=_prober, args=(url, pid, stop, peak, latencies))
+    prober.start()
+    try:
+        async with httpx2.AsyncClient(timeout=300, limits=httpx2.Limits(max_connections=200)) as http:
+            async def one(model: str, body: bytes, ctype: str) -> int:
+                """Its final status: a 503 is retried, as the bot does, for up to FLOOD_RETRY seconds."""
+                end = time.monotonic() + FLOOD_RETRY
+                while True:
+                    r = await http.post(f"{url}/models/{model}", content=body, headers={"Content-Type": ctype})
+                    if r.status_code != 503 or time.monotonic() > end:
+                        return r.status_code
+                    await asyncio.sleep(0.25)
+
+            kinds = list(inputs)
+            codes = await asyncio.gather(*(one(*inputs[k][:3]) for k in kinds for _ in range(inputs[k][3])))
+    finally:
+        stop.set()
+        prober.join()
+    out: dict[str, dict[int, int]] = {}
+    at = 0
+    for k in kinds:
+        n = inputs[k][3]
+        out[k] = {c: codes[at:at + n].count(c) for c in sorted(set(codes[at:at + n]))}
+        at += n
+    return peak[0], out, latencies
+
+
+def _warm(url: str) -> None:
+    """One small request of each kind: the models load and each library maps its code."""
+    with httpx2.Client(timeout=120) as http:
+        http.post(f"{url}/models/tiny/bert-cls", json={"inputs": "the cat"}).raise_for_status()
+        http.post(f"{url}/models/tiny/vit", content=png(), headers={"Content-Type": "image/png"}).raise_for_status()
+        http.post(f"{url}/models/tiny/asr", content=_wav(1, noise=False),
+                  headers={"Content-Type": "audio/wav"}).raise_for_status()
+
+
+def flood(tmp: Path) -> list[tuple[str, str]]:
+    """The ``--flood`` rows."""
+    tinymodels.build_cache(tmp / "cache", FLOOD_REPOS)
+    proc, url, _ = start(tmp / "cache", f"memory_budget = {FLOOD_BUDGET}\n", tmp)
+    try:
+        _warm(url)
+        base = rss_bytes(proc.pid)  # models loaded, each library's code mapped: what the budget does not cover
+        peak, codes, lat = asyncio.run(_flood(url, proc.pid))
+        time.sleep(2)
+        after = rss_bytes(proc.pid)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    lat.sort()
+    rows = [("memory budget", f"{FLOOD_BUDGET / 1e6:.0f} MB"),
+            ("peak RSS growth during the flood", f"{(peak - base) / 1e6:.1f} MB ({(peak - base) / FLOOD_BUDGET:.0%} of the "
+                                                 "budget; target <= 110%)"),
+            ("RSS growth 2 s after the flood", f"{(after - base) / 1e6:.1f} MB")]
+    rows += [(f"answers, {k}", ", ".join(f"{n} x {c}" for c, n in v.items())) for k, v in codes.items()]
+    rows += [("small request during the flood", f"{len(lat)} sent, {sum(x == float('inf') for x in lat)} not 200, "
+                                                f"p50 {lat[len(lat) // 2] * 1000:.0f} ms, "
+                                                f"p99 {lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1000:.0f} ms")]
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=200)
+    ap.add_argument("--flood", action="store_true", help="flood one server and print its memory against its budget")
     args = ap.parse_args(argv)
+    if args.flood:
+        with tempfile.TemporaryDirectory() as d:
+            _print(flood(Path(d)))
+        return 0
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         snaps = tinymodels.build_cache(tmp / "cache", REPOS)
@@ -184,11 +309,15 @@ def main(argv: list[str] | None = None) -> int:
             for p in procs:
                 p.terminate()
                 p.wait(10)
+    _print(rows)
+    return 0
+
+
+def _print(rows: list[tuple[str, str]]) -> None:
     width = max(len(k) for k, _ in rows)
     print(f"{'measure':<{width}}  value")
     for k, v in rows:
         print(f"{k:<{width}}  {v}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -69,7 +69,8 @@ def expert_servers(settings: Settings) -> ExpertServers | None:
     inf = settings.inference
     if not inf.experts_url or inf.mode == "providers":
         return None
-    return ExpertServers(list(inf.experts_url), ttl=inf.experts_ttl, timeout=inf.experts_timeout)
+    return ExpertServers(list(inf.experts_url), ttl=inf.experts_ttl, timeout=inf.experts_timeout,
+                         keys={url: key.get_secret_value() for url, key in inf.experts_api_keys.items()})
 
 
 def _mode(settings: Settings) -> Mode:

@@ -9,20 +9,9 @@ Sources, strongest first (docs/configuration.md, generated from the fields below
 3. one TOML file: ``--config FILE``, else ``HUGGINGGPT_CONFIG``, else ``./hugginggpt.toml``;
 4. the defaults below.
 
-One section a class: ``[llm]``, ``[inference]`` (with the provider keys of :class:`ProviderKeys`;
-their words are Hugging Face's Inference Providers documentation: ``provider="auto"``, the
-``:fastest``, ``:cheapest``, ``:preferred`` and ``model:provider`` suffixes, ``bill_to`` as
-``X-HF-Bill-To``), ``[planning]``, ``[catalog]``, ``[storage]``, ``[documents]`` (PDF
-attachments and media decoding), ``[discord]``, ``[slack]``, ``[server]`` (the HTTP API) and
-``[mcp]`` (tool servers whose tools the planner may use as experts), e.g.::
-
-    [mcp.servers.stamps]            # a program spoken to over stdio
-    command = "python"
-    args = ["-m", "sandbox.mcp_tools"]
-
-    [mcp.servers.spaces]            # a streamable HTTP endpoint
-    url = "https://huggingface.co/mcp"
-    headers = { Authorization = "Bearer hf_..." }
+One section a class: ``[llm]``, ``[inference]`` (with the provider keys of :class:`ProviderKeys`,
+in the words of Hugging Face's Inference Providers documentation), ``[planning]``, ``[catalog]``,
+``[storage]``, ``[documents]``, ``[discord]``, ``[slack]``, ``[server]`` and ``[mcp]``.
 
 Secrets are ``SecretStr``: they print as ``**********`` in logs and reprs. The environment is
 read from the mapping :func:`load_settings` is given (a custom pydantic-settings source); the
@@ -196,6 +185,9 @@ class InferenceSettings(ProviderKeys, Section):
     experts_url: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="expert servers, M at {url}/models/{M}",
     )
+    experts_api_keys: dict[str, SecretStr] = Field(
+        default_factory=dict, description="expert server URL (as in experts_url) -> the API key the bot sends it "
+                                          "as 'Authorization: Bearer KEY' (the server's api_key)")
     mode: Literal["providers", "local", "hybrid"] = Field(
         "hybrid", description="hybrid: expert servers, then providers",
     )
@@ -246,6 +238,16 @@ class InferenceSettings(ProviderKeys, Section):
             if u.scheme not in ("http", "https") or not u.hostname or u.query or u.fragment or u.username or u.password:
                 raise ValueError(f"{url[:80]!r} is not an http:// or https:// URL without a query or credentials")
         return list(dict.fromkeys(url.strip().rstrip("/") for url in v))
+
+    @field_validator("experts_api_keys", mode="after")
+    @classmethod
+    def _keys_of_servers(cls, v: dict[str, SecretStr], info: Any) -> dict[str, SecretStr]:
+        urls = info.data.get("experts_url", [])
+        keys = {url.strip().rstrip("/"): key for url, key in v.items()}
+        for url in keys:
+            if url not in urls:
+                raise ValueError(f"{url[:80]!r} is not one of [inference] experts_url")
+        return keys
 
     @field_validator("mode", mode="after")
     @classmethod
@@ -606,6 +608,7 @@ class Settings(BaseSettings):
                 if isinstance(value, SecretStr) and value.get_secret_value():
                     values.append(value.get_secret_value())
         values.extend(k.get_secret_value() for k in self.server.api_keys if k.get_secret_value())
+        values.extend(k.get_secret_value() for k in self.inference.experts_api_keys.values() if k.get_secret_value())
         values.extend(self.mcp.secret_values())
         if self.storage.database_url is not None:  # the password alone too, wherever it is printed
             password = urlsplit(self.storage.database_url.get_secret_value()).password

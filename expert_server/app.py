@@ -8,8 +8,12 @@
 A request's deadline is its ``X-Request-Timeout`` header (seconds) or the config's
 ``default_deadline``, capped at ``max_deadline``; past it the answer is 504 and its place in the
 queue is freed, as it is when the client disconnects. Errors are ``{"error": "<sentence>"}``:
-400 bad payload (naming the field), 404 unknown model, 503 busy or out of memory, 504 deadline,
-507 a model that never fits the memory budget.
+400 bad payload (naming the field), 401 no or a wrong API key, 403 another site's web page, 404
+unknown model, 413 an input over a limit (naming the field and the setting), 421 a host name not
+answered (:mod:`expert_server.access`), 503 busy, out of memory or the memory budget held by the
+inputs waiting, 504 deadline, 507 a model that never fits the memory budget. Each is one log line,
+the caller's values escaped and cut (:func:`expert_server.errors.shown`); a client that leaves is
+logged at INFO (it is not an error).
 """
 
 from __future__ import annotations
@@ -25,13 +29,18 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
+from .access import AccessGuard
+from .admission import Held, read_body
 from .cache import CachedModel
 from .config import ServerConfig
-from .errors import BadPayload, ClientClosed, DeadlineExceeded, ExpertError, NotReady, Refused, UnknownModel
-from .payload import parse_body
+from .errors import BadPayload, ClientClosed, DeadlineExceeded, ExpertError, NotReady, Refused, UnknownModel, shown
+from .payload import Limits, parse_body
 from .pool import Pool
 from .queues import ModelQueue
-from .tasks import Binary, task_for
+from .tasks import Binary, body_limit, task_for
+
+THREAD_PREFIX = "expert"
+"""Name prefix of the threads that run inference (:func:`expert_server.server.serve` looks for them at exit)."""
 
 log = logging.getLogger("expert_server")
 
@@ -48,6 +57,12 @@ class State:
     pool: Pool | None = None
     queues: dict[str, ModelQueue] = field(default_factory=dict)
     ready: bool = False
+
+    @property
+    def limits(self) -> Limits:
+        """One request's input limits, from the config."""
+        c = self.config
+        return Limits(c.max_text_chars, c.max_image_pixels, c.max_audio_seconds, c.max_output_pixels)
 
     def queue(self, model_id: str) -> ModelQueue:
         """The queue of ``model_id`` (created on first use)."""
@@ -89,12 +104,13 @@ def create_app(config: ServerConfig, device: str, budget: int | None, *, scan: b
             state.executor.shutdown(wait=False, cancel_futures=True)
 
     app = FastAPI(title="HuggingGPT expert server", lifespan=lifespan)
-    app.state.experts = State(config, device, budget, ThreadPoolExecutor(max_workers=4, thread_name_prefix="expert"))
+    app.state.experts = State(config, device, budget, ThreadPoolExecutor(max_workers=4, thread_name_prefix=THREAD_PREFIX))
     app.add_exception_handler(ExpertError, _error)  # type: ignore[arg-type]
     app.add_api_route("/healthz", _healthz, methods=["GET"])
     app.add_api_route("/readyz", _readyz, methods=["GET"])
     app.add_api_route("/models", _list, methods=["GET"])
     app.add_api_route("/models/{model_id:path}", _infer, methods=["POST"])
+    app.add_middleware(AccessGuard, config=config)
     return app
 
 
@@ -119,7 +135,8 @@ async def start(state: State, models: dict[str, CachedModel]) -> None:
 
 async def _error(request: Request, exc: ExpertError) -> JSONResponse:
     model = request.path_params.get("model_id", "")
-    log.warning("%s %s %s: %s", exc.status, request.method, model or request.url.path, exc.message)
+    level = logging.INFO if isinstance(exc, ClientClosed) else logging.WARNING
+    log.log(level, "%s %s %s: %s", exc.status, request.method, shown(model or request.url.path), exc.message)
     headers = {"Retry-After": "5"} if exc.status == 503 else None
     return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
 
@@ -149,7 +166,8 @@ async def _list(request: Request) -> dict:
                      "size_bytes": m.size_bytes, "library": m.library,
                      "loaded_bytes": slot.loaded.charged if slot.loaded else None, "loads": slot.loads})
     return {"models": rows, "device": state.device, "memory_budget_bytes": state.budget,
-            "memory_used_bytes": state.pool.used if state.pool else 0}
+            "memory_used_bytes": state.pool.used if state.pool else 0,
+            "memory_inputs_bytes": state.pool.inputs if state.pool else 0}
 
 
 def _deadline(request: Request, config: ServerConfig) -> float:
@@ -170,23 +188,59 @@ async def _infer(model_id: str, request: Request) -> Response:
     _ready(state)
     model = state.models.get(model_id)
     if model is None or state.pool is None:
-        raise UnknownModel(f"Model {model_id} is not served here (not in this server's cache, or not allowed).")
+        raise UnknownModel(f"Model {shown(model_id, 100)} is not served here (not in this server's cache, or not "
+                           "allowed).")
     slot = state.pool.slots[model_id]
     if slot.refused:
         raise Refused(slot.refused)
     deadline = _deadline(request, state.config)
+    future = await _admit(state, model_id, model.task, request, deadline)
     task = task_for(model.task)
     assert task is not None
-    body = await request.body()
-    payload = parse_body(body, request.headers.get("content-type", ""))
-    payload.parameters = {**state.config.default_parameters.get(model.task, {}), **payload.parameters}
-    item = await asyncio.to_thread(task.prepare, payload)
-    future = state.queue(model_id).submit(item, deadline)
     result = await _wait(request, future, deadline, model_id)
     reply = task.encode(result)
     if isinstance(reply, Binary):
         return Response(reply.data, media_type=reply.media_type)
     return JSONResponse(reply)
+
+
+async def _admit(state: State, model_id: str, task_name: str, request: Request, deadline: float) -> asyncio.Future:
+    """Read, decode and queue the request's input, its memory held from the first byte; returns
+    the future of its job (which gives the memory back once run).
+
+    Raises:
+        ExpertError: refused on the way (without a traceback: its frames would keep the body and
+            the decoded input alive after their memory was given back).
+    """
+    held = Held(state.pool, model_id)
+    error: ExpertError | None = None
+    try:
+        task = task_for(task_name)
+        assert task is not None
+        body = await read_body(request, body_limit(task, state.config.max_body_bytes, state.config.max_text_chars),
+                               held)
+        item = await asyncio.to_thread(_prepare, state, task_name, body, request.headers.get("content-type", ""),
+                                       held.from_thread(asyncio.get_running_loop()))
+        del body
+        return state.queue(model_id).submit(item, deadline, held.release)  # the job holds the item from now on
+    except ExpertError as e:
+        error = e.with_traceback(None)
+        error.__context__ = error.__cause__ = None
+    except BaseException:
+        held.release()
+        raise
+    held.release()  # the body and the input are gone with the frames that held them
+    raise error
+
+
+def _prepare(state: State, task_name: str, body: bytes, content_type: str, charge: Any) -> Any:
+    """The task's input from ``body`` (in a worker thread: parsing and decoding take time), the
+    config's default parameters filled in, each decoded input charged before it is decoded."""
+    task = task_for(task_name)
+    assert task is not None
+    payload = parse_body(body, content_type, state.limits, charge)
+    payload.parameters = {**state.config.default_parameters.get(task_name, {}), **payload.parameters}
+    return task.prepare(payload)
 
 
 async def _wait(request: Request, future: asyncio.Future, deadline: float, model_id: str) -> Any:

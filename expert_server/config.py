@@ -17,6 +17,9 @@
     annotators = "lllyasviel/Annotators"
     min_free_memory = "0"           # refuse to start an inference below this much free RAM
                                     # (answered as out of memory: 503, the model unloaded)
+    api_key = "..."                 # access (api_key, allowed_hosts, cors_origins) and the limits of
+    max_image_pixels = 12000000     # one request (max_body_bytes, max_text_chars, max_image_pixels,
+                                    # max_audio_seconds, max_output_pixels): the fields' descriptions
     [min_free_memory_for]           # the same floor for single models
     "org/big-model" = "6GB"
     [ray."org/name"]                # Ray Serve: this model's deployment options (docs/experts.md)
@@ -36,7 +39,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
@@ -98,8 +101,29 @@ class ServerConfig(BaseSettings):
     min_free_memory_for: dict[str, int] = {}
     ray: dict[str, dict] = {}
     cache_dir: str | None = None
+    api_key: SecretStr | None = Field(
+        None, description="bearer token every model request must carry ('Authorization: Bearer KEY'); "
+                          "required when bound to an address other than loopback")
+    allowed_hosts: list[str] = Field(
+        default_factory=list, description="Host header names answered ('*.domain' for subdomains, '*' for any; "
+                                          "empty: localhost, 127.0.0.1, ::1 and the bound address; any with a "
+                                          "wildcard bind, where api_key is required)")
+    cors_origins: list[str] = Field(
+        default_factory=list, description="origins (scheme://host[:port]) whose web pages may call; others get 403")
+    max_body_bytes: int = Field(40 * 2**20, ge=1024, description="bytes of one request body (413 beyond, "
+                                                                 "before it is read when Content-Length says so)")
+    max_text_chars: int = Field(100_000, ge=1, description="characters of one text input (413 beyond); "
+                                                           "texts are also truncated to the model's maximum tokens")
+    max_image_pixels: int = Field(40_000_000, ge=64, description="pixels of one input image, read from its "
+                                                                 "header before it is decoded (413 beyond)")
+    max_audio_seconds: float = Field(600.0, gt=0, description="seconds of one input audio file, probed before "
+                                                              "it is decoded and counted while it is (413 beyond)")
+    shutdown_grace: float = Field(20.0, gt=0, description="seconds requests in flight get to finish after "
+                                                          "SIGTERM/SIGINT before their connections are closed")
+    max_output_pixels: int = Field(1024 * 1024, ge=64, description="pixels image-to-image and ControlNet draw: "
+                                                                   "a larger input is scaled down to fit")
 
-    @field_validator("memory_budget", "min_free_memory", mode="before")
+    @field_validator("memory_budget", "min_free_memory", "max_body_bytes", mode="before")
     @classmethod
     def _size(cls, v: Any) -> Any:
         return parse_size(v) if isinstance(v, str) else v

@@ -31,6 +31,35 @@ class BadPayload(ExpertError):
         self.field = field
 
 
+class TooLarge(ExpertError):
+    """413: one part of the request is over a limit of the server's settings; the sentence names
+    the part and the setting."""
+
+    status = 413
+
+    def __init__(self, field: str, problem: str, setting: str) -> None:
+        super().__init__(f"Field '{field}' {problem}, over this server's limit ({setting}).")
+        self.field = field
+
+
+class Unauthorized(ExpertError):
+    """401: the request carries no API key, or a wrong one."""
+
+    status = 401
+
+
+class Forbidden(ExpertError):
+    """403: a web page of another origin sent the request."""
+
+    status = 403
+
+
+class WrongHost(ExpertError):
+    """421: the ``Host`` header names a host this server does not answer to (DNS rebinding)."""
+
+    status = 421
+
+
 class UnknownModel(ExpertError):
     """404: the model is not in the cache, not allowed, or not servable here."""
 
@@ -50,7 +79,8 @@ class OutOfMemory(ExpertError):
 
 
 class Busy(ExpertError):
-    """503: the model's queue is full; retry later (``Retry-After`` is sent)."""
+    """503: the model's queue is full, or the memory budget is held by the inputs waiting; retry
+    later (``Retry-After`` is sent)."""
 
     status = 503
 
@@ -77,3 +107,15 @@ class ClientClosed(ExpertError):
     """499 (nginx's code): the client disconnected; nobody reads this answer."""
 
     status = 499
+
+
+SHOWN_CHARS = 200
+"""Characters of a caller's value (a model id, a field) kept in a sentence or a log line."""
+
+
+def shown(value: object, limit: int = SHOWN_CHARS) -> str:
+    """``value`` safe to echo into a sentence or a log line: control characters (NUL, newlines,
+    escapes) written as ``\\xNN``/``\\n`` escapes, and cut to ``limit`` characters with ``…``."""
+    text = str(value)
+    safe = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text[:limit])
+    return safe[:limit] + ("…" if len(safe) > limit or len(text) > limit else "")

@@ -92,6 +92,26 @@ def cuda_total(device: str) -> int:
     return int(torch.cuda.get_device_properties(torch.device(device)).total_memory)
 
 
+MMAP_THRESHOLD = 2**20
+"""Bytes from which glibc serves an allocation by ``mmap``, returned to the system when freed."""
+ARENAS = 2
+"""glibc malloc arenas: each thread that decodes an input otherwise gets its own, whose freed
+pages other threads cannot reuse."""
+
+
+def tune_allocator() -> bool:
+    """Make freed inputs go back to the system at once: a fixed ``mmap`` threshold of
+    :data:`MMAP_THRESHOLD` (glibc otherwise raises it to the largest block freed, after which
+    decoded images live in the heap and stay resident) and :data:`ARENAS` arenas (``mallopt``,
+    glibc only). Returns whether it applied (``False`` on another libc)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        m_mmap_threshold, m_arena_max = -3, -8  # <malloc.h>
+        return bool(libc.mallopt(m_mmap_threshold, MMAP_THRESHOLD)) and bool(libc.mallopt(m_arena_max, ARENAS))
+    except (OSError, AttributeError):
+        return False
+
+
 def release(device: str) -> None:
     """Collect garbage and hand freed memory back: CUDA's cached blocks, glibc's free heap pages."""
     gc.collect()

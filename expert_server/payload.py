@@ -6,7 +6,12 @@ helper, ``huggingface_hub/inference/_providers/hf_inference.py``), and the media
 * with parameters (or extra fields, as visual question answering's ``question`` and ``image``):
   JSON ``{"inputs": "<base64>", "parameters": {...}, ...}``.
 
-Everything wrong with a body raises :class:`~expert_server.errors.BadPayload` naming the field.
+Everything wrong with a body raises :class:`~expert_server.errors.BadPayload` naming the field;
+an input over one of the server's limits (:class:`Limits`) raises
+:class:`~expert_server.errors.TooLarge` (413), checked before it is decoded: an image's size from
+its header, an audio file's duration from its container. The memory a decoded input will take is
+charged (``Payload.charge``) before it is decoded, so inputs count against the memory budget from
+then on (:meth:`expert_server.pool.Pool.hold`).
 """
 
 from __future__ import annotations
@@ -16,39 +21,70 @@ import binascii
 import io
 import json
 import wave
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import BadPayload
+from .errors import BadPayload, ExpertError, TooLarge
 
-MAX_IMAGE_PIXELS = 64_000_000  # decompression bombs are refused, not decoded
+RGB_BYTES = 16  # bytes charged per pixel of a decoded image: 3 for RGB, 12 for the float32 copy
+# a pipeline's image processor makes of it before resizing, 1 for the decoder's buffers
+JSON_BYTES = 3  # bytes charged per byte of a JSON body parsed: its text, the parser's buffer, the document
+SAMPLE_BYTES = 8  # bytes charged per audio sample: float32, and its copy at the model's rate
+WORK_BYTES = 256  # bytes charged per audio sample the model reads at once, for its activations:
+# measured with the benchmark's tiny wav2vec2 (bench_experts --flood); larger models take more
+# (wav2vec2-base's first convolution alone keeps 410), a margin for the operator's memory_budget
+
+
+@dataclass(frozen=True)
+class Limits:
+    """One request's input limits (from :class:`expert_server.config.ServerConfig`, whose fields
+    of the same names document them): characters, pixels, seconds."""
+
+    max_text_chars: int
+    max_image_pixels: int
+    max_audio_seconds: float
+    max_output_pixels: int
+
+
+def _no_charge(nbytes: int) -> None:
+    """The charge of a payload made outside a request: nothing is counted."""
 
 
 @dataclass
 class Payload:
     """A parsed request body: ``inputs``, ``parameters`` and the other top-level JSON fields
-    (``extra``); ``raw`` is the body when it was a file, not JSON."""
+    (``extra``); ``raw`` is the body when it was a file, not JSON. ``limits`` bound its inputs
+    (``None``: unbounded, a payload made outside a request); ``charge(bytes)`` is called before an
+    input is decoded with the memory it will take (it raises to refuse)."""
 
     inputs: Any = None
     parameters: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)
     raw: bytes | None = None
+    limits: Limits | None = None
+    charge: Callable[[int], None] = _no_charge
 
 
-def parse_body(body: bytes, content_type: str) -> Payload:
-    """The :class:`Payload` of a request body.
+def parse_body(body: bytes, content_type: str, limits: Limits | None = None,
+               charge: Callable[[int], None] = _no_charge) -> Payload:
+    """The :class:`Payload` of a request body, with ``limits`` and ``charge`` (see :class:`Payload`).
 
     Raises:
-        BadPayload: JSON that does not parse, is not an object, or has non-object ``parameters``.
+        BadPayload: JSON that does not parse, is nested too deeply, is not an object, or has
+            non-object ``parameters``.
     """
     ctype = content_type.split(";")[0].strip().lower()
     looks_json = ctype.endswith("json") or (not ctype and body[:1] == b"{")
     if not looks_json:
         if not body:
             raise BadPayload("inputs", "is missing (the request body is empty)")
-        return Payload(inputs=body, raw=body)
+        return Payload(inputs=body, raw=body, limits=limits, charge=charge)
+    charge(JSON_BYTES * len(body))
     try:
         doc = json.loads(body)
+    except RecursionError:
+        raise BadPayload("body", "is JSON nested too deeply") from None
     except (ValueError, UnicodeDecodeError):
         raise BadPayload("body", "is not valid JSON") from None
     if not isinstance(doc, dict):
@@ -57,17 +93,38 @@ def parse_body(body: bytes, content_type: str) -> Payload:
     if not isinstance(params, dict):
         raise BadPayload("parameters", "must be an object")
     inputs = doc.pop("inputs", None)
-    return Payload(inputs=inputs, parameters=params, extra=doc)
+    return Payload(inputs=inputs, parameters=params, extra=doc, limits=limits, charge=charge)
 
 
 def text(p: Payload, name: str = "inputs", value: Any = None) -> str:
-    """The non-empty string in ``value`` (default: ``p.inputs``); ``name`` is the field's name."""
+    """The non-empty string in ``value`` (default: ``p.inputs``); ``name`` is the field's name.
+
+    Raises:
+        BadPayload: not a non-empty string. TooLarge: longer than ``max_text_chars``.
+    """
     value = p.inputs if value is None and name == "inputs" else value
     if isinstance(value, bytes):
         value = value.decode("utf-8", "replace")
-    if not isinstance(value, str) or not value.strip():
+    if p.limits is not None and isinstance(value, str) and len(value) > p.limits.max_text_chars:
+        raise TooLarge(name, f"is a text of {len(value)} characters",
+                       f"max_text_chars = {p.limits.max_text_chars}")
+    if not isinstance(value, str) or not value or value.isspace():
         raise BadPayload(name, "must be a non-empty string")
     return value
+
+
+def texts(p: Payload, name: str, values: Any) -> list[str]:
+    """The non-empty list of non-empty strings in ``values``, together at most ``max_text_chars``.
+
+    Raises:
+        BadPayload: not such a list. TooLarge: longer, all together, than ``max_text_chars``.
+    """
+    if not isinstance(values, list) or not values or not all(isinstance(s, str) and s for s in values):
+        raise BadPayload(name, "must be a non-empty list of strings")
+    total = sum(len(s) for s in values)
+    if p.limits is not None and total > p.limits.max_text_chars:
+        raise TooLarge(name, f"holds texts of {total} characters in all", f"max_text_chars = {p.limits.max_text_chars}")
+    return list(values)
 
 
 def param(p: Payload, name: str, kind: type | tuple[type, ...], default: Any = None) -> Any:
@@ -97,39 +154,90 @@ def file_bytes(p: Payload, name: str = "inputs", value: Any = None) -> bytes:
 
 
 def image(p: Payload, name: str = "inputs", value: Any = None) -> Any:
-    """The RGB ``PIL.Image`` in a file field."""
+    """The RGB ``PIL.Image`` in a file field. Its size is read from the header (PIL opens lazily)
+    and checked against ``max_image_pixels``, and its decoded bytes charged, before it is decoded.
+
+    Raises:
+        BadPayload: not an image PIL reads. TooLarge: over ``max_image_pixels``.
+        Busy, TooLarge: from ``charge`` (the memory budget).
+    """
     from PIL import Image
 
     data = file_bytes(p, name, value)
     try:
         img = Image.open(io.BytesIO(data))
-        if img.width * img.height > MAX_IMAGE_PIXELS:
-            raise BadPayload(name, f"is an image of {img.width}x{img.height} pixels, over the limit of {MAX_IMAGE_PIXELS}")
-        return img.convert("RGB")
-    except BadPayload:
-        raise
     except Exception:  # noqa: BLE001 - PIL raises many kinds for a file that is not an image
+        raise BadPayload(name, "is not an image this server can read (PNG, JPEG, WebP, ...)") from None
+    limit = p.limits.max_image_pixels if p.limits is not None else Image.MAX_IMAGE_PIXELS or 0
+    if img.width * img.height > limit:
+        raise TooLarge(name, f"is an image of {img.width}x{img.height} pixels", f"max_image_pixels = {limit}")
+    p.charge(img.width * img.height * RGB_BYTES)
+    try:
+        return img.convert("RGB")
+    except Exception:  # noqa: BLE001 - a truncated or corrupt file fails only when decoded
         raise BadPayload(name, "is not an image this server can read (PNG, JPEG, WebP, ...)") from None
 
 
-def audio(p: Payload, sampling_rate: int, name: str = "inputs") -> Any:
+def audio(p: Payload, sampling_rate: int, name: str = "inputs", run_seconds: float | None = None) -> Any:
     """The mono float32 samples (numpy, at ``sampling_rate`` Hz) of the audio file in ``name``,
-    decoded and resampled with PyAV (FFmpeg's libraries)."""
+    decoded and resampled with PyAV (FFmpeg's libraries). The duration the container declares is
+    checked against ``max_audio_seconds`` and charged before decoding (:data:`SAMPLE_BYTES` a
+    sample, and :data:`WORK_BYTES` a sample of what the model reads at once: ``run_seconds``, or
+    the whole clip when ``None``); the samples are counted while decoding too (a container can
+    lie, or declare nothing).
+
+    Raises:
+        BadPayload: not audio FFmpeg reads. TooLarge: longer than ``max_audio_seconds``.
+    """
     import av
     import numpy as np
 
     data = file_bytes(p, name)
+    seconds = p.limits.max_audio_seconds if p.limits is not None else float("inf")
+    too_long = TooLarge(name, f"is audio longer than {seconds:g} seconds", f"max_audio_seconds = {seconds:g}")
     try:
         with av.open(io.BytesIO(data)) as container:
             stream = container.streams.audio[0]
-            resampler = av.AudioResampler(format="flt", layout="mono", rate=sampling_rate)
-            chunks = [r.to_ndarray().reshape(-1) for frame in container.decode(stream) for r in resampler.resample(frame)]
-            chunks += [r.to_ndarray().reshape(-1) for r in resampler.resample(None)]
+            declared = _duration(container, stream)
+            if declared is not None and declared > seconds:
+                raise too_long
+            clip = min(declared or seconds, seconds)
+            p.charge(int(sampling_rate * (clip * SAMPLE_BYTES + min(clip, run_seconds or clip) * WORK_BYTES)))
+            chunks = _decode(container, stream, sampling_rate, int(seconds * sampling_rate), too_long)
+    except ExpertError:  # over the duration, or refused by the memory budget
+        raise
     except Exception:  # noqa: BLE001 - FFmpeg's many errors all mean "not audio we can read"
         raise BadPayload(name, "is not an audio file this server can read (WAV, FLAC, MP3, OGG, ...)") from None
     if not chunks:
         raise BadPayload(name, "is an audio file without samples")
-    return np.concatenate(chunks).astype("float32")
+    return np.concatenate(chunks).astype("float32", copy=False)
+
+
+def _duration(container: Any, stream: Any) -> float | None:
+    """Seconds the container or the stream declares (``None``: neither says)."""
+    if stream.duration is not None and stream.time_base is not None:
+        return float(stream.duration * stream.time_base)
+    if container.duration is not None:
+        return container.duration / 1_000_000  # av.time_base: microseconds
+    return None
+
+
+def _decode(container: Any, stream: Any, rate: int, max_samples: int, too_long: Exception) -> list[Any]:
+    """Mono float32 chunks at ``rate`` Hz; raises ``too_long`` past ``max_samples``."""
+    import itertools
+
+    import av
+
+    resampler = av.AudioResampler(format="flt", layout="mono", rate=rate)
+    chunks, count = [], 0
+    for frame in itertools.chain(container.decode(stream), [None]):  # None: flush the resampler
+        for r in resampler.resample(frame):
+            chunk = r.to_ndarray().reshape(-1)
+            count += len(chunk)
+            if count > max_samples:
+                raise too_long
+            chunks.append(chunk)
+    return chunks
 
 
 def png(img: Any) -> bytes:

@@ -9,6 +9,12 @@
 * A model that cannot fit even alone is *refused*: listed with one sentence, never loaded.
 * Evicting a model that is running drops the pool's reference; its memory is freed when that run
   ends (the run is not interrupted).
+* Requests' inputs share the budget (:meth:`Pool.hold`): a body as it arrives, a decoded image or
+  audio clip before it is decoded, until its job is done. When one does not fit beside the loaded
+  models and the inputs already held, it is refused with 503 (they will be done soon); when no
+  input is held, least recently used models are evicted to make room as for a load, and an input
+  that still does not fit is refused with 413 (it never could). When the inputs
+  held fall back to none, freed memory is handed back to the system (:func:`memory.release`).
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from typing import Any
 from . import memory
 from .cache import CachedModel
 from .config import format_size
-from .errors import ModelFailed, Refused
+from .errors import Busy, ModelFailed, Refused, TooLarge
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +60,13 @@ class Slot:
 
 Loader = Callable[[CachedModel, str], Any]
 
+SMALL_INPUT = 2**20
+"""Bytes of an input that may use the last 1/SMALL_SHARE of the budget, which larger ones leave
+free: a small request is still answered while large inputs hold the rest."""
+SMALL_SHARE = 20
+RELEASE_AFTER = 16 * 2**20
+"""Bytes of inputs freed after which memory is handed back to the system once none is held."""
+
 
 class Pool:
     """Models loaded under ``budget`` bytes on ``device``.
@@ -68,6 +81,8 @@ class Pool:
                  executor: Executor) -> None:
         self.device, self.budget, self._loader, self._executor = device, budget, loader, executor
         self.slots = {mid: Slot(m) for mid, m in models.items()}
+        self.inputs = 0  # bytes held by requests' inputs (hold / free)
+        self._freed = 0  # bytes freed since memory was last handed back
         self._gate = asyncio.Lock()
         for slot in self.slots.values():
             if budget is not None and slot.model.size_bytes > budget:
@@ -81,6 +96,40 @@ class Pool:
     def used(self) -> int:
         """Bytes charged by the loaded models."""
         return sum(s.loaded.charged for s in self.slots.values() if s.loaded)
+
+    def hold(self, nbytes: int, model_id: str) -> None:
+        """Count ``nbytes`` of a request's input for ``model_id`` against the budget (call on the
+        event loop; give them back with :meth:`free`). The model is counted too when it is not
+        loaded yet (it will be, to run the input). Inputs over :data:`SMALL_INPUT` bytes leave the
+        last 1/:data:`SMALL_SHARE` of the budget to small ones.
+
+        Raises:
+            Busy: they do not fit now, other requests' inputs hold the memory (503, retry).
+            TooLarge: they could never fit beside the model (413).
+        """
+        if self.budget is not None:
+            slot = self.slots[model_id]
+            model = 0 if slot.loaded else slot.model.size_bytes
+            budget = self.budget if nbytes <= SMALL_INPUT else self.budget - self.budget // SMALL_SHARE
+            if self.used + self.inputs + nbytes + model > budget and self.inputs == 0:  # else: wait for them
+                self._make_room(nbytes + model + self.budget - budget, keep=slot)
+            if self.used + self.inputs + nbytes + model > budget:
+                if self.inputs == 0 or nbytes + model + (slot.loaded.charged if slot.loaded else 0) > self.budget:
+                    raise TooLarge("inputs", f"needs {format_size(nbytes)} of memory beside the model",
+                                   f"memory_budget = {format_size(self.budget)}")
+                raise Busy(f"The inputs of the requests already waiting hold the server's memory budget "
+                           f"({format_size(self.inputs)}); try again shortly.")
+        self.inputs += nbytes
+
+    def free(self, nbytes: int) -> None:
+        """Give back ``nbytes`` held with :meth:`hold`; once no input is held and at least
+        :data:`RELEASE_AFTER` bytes were freed, hand freed memory back to the system (in the
+        executor: a garbage collection and ``malloc_trim`` take milliseconds)."""
+        self.inputs = max(0, self.inputs - nbytes)
+        self._freed += nbytes
+        if self.inputs == 0 and self._freed >= RELEASE_AFTER:
+            self._freed = 0
+            asyncio.get_running_loop().run_in_executor(self._executor, memory.release, self.device)
 
     def state(self, model_id: str) -> str:
         """``loaded`` | ``on_disk`` | ``refused``."""
@@ -106,7 +155,7 @@ class Pool:
     async def _load(self, slot: Slot) -> None:
         if slot.refused:
             raise Refused(slot.refused)
-        self._make_room(slot.model.size_bytes, keep=slot)
+        self._make_room(slot.model.size_bytes + self.inputs, keep=slot)
         loop = asyncio.get_running_loop()
         loaded = await loop.run_in_executor(self._executor, self._measured_load, slot.model)
         if self.budget is not None and loaded.charged > self.budget:
@@ -115,7 +164,7 @@ class Pool:
             memory.release(self.device)
             raise Refused(slot.refused)
         slot.loaded, slot.loads = loaded, slot.loads + 1
-        self._make_room(0, keep=slot)
+        self._make_room(self.inputs, keep=slot)
         log.info("loaded %s (%s) in %.1f s: %s charged, RSS +%s", slot.model.id, slot.model.task, loaded.load_seconds,
                  format_size(loaded.charged), format_size(loaded.rss_delta))
 

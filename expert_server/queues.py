@@ -1,6 +1,8 @@
 """One queue per model, one worker draining it, inference in a thread.
 
-A request becomes a :class:`Job` (its prepared input, a future, its deadline). The model's worker
+A request becomes a :class:`Job` (its prepared input, a future, its deadline, and the function
+that gives back the memory its input holds in the pool: called once the job leaves the queue
+unrun, or once its batch has run, so a decoded input counts until nothing references it). The model's worker
 takes the next job and, for tasks whose pipelines batch, the jobs behind it (up to
 ``max_batch_size``, waiting at most ``batch_window`` seconds for more), skips those whose caller
 gave up (cancelled, deadline passed: their slot is free at once), loads the model through the
@@ -33,10 +35,17 @@ class Job:
     item: Any
     future: asyncio.Future
     deadline: float  # time.monotonic()
+    release: Callable[[], None] | None = None
 
     @property
     def live(self) -> bool:
         return not self.future.done() and time.monotonic() < self.deadline
+
+    def done(self) -> None:
+        """Give back the input's memory (once) and drop the input."""
+        release, self.release, self.item = self.release, None, None
+        if release is not None:
+            release()
 
 
 Run = Callable[[Any, list[Any]], list[Any]]
@@ -71,15 +80,16 @@ class ModelQueue:
         self.batches: list[int] = []  # sizes of the last batches (for the benchmark and /models)
         self._worker: asyncio.Task | None = None
 
-    def submit(self, item: Any, deadline: float) -> asyncio.Future:
-        """Queue ``item``; returns the future of its result.
+    def submit(self, item: Any, deadline: float, release: Callable[[], None] | None = None) -> asyncio.Future:
+        """Queue ``item``; returns the future of its result. ``release`` is called once the item
+        is done with (run, dropped, or the queue closed), not when the caller stops waiting.
 
         Raises:
-            Busy: the queue is full.
+            Busy: the queue is full (``release`` is then the caller's to call).
         """
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
         try:
-            self.queue.put_nowait(Job(item, fut, deadline))
+            self.queue.put_nowait(Job(item, fut, deadline, release))
         except asyncio.QueueFull:
             raise Busy(f"The model {self.model_id} has {self.queue.qsize()} requests waiting; try again shortly.") from None
         if self._worker is None or self._worker.done():
@@ -100,7 +110,10 @@ class ModelQueue:
                     jobs.append(await asyncio.wait_for(self.queue.get(), left))
                 except TimeoutError:
                     break
-        return [j for j in jobs if j.live]
+        for j in jobs:
+            if not j.live:
+                j.done()
+        return [j for j in jobs if j.item is not None]
 
     async def _work(self) -> None:
         while True:
@@ -117,12 +130,14 @@ class ModelQueue:
             except asyncio.CancelledError:
                 for j in jobs:
                     j.future.cancel()
+                    j.done()
                 raise
             except Exception as e:  # noqa: BLE001 - one model's bug must not stop its worker
                 log.exception("%s failed on a batch of %d", self.model_id, len(jobs))
                 results = [ModelFailed(f"The model {self.model_id} failed on this input ({e.__class__.__name__}).")] * len(jobs)
             self.batches = (self.batches + [len(jobs)])[-1000:]
             for job, result in zip(jobs, results, strict=True):
+                job.done()
                 if job.future.done():
                     continue
                 if isinstance(result, BaseException):
@@ -169,4 +184,6 @@ class ModelQueue:
             self._worker.cancel()
             await asyncio.gather(self._worker, return_exceptions=True)
         while not self.queue.empty():
-            self.queue.get_nowait().future.cancel()
+            job = self.queue.get_nowait()
+            job.future.cancel()
+            job.done()

@@ -38,8 +38,10 @@ class ModelServer:
         from .app import create_app
         from .server import resolve_budget, resolve_device
 
+        # the ingress calls this app in process as http://replica (no key: it is not on the network)
         cfg = ServerConfig(**{**config, "allow_models": models or config.get("allow_models", ["*"]),
-                              "deny_models": [*config.get("deny_models", []), *exclude]})
+                              "deny_models": [*config.get("deny_models", []), *exclude],
+                              "allowed_hosts": ["replica"], "api_key": None})
         device = resolve_device(cfg.device)
         budget = cfg.memory_budget if cfg.memory_budget is not None else resolve_budget(None, device)
         if cfg.memory_budget is None and budget is not None and device.startswith("cuda"):

@@ -9,8 +9,9 @@ import logging
 import socket
 from typing import Any
 
+from .access import check_bind
 from .config import ServerConfig, format_size
-from .memory import available_bytes, cuda_total
+from .memory import available_bytes, cuda_total, tune_allocator
 
 log = logging.getLogger("expert_server")
 
@@ -50,9 +51,16 @@ def resolve_budget(budget: int | None, device: str) -> int | None:
 
 
 def build(config: ServerConfig) -> Any:
-    """The ASGI app for ``config`` (device and budget resolved)."""
+    """The ASGI app for ``config`` (device and budget resolved).
+
+    Raises:
+        ValueError: it would listen off loopback without an API key (:func:`access.check_bind`),
+            or the device is not there (:func:`resolve_device`).
+    """
     from .app import create_app
 
+    check_bind(config)
+    tune_allocator()
     device = resolve_device(config.device)
     budget = resolve_budget(config.memory_budget, device)
     log.info("expert server on %s with a memory budget of %s", device, format_size(budget))
@@ -95,5 +103,28 @@ async def serve(config: ServerConfig) -> None:
         port = sock.getsockname()[1]  # the free port chosen for --port 0
         print(f"Expert server on http://{config.host}:{port}/models ({app.state.experts.device}, budget "
               f"{format_size(app.state.experts.budget)}); press Ctrl-C to stop.", flush=True)
-        server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False, server_header=False))
+        server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False, server_header=False,
+                                               timeout_graceful_shutdown=config.shutdown_grace))
         await server.serve(sockets=[sock])
+    _exit_past_running_inference()
+
+
+def _exit_past_running_inference(wait: float = 1.0) -> None:
+    """After the grace period: an inference still running in a thread (a run on the device is not
+    interruptible) would keep the interpreter from exiting until it ends (the executor's threads
+    are joined at exit), so the process exits at once, its logs flushed."""
+    import os
+    import threading
+    import time
+
+    from .app import THREAD_PREFIX
+
+    end = time.monotonic() + wait
+    for t in threading.enumerate():
+        if t.name.startswith(THREAD_PREFIX):
+            t.join(max(0.0, end - time.monotonic()))
+    running = [t.name for t in threading.enumerate() if t.name.startswith(THREAD_PREFIX) and t.is_alive()]
+    if running:
+        log.warning("exiting with %d inference(s) still running (past the shutdown grace period)", len(running))
+        logging.shutdown()
+        os._exit(0)

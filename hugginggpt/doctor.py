@@ -266,7 +266,11 @@ async def check_experts(inference: InferenceSettings, timeout: float) -> Check:
     async def ask(url: str) -> str:
         try:
             async with httpx2.AsyncClient(timeout=timeout, follow_redirects=False) as http:
-                r = await http.get(f"{url.rstrip('/')}/models", headers={"accept": "application/json"})
+                key = inference.experts_api_keys.get(url)
+                auth = {"authorization": f"Bearer {key.get_secret_value()}"} if key else {}
+                r = await http.get(f"{url.rstrip('/')}/models", headers={"accept": "application/json", **auth})
+            if r.status_code == 401:
+                return f"{safe_url(url)} answered HTTP 401 (its key goes in [inference] experts_api_keys)"
             if r.status_code != 200:
                 return f"{safe_url(url)} answered HTTP {r.status_code}"
             return f"{len(parse_listing(url, r.json()).models)} models at {safe_url(url)}"

@@ -113,6 +113,9 @@ def test_compose_experts_profile_runs_the_expert_server_with_a_gpu_reservation()
     assert svc["environment"]["HUGGINGGPT_HEALTH_URL"].endswith(f":{port}/readyz")
     device = svc["deploy"]["resources"]["reservations"]["devices"][0]
     assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"]
+    # issue 39: reachable on the compose network only, and it binds 0.0.0.0 there, so it needs its key
+    assert "ports" not in svc and svc["expose"] == [port]
+    assert svc["environment"]["HUGGINGGPT_EXPERTS_API_KEY"] == "${EXPERTS_API_KEY:-}"
 
 
 def _env_example(filled: bool) -> dict[str, str]:

@@ -33,3 +33,9 @@ def test_the_new_key_and_a_bad_old_value():
     assert load_settings(None, env={"HUGGINGGPT_SLACK__FOLLOWUPS_NEED_MENTION": "true"}).slack.followups_need_mention
     with pytest.raises(ConfigError, match="HUGGINGGPT_SLACK__FOLLOWUPS_WITHOUT_MENTION is invalid: it takes true or false"):
         load_settings(None, env={"HUGGINGGPT_SLACK__FOLLOWUPS_WITHOUT_MENTION": "sometimes"})
+
+
+def test_expert_server_keys_are_masked_in_logs():
+    settings = load_settings(None, env={"HUGGINGGPT_INFERENCE__EXPERTS_URL": "http://gpu1:8081",
+                                        "HUGGINGGPT_INFERENCE__EXPERTS_API_KEYS": '{"http://gpu1:8081": "expert-key-123456"}'})
+    assert "expert-key-123456" in settings.secret_values()

@@ -33,6 +33,22 @@ class Task:
     run: Callable[[Any, list[Any]], list[Any]]
     encode: Callable[[Any], Any]
     batch: bool = False
+    text_only: bool = False  # its body is JSON holding texts only (no file): bounded by max_text_chars
+
+
+TEXT_BODY_BYTES = 6  # bytes of JSON one character of text may take ("\\u00e9": 6 bytes)
+TEXT_BODY_SLACK = 2**20  # bytes of a text task's body besides its texts: parameters, field names
+
+
+def body_limit(task: Task, max_body_bytes: int, max_text_chars: int) -> tuple[int, str]:
+    """``(bytes, the setting that says so)``: how long the body of a request for ``task`` may be.
+    ``max_body_bytes``; for a task whose body holds texts only, also what ``max_text_chars``
+    characters can take in JSON, so that a text over it is refused by its ``Content-Length``,
+    before it is read."""
+    text = TEXT_BODY_BYTES * max_text_chars + TEXT_BODY_SLACK
+    if task.text_only and text < max_body_bytes:
+        return text, f"{text} bytes for the texts of max_text_chars = {max_text_chars}"
+    return max_body_bytes, f"max_body_bytes = {max_body_bytes}"
 
 
 def registry() -> dict[str, Task]:

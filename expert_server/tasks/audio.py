@@ -16,10 +16,12 @@ def _rate(runner: Any) -> int:
 
 
 RATE = 16000  # what speech models take; a model with another rate gets the audio resampled
+CHUNK_SECONDS = 10  # speech recognition reads a clip this many seconds at a time (the chunk length
+# transformers' docs use for CTC models); its working memory grows with it
 
 
 def _asr_prepare(p: P.Payload) -> tuple[Any, dict]:
-    return P.audio(p, RATE), {}
+    return P.audio(p, RATE, run_seconds=CHUNK_SECONDS), {}
 
 
 def _classify_prepare(p: P.Payload) -> tuple[Any, dict]:
@@ -41,7 +43,18 @@ def _decoded(runner: Any, items: list[tuple[Any, dict]]) -> list[tuple[Any, dict
 
 
 def _asr_run(runner: Any, items: list[tuple[Any, dict]]) -> list[Any]:
-    return [{"text": str(r["text"]).strip()} for r in run_grouped(runner, _decoded(runner, items))]
+    """Transcripts. Clips up to :data:`CHUNK_SECONDS` run as one batch; a longer clip runs alone,
+    read in chunks of that length (the pipeline's ``chunk_length_s``), so the model's activations
+    do not grow with the clip's length (nor, padded, with the batch's longest clip)."""
+    decoded = _decoded(runner, items)
+    out: list[Any] = [None] * len(items)
+    short = [i for i, (a, _) in enumerate(decoded) if len(a["raw"]) <= CHUNK_SECONDS * a["sampling_rate"]]
+    for i, r in zip(short, run_grouped(runner, [decoded[i] for i in short]) if short else [], strict=True):
+        out[i] = r
+    for i in sorted(set(range(len(items))) - set(short)):
+        audio, opts = decoded[i]
+        out[i] = runner(audio, chunk_length_s=CHUNK_SECONDS, **opts)
+    return [{"text": str(r["text"]).strip()} for r in out]
 
 
 def _classify_run(runner: Any, items: list[tuple[Any, dict]]) -> list[Any]:
@@ -69,6 +82,6 @@ TASKS = [
          _identity, batch=True),
     Task("audio-classification", load_pipeline("audio-classification"), _classify_prepare, _classify_run, _identity,
          batch=True),
-    Task("text-to-speech", load_pipeline("text-to-audio"), _tts_prepare, _tts_run, _identity),
-    Task("text-to-audio", load_pipeline("text-to-audio"), _tts_prepare, _tts_run, _identity),
+    Task("text-to-speech", load_pipeline("text-to-audio"), _tts_prepare, _tts_run, _identity, text_only=True),
+    Task("text-to-audio", load_pipeline("text-to-audio"), _tts_prepare, _tts_run, _identity, text_only=True),
 ]

@@ -1,7 +1,7 @@
 """diffusers tasks: text-to-image, image-to-image, text-to-video, and ControlNet generation
 (``<cond>-text-to-image``: a ControlNet checkpoint on the Stable Diffusion base named by the
 server's ``controlnet_base``). Images come back as PNG (image-to-image and ControlNet at the input
-image's size), video as MP4."""
+image's size, scaled down to ``max_output_pixels`` when it is larger), video as MP4."""
 
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ import io
 from typing import Any
 
 from .. import payload as P
-from ..errors import BadPayload
+from ..errors import BadPayload, TooLarge
 from . import Binary, Task
 from .common import torch_device
 
 MAX_STEPS = 200
 MAX_SIDE = 2048
+MIN_IMAGE_STEPS = 2  # image-to-image runs steps x strength (0.8 by default) steps: one step would be none
 
 
 def _load_text2image(model: Any, device: str) -> Any:
@@ -89,16 +90,25 @@ def _text2image_prepare(p: P.Payload) -> tuple[Any, dict]:
         value = _size(p, name)
         if value is not None:
             opts[name] = value - value % 8
+    limit = p.limits.max_output_pixels if p.limits is not None else None
+    if limit is not None and opts.get("width", 8) * opts.get("height", 8) > limit:
+        raise TooLarge("parameters.width", f"and height ask for {opts['width']}x{opts['height']} pixels",
+                       f"max_output_pixels = {limit}")
     return P.text(p), opts
 
 
 def _image_prompt_prepare(p: P.Payload) -> tuple[Any, dict]:
     img = P.image(p)
     opts = _common(p)
+    if opts.get("num_inference_steps", MIN_IMAGE_STEPS) < MIN_IMAGE_STEPS:  # ControlNet too: a step is too few
+        raise BadPayload("parameters.num_inference_steps", f"must be at least {MIN_IMAGE_STEPS} for a drawing from "
+                                                           "an image")
     prompt = P.param(p, "prompt", str)
     if not prompt:
         raise BadPayload("parameters.prompt", "must be a non-empty string")
     opts["prompt"] = prompt
+    if p.limits is not None:
+        opts["max_pixels"] = p.limits.max_output_pixels
     return img, opts
 
 
@@ -116,16 +126,27 @@ def _text2image_run(pipe: Any, items: list[tuple[Any, dict]]) -> list[Binary]:
         if opts.pop("image_to_image", False):
             from diffusers import AutoPipelineForImage2Image
 
-            out += _image2image_run(AutoPipelineForImage2Image.from_pipe(pipe), [(prompt, opts)])
+            derived = AutoPipelineForImage2Image.from_pipe(pipe)
+            derived.set_progress_bar_config(disable=True)
+            out += _image2image_run(derived, [(prompt, opts)])
             continue
         img = pipe(prompt, generator=_generator(opts), **opts).images[0]
         out.append(Binary(P.png(img), "image/png"))
     return out
 
 
-def _fit(img: Any) -> tuple[Any, int, int]:
-    w, h = max(8, img.width - img.width % 8), max(8, img.height - img.height % 8)
-    return img.resize((w, h)), w, h
+def fit(size: tuple[int, int], max_pixels: int | None) -> tuple[tuple[int, int], tuple[int, int]]:
+    """``(drawn, answered)`` sizes for an input of ``size``: the size the pipeline draws (sides
+    multiples of 8, at most ``max_pixels`` pixels, the aspect ratio kept) and the size of the
+    answer (the input's, or the drawn one when the input was over ``max_pixels``)."""
+    w, h = size
+    answered = size
+    if max_pixels is not None and w * h > max_pixels:
+        scale = (max_pixels / (w * h)) ** 0.5
+        w, h = max(1, int(w * scale)), max(1, int(h * scale))
+        answered = (max(8, w - w % 8), max(8, h - h % 8))
+    drawn = (max(8, w - w % 8), max(8, h - h % 8))
+    return drawn, answered
 
 
 def _image2image_run(pipe: Any, items: list[tuple[Any, dict]]) -> list[Binary]:
@@ -133,9 +154,9 @@ def _image2image_run(pipe: Any, items: list[tuple[Any, dict]]) -> list[Binary]:
     for img, opts in items:
         opts = dict(opts)
         prompt = opts.pop("prompt")
-        src, _, _ = _fit(img)
-        res = pipe(prompt=prompt, image=src, generator=_generator(opts), **opts).images[0]
-        out.append(Binary(P.png(res.resize(img.size)), "image/png"))
+        drawn, answered = fit(img.size, opts.pop("max_pixels", None))
+        res = pipe(prompt=prompt, image=img.resize(drawn), generator=_generator(opts), **opts).images[0]
+        out.append(Binary(P.png(res.resize(answered)), "image/png"))
     return out
 
 
@@ -144,9 +165,10 @@ def _controlnet_run(pipe: Any, items: list[tuple[Any, dict]]) -> list[Binary]:
     for img, opts in items:
         opts = dict(opts)
         prompt = opts.pop("prompt")
-        cond, w, h = _fit(img)
-        res = pipe(prompt=prompt, image=cond, width=w, height=h, generator=_generator(opts), **opts).images[0]
-        out.append(Binary(P.png(res.resize(img.size)), "image/png"))
+        (w, h), answered = fit(img.size, opts.pop("max_pixels", None))
+        res = pipe(prompt=prompt, image=img.resize((w, h)), width=w, height=h, generator=_generator(opts),
+                   **opts).images[0]
+        out.append(Binary(P.png(res.resize(answered)), "image/png"))
     return out
 
 

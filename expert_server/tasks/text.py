@@ -13,6 +13,12 @@ from . import Task
 from .common import first_device, load_pipeline, run_grouped, with_options
 
 MAX_NEW_TOKENS = 512
+NEW_TOKENS = 20  # new tokens of a generation that asks for no number (transformers' default length)
+MAX_TOKENS = 512  # tokens of a text the directly run models read (less when the tokenizer says so)
+# sampling parameters: (type, lowest, highest, whether the lowest is allowed); transformers' own
+# checks raise on the values outside (GenerationConfig.validate)
+SAMPLING = {"max_new_tokens": (int, 1, MAX_NEW_TOKENS, True), "temperature": ((int, float), 0, 100, False),
+            "top_p": ((int, float), 0, 1, False), "top_k": (int, 0, 100_000, True)}
 
 
 def _classify_prepare(p: P.Payload) -> tuple[str, dict]:
@@ -20,26 +26,37 @@ def _classify_prepare(p: P.Payload) -> tuple[str, dict]:
     fn = P.param(p, "function_to_apply", str)
     if fn is not None and fn not in ("sigmoid", "softmax", "none"):
         raise BadPayload("parameters.function_to_apply", "must be sigmoid, softmax or none")
-    return P.text(p), {"top_k": top_k, **({"function_to_apply": fn} if fn else {})}
+    if top_k is not None and top_k < 1:
+        raise BadPayload("parameters.top_k", "must be at least 1")
+    return P.text(p), {"top_k": top_k, "truncation": True, **({"function_to_apply": fn} if fn else {})}
 
 
 def _generation_prepare(p: P.Payload) -> tuple[str, dict]:
     opts: dict[str, Any] = {}
-    for name, kind in (("max_new_tokens", int), ("temperature", (int, float)), ("top_p", (int, float)),
-                       ("top_k", int), ("do_sample", bool), ("return_full_text", bool), ("seed", int)):
+    for name, (kind, low, high, low_ok) in SAMPLING.items():
         value = P.param(p, name, kind)
+        if value is None:
+            continue
+        if value > high:
+            raise BadPayload(f"parameters.{name}", f"must be at most {high}")
+        if value < low or (value == low and not low_ok):
+            raise BadPayload(f"parameters.{name}", f"must be {'at least' if low_ok else 'above'} {low}")
+        opts[name] = value
+    for name in ("do_sample", "return_full_text"):
+        value = P.param(p, name, bool)
         if value is not None:
             opts[name] = value
-    if opts.get("max_new_tokens", 0) > MAX_NEW_TOKENS:
-        raise BadPayload("parameters.max_new_tokens", f"must be at most {MAX_NEW_TOKENS}")
-    opts.pop("seed", None)
+    P.param(p, "seed", int)
     return P.text(p), opts
 
 
+def max_tokens(tok: Any) -> int:
+    """Tokens the model of ``tok`` reads: :data:`MAX_TOKENS`, or the tokenizer's own maximum when lower."""
+    return min(MAX_TOKENS, int(getattr(tok, "model_max_length", MAX_TOKENS) or MAX_TOKENS))
+
+
 def _zero_shot_prepare(p: P.Payload) -> tuple[str, dict]:
-    labels = p.parameters.get("candidate_labels")
-    if not isinstance(labels, list) or not labels or not all(isinstance(x, str) and x for x in labels):
-        raise BadPayload("parameters.candidate_labels", "must be a non-empty list of strings")
+    labels = P.texts(p, "parameters.candidate_labels", p.parameters.get("candidate_labels"))
     multi = P.param(p, "multi_label", bool, False)
     return P.text(p), {"candidate_labels": labels, "multi_label": multi}
 
@@ -56,7 +73,7 @@ def _qa_run(runner: Any, items: list[tuple[str, str]]) -> list[dict]:
     net, tok = runner
     out = []
     for question, context in items:
-        enc = tok(question, context, truncation="only_second", max_length=512, return_offsets_mapping=True,
+        enc = tok(question, context, truncation="only_second", max_length=max_tokens(tok), return_offsets_mapping=True,
                   return_tensors="pt")
         offsets = enc.pop("offset_mapping")[0].tolist()
         seq_ids = enc.sequence_ids(0)
@@ -88,7 +105,7 @@ def _seq2seq_run(key: str) -> Any:
         net, tok = runner
         out = []
         for text, opts in items:
-            enc = tok(text, return_tensors="pt", truncation=True, max_length=512).to(first_device(net))
+            enc = tok(text, return_tensors="pt", truncation=True, max_length=max_tokens(tok)).to(first_device(net))
             kwargs = {"max_new_tokens": opts.get("max_new_tokens", 64)}
             if opts.get("do_sample"):
                 kwargs.update(do_sample=True, **{k: opts[k] for k in ("temperature", "top_p", "top_k") if k in opts})
@@ -103,7 +120,7 @@ def _embed(runner: Any, texts: list[str]) -> Any:
     import torch
 
     net, tok = runner
-    enc = tok(texts, padding=True, truncation=True, max_length=512, return_tensors="pt").to(first_device(net))
+    enc = tok(texts, padding=True, truncation=True, max_length=max_tokens(tok), return_tensors="pt").to(first_device(net))
     with torch.inference_mode():
         hidden = net(**enc).last_hidden_state
     mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
@@ -114,14 +131,9 @@ def _embed(runner: Any, texts: list[str]) -> Any:
 def _features_prepare(p: P.Payload) -> Any:
     if isinstance(p.inputs, dict):  # sentence-similarity's body
         src = P.text(p, "inputs.source_sentence", p.inputs.get("source_sentence"))
-        others = p.inputs.get("sentences")
-        if not isinstance(others, list) or not others or not all(isinstance(s, str) and s for s in others):
-            raise BadPayload("inputs.sentences", "must be a non-empty list of strings")
-        return ("similarity", [src, *others])
+        return ("similarity", [src, *P.texts(p, "inputs.sentences", p.inputs.get("sentences"))])
     if isinstance(p.inputs, list):
-        if not p.inputs or not all(isinstance(s, str) and s for s in p.inputs):
-            raise BadPayload("inputs", "must be a string or a non-empty list of strings")
-        return ("embed", list(p.inputs))
+        return ("embed", P.texts(p, "inputs", p.inputs))
     return ("embed1", [P.text(p)])
 
 
@@ -143,6 +155,28 @@ def _pipeline_run(runner: Any, items: list[Any]) -> list[Any]:
     return [P.plain(r) for r in run_grouped(runner, items)]
 
 
+def _fill_mask_run(runner: Any, items: list[Any]) -> list[Any]:
+    return _pipeline_run(runner, [(text, {**opts, "tokenizer_kwargs": {"truncation": True}}) for text, opts in items])
+
+
+def _generation_run(runner: Any, items: list[Any]) -> list[Any]:
+    """Generation keeps the end of a prompt longer than the model reads (transformers' "hole":
+    room is left for the new tokens); asking for as many new tokens as the model reads in all is
+    refused (400) for that item alone."""
+    limit = int(getattr(runner.tokenizer, "model_max_length", 0) or 0)
+    out: list[Any] = [None] * len(items)
+    ok = []
+    for i, (text, opts) in enumerate(items):
+        opts = {"max_new_tokens": NEW_TOKENS, **opts}
+        if 0 < limit <= opts["max_new_tokens"]:
+            out[i] = BadPayload("parameters.max_new_tokens", f"must be below {limit}, the tokens this model reads")
+        else:
+            ok.append((i, (text, {**opts, "handle_long_generation": "hole"})))
+    for (i, _), r in zip(ok, _pipeline_run(runner, [item for _, item in ok]) if ok else [], strict=True):
+        out[i] = r
+    return out
+
+
 def _zero_shot_run(runner: Any, items: list[Any]) -> list[Any]:
     return [[{"label": label, "score": float(s)} for label, s in zip(r["labels"], r["scores"], strict=True)]
             for r in run_grouped(runner, items)]
@@ -157,16 +191,25 @@ def _wrap(result: Any) -> Any:
 
 
 TASKS = [
-    Task("text-classification", load_pipeline("text-classification"), _classify_prepare, _pipeline_run, _wrap, batch=True),
+    Task("text-classification", load_pipeline("text-classification"), _classify_prepare, _pipeline_run, _wrap, batch=True,
+         text_only=True),
     Task("token-classification", load_pipeline("token-classification"),
-         with_options(P.text, ("aggregation_strategy", str)), _pipeline_run, _identity, batch=True),
-    Task("fill-mask", load_pipeline("fill-mask"), with_options(P.text, ("top_k", int)), _pipeline_run, _identity, batch=True),
-    Task("zero-shot-classification", load_pipeline("zero-shot-classification"), _zero_shot_prepare, _zero_shot_run, _identity),
-    Task("question-answering", _load_tokenized, _qa_prepare, _qa_run, _identity),
-    Task("feature-extraction", _load_tokenized, _features_prepare, _features_run, _identity, batch=True),
-    Task("sentence-similarity", _load_tokenized, _features_prepare, _features_run, _identity, batch=True),
-    Task("text-generation", load_pipeline("text-generation"), _generation_prepare, _pipeline_run, _identity),
-    Task("summarization", _load_tokenized, _generation_prepare, _seq2seq_run("summary_text"), _identity),
-    Task("translation", _load_tokenized, _generation_prepare, _seq2seq_run("translation_text"), _identity),
-    Task("text2text-generation", _load_tokenized, _generation_prepare, _seq2seq_run("generated_text"), _identity),
+         with_options(P.text, ("aggregation_strategy", str)), _pipeline_run, _identity, batch=True, text_only=True),
+    Task("fill-mask", load_pipeline("fill-mask"), with_options(P.text, ("top_k", int)), _fill_mask_run, _identity, batch=True,
+         text_only=True),
+    Task("zero-shot-classification", load_pipeline("zero-shot-classification"), _zero_shot_prepare, _zero_shot_run, _identity,
+         text_only=True),
+    Task("question-answering", _load_tokenized, _qa_prepare, _qa_run, _identity, text_only=True),
+    Task("feature-extraction", _load_tokenized, _features_prepare, _features_run, _identity, batch=True,
+         text_only=True),
+    Task("sentence-similarity", _load_tokenized, _features_prepare, _features_run, _identity, batch=True,
+         text_only=True),
+    Task("text-generation", load_pipeline("text-generation"), _generation_prepare, _generation_run, _identity,
+         text_only=True),
+    Task("summarization", _load_tokenized, _generation_prepare, _seq2seq_run("summary_text"), _identity,
+         text_only=True),
+    Task("translation", _load_tokenized, _generation_prepare, _seq2seq_run("translation_text"), _identity,
+         text_only=True),
+    Task("text2text-generation", _load_tokenized, _generation_prepare, _seq2seq_run("generated_text"), _identity,
+         text_only=True),
 ]

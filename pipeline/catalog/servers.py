@@ -126,13 +126,17 @@ class ExpertServers:
         ttl: seconds one server's answer is reused (``[inference] experts_ttl``); a server that
             could not be asked counts as listing nothing for as long.
         timeout: seconds for one ``GET /models`` (``[inference] experts_timeout``).
+        keys: URL → API key sent as ``Authorization: Bearer KEY`` to that server
+            (``[inference] experts_api_keys``).
 
     A server that is down is logged once (a warning when it goes down, an info line when it is
     back), never raised: it serves nothing until it answers again. Close with :meth:`aclose`.
     """
 
-    def __init__(self, urls: list[str], *, ttl: float = 10.0, timeout: float = 3.0) -> None:
+    def __init__(self, urls: list[str], *, ttl: float = 10.0, timeout: float = 3.0,
+                 keys: dict[str, str] | None = None) -> None:
         self.urls = list(dict.fromkeys(u.rstrip("/") for u in urls))
+        self.keys = {u.rstrip("/"): k for u, k in (keys or {}).items()}
         self.ttl = ttl
         self.timeout = timeout
         self._cache: TTLCache[str, Listing] = TTLCache(maxsize=max(1, len(self.urls)), ttl=max(ttl, 1e-6),
@@ -185,7 +189,7 @@ class ExpertServers:
 
     async def _fetch(self, url: str) -> Listing:
         try:
-            listing = parse_listing(url, await self._get_json(f"{url}/models"))
+            listing = parse_listing(url, await self._get_json(f"{url}/models", self.keys.get(url)))
         except Exception as e:  # noqa: BLE001 - a server that is down or broken serves nothing
             if url not in self._down:
                 self._down.add(url)
@@ -200,10 +204,11 @@ class ExpertServers:
             self._cache[url] = listing
         return listing
 
-    async def _get_json(self, url: str) -> Any:
+    async def _get_json(self, url: str, key: str | None) -> Any:
         if self._client is None:
             self._client = httpx2.AsyncClient(timeout=self.timeout, follow_redirects=False)
-        async with self._client.stream("GET", url, headers={"accept": "application/json"}) as response:
+        headers = {"accept": "application/json", **({"authorization": f"Bearer {key}"} if key else {})}
+        async with self._client.stream("GET", url, headers=headers) as response:
             if response.status_code != 200:
                 raise ValueError(f"HTTP {response.status_code}")
             chunks, size = [], 0

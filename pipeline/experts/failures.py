@@ -104,6 +104,9 @@ def map_error(settings: Any, exc: BaseException, task: str, model: str) -> Exper
         err = _http_error(settings, http_err, model, detail)
     elif any(isinstance(x, httpx2.TransportError) for x in chain):
         err = ExpertError(f"The model {model} could not be reached.", detail, reason="server", retryable=True)
+    elif redirect := next((x for x in chain if isinstance(x, http.RedirectRefused)), None):
+        err = ExpertError(f"The model {model} answered with a redirect to another host ({redirect.location}); the bot "
+                          "does not send your input there.", detail, reason="bad_output")
     elif any(isinstance(x, http.ReplyEncodingRefused) for x in chain):
         err = ExpertError(f"The model {model} sent its reply in an encoding the bot does not accept.", detail,
                           reason="bad_output")

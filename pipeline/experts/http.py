@@ -9,6 +9,8 @@ hooks of ours:
 * a **response hook** that bounds the body while it arrives (:func:`pipeline.bounded.bound_body`):
   past the limit the read stops with :class:`ReplyTooLarge` and httpx closes the response, which
   closes the connection; a ``Content-Length`` over the limit is refused before any of it is read.
+* a **response hook** that refuses a redirect to another origin of a request that carried a body
+  (:func:`refuse_redirect`): the user's file is never re-sent to a host the call was not made to.
 * a **request hook** that lets a call go out under ``HF_HUB_OFFLINE=1`` when its URL is the
   configured gateway or dedicated endpoint of the current call (``HF_HUB_OFFLINE`` means "no
   HTTP calls to the Hugging Face Hub"; the operator's own gateway is not the Hub); every other
@@ -59,6 +61,19 @@ class ReplyTooLarge(Exception):
         self.limit, self.setting, self.seen, self.url = limit, setting, seen, url
 
 
+class RedirectRefused(Exception):
+    """A request that carried a body (the user's file, the prompt) was answered with a redirect to
+    another origin; it is not followed, so the body is never sent there.
+
+    Attributes:
+        url: the URL that answered. location: where it pointed (``scheme://host:port`` only).
+    """
+
+    def __init__(self, url: str, location: str) -> None:
+        super().__init__(f"{url} redirected a request with a body to {location}; not followed")
+        self.url, self.location = url, location
+
+
 class ReplyEncodingRefused(Exception):
     """A reply used a content encoding other than gzip, deflate or identity (none other is asked
     for; its decoded size could not be bounded)."""
@@ -82,6 +97,8 @@ class CallScope:
         send_token: ``False`` for a team's expert server: the ``Authorization`` header (the
             Hugging Face token, which the client adds to every call) is removed from requests to
             ``gateway``.
+        bearer: with ``send_token`` false, the expert server's own API key, sent to ``gateway``
+            instead as ``Authorization: Bearer`` (``[inference] experts_api_keys``).
     """
 
     reply: ReplyKind
@@ -91,6 +108,7 @@ class CallScope:
     max_items: int | None = None
     dropped: list[int] = field(default_factory=list)
     send_token: bool = True
+    bearer: str | None = field(default=None, repr=False)
 
     def limit_for(self, content_type: str) -> tuple[int, str]:
         """``(limit in bytes, TOML key)`` for a reply of ``content_type``."""
@@ -197,11 +215,29 @@ async def bound_reply(response: httpx2.Response) -> None:
     )
 
 
+async def refuse_redirect(response: httpx2.Response) -> None:
+    """Response hook: inside a :class:`CallScope`, a redirect to another origin of a request that
+    carried a body raises :class:`RedirectRefused` (httpx would re-send the body there on a 307 or
+    308). Redirects within the same origin, and of requests without a body (a provider's output
+    fetched by URL), are followed as before.
+
+    Raises:
+        RedirectRefused: a cross-origin redirect of a request with a body.
+    """
+    request = response.request
+    if _scope.get() is None or not response.has_redirect_location or request.method in ("GET", "HEAD"):
+        return
+    target = request.url.join(response.headers["location"])
+    if origin_of(target) != origin_of(request.url):
+        raise RedirectRefused(str(request.url.copy_with(query=None)), origin_of(target))
+
+
 async def allow_gateway_offline(request: httpx2.Request) -> None:
     """Request hook doing what ``huggingface_hub``'s own does (refuse every request when
     ``HF_HUB_OFFLINE`` is set; a request id in ``X-Amzn-Trace-Id`` for server-side debugging),
     except that a request to the current call's configured gateway is let through offline, and
-    loses its ``Authorization`` header when the scope says so (expert servers never get the token).
+    loses its ``Authorization`` header when the scope says so (expert servers never get the token;
+    they get their own key, ``CallScope.bearer``).
 
     Raises:
         OfflineModeIsEnabled: offline, and not the gateway.
@@ -210,6 +246,8 @@ async def allow_gateway_offline(request: httpx2.Request) -> None:
     to_gateway = scope is not None and scope.gateway is not None and origin_of(request.url) == scope.gateway
     if to_gateway and scope is not None and not scope.send_token:
         request.headers.pop("authorization", None)
+        if scope.bearer:
+            request.headers["authorization"] = f"Bearer {scope.bearer}"
     if constants.is_offline_mode() and not to_gateway:
         raise OfflineModeIsEnabled(f"Cannot reach {request.url}: offline mode is enabled (HF_HUB_OFFLINE).")
     request.headers.setdefault("X-Amzn-Trace-Id", request.headers.get("X-Request-Id") or str(uuid.uuid4()))
@@ -269,7 +307,7 @@ def bounded_async_client(*, router_url: str | None = None,
         hooks.insert(0, to_router(router_url))
     return httpx2.AsyncClient(
         verify=tls_context(),
-        event_hooks={"request": hooks, "response": [bound_reply, read_error_body]},
+        event_hooks={"request": hooks, "response": [refuse_redirect, bound_reply, read_error_body]},
         follow_redirects=True,
         timeout=None,
         headers={"Accept-Encoding": "gzip, deflate"},

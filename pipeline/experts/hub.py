@@ -67,6 +67,8 @@ class ExpertSettings:
         max_image_pixels: pixels, largest image decoded from a reply.
         max_items: structured items (boxes, segments, labels) kept from one reply.
         max_text_chars: characters of a text result kept in the output.
+        expert_keys: expert server base URL → the API key sent to it as ``Authorization: Bearer``
+            (``[inference] experts_api_keys``).
     """
 
     provider: str | None = "auto"
@@ -83,6 +85,7 @@ class ExpertSettings:
     max_image_pixels: int = 40_000_000
     max_items: int = 1000
     max_text_chars: int = 20_000
+    expert_keys: dict[str, str] = field(default_factory=dict)
 
     @property
     def limits(self) -> OutputLimits:
@@ -110,7 +113,12 @@ class ExpertSettings:
             max_image_pixels=int(inference.max_image_pixels),
             max_items=int(inference.max_items),
             max_text_chars=int(inference.max_text_chars),
+            expert_keys={url: key.get_secret_value() for url, key in getattr(inference, "experts_api_keys", {}).items()},
         )
+
+    def key_for(self, url: str) -> str | None:
+        """The API key of the expert server whose base URL ``url`` is under, or ``None``."""
+        return next((key for base, key in self.expert_keys.items() if url.startswith(base.rstrip("/") + "/")), None)
 
 
 class ClientCalls:
@@ -214,8 +222,8 @@ class HubRunner:
             usage: the run's controller-call counter (unused here: no controller call is made).
             url: call ``model`` at this URL instead of its configured route (a team's expert
                 server: ``{experts_url}/models/{model}``, :mod:`pipeline.experts.routing`).
-            expert_server: ``url`` is an expert server: no ``Authorization`` header is sent to it
-                (the Hugging Face token stays with Hugging Face), and a server that refuses the
+            expert_server: ``url`` is an expert server: the Hugging Face token is not sent to it
+                (only its own API key, ``expert_keys``), and a server that refuses the
                 connection is not retried (the caller moves on to the next route at once).
             provider: the Inference Provider to call when no URL routes ``model`` (``"auto"`` or
                 ``"auto:<policy or provider>"`` for a chat task: the router decides), from
@@ -248,7 +256,7 @@ class HubRunner:
         gateway = http.origin_of(target) if target.startswith(("http://", "https://")) else None
         s = self.settings
         scope = http.CallScope(spec.reply, s.max_json_bytes, s.max_media_bytes, gateway, max_items=s.max_items,
-                               send_token=not expert_server)
+                               send_token=not expert_server, bearer=s.key_for(target) if expert_server else None)
         began = time.monotonic()
         retrying = self._retrying(task, task_id, model, expert_server)
         raw = await self._call(task, model, spec.call, calls, target, inputs, scope, retrying)
