@@ -119,15 +119,23 @@ class AccessGuard:
                 return Unauthorized("This expert server needs its API key: send 'Authorization: Bearer KEY'.")
         return None
 
+    def response(self, scope: dict[str, Any], headers: dict[str, str]) -> JSONResponse | None:
+        """The refusal of ``scope``'s request as a response (one log line said), or ``None`` when it
+        may go on; ``headers``: its headers, names in lower case."""
+        err = self.refusal(scope, headers)
+        if err is None:
+            return None
+        log.warning("%d %s %s: %s (host %s, origin %s)", err.status, scope.get("method"),
+                    shown(scope.get("path", "")), err.message, shown(headers.get("host", "")),
+                    shown(headers.get("origin", "-")))
+        extra = {"WWW-Authenticate": "Bearer"} if err.status == 401 else None
+        return JSONResponse(err.body(), status_code=err.status, headers=extra)
+
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http":
             headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-            err = self.refusal(scope, headers)
-            if err is not None:
-                log.warning("%d %s %s: %s (host %s, origin %s)", err.status, scope.get("method"),
-                            shown(scope.get("path", "")), err.message, shown(headers.get("host", "")),
-                            shown(headers.get("origin", "-")))
-                extra = {"WWW-Authenticate": "Bearer"} if err.status == 401 else None
-                await JSONResponse(err.body(), status_code=err.status, headers=extra)(scope, receive, send)
+            refused = self.response(scope, headers)
+            if refused is not None:
+                await refused(scope, receive, send)
                 return
         await self.app(scope, receive, send)

@@ -24,6 +24,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from ray import serve
 
+from .access import AccessGuard
 from .config import ServerConfig, load_config
 
 DEFAULT = "default"
@@ -76,10 +77,13 @@ class ModelServer:
 @serve.deployment(ray_actor_options={"num_cpus": 0})  # it only routes: no CPU reserved
 @serve.ingress(ingress_app)
 class Ingress:
-    """The HTTP front: routes each model to its deployment."""
+    """The HTTP front: routes each model to its deployment, after the access checks of a plain
+    server (:class:`expert_server.access.AccessGuard`: Host, Origin, the API key) on every route but
+    the health probes (Ray Serve freezes the FastAPI app when the module loads, so they run per route)."""
 
-    def __init__(self, handles: dict[str, Any]) -> None:
+    def __init__(self, handles: dict[str, Any], config: dict) -> None:
         self.handles = handles
+        self.guard = AccessGuard(None, ServerConfig(**config))
 
     @ingress_app.get("/healthz")
     async def healthz(self) -> dict:
@@ -90,7 +94,10 @@ class Ingress:
         return {"status": "ready"}
 
     @ingress_app.get("/models")
-    async def models(self) -> dict:
+    async def models(self, request: Request) -> Any:
+        refused = self.guard.response(request.scope, dict(request.headers))
+        if refused is not None:
+            return refused
         docs = await asyncio.gather(*(h.models.remote() for h in self.handles.values()))
         rows = sorted((row for d in docs for row in d["models"]), key=lambda r: r["id"])
         return {"models": rows, "device": docs[0]["device"] if docs else None,
@@ -98,6 +105,9 @@ class Ingress:
 
     @ingress_app.post("/models/{model_id:path}")
     async def infer(self, model_id: str, request: Request) -> Response:
+        refused = self.guard.response(request.scope, dict(request.headers))
+        if refused is not None:
+            return refused
         handle = self.handles.get(model_id) or self.handles[DEFAULT]
         headers = {k: v for k, v in request.headers.items() if k in ("content-type", "x-request-timeout")}
         status, ctype, content = await handle.infer.remote(model_id, await request.body(), headers)
@@ -116,7 +126,7 @@ def build_app(config: ServerConfig, deployments: dict[str, dict] | None = None) 
         share = float(options.get("ray_actor_options", {}).get("num_gpus", 1.0) or 1.0)
         handles[model_id] = ModelServer.options(name=f"model-{i}", **options).bind(raw, [model_id], [], share)
     handles[DEFAULT] = ModelServer.options(name=DEFAULT).bind(raw, [], sorted(deployments))
-    return Ingress.bind(handles)
+    return Ingress.bind(handles, raw)
 
 
 def app_from_env(args: dict | None = None) -> Any:

@@ -81,22 +81,26 @@ def test_ray_serve_one_deployment_per_model(small_cache, tmp_path):
              configure_logging=False)
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
-        app = build_app(ServerConfig(device="cpu", memory_budget=100_000_000),
+        app = build_app(ServerConfig(device="cpu", memory_budget=100_000_000, api_key="ray-key-123456"),
                         {"tiny/vit-classifier": {"num_replicas": 1, "ray_actor_options": {"num_cpus": 0.5}}})
         serve.run(app, route_prefix="/")
         url = f"http://127.0.0.1:{port}"
-        listed = {m["id"]: m for m in httpx2.get(f"{url}/models", timeout=60).json()["models"]}
+        key = {"Authorization": "Bearer ray-key-123456"}
+        assert httpx2.get(f"{url}/models", timeout=60).status_code == 401  # the ingress checks as a plain server does
+        assert httpx2.get(f"{url}/models", headers={**key, "Host": "evil.example"}, timeout=60).status_code == 421
+        assert httpx2.get(f"{url}/healthz", timeout=60).status_code == 200
+        listed = {m["id"]: m for m in httpx2.get(f"{url}/models", headers=key, timeout=60).json()["models"]}
         assert listed["tiny/vit-classifier"]["task"] == "image-classification"
         assert listed["tiny/bert-sentiment"]["task"] == "text-classification"
         async def calls():
-            async with AsyncInferenceClient(timeout=120) as client:
+            async with AsyncInferenceClient(timeout=120, token="ray-key-123456") as client:
                 a = await client.image_classification(MEDIA / "chelsea.png", model=f"{url}/models/tiny/vit-classifier")
                 b = await client.text_classification("the cat", model=f"{url}/models/tiny/bert-sentiment")
                 return a, b
         a, b = asyncio.run(calls())
         assert a[0].label in ("cat", "dog", "rocket", "coffee") and {x.label for x in b} == {"negative", "positive"}
-        r = httpx2.post(f"{url}/models/tiny/vit-classifier", content=b"not an image", headers={"Content-Type": "image/png"},
-                        timeout=60)
+        r = httpx2.post(f"{url}/models/tiny/vit-classifier", content=b"not an image",
+                        headers={**key, "Content-Type": "image/png"}, timeout=60)
         assert r.status_code == 400 and r.json()["error"].startswith("Field 'inputs'")
     finally:
         serve.shutdown()
