@@ -17,7 +17,7 @@ from bot.readiness import Readiness
 from bot.service import Service
 from bot.settings import Settings
 
-from . import jarvis, openai_api
+from . import openai_api, reference
 from .auth import Keys
 from .common import CONVERSATION_HEADER, OPEN_WEBUI_CHAT_HEADER, State, state_of
 from .errors import install_error_handlers
@@ -61,7 +61,7 @@ def create_app(settings: Settings, service: Service, *, version: str = "unknown"
                        allowed_hosts=server.allowed_hosts or default_hosts(server, bound_host or server.host))
     install_error_handlers(app)
     app.include_router(openai_api.router, tags=["OpenAI-compatible"])
-    app.include_router(jarvis.router)
+    app.include_router(reference.router)
 
     @app.get("/healthz", summary="Liveness", tags=["operations"])
     async def healthz() -> dict[str, str]:

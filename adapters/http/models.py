@@ -68,7 +68,7 @@ class ChatCompletionRequest(BaseModel):
     user: str | None = None
 
 
-class JarvisMessage(BaseModel):
+class ReferenceMessage(BaseModel):
     """A message of the reference implementation's requests (``content`` text or OpenAI parts)."""
 
     model_config = ConfigDict(extra="allow")
@@ -77,14 +77,14 @@ class JarvisMessage(BaseModel):
     content: str | list[ContentPart] | None = None
 
 
-class JarvisRequest(BaseModel):
+class ReferenceRequest(BaseModel):
     """``POST /hugginggpt`` | ``/tasks`` | ``/results`` (microsoft/JARVIS ``awesome_chat.py``):
     ``{"messages": [...]}``; its ``api_key``/``openaikey`` fields are ignored (this server uses its
     own controller settings)."""
 
     model_config = ConfigDict(extra="allow")
 
-    messages: list[JarvisMessage] = Field(min_length=1)
+    messages: list[ReferenceMessage] = Field(min_length=1)
 
 
 def schema_of(model: type[BaseModel]) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from pipeline.types import PlanReady
 
 from .common import caller_of, conversation_of, file_url, read_json, safe_answer
 from .errors import ApiError
-from .models import JarvisRequest, Message, schema_of
+from .models import ReferenceRequest, Message, schema_of
 from .openai_api import CompletionView, notice_paragraph, run_error, start_run, turn_error
 from .render import file_links
 
@@ -37,7 +37,7 @@ async def _run(request: Request, *, plan_only: bool = False) -> tuple[Any, Any, 
     """Start the request's turn; ``(caller, run, outcome, planned tasks)``: the outcome once it is
     over (:func:`adapters.turn.follow`, ``None`` when the client went away or ``plan_only``)."""
     caller = await caller_of(request)
-    body: JarvisRequest = await read_json(request, JarvisRequest)
+    body: ReferenceRequest = await read_json(request, ReferenceRequest)
     messages = [Message(role=m.role if m.role in ("system", "user", "assistant") else "user", content=m.content)
                 for m in body.messages]
     if messages[-1].role != "user":
@@ -56,7 +56,7 @@ async def _run(request: Request, *, plan_only: bool = False) -> tuple[Any, Any, 
     return caller, run, await follow(run.events(), view, where=f"http {run.conversation_id}/{run.turn}"), None
 
 
-@router.post("/hugginggpt", summary="Answer a request (reference implementation)", openapi_extra=schema_of(JarvisRequest))
+@router.post("/hugginggpt", summary="Answer a request (reference implementation)", openapi_extra=schema_of(ReferenceRequest))
 async def hugginggpt(request: Request) -> dict[str, Any]:
     """``{"message": <answer with links to the generated files>}``."""
     caller, run, outcome, _ = await _run(request)
@@ -70,7 +70,7 @@ async def hugginggpt(request: Request) -> dict[str, Any]:
     return {"message": safe_answer(request, record.response) + links + notice}
 
 
-@router.post("/tasks", summary="Plan a request (reference implementation)", openapi_extra=schema_of(JarvisRequest))
+@router.post("/tasks", summary="Plan a request (reference implementation)", openapi_extra=schema_of(ReferenceRequest))
 async def tasks(request: Request) -> list[dict[str, Any]]:
     """The validated task list, the paper's record shape (``dep`` ``[-1]`` when none)."""
     _, _, outcome, planned = await _run(request, plan_only=True)
@@ -82,7 +82,7 @@ async def tasks(request: Request) -> list[dict[str, Any]]:
     return [t.to_json() for t in (record.tasks if record else [])]
 
 
-@router.post("/results", summary="Run a request's tasks (reference implementation)", openapi_extra=schema_of(JarvisRequest))
+@router.post("/results", summary="Run a request's tasks (reference implementation)", openapi_extra=schema_of(ReferenceRequest))
 async def results(request: Request) -> dict[str, Any]:
     """Task id → ``{"task", "inference result", "choose model result"}``."""
     caller, run, outcome, _ = await _run(request)
