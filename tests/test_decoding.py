@@ -7,7 +7,6 @@ so every frame asked for means decoding all those before it."""
 from __future__ import annotations
 
 import asyncio
-import io
 import os
 import re
 import signal
@@ -17,7 +16,6 @@ import time
 import urllib.request
 from pathlib import Path
 
-import av
 import pytest
 
 from bot.errors import InputError
