@@ -11,10 +11,13 @@ import asyncio
 import logging
 import re
 import time
+from pathlib import Path
 
 from pipeline.decoding import Decoder
 from pipeline.media import stream_info
 from pipeline.video_parts import video_parts
+
+MEDIA = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "media"
 
 
 class _Peaks(logging.Handler):
@@ -33,8 +36,7 @@ async def main() -> None:
     from bot.errors import InputError
     from bot.incoming import IncomingFile
     from bot.settings import load_settings
-    from tests.test_decoding import MEDIA, single_keyframe_video
-    from tests.test_documents import huge_page_pdf, many_operators_pdf
+    from sandbox.crafted_files import huge_page_pdf, many_operators_pdf, single_keyframe_video
 
     peaks = _Peaks()
     logging.getLogger("pipeline.decoding").addHandler(peaks)

@@ -3,7 +3,7 @@ being ready to the first component message showing it, from a Stop press to the 
 the run stopped, and memory per active thread.
 
 Everything runs in one process on 127.0.0.1: the stand-in Discord (REST + gateway,
-``tests/standins/discord_server.py``), the real discord.py client (:class:`HuggingGPTBot`), the
+``sandbox/discord_server.py``), the real discord.py client (:class:`HuggingGPTBot`), the
 real Service on the sandbox backends. Each command comes from a different user (so per-user rate
 limits do not refuse them) and attaches nothing.
 
@@ -46,7 +46,7 @@ from adapters.discord.bot_client import HuggingGPTBot  # noqa: E402
 from bot.settings import load_settings  # noqa: E402
 from sandbox import Sandbox  # noqa: E402
 from bot.service import Service  # noqa: E402
-from tests.standins.discord_server import StandinDiscord  # noqa: E402
+from sandbox.discord_server import StandinDiscord  # noqa: E402
 
 MEDIA = ROOT / "tests" / "fixtures" / "media"
 
@@ -80,7 +80,7 @@ async def stack(data_dir: Path, latency: dict[str, float] | None = None):
 
 async def burst(d: StandinDiscord, bot: HuggingGPTBot, n: int, prompt: str) -> list[float]:
     """Send ``n`` commands back to back; return each deferral latency in milliseconds."""
-    payloads = [d.interaction_payload(prompt, user=d._user(d.snowflake(), f"user{i}")) for i in range(n)]
+    payloads = [d.interaction_payload(prompt, user=d.user_payload(d.snowflake(), f"user{i}")) for i in range(n)]
     for p in payloads:
         await d.send_interaction(p)
     ids = [int(p["id"]) for p in payloads]
@@ -105,7 +105,7 @@ async def memory_per_thread(n: int, data_dir: Path) -> tuple[float, float]:
         tracemalloc.start()
         before = tracemalloc.get_traced_memory()[0]
         t0 = time.monotonic()
-        payloads = [d.interaction_payload("Generate an image of a cat", user=d._user(d.snowflake(), f"m{i}"))
+        payloads = [d.interaction_payload("Generate an image of a cat", user=d.user_payload(d.snowflake(), f"m{i}"))
                     for i in range(n)]
         for p in payloads:
             await d.send_interaction(p)
@@ -175,7 +175,7 @@ async def stop_to_stopped(n: int, rounds: int, data_dir: Path) -> list[float]:
     async with stack(data_dir, latency={"text-to-image": 60}) as (d, bot):
         for r in range(rounds):
             before = {t["id"] for t in d.threads()}
-            payloads = [d.interaction_payload("Generate an image of a cat", user=d._user(d.snowflake(), f"s{r}-{i}"))
+            payloads = [d.interaction_payload("Generate an image of a cat", user=d.user_payload(d.snowflake(), f"s{r}-{i}"))
                         for i in range(n)]
             for p in payloads:
                 await d.send_interaction(p)

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from tests.standins.faulty_controller import FaultyController
+from sandbox.faulty_controller import FaultyController
 
 ROOT = Path(__file__).resolve().parent.parent
 PHOTO = ROOT / "tests" / "fixtures" / "media" / "chelsea.png"

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT)]
 
 
 def _row(label: str, seconds: list[float]) -> str:
@@ -57,9 +57,9 @@ class TimedService:
 
 async def run(runs: int) -> None:
     from adapters.slack.live import STOP_ACTION
-    from slack_harness import start_harness
-    from slack_service import make_service
-    from standins.slack_api import SlackStandIn
+    from benchmarks.harness.slack import start_harness
+    from benchmarks.harness.slack import make_service
+    from sandbox.slack_api import SlackStandIn
 
     photo = (ROOT / "tests" / "fixtures" / "media" / "chelsea.png").read_bytes()
     with tempfile.TemporaryDirectory() as tmp:

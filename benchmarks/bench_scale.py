@@ -1,7 +1,7 @@
 """Benchmark of Slack HTTP-mode replicas behind nginx on one store (issue 11, "Scale out").
 
-Real ``hugginggpt slack --mode http`` processes (tests/slack_replicas.py) behind nginx
-(tests/realparts.py), the stand-in Slack and the sandbox backends in this process, the experts with
+Real ``hugginggpt slack --mode http`` processes (benchmarks/harness/slack_replicas.py) behind nginx
+(sandbox/realparts.py), the stand-in Slack and the sandbox backends in this process, the experts with
 a fixed latency (``--latency`` seconds per text-to-image call, so experts dominate a run). Every
 conversation is one ``app_mention``, delivered twice: through nginx (the acknowledgement is timed
 there) and then directly to another replica than the one nginx chose (read from an
@@ -18,7 +18,7 @@ until the store shows none of the killed replica's turns running (polled every 0
 
 Store: a shared SQLite data dir in a temp dir (default); ``--database-url URL`` (PostgreSQL,
 ``[storage] database_url``; one fresh database per phase is not possible there, so both phases
-share it); ``--postgres`` starts a throwaway PostgreSQL server (tests.realparts.PostgresServer)
+share it); ``--postgres`` starts a throwaway PostgreSQL server (sandbox.realparts.PostgresServer)
 with one database per phase.
 
     python -m benchmarks.bench_scale [--conversations 300] [--replicas 3] [--latency 2]
@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT)]
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 TARGET_ACK_P99_MS = 100.0
@@ -116,8 +116,8 @@ class StoreProbe:
 
 
 def nginx_with_upstream_header(root: Path, upstreams: list[str]):
-    """tests.realparts.NginxServer whose responses say which replica answered (``X-Upstream``)."""
-    from tests import realparts
+    """sandbox.realparts.NginxServer whose responses say which replica answered (``X-Upstream``)."""
+    from sandbox import realparts
 
     if "X-Upstream" not in realparts.NGINX_CONF:
         realparts.NGINX_CONF = realparts.NGINX_CONF.replace(
@@ -130,8 +130,8 @@ async def run_phase(root: Path, storage: dict[str, str], *, replicas: int, conve
     import aiohttp
 
     from sandbox import Sandbox
-    from slack_replicas import SECRET, Fleet
-    from standins.slack_api import SlackStandIn, signed_headers
+    from benchmarks.harness.slack_replicas import SECRET, Fleet
+    from sandbox.slack_api import SlackStandIn, signed_headers
 
     phase = Phase(replicas)
     # a workspace of its own per phase: both phases may share one database (--database-url)
@@ -282,7 +282,7 @@ async def main(argv: list[str] | None = None) -> int:
         server = None
         try:
             if args.postgres:
-                from tests.realparts import Missing, PostgresServer
+                from sandbox.realparts import Missing, PostgresServer
 
                 try:
                     server = PostgresServer(root / "postgres").start()

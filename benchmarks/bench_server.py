@@ -129,7 +129,7 @@ async def overhead_phase(n: int) -> tuple[list[float], list[float]]:
     from adapters.http.models import Message
     from bot.incoming import ConversationKey
     from sandbox import Sandbox
-    from tests.fixtures.server.harness import Served
+    from benchmarks.harness.http_server import Served
 
     with tempfile.TemporaryDirectory() as tmp:
         async with Sandbox() as sandbox:

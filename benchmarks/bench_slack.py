@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT)]
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 
@@ -51,7 +51,7 @@ async def client_main() -> int:
     """``--client``: read the plan (JSON on stdin), send the phases, print latencies (JSON)."""
     import aiohttp
 
-    from standins.slack_api import signed_headers
+    from sandbox.slack_api import signed_headers
 
     plan = json.loads(sys.stdin.read())
     url, secret = plan["url"], plan["secret"]
@@ -84,9 +84,9 @@ async def client_main() -> int:
 
 
 async def run(args: argparse.Namespace) -> int:
-    from slack_harness import SECRET, start_harness
-    from slack_service import SERVICE_KIND, make_service
-    from standins.slack_api import SlackStandIn
+    from benchmarks.harness.slack import SECRET, start_harness
+    from benchmarks.harness.slack import SERVICE_KIND, make_service
+    from sandbox.slack_api import SlackStandIn
 
     with tempfile.TemporaryDirectory() as tmp:
         async with SlackStandIn() as slack, make_service(Path(tmp)) as service:

@@ -6,13 +6,24 @@ that speak the real wire formats and derive their outputs from their inputs. Ans
 media are labelled as coming from a stand-in.
 
 This package is optional and separate: the product imports it only from ``hugginggpt/common.py``
-(lazily, for ``--sandbox``); it imports nothing of ``bot/`` or ``adapters/``. Its modules:
+(lazily, for ``--sandbox``); it imports nothing of ``bot/``, ``adapters/`` or ``hugginggpt/``. It is
+also the one home of the stand-ins that tests and benchmarks share (what needs the service itself,
+a harness, lives in ``benchmarks/harness/``). Its modules:
 
 - controller side: :mod:`.controller` (HTTP server), :mod:`.routing` (the ``X-HuggingGPT-Stage``
   / ``X-HuggingGPT-Task`` headers to a rule), :mod:`.planning`, :mod:`.planner`, :mod:`.wording`
   (keyword task planning), :mod:`.heuristics` (model selection, response, controller tasks);
 - inference side: :mod:`.inference` (HTTP server), :mod:`.imaging`, :mod:`.audio_video`,
-  :mod:`.text_outputs` (outputs per task), :mod:`.faults` (HTTP error answers).
+  :mod:`.text_outputs` (outputs per task), :mod:`.faults` (HTTP error answers);
+- for tests and benchmarks: :mod:`.slack_api` (Slack's Web API, Events API and Socket Mode),
+  :mod:`.discord_server`, :mod:`.discord_rest`, :mod:`.discord_messages` (Discord's gateway, REST
+  API and CDN), :mod:`.faulty_controller` (a controller that misbehaves on cue),
+  :mod:`.tinymodels` (tiny real checkpoints built from config classes; torch and transformers are
+  imported inside its functions only, so importing this package never loads them),
+  :mod:`.crafted_files` (hostile PDFs and videos built in memory);
+- :mod:`.realparts`: not a stand-in but real parts started on 127.0.0.1 for tests and benchmarks
+  (a throwaway PostgreSQL and nginx from the system's packages), here because both need them and
+  they need nothing of the product.
 """
 
 from __future__ import annotations

@@ -92,17 +92,17 @@ def start_caption_in_chat(proc, photo, timeout: float = 60.0) -> tuple[str, str 
 
 @pytest.fixture
 async def slack():
-    """The stand-in Slack (tests/standins/slack_api.py), started on 127.0.0.1."""
-    from standins.slack_api import SlackStandIn
+    """The stand-in Slack (sandbox/slack_api.py), started on 127.0.0.1."""
+    from sandbox.slack_api import SlackStandIn
 
     async with SlackStandIn() as s:
         yield s
 
 
 def _real_part(make):
-    """Start a real server from tests.realparts; skip when it is not installed, unless
+    """Start a real server from sandbox.realparts; skip when it is not installed, unless
     HUGGINGGPT_REQUIRE_REAL_PARTS=1 (set by .ci/run), where a missing server fails."""
-    from tests.realparts import Missing
+    from sandbox.realparts import Missing
 
     try:
         return make()
@@ -114,8 +114,8 @@ def _real_part(make):
 
 @pytest.fixture(scope="session")
 def postgres_server(tmp_path_factory):
-    """A throwaway PostgreSQL server for the whole session (tests.realparts.PostgresServer)."""
-    from tests.realparts import PostgresServer
+    """A throwaway PostgreSQL server for the whole session (sandbox.realparts.PostgresServer)."""
+    from sandbox.realparts import PostgresServer
 
     server = _real_part(lambda: PostgresServer(tmp_path_factory.mktemp("postgres")).start())
     yield server

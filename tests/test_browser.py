@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from tests.fixtures.server.harness import Served
+from benchmarks.harness.http_server import Served
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # CI (.ci/run sets HUGGINGGPT_REQUIRE_REAL_PARTS=1, make test installs chromium) fails instead of skipping.

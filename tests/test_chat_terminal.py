@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pexpect
 
-from tests.standins.faulty_controller import FaultyController
+from sandbox.faulty_controller import FaultyController
 
 MEDIA = Path(__file__).parent / "fixtures" / "media"
 PROMPT = "you>"  # prompt_toolkit draws "you> " and moves the cursor instead of writing the space

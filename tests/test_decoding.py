@@ -7,7 +7,6 @@ so every frame asked for means decoding all those before it."""
 from __future__ import annotations
 
 import asyncio
-import io
 import os
 import re
 import signal
@@ -17,7 +16,6 @@ import time
 import urllib.request
 from pathlib import Path
 
-import av
 import pytest
 
 from bot.errors import InputError
@@ -25,27 +23,9 @@ from bot.uploads import inspect_upload
 from pipeline.decoding import Decoder, DecodeError
 from pipeline.media import stream_info
 from pipeline.video_parts import video_parts
-from tests.test_documents import text_page_pdf
+from sandbox.crafted_files import single_keyframe_video, text_page_pdf
 
 MEDIA = Path(__file__).parent / "fixtures" / "media"
-
-
-def single_keyframe_video(width: int, height: int, frames: int) -> bytes:
-    """An H.264 MP4 of black ``width``×``height`` frames with one keyframe (the first)."""
-    buf = io.BytesIO()
-    with av.open(buf, "w", format="mp4") as out:
-        stream = out.add_stream("libx264", rate=25)
-        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
-        stream.codec_context.gop_size = frames + 1
-        stream.codec_context.options = {"preset": "ultrafast"}
-        frame = av.VideoFrame(width, height, "yuv420p")
-        for plane in frame.planes:
-            plane.update(bytes(plane.buffer_size))
-        for i in range(frames):
-            frame.pts = i
-            out.mux(stream.encode(frame))
-        out.mux(stream.encode(None))
-    return buf.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +81,8 @@ async def test_a_job_over_the_memory_ceiling_is_one_sentence():
     service gets one sentence and keeps its own memory."""
     from bot.documents import expand_documents
     from bot.incoming import IncomingFile
-    from tests.test_documents import docs, huge_page_pdf
+    from sandbox.crafted_files import huge_page_pdf
+    from tests.test_documents import docs
 
     async with Decoder(memory_bytes=512 * 1024 * 1024, max_pixels=1_000_000_000) as decoder:
         with pytest.raises(InputError) as info:
@@ -121,7 +102,7 @@ def _serve(tmp_path: Path, **env: str) -> tuple[subprocess.Popen, str]:
 
 def slow_pdf() -> bytes:
     """A 60 KB PDF whose one page holds 20 million text operators (seconds of parsing)."""
-    from tests.test_documents import many_operators_pdf
+    from sandbox.crafted_files import many_operators_pdf
 
     return many_operators_pdf(20_000_000)
 

@@ -1,5 +1,5 @@
 """The Discord front end end to end: the real discord.py client against the stand-in Discord
-(REST + gateway + CDN on 127.0.0.1, ``tests/standins/discord_server.py``), the real Service on
+(REST + gateway + CDN on 127.0.0.1, ``sandbox/discord_server.py``), the real Service on
 the sandbox backends (``sandbox.Sandbox``).
 
 Assertions are about what a user sees: the "thinking" deferral and how fast it came, the thread
@@ -28,8 +28,8 @@ from adapters.discord.render import thread_name
 from bot.settings import Settings, load_settings
 from sandbox import Sandbox
 from bot.service import Service
-from tests.standins.discord_server import (ATTACH_FILES, BOT_PERMISSIONS, IS_COMPONENTS_V2, StandinDiscord,
-                                           StoredMessage)
+from sandbox.discord_messages import ATTACH_FILES, BOT_PERMISSIONS, IS_COMPONENTS_V2, StoredMessage
+from sandbox.discord_server import StandinDiscord
 
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 

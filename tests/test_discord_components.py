@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from adapters.discord.components import MediaItem, media_view, progress_texts, progress_view, stop_custom_id
 from adapters.progress import Progress
 from pipeline.types import Done, PlanReady, ResponseDelta, RunRecord, Task, TaskStarted
-from tests.standins.discord_server import IS_COMPONENTS_V2, component_problem, components_text, walk_components
+from sandbox.discord_messages import IS_COMPONENTS_V2, component_problem, components_text, walk_components
 
 
 def _progress(n_tasks: int, answer: str = "", task_name: str = "image-to-text") -> Progress:

@@ -21,7 +21,7 @@ from PIL import Image
 
 from adapters.discord.conversation import STARTED_OVER
 from adapters.discord.stop import ENDED_SENTENCE, NOT_YOURS_SENTENCE
-from tests.standins.discord_server import BOT_PERMISSIONS, IS_COMPONENTS_V2, StoredMessage
+from sandbox.discord_messages import BOT_PERMISSIONS, IS_COMPONENTS_V2, StoredMessage
 from tests.test_discord_bot import Env, _is_grayscale, env, running_bot  # noqa: F401 - env is a fixture
 
 MANAGE_MESSAGES = 1 << 13

@@ -28,7 +28,8 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from tests.standins.discord_server import StandinDiscord, StoredMessage
+from sandbox.discord_messages import StoredMessage
+from sandbox.discord_server import StandinDiscord
 
 ROOT = Path(__file__).resolve().parents[1]
 MEDIA = Path(__file__).parent / "fixtures" / "media"

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from sandbox.controller import ControllerStandIn
-from tests.realparts import free_port
-from tests.standins.faulty_controller import FaultyController
+from sandbox.realparts import free_port
+from sandbox.faulty_controller import FaultyController
 from tests.standins.expert_server import ExpertServerStandIn, model
 from tests.standins.hub import HubStandIn, whoami_body
 

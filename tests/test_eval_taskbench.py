@@ -13,7 +13,7 @@ import pytest
 
 from hugginggpt.evaluation.taskbench import load_records
 from hugginggpt.evaluation.toollist import builtin
-from tests.standins.faulty_controller import FaultyController
+from sandbox.faulty_controller import FaultyController
 
 FIXTURES = Path(__file__).parent / "fixtures" / "taskbench"
 GOLD = FIXTURES / "gold_huggingface.jsonl"

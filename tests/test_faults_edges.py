@@ -22,9 +22,9 @@ from aiohttp import web
 from bot.admission import Admission, Requester
 from bot.logs import setup_logging
 from bot.settings import load_settings
-from tests.standins.discord_server import StandinDiscord
-from tests.standins.faulty_controller import FaultyController
-from slack_harness import png_file
+from sandbox.discord_server import StandinDiscord
+from sandbox.faulty_controller import FaultyController
+from benchmarks.harness.slack import png_file
 from tests.test_slack_app import h, service  # noqa: F401 - fixtures (the stand-in Slack one is in conftest)
 
 MEDIA = Path(__file__).parent / "fixtures" / "media"

@@ -11,7 +11,7 @@ import sys
 import time
 
 from pipeline.catalog import SHIPPED_CATALOG, Availability, Catalog
-from tests.standins.faulty_controller import FaultyController
+from sandbox.faulty_controller import FaultyController
 from tests.standins.hub import HubStandIn, reference_hub_models
 
 

@@ -5,7 +5,7 @@
   which is the only package that imports all the others;
 * the stand-in backends of ``--sandbox`` (``sandbox/``) are imported only by the command line
   (``hugginggpt/``), never by ``pipeline/`` or ``expert_server/``, and import neither ``bot/`` nor
-  ``adapters/``;
+  ``adapters/`` nor the program (``hugginggpt/``): tests and benchmarks share them;
 * ``expert_server/`` (a separate deployable) imports nothing of ``bot/``, ``adapters/`` or
   ``pipeline/``, and nothing outside ``hugginggpt/`` imports it;
 * no module imports another in a cycle;
@@ -137,8 +137,8 @@ def test_only_the_command_line_starts_the_sandbox() -> None:
 
 def test_the_sandbox_stands_outside_the_bot() -> None:
     """The stand-in backends speak the wire formats the product's clients speak; they import
-    none of the front ends they stand in for (``bot/``, ``adapters/``)."""
-    bad = {m: sorted(t for t in ts if top(t) in ("bot", "adapters"))
+    none of the front ends they stand in for (``bot/``, ``adapters/``) nor the program."""
+    bad = {m: sorted(t for t in ts if top(t) in ("bot", "adapters", "hugginggpt"))
            for m, ts in graph().items() if top(m) == "sandbox"}
     assert {m: ts for m, ts in bad.items() if ts} == {}
 

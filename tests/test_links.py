@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 
 from adapters.http.auth import Keys, key_id
-from tests.fixtures.server.harness import KEY, Served, image_message
+from benchmarks.harness.http_server import KEY, Served, image_message
 
 LINK = re.compile(r"\]\((?P<url>(?P<base>https?://[^/]+)/v1/files/(?P<id>file-(?P<conv>[0-9a-f]+)-[a-z]+-\d+)"
                   r"\?exp=(?P<exp>\d+)&sig=(?P<sig>[0-9a-f]{32}))\)")

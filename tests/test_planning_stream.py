@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.planning import complete_records
-from tests.standins.faulty_controller import FaultyController
+from sandbox.faulty_controller import FaultyController
 
 MEDIA = Path(__file__).parent / "fixtures" / "media"
 

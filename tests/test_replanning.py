@@ -16,7 +16,7 @@ from pipeline.catalog.models import Catalog
 from pipeline.planning import PlanInvalid
 from pipeline.replanning import accept_replan, replan_reason
 from pipeline.types import Output, Request, Resource, Task, TaskResult
-from tests.standins.faulty_controller import FaultyController
+from sandbox.faulty_controller import FaultyController
 
 MEDIA = Path(__file__).parent / "fixtures" / "media"
 

@@ -11,7 +11,7 @@ import openai
 import pytest
 from PIL import Image
 
-from tests.fixtures.server.harness import KEY, OTHER_KEY, MEDIA, Served, image_message
+from benchmarks.harness.http_server import KEY, OTHER_KEY, MEDIA, Served, image_message
 
 LINK = re.compile(r"\]\((?P<url>http://[^)\s]+/v1/files/(?P<id>file-[0-9a-f]+-[a-z]+-\d+)(?:\?exp=(?P<exp>\d+)&sig=(?P<sig>[0-9a-f]+))?)\)")
 

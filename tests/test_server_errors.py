@@ -12,7 +12,7 @@ import aiohttp
 import openai
 import pytest
 
-from tests.fixtures.server.harness import KEY, CountingSite, Served, image_message
+from benchmarks.harness.http_server import KEY, CountingSite, Served, image_message
 
 TEXT = [{"role": "user", "content": "Generate an image of a cat"}]
 

@@ -14,7 +14,7 @@ import pytest
 from openai.types import FileObject, Model
 from PIL import Image
 
-from tests.fixtures.server.harness import KEY, MEDIA, OTHER_KEY, Served, image_message
+from benchmarks.harness.http_server import KEY, MEDIA, OTHER_KEY, Served, image_message
 
 FILE_ID = re.compile(r"/v1/files/(file-[0-9a-f]+-[a-z]+-\d+)")
 

@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 from PIL import Image
 
-from tests.fixtures.server.harness import KEY, Served, image_message
+from benchmarks.harness.http_server import KEY, Served, image_message
 
 AUTH = {"Authorization": f"Bearer {KEY}"}
 

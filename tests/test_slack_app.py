@@ -21,8 +21,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.app import create_bolt_app
 from adapters.turn import RESTARTED
-from slack_harness import CHANNEL, Harness, bot_settings, png_file, start_harness
-from slack_service import make_service
+from benchmarks.harness.slack import CHANNEL, Harness, bot_settings, png_file, start_harness
+from benchmarks.harness.slack import make_service
 
 MEDIA = Path(__file__).parent / "fixtures" / "media"
 

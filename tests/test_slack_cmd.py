@@ -17,7 +17,7 @@ from hugginggpt import slack as slack_cmd
 from bot.settings import load_settings
 from sandbox import Sandbox
 from bot.errors import ConfigError
-from standins.slack_api import SlackStandIn, sign
+from sandbox.slack_api import SlackStandIn, sign
 
 SECRET = "cmd-signing-secret"
 

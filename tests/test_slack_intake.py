@@ -13,9 +13,9 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.app import create_bolt_app
 from adapters.slack.health import Replica, serve_http
-from slack_harness import SECRET, bot_settings
-from slack_service import make_service
-from standins.slack_api import signed_headers
+from benchmarks.harness.slack import SECRET, bot_settings
+from benchmarks.harness.slack import make_service
+from sandbox.slack_api import signed_headers
 
 
 @pytest.fixture

@@ -16,8 +16,8 @@ from sqlalchemy import text
 from adapters.slack.app import STARTED_OVER
 from adapters.slack.controls import ALREADY_ENDED, NOT_YOURS
 from adapters.slack.live import FEEDBACK_ACTION, STOP_ACTION
-from slack_harness import CHANNEL, Harness, png_file, start_harness
-from slack_service import make_service
+from benchmarks.harness.slack import CHANNEL, Harness, png_file, start_harness
+from benchmarks.harness.slack import make_service
 
 MEDIA = Path(__file__).parent / "fixtures" / "media"
 

@@ -14,7 +14,7 @@ import yaml
 from slack_sdk.web import async_client
 from slack_sdk.web.async_client import AsyncWebClient
 
-from standins.slack_api import METHOD_SCOPES
+from sandbox.slack_api import METHOD_SCOPES
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = ROOT / "deploy" / "slack-manifest.yaml"

@@ -83,7 +83,7 @@ def test_ctrl_c_once_stops_hugginggpt_run_with_what_finished(tmp_path):
     import subprocess
     import sys
 
-    from tests.standins.faulty_controller import FaultyController
+    from sandbox.faulty_controller import FaultyController
 
     c = FaultyController().start()
     try:

@@ -174,7 +174,7 @@ def test_a_thread_is_told_once_until_forgotten():
 
 @pytest.mark.parametrize("streaming", [True, False])
 async def test_slack_thread_is_told_once_and_answered_while_the_disk_is_full(slack, tmp_path, caplog, streaming):
-    from slack_harness import start_harness
+    from benchmarks.harness.slack import start_harness
 
     from sandbox import Sandbox
 

@@ -16,7 +16,7 @@ import aiohttp
 import openai
 import pytest
 
-from tests.fixtures.server.harness import KEY, Served, image_message
+from benchmarks.harness.http_server import KEY, Served, image_message
 
 BODY = {"model": "hugginggpt", "messages": [{"role": "user", "content": "Say hello"}]}
 

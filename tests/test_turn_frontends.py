@@ -21,10 +21,10 @@ import pytest
 
 from adapters.turn import CRASHED
 from adapters.slack.live import STOP_ACTION
-from slack_harness import png_file, start_harness
-from slack_service import make_service
-from tests.fixtures.server.harness import KEY, Served, image_message
-from tests.standins.faulty_controller import FaultyController
+from benchmarks.harness.slack import png_file, start_harness
+from benchmarks.harness.slack import make_service
+from benchmarks.harness.http_server import KEY, Served, image_message
+from sandbox.faulty_controller import FaultyController
 
 MEDIA = Path(__file__).parent / "fixtures" / "media"
 CAPTION_PLAN = '{"tasks": [{"task": "image-to-text", "id": 0, "dep": [-1], "args": {"image": "image-1"}}]}'

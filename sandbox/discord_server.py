@@ -1,4 +1,5 @@
-"""A stand-in Discord (REST API v10, gateway websocket and CDN) on 127.0.0.1 for tests.
+"""A stand-in Discord (REST API v10, gateway websocket and CDN) on 127.0.0.1 for tests and benchmarks:
+the server, its guilds and shards, the gateway, and what a test does as a Discord user.
 
 The real discord.py client talks to it after two class attributes are pointed at it (see
 :meth:`StandinDiscord.patch_client_urls`): ``discord.http.Route.BASE`` (REST, interaction callbacks
@@ -10,20 +11,13 @@ What it speaks (Discord API docs, "Gateway" and "Interactions > Receiving and Re
   guild's channels, roles and members, heartbeat ACKs (op 11), then the events a test injects
   (INTERACTION_CREATE, MESSAGE_CREATE) plus THREAD_CREATE and MESSAGE_CREATE echoes of what the
   bot itself creates, as Discord does;
-- REST under ``/api/v10``: the routes a slash-command bot uses (see :meth:`_routes`); JSON bodies
-  are answered with ``Content-Type: application/json`` exactly (discord.py decodes nothing else);
+- REST under ``/api/v10``: the routes a slash-command bot uses (:mod:`sandbox.discord_rest`);
 - CDN ``/attachments/{channel}/{attachment}/{filename}``: attachment bytes from a media folder.
 
 Everything the bot sends is recorded in :attr:`StandinDiscord.calls` with a ``time.monotonic()``
 timestamp; messages keep their edit history, and uploaded files keep their bytes.
 
-Components V2 (Discord API docs, "Component Reference"): a message sent or edited with
-``components`` is checked like Discord does, and a violation is answered 400 / code 50035 "Invalid
-Form Body" (see :func:`component_problem`): more than 40 components, more than 4,000 characters of
-text display, a gallery of 0 or more than 10 items, top-level layout components without the flag
-``1 << 15``, ``content`` or embeds with that flag, a reference ``attachment://name`` to no uploaded
-file. :attr:`StoredMessage.text` is what a user reads (content, or the text displays), and every
-version is kept in :attr:`StoredMessage.history`.
+Components V2 rules, messages and permission bits: :mod:`sandbox.discord_messages`.
 
 Component interactions (a button press, :meth:`StandinDiscord.press`) are answered with callback
 type 6 (deferred update), 7 (update the message) or 4 (a new, e.g. ephemeral, message). Direct
@@ -47,188 +41,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import re
 import time
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from aiohttp import WSMsgType, web
 
-DISCORD_EPOCH_MS = 1420070400000
-JSON = "application/json"
-IS_COMPONENTS_V2 = 1 << 15
-LAYOUT_TYPES = {9, 10, 11, 12, 13, 14, 17}  # section, text display, thumbnail, gallery, file, separator, container
-MAX_COMPONENTS = 40
-MAX_TEXT = 4000
-
-
-SUPPRESS_EMBEDS = 1 << 2
-"""Message flag: no link previews (discord.com/developers/docs/resources/message#message-object-message-flags)."""
-
-
-def walk_components(components: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every component, nested ones included (container children, action row buttons, section
-    accessories), depth first."""
-    out: list[dict[str, Any]] = []
-    for c in components or []:
-        out.append(c)
-        out += walk_components(c.get("components") or [])
-        if isinstance(c.get("accessory"), dict):
-            out += walk_components([c["accessory"]])
-    return out
-
-
-def components_text(components: list[dict[str, Any]]) -> str:
-    """The text a user reads in a components message: its text displays, in order."""
-    return "\n".join(c.get("content") or "" for c in walk_components(components) if c.get("type") == 10)
-
-
-def component_problem(body: dict[str, Any], flags: int, filenames: set[str]) -> str | None:
-    """Why Discord would refuse this message body (400, "Invalid Form Body"), or ``None``.
-
-    Rules (Discord API docs, "Component Reference" and "Create Message"): at most 40 components in
-    all; text displays at most 4,000 characters in all; media gallery 1-10 items, alt text up to
-    256; action rows 1-5 components; ``custom_id`` up to 100; layout components only with the flag
-    ``IS_COMPONENTS_V2``; with the flag, no ``content`` and no embeds; ``attachment://name``
-    references an attachment of the message.
-    """
-    comps = body.get("components")
-    v2 = bool(flags & IS_COMPONENTS_V2)
-    if v2 and (body.get("content") or body.get("embeds")):
-        return "content and embeds cannot be used with the IS_COMPONENTS_V2 flag"
-    if comps is None:
-        return None
-    every = walk_components(comps)
-    if len(every) > MAX_COMPONENTS:
-        return f"too many components ({len(every)} > {MAX_COMPONENTS})"
-    if not v2 and any(c.get("type") != 1 for c in comps):
-        return "layout components need the IS_COMPONENTS_V2 flag"
-    text = sum(len(c.get("content") or "") for c in every if c.get("type") == 10)
-    if text > MAX_TEXT:
-        return f"text displays have {text} characters (> {MAX_TEXT})"
-    for c in every:
-        kind = c.get("type")
-        if kind == 10 and not (c.get("content") or "").strip():
-            return "a text display needs content"
-        if kind == 1 and not 1 <= len(c.get("components") or []) <= 5:
-            return "an action row holds 1 to 5 components"
-        if kind == 2 and len(c.get("custom_id") or "") > 100:
-            return "custom_id is longer than 100 characters"
-        if kind == 12:
-            items = c.get("items") or []
-            if not 1 <= len(items) <= 10:
-                return f"a media gallery holds 1 to 10 items, not {len(items)}"
-            if any(len(i.get("description") or "") > 256 for i in items):
-                return "a media gallery item's description is longer than 256 characters"
-        urls = [i["media"]["url"] for i in c.get("items") or []] if kind == 12 else (
-            [c["file"]["url"]] if kind == 13 else [])
-        for url in urls:
-            if url.startswith("attachment://") and url[len("attachment://"):] not in filenames:
-                return f"{url} refers to no attachment of this message"
-    return None
-
-# Permission bits (Discord API docs, "Permissions > Bitwise Permission Flags").
-VIEW_CHANNEL = 1 << 10
-SEND_MESSAGES = 1 << 11
-ATTACH_FILES = 1 << 15
-READ_MESSAGE_HISTORY = 1 << 16
-CREATE_PUBLIC_THREADS = 1 << 35
-SEND_MESSAGES_IN_THREADS = 1 << 38
-BOT_PERMISSIONS = (
-    VIEW_CHANNEL | SEND_MESSAGES | ATTACH_FILES | READ_MESSAGE_HISTORY | CREATE_PUBLIC_THREADS | SEND_MESSAGES_IN_THREADS
-)
-
-
-def _now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat()
-
-
-@dataclass
-class Call:
-    """One request the bot made: when (``time.monotonic()``, seconds), what, and its body."""
-
-    t: float
-    method: str
-    path: str
-    json: Any = None
-    files: list["UploadedFile"] = field(default_factory=list)
-    query: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
-class UploadedFile:
-    """A file the bot uploaded (multipart ``files[n]``)."""
-
-    filename: str
-    content_type: str | None
-    data: bytes
-
-
-@dataclass
-class StoredMessage:
-    """A message as the stand-in keeps it: current payload, edit history, uploaded files."""
-
-    payload: dict[str, Any]
-    files: list[UploadedFile] = field(default_factory=list)
-    history: list[str] = field(default_factory=list)  # every content the message had, oldest first
-    edit_times: list[float] = field(default_factory=list)  # time.monotonic() of each PATCH
-    created: float = field(default_factory=time.monotonic)
-    deleted: bool = False
-
-    @property
-    def id(self) -> int:
-        return int(self.payload["id"])
-
-    @property
-    def channel_id(self) -> int:
-        return int(self.payload["channel_id"])
-
-    @property
-    def content(self) -> str:
-        return self.payload.get("content") or ""
-
-    @property
-    def flags(self) -> int:
-        return int(self.payload.get("flags") or 0)
-
-    @property
-    def components(self) -> list[dict[str, Any]]:
-        return self.payload.get("components") or []
-
-    @property
-    def previews(self) -> list[str]:
-        """The links Discord would fetch to show link previews (embeds) under the message: every
-        http(s) link of its content, unless the message has the ``SUPPRESS_EMBEDS`` flag (1 << 2)."""
-        if self.flags & SUPPRESS_EMBEDS:
-            return []
-        return re.findall(r"https?://[^\s<>()\[\]]+", self.content)
-
-    @property
-    def text(self) -> str:
-        """What a user reads: the content, or the text displays of a components message."""
-        return components_text(self.components) if self.flags & IS_COMPONENTS_V2 else self.content
-
-    def buttons(self) -> list[dict[str, Any]]:
-        """The buttons a user can press now."""
-        return [c for c in walk_components(self.components) if c.get("type") == 2]
-
-    def gallery(self) -> list[tuple["UploadedFile", str | None]]:
-        """The media gallery items as (uploaded file, alt text), in order."""
-        by_name = {f.filename: f for f in self.files}
-        out = []
-        for c in walk_components(self.components):
-            for item in c.get("items") or [] if c.get("type") == 12 else []:
-                name = item["media"]["url"].removeprefix("attachment://")
-                out.append((by_name[name], item.get("description")))
-        return out
-
-    def file_components(self) -> list["UploadedFile"]:
-        """The files shown by file components, in order."""
-        by_name = {f.filename: f for f in self.files}
-        return [by_name[c["file"]["url"].removeprefix("attachment://")]
-                for c in walk_components(self.components) if c.get("type") == 13]
+from .discord_messages import BOT_PERMISSIONS, DISCORD_EPOCH_MS, IS_COMPONENTS_V2, Call, StoredMessage, now_iso
+from .discord_rest import DiscordRest
 
 
 class StandinDiscord:
@@ -254,10 +74,10 @@ class StandinDiscord:
         self.channel_id = self.snowflake()
         self.other_channel_id = self.snowflake()
         self.role_id = self.snowflake()
-        self.user = self._user(self.snowflake(), "alice")
-        self.user2 = self._user(self.snowflake(), "bob")
-        self.other_bot = self._user(self.snowflake(), "otherbot", bot=True)
-        self.bot_user = self._user(self.bot_id, "HuggingGPT", bot=True)
+        self.user = self.user_payload(self.snowflake(), "alice")
+        self.user2 = self.user_payload(self.snowflake(), "bob")
+        self.other_bot = self.user_payload(self.snowflake(), "otherbot", bot=True)
+        self.bot_user = self.user_payload(self.bot_id, "HuggingGPT", bot=True)
         self.token = "standin-bot-token"
         self.channels: dict[int, dict[str, Any]] = {}
         self.guilds: dict[int, str] = {self.guild_id: "Stand-in guild"}  # guild id → name
@@ -280,7 +100,7 @@ class StandinDiscord:
         self.app_permissions = BOT_PERMISSIONS
         self.token_ttl: float | None = None  # seconds an interaction token works (Discord: 900)
         self.refuse_intents = False  # close the gateway with 4014 "Disallowed intent(s)" on IDENTIFY
-        self._interactions: dict[str, dict[str, Any]] = {}  # token → {id, channel_id, original}
+        self.interactions: dict[str, dict[str, Any]] = {}  # token → {id, channel_id, original}
         self._sockets: list[web.WebSocketResponse] = []
         self._shards: dict[web.WebSocketResponse, tuple[int, int]] = {}  # socket → its shard [id, count]
         self._seq = 0
@@ -301,7 +121,7 @@ class StandinDiscord:
 
     async def start(self) -> None:
         app = web.Application(client_max_size=200 * 1024 * 1024)
-        app.add_routes(self._routes())
+        app.add_routes([web.get("/gw", self._gateway), *DiscordRest(self).routes()])
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -388,7 +208,7 @@ class StandinDiscord:
         return (ms << 22) | (next(self._ids) & 0x3FFFFF)
 
     @staticmethod
-    def _user(uid: int, name: str, *, bot: bool = False) -> dict[str, Any]:
+    def user_payload(uid: int, name: str, *, bot: bool = False) -> dict[str, Any]:
         return {
             "id": str(uid),
             "username": name,
@@ -472,7 +292,7 @@ class StandinDiscord:
             "guild_id": str(self.guild_of(channel_id) or self.guild_id),
             "author": author,
             "content": content,
-            "timestamp": _now_iso(),
+            "timestamp": now_iso(),
             "edited_timestamp": None,
             "tts": False,
             "mention_everyone": False,
@@ -516,6 +336,28 @@ class StandinDiscord:
             "proxy_url": url,
             "content_type": content_type or guessed,
         }
+
+    def thread_payload(self, parent_id: int, name: str, *, owner_id: int, thread_id: int | None = None) -> dict[str, Any]:
+        """A new public thread under ``parent_id``, stored as a channel; its payload."""
+        tid = thread_id or self.snowflake()
+        thread = {
+            "id": str(tid),
+            "type": 11,
+            "guild_id": str(self.guild_of(parent_id)),
+            "parent_id": str(parent_id),
+            "owner_id": str(owner_id),
+            "name": name,
+            "last_message_id": None,
+            "message_count": 0,
+            "member_count": 1,
+            "rate_limit_per_user": 0,
+            "flags": 0,
+            "thread_metadata": {"archived": False, "auto_archive_duration": 1440, "archive_timestamp": now_iso(),
+                                "locked": False, "create_timestamp": now_iso()},
+            "total_message_sent": 0,
+        }
+        self.channels[tid] = thread
+        return thread
 
     # ------------------------------------------------------------------------------------------
     # gateway
@@ -669,7 +511,7 @@ class StandinDiscord:
     async def send_interaction(self, payload: dict[str, Any], *, everywhere: bool = False) -> dict[str, Any]:
         """Deliver INTERACTION_CREATE (again, for a replay; to every gateway session with
         ``everywhere``) and remember its token."""
-        self._interactions.setdefault(payload["token"], {"id": int(payload["id"]), "channel_id": int(payload["channel_id"]),
+        self.interactions.setdefault(payload["token"], {"id": int(payload["id"]), "channel_id": int(payload["channel_id"]),
                                                          "original": None})
         self.injected.setdefault(int(payload["id"]), time.monotonic())
         await self.dispatch("INTERACTION_CREATE", payload, everywhere=everywhere)
@@ -716,7 +558,7 @@ class StandinDiscord:
             payload.update(guild_id=gid, context=0,
                            member={**self._member(user, roles), "permissions": str(permissions)},
                            authorizing_integration_owners={"0": gid})
-        self._interactions[token] = {"id": iid, "channel_id": msg.channel_id, "original": None, "message": message_id}
+        self.interactions[token] = {"id": iid, "channel_id": msg.channel_id, "original": None, "message": message_id}
         self.injected[iid] = time.monotonic()
         await self.dispatch("INTERACTION_CREATE", payload)
         return iid
@@ -758,7 +600,7 @@ class StandinDiscord:
     async def create_thread_as_user(self, name: str, *, channel_id: int | None = None) -> int:
         """A thread some user started in a text channel (default: :attr:`channel_id`; not by the
         bot); returns its id."""
-        thread = self._thread_payload(channel_id or self.channel_id, name, owner_id=int(self.user["id"]))
+        thread = self.thread_payload(channel_id or self.channel_id, name, owner_id=int(self.user["id"]))
         await self.dispatch("THREAD_CREATE", {**thread, "newly_created": True})
         return int(thread["id"])
 
@@ -798,384 +640,6 @@ class StandinDiscord:
                 except (asyncio.TimeoutError, TimeoutError):
                     pass
 
-    async def _notify(self) -> None:
+    async def notify(self) -> None:
         async with self._changed:
             self._changed.notify_all()
-
-    # ------------------------------------------------------------------------------------------
-    # REST
-
-    def _routes(self) -> list[web.AbstractRouteDef]:
-        a = "/api/v10"
-        return [
-            web.get("/gw", self._gateway),
-            web.get("/attachments/{cid}/{aid}/{filename}", self._cdn),
-            web.get(f"{a}/users/@me", self._me),
-            web.get(f"{a}/oauth2/applications/@me", self._appinfo),
-            web.get(f"{a}/gateway", self._gateway_info),
-            web.get(f"{a}/gateway/bot", self._gateway_info),
-            web.put(f"{a}/applications/{{app}}/commands", self._sync_commands),
-            web.put(f"{a}/applications/{{app}}/guilds/{{gid}}/commands", self._sync_commands),
-            web.get(f"{a}/applications/{{app}}/commands", self._get_commands),
-            web.post(f"{a}/interactions/{{iid}}/{{token}}/callback", self._callback),
-            web.get(f"{a}/webhooks/{{app}}/{{token}}/messages/{{mid}}", self._webhook_get),
-            web.patch(f"{a}/webhooks/{{app}}/{{token}}/messages/{{mid}}", self._webhook_edit),
-            web.delete(f"{a}/webhooks/{{app}}/{{token}}/messages/{{mid}}", self._webhook_delete),
-            web.post(f"{a}/webhooks/{{app}}/{{token}}", self._webhook_followup),
-            web.get(f"{a}/channels/{{cid}}", self._get_channel),
-            web.get(f"{a}/channels/{{cid}}/messages/{{mid}}", self._get_message),
-            web.post(f"{a}/channels/{{cid}}/messages", self._post_message),
-            web.patch(f"{a}/channels/{{cid}}/messages/{{mid}}", self._edit_message),
-            web.delete(f"{a}/channels/{{cid}}/messages/{{mid}}", self._delete_message),
-            web.post(f"{a}/channels/{{cid}}/messages/{{mid}}/threads", self._thread_from_message),
-            web.post(f"{a}/channels/{{cid}}/threads", self._thread_without_message),
-            web.post(f"{a}/channels/{{cid}}/typing", self._typing),
-            web.put(f"{a}/channels/{{cid}}/thread-members/@me", self._no_content),
-            web.get(f"{a}/guilds/{{gid}}", self._get_guild),
-            web.post(f"{a}/users/@me/channels", self._open_dm),
-        ]
-
-    @staticmethod
-    def _json(data: Any, status: int = 200) -> web.Response:
-        # discord.py decodes JSON only when the Content-Type is exactly application/json.
-        return web.Response(status=status, body=json.dumps(data).encode(), headers={"Content-Type": JSON})
-
-    def _error(self, status: int, code: int, message: str) -> web.Response:
-        return self._json({"code": code, "message": message}, status)
-
-    async def _record(self, request: web.Request) -> Call:
-        body: Any = None
-        files: list[UploadedFile] = []
-        ctype = request.headers.get("Content-Type", "")
-        if ctype.startswith("multipart/"):
-            reader = await request.multipart()
-            async for part in reader:
-                data = await part.read()  # type: ignore[union-attr]
-                if part.name == "payload_json":  # type: ignore[union-attr]
-                    body = json.loads(data)
-                else:
-                    files.append(UploadedFile(part.filename or "", part.headers.get("Content-Type"), bytes(data)))  # type: ignore[union-attr]
-        elif request.can_read_body:
-            raw = await request.read()
-            body = json.loads(raw) if raw else None
-        call = Call(time.monotonic(), request.method, request.path, body, files, dict(request.query))
-        self.calls.append(call)
-        return call
-
-    def _auth_ok(self, request: web.Request) -> bool:
-        return request.headers.get("Authorization") == f"Bot {self.token}"
-
-    async def _me(self, request: web.Request) -> web.Response:
-        await self._record(request)
-        if not self._auth_ok(request):
-            return self._error(401, 0, "401: Unauthorized")
-        return self._json({**self.bot_user, "verified": True, "mfa_enabled": False, "flags": 0})
-
-    async def _appinfo(self, request: web.Request) -> web.Response:
-        await self._record(request)
-        return self._json({
-            "id": str(self.app_id), "name": "HuggingGPT", "icon": None, "description": "", "bot_public": True,
-            "bot_require_code_grant": False, "owner": self.user, "verify_key": "00", "flags": 0,
-            "summary": "", "team": None, "rpc_origins": [],
-        })
-
-    async def _gateway_info(self, request: web.Request) -> web.Response:
-        return self._json({"url": self.gateway_url, "shards": self.shard_count,
-                           "session_start_limit": {"total": 1000, "remaining": 1000, "reset_after": 0,
-                                                   "max_concurrency": 1}})
-
-    async def _sync_commands(self, request: web.Request) -> web.Response:
-        call = await self._record(request)
-        self.command_syncs += 1
-        self.commands = [{**c, "id": str(self.snowflake()), "application_id": str(self.app_id), "version": "1",
-                          "default_member_permissions": c.get("default_member_permissions")} for c in call.json]
-        await self._notify()
-        return self._json(self.commands)
-
-    async def _get_commands(self, request: web.Request) -> web.Response:
-        return self._json(self.commands)
-
-    async def _cdn(self, request: web.Request) -> web.Response:
-        name = request.match_info["filename"]
-        path = (self.media_dir / name).resolve()
-        if path.parent != self.media_dir.resolve() or not path.is_file():
-            return web.Response(status=404, text="not found")
-        return web.Response(body=path.read_bytes(), headers={"Content-Type": "application/octet-stream"})
-
-    async def _callback(self, request: web.Request) -> web.Response:
-        call = await self._record(request)
-        iid = int(request.match_info["iid"])
-        token = request.match_info["token"]
-        info = self._interactions.get(token)
-        if info is None or info["id"] != iid:
-            return self._error(404, 10062, "Unknown interaction")
-        if iid in self.callbacks:
-            return self._error(400, 40060, "Interaction has already been acknowledged.")
-        body = call.json or {}
-        kind = body.get("type")
-        data = body.get("data") or {}
-        flags = int(data.get("flags") or 0)
-        if kind in (6, 7):  # a component interaction: (deferred) update of the message it came from
-            if info.get("message") is None:
-                return self._error(400, 50035, "Invalid Form Body: not a component interaction")
-            self.callbacks[iid] = body
-            msg = self.messages[info["message"]]
-            info["original"] = msg.id
-            if kind == 7:
-                problem = component_problem(data, msg.flags | flags, {f.filename for f in msg.files})
-                if problem:
-                    return self._error(400, 50035, f"Invalid Form Body: {problem}")
-                self._apply_body(msg, data)
-                msg.history.append(msg.text)
-                msg.edit_times.append(call.t)
-            await self._notify()
-            return self._json({"interaction": {"id": str(iid), "type": 3}, "resource": {"type": kind}})
-        problem = component_problem(data, flags, {f.filename for f in call.files})
-        if problem:
-            return self._error(400, 50035, f"Invalid Form Body: {problem}")
-        self.callbacks[iid] = body
-        if kind == 5:
-            self.deferrals[iid] = call.t
-            flags |= 128  # LOADING
-        content = data.get("content") or ""
-        msg = self.message_payload(info["channel_id"], self.bot_user, content, flags=flags, message_type=20,
-                                   webhook_id=self.app_id, interaction=self._metadata(iid))
-        stored = StoredMessage(msg, files=call.files)
-        self._apply_body(stored, data)
-        stored.history.append(stored.text)
-        self.messages[int(msg["id"])] = stored
-        info["original"] = int(msg["id"])
-        await self._notify()
-        return self._json({
-            "interaction": {"id": str(iid), "type": 2, "response_message_id": msg["id"],
-                            "response_message_loading": kind == 5, "response_message_ephemeral": bool(flags & 64)},
-            "resource": {"type": kind, "message": msg},
-        })
-
-    def _metadata(self, iid: int) -> dict[str, Any]:
-        info = next((i for i in self._interactions.values() if i["id"] == iid), None)
-        gid = (self.guild_of(info["channel_id"]) if info else None) or self.guild_id
-        return {"id": str(iid), "type": 2, "user": self.user, "authorizing_integration_owners": {"0": str(gid)}}
-
-    def _token_dead(self, token: str) -> bool:
-        info = self._interactions.get(token)
-        return info is None or (self.token_ttl is not None and time.monotonic() - self.injected[info["id"]] > self.token_ttl)
-
-    def _original(self, token: str, mid: str) -> StoredMessage | None:
-        info = self._interactions.get(token)
-        if info is None or self._token_dead(token):
-            return None
-        target = info["original"] if mid == "@original" else int(mid)
-        return self.messages.get(target) if target else None
-
-    async def _webhook_get(self, request: web.Request) -> web.Response:
-        await self._record(request)
-        msg = self._original(request.match_info["token"], request.match_info["mid"])
-        if msg is None or msg.deleted:
-            return self._error(404, 10008, "Unknown Message")
-        return self._json(msg.payload)
-
-    async def _webhook_edit(self, request: web.Request) -> web.Response:
-        call = await self._record(request)
-        if self._token_dead(request.match_info["token"]):
-            return self._error(401, 50027, "Invalid Webhook Token")
-        msg = self._original(request.match_info["token"], request.match_info["mid"])
-        if msg is None or msg.deleted:
-            return self._error(404, 10008, "Unknown Message")
-        return await self._apply_edit(msg, call)
-
-    async def _webhook_delete(self, request: web.Request) -> web.Response:
-        await self._record(request)
-        msg = self._original(request.match_info["token"], request.match_info["mid"])
-        if msg is None or msg.deleted:
-            return self._error(404, 10008, "Unknown Message")
-        msg.deleted = True
-        await self._notify()
-        return web.Response(status=204)
-
-    async def _webhook_followup(self, request: web.Request) -> web.Response:
-        call = await self._record(request)
-        token = request.match_info["token"]
-        info = self._interactions.get(token)
-        if info is None or self._token_dead(token):
-            return self._error(401, 50027, "Invalid Webhook Token")
-        body = call.json or {}
-        too_big = self._check_sizes(call.files)
-        if too_big is not None:
-            return too_big
-        flags = int(body.get("flags") or 0)
-        problem = component_problem(body, flags, {f.filename for f in call.files})
-        if problem:
-            return self._error(400, 50035, f"Invalid Form Body: {problem}")
-        msg = self.message_payload(info["channel_id"], self.bot_user, body.get("content") or "",
-                                   flags=flags, webhook_id=self.app_id,
-                                   interaction=self._metadata(info["id"]))
-        stored = StoredMessage(msg, files=call.files)
-        self._apply_body(stored, body)
-        stored.history.append(stored.text)
-        self.messages[int(msg["id"])] = stored
-        await self._notify()
-        return self._json(msg)
-
-    def _check_sizes(self, files: list[UploadedFile]) -> web.Response | None:
-        for f in files:
-            if len(f.data) > self.attachment_size_limit:
-                return self._error(413, 40005, "Request entity too large")
-        return None
-
-    @staticmethod
-    def _apply_body(msg: StoredMessage, body: dict[str, Any]) -> None:
-        """Apply the fields a create/edit body sets (content, components, flags)."""
-        if "content" in body:
-            msg.payload["content"] = body["content"] or ""
-        if "components" in body:
-            msg.payload["components"] = body["components"] or []
-        if "flags" in body and body["flags"] is not None:
-            # the components flag cannot be removed once set (Discord API docs, "Edit Message")
-            msg.payload["flags"] = int(body["flags"]) | (msg.flags & IS_COMPONENTS_V2)
-
-    async def _apply_edit(self, msg: StoredMessage, call: Call) -> web.Response:
-        body = call.json or {}
-        flags = int(body.get("flags") or 0) | msg.flags
-        names = {f.filename for f in (call.files or msg.files)}
-        if flags & IS_COMPONENTS_V2 and "content" not in body and msg.content:
-            body = {**body, "content": msg.content}  # Discord keeps the content: refused below
-        problem = component_problem(body, flags, names)
-        if problem:
-            return self._error(400, 50035, f"Invalid Form Body: {problem}")
-        self._apply_body(msg, body)
-        msg.payload["flags"] = msg.flags & ~128  # no longer loading
-        msg.payload["edited_timestamp"] = _now_iso()
-        if call.files:
-            too_big = self._check_sizes(call.files)
-            if too_big is not None:
-                return too_big
-            msg.files = list(call.files)
-        msg.history.append(msg.text)
-        msg.edit_times.append(call.t)
-        await self._notify()
-        return self._json(msg.payload)
-
-    async def _get_channel(self, request: web.Request) -> web.Response:
-        await self._record(request)
-        ch = self.channels.get(int(request.match_info["cid"]))
-        return self._json(ch) if ch else self._error(404, 10003, "Unknown Channel")
-
-    async def _get_guild(self, request: web.Request) -> web.Response:
-        await self._record(request)
-        gid = int(request.match_info["gid"])
-        return self._json(self.guild_payload(gid)) if gid in self.guilds else self._error(404, 10004, "Unknown Guild")
-
-    async def _get_message(self, request: web.Request) -> web.Response:
-        await self._record(request)
-        msg = self.messages.get(int(request.match_info["mid"]))
-        return self._json(msg.payload) if msg and not msg.deleted else self._error(404, 10008, "Unknown Message")
-
-    async def _post_message(self, request: web.Request) -> web.Response:
-        call = await self._record(request)
-        cid = int(request.match_info["cid"])
-        if cid not in self.channels:
-            return self._error(404, 10003, "Unknown Channel")
-        too_big = self._check_sizes(call.files)
-        if too_big is not None:
-            return too_big
-        body = call.json or {}
-        flags = int(body.get("flags") or 0)
-        problem = component_problem(body, flags, {f.filename for f in call.files})
-        if problem:
-            return self._error(400, 50035, f"Invalid Form Body: {problem}")
-        msg = self.message_payload(cid, self.bot_user, body.get("content") or "", flags=flags,
-                                   message_type=19 if body.get("message_reference") else 0)
-        msg["components"] = body.get("components") or []
-        if body.get("message_reference"):
-            msg["message_reference"] = body["message_reference"]
-        msg["attachments"] = [
-            {"id": str(self.snowflake()), "filename": f.filename, "size": len(f.data), "url": f"{self.base}/x/{f.filename}",
-             "proxy_url": f"{self.base}/x/{f.filename}", "content_type": f.content_type}
-            for f in call.files
-        ]
-        stored = StoredMessage(msg, files=call.files)
-        stored.history.append(stored.text)
-        self.messages[int(msg["id"])] = stored
-        ch = self.channels[cid]
-        if ch["type"] == 11:
-            ch["message_count"] += 1
-        await self._notify()
-        # Discord echoes the bot's own messages over the gateway; the bot must ignore them.
-        await self.dispatch("MESSAGE_CREATE", msg)
-        return self._json(msg)
-
-    async def _edit_message(self, request: web.Request) -> web.Response:
-        call = await self._record(request)
-        msg = self.messages.get(int(request.match_info["mid"]))
-        if msg is None or msg.deleted:
-            return self._error(404, 10008, "Unknown Message")
-        return await self._apply_edit(msg, call)
-
-    async def _delete_message(self, request: web.Request) -> web.Response:
-        await self._record(request)
-        msg = self.messages.get(int(request.match_info["mid"]))
-        if msg is None:
-            return self._error(404, 10008, "Unknown Message")
-        msg.deleted = True
-        await self._notify()
-        return web.Response(status=204)
-
-    async def _open_dm(self, request: web.Request) -> web.Response:
-        call = await self._record(request)
-        rid = str((call.json or {}).get("recipient_id"))
-        user = next((u for u in (self.user, self.user2) if u["id"] == rid), None) or self._user(int(rid), "someone")
-        return self._json(self.channels[self.dm_channel(user)])
-
-    async def _typing(self, request: web.Request) -> web.Response:
-        return web.Response(status=204)
-
-    async def _no_content(self, request: web.Request) -> web.Response:
-        return web.Response(status=204)
-
-    def _thread_payload(self, parent_id: int, name: str, *, owner_id: int, thread_id: int | None = None) -> dict[str, Any]:
-        tid = thread_id or self.snowflake()
-        thread = {
-            "id": str(tid),
-            "type": 11,
-            "guild_id": str(self.guild_of(parent_id)),
-            "parent_id": str(parent_id),
-            "owner_id": str(owner_id),
-            "name": name,
-            "last_message_id": None,
-            "message_count": 0,
-            "member_count": 1,
-            "rate_limit_per_user": 0,
-            "flags": 0,
-            "thread_metadata": {"archived": False, "auto_archive_duration": 1440, "archive_timestamp": _now_iso(),
-                                "locked": False, "create_timestamp": _now_iso()},
-            "total_message_sent": 0,
-        }
-        self.channels[tid] = thread
-        return thread
-
-    async def _create_thread(self, request: web.Request, message_id: int | None) -> web.Response:
-        call = await self._record(request)
-        cid = int(request.match_info["cid"])
-        if self.forbid_threads:
-            await self._notify()
-            return self._error(403, 50013, "Missing Permissions")
-        body = call.json or {}
-        name = body.get("name") or ""
-        if not 1 <= len(name) <= 100:
-            return self._error(400, 50035, "Invalid Form Body: name must be between 1 and 100 in length.")
-        if cid not in self.channels or self.channels[cid]["type"] != 0:
-            return self._error(400, 50024, "Cannot execute action on this channel type")
-        thread = self._thread_payload(cid, name, owner_id=self.bot_id, thread_id=message_id)
-        if message_id is not None and message_id in self.messages:
-            self.messages[message_id].payload["thread"] = thread
-        await self._notify()
-        await self.dispatch("THREAD_CREATE", {**thread, "newly_created": True})
-        return self._json(thread, 201)
-
-    async def _thread_from_message(self, request: web.Request) -> web.Response:
-        # A thread started from a message gets the message's id (Discord API docs, "Start Thread from Message").
-        return await self._create_thread(request, int(request.match_info["mid"]))
-
-    async def _thread_without_message(self, request: web.Request) -> web.Response:
-        return await self._create_thread(request, None)

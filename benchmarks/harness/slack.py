@@ -1,25 +1,52 @@
-"""Test harness for the Slack front end: the bot's bolt app served over HTTP on 127.0.0.1 (like
-behind a load balancer) next to the stand-in Slack; used by tests/test_slack_app.py and
-benchmarks/bench_slack.py."""
+"""Harness for the Slack front end: the real ``bot.service.Service`` on the sandbox stand-in
+backends (:func:`make_service`), and the bot's bolt app served over HTTP on 127.0.0.1 (like behind
+a load balancer) next to the stand-in Slack (:func:`start_harness`); used by the Slack tests and by
+benchmarks/bench_slack.py and bench_live.py."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from pathlib import Path
+from typing import AsyncIterator
 
 import aiohttp
 from aiohttp import web
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.app import SlackApp, create_bolt_app
-from bot.settings import Settings, SlackSettings
-from standins.slack_api import SlackStandIn, signed_headers
+from bot.service import Service
+from bot.settings import Settings, SlackSettings, load_settings
+from sandbox import Sandbox
+from sandbox.realparts import free_port
+from sandbox.slack_api import SlackStandIn, signed_headers
 
 SECRET = "test-signing-secret"
-MEDIA = Path(__file__).parent / "fixtures" / "media"
+MEDIA = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "media"
+SERVICE_KIND = "real bot.service.Service on sandbox stand-in backends"
 CHANNEL = "C0GENERAL"
+
+
+@contextlib.asynccontextmanager
+async def make_service(tmp_path: Path, *, controller_down: bool = False,
+                       latency: dict[str, float] | None = None) -> AsyncIterator[Service]:
+    """A started Service on sandbox backends, data under ``tmp_path / "service-data"``.
+
+    Args:
+        controller_down: point the controller at a closed port (the backend is down).
+        latency: seconds added per model id or task name by the inference stand-in.
+    """
+    async with Sandbox(latency=latency) as sb:
+        overrides = sb.overrides(tmp_path / "service-data")
+        if controller_down:
+            overrides["llm"]["base_url"] = f"http://127.0.0.1:{free_port()}/v1"
+        svc = await Service.create(load_settings(env={}, overrides=overrides))
+        try:
+            yield svc
+        finally:
+            await svc.close()
 
 
 class Harness:

@@ -1,5 +1,6 @@
 """Several ``hugginggpt slack --mode http`` processes on one store, as an operator runs them behind
-a load balancer; used by tests/test_slack_replicas.py and benchmarks/bench_scale.py.
+a load balancer; used by tests/test_slack_replicas.py and benchmarks/bench_scale.py (the replicas are the product
+itself, so this is a harness, not a stand-in).
 
 Each replica is a real subprocess (``python -m hugginggpt -v slack --mode http``) in its own process
 group, pointed at the stand-in Slack (``--api-url``) and at backends given as settings (the
@@ -21,20 +22,12 @@ from typing import Any
 
 import aiohttp
 
-from standins.slack_api import SlackStandIn, signed_headers
+from sandbox.realparts import free_port
+from sandbox.slack_api import SlackStandIn, signed_headers
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SECRET = "replicas-signing-secret"
 CHANNEL = "C0REPLICAS"
-
-
-def free_port() -> int:
-    """An unused TCP port on 127.0.0.1 (the same helper as tests/realparts.py)."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def replica_env(settings: dict[str, dict[str, Any]], slack: SlackStandIn) -> dict[str, str]:

@@ -128,6 +128,26 @@ class StoredFile:
     uploaded_by_bot: bool = False
 
 
+def ok(**fields: Any) -> web.Response:
+    """A Web API success: ``{"ok": true, ...fields}``."""
+    return web.json_response({"ok": True, **fields})
+
+
+def err(code: str, status: int = 200, **fields: Any) -> web.Response:
+    """A Web API error: ``{"ok": false, "error": code, ...fields}`` (HTTP 200 unless ``status``)."""
+    return web.json_response({"ok": False, "error": code, **fields}, status=status)
+
+
+def chunk_ok(chunk: dict[str, Any]) -> bool:
+    """Whether a streaming chunk is one of the documented types, with its required fields."""
+    kind = chunk.get("type")
+    if kind == "task_update":
+        return bool(chunk.get("id") and chunk.get("title")) and chunk.get("status") in TASK_STATUSES
+    if kind == "plan_update":
+        return bool(chunk.get("title"))
+    return kind in ("markdown_text", "blocks")
+
+
 class SlackStandIn:
     """The stand-in server. Attributes of interest to tests:
 
@@ -334,8 +354,6 @@ class SlackStandIn:
             self._notify()
 
     async def _dispatch(self, method: str, args: dict[str, Any], token: str | None) -> web.Response:
-        ok = lambda **kw: web.json_response({"ok": True, **kw})  # noqa: E731
-        err = lambda code, status=200, **kw: web.json_response({"ok": False, "error": code, **kw}, status=status)  # noqa: E731
         if method == "apps.connections.open":
             if token != self.app_token:
                 return err("invalid_auth")
@@ -350,94 +368,110 @@ class SlackStandIn:
         needed = METHOD_SCOPES.get(method)
         if needed and needed not in self.scopes:
             return err("missing_scope", needed=needed, provided=",".join(sorted(self.scopes)))
-        if method == "auth.test":
-            return ok(url="https://standin.slack.com/", team="Stand-in", user="hugginggpt", team_id=self.team_id,
-                      user_id=self.bot_user_id, bot_id=self.bot_id, is_enterprise_install=False)
-        if method == "chat.postMessage":
-            text = args.get("text") or ""
-            if len(text) > 4000:
-                return err("msg_too_long")
-            channel = args["channel"]
-            ts = self.new_ts()
-            blocks = args.get("blocks") or []
-            msg = Message(channel, ts, text, self.bot_user_id, thread_ts=args.get("thread_ts") or None,
-                          bot_id=self.bot_id, posted_at=time.monotonic(),
-                          blocks=json.loads(blocks) if isinstance(blocks, str) else list(blocks))
-            msg.unfurl_off = _no_unfurls(args)
-            self.messages[(channel, ts)] = msg
-            return ok(channel=channel, ts=ts, message={"type": "message", "text": text, "user": self.bot_user_id,
-                                                        "bot_id": self.bot_id, "ts": ts, "thread_ts": msg.thread_ts})
-        if method == "chat.update":
-            key = (args["channel"], args["ts"])
-            msg = self.messages.get(key)
-            if msg is None:
-                return err("message_not_found")
-            text = args.get("text") or ""
-            if len(text) > 4000:
-                return err("msg_too_long")
-            now = time.monotonic()
-            recent = [t for t, _ in msg.edits if t > now - 60]
-            if len(recent) >= self.update_limit_per_minute:
-                return web.json_response({"ok": False, "error": "ratelimited"}, status=429, headers={"Retry-After": "1"})
-            msg.edits.append((now, text))
-            msg.text = text
-            msg.unfurl_off = msg.unfurl_off or _no_unfurls(args)
-            if "blocks" in args:
-                blocks = args["blocks"]
-                msg.blocks = json.loads(blocks) if isinstance(blocks, str) else list(blocks or [])
-            return ok(channel=msg.channel, ts=msg.ts, text=text)
-        if method == "chat.delete":  # a bot deletes its own messages (docs.slack.dev/reference/methods/chat.delete)
-            msg = self.messages.get((args["channel"], args["ts"]))
-            if msg is None:
-                return err("message_not_found")
-            if msg.user != self.bot_user_id:
-                return err("cant_delete_message")
-            del self.messages[(args["channel"], args["ts"])]
-            self.deleted.append(msg)
-            return ok(channel=msg.channel, ts=msg.ts)
         if method in ("chat.startStream", "chat.appendStream", "chat.stopStream"):
-            return self._stream(method, args, ok, err)
-        if method == "assistant.threads.setStatus":
-            self.statuses.append((time.monotonic(), args["channel_id"], args["thread_ts"], args.get("status") or ""))
-            return ok()
-        if method == "assistant.threads.setSuggestedPrompts":
-            prompts = args.get("prompts")
-            prompts = json.loads(prompts) if isinstance(prompts, str) else prompts
-            if not prompts or len(prompts) > 4 or any(not p.get("title") or not p.get("message") for p in prompts):
-                return err("invalid_arguments")  # 1 to 4 prompts, each with a title and a message
-            self.suggested[args["channel_id"]] = prompts
-            return ok()
-        if method == "chat.postEphemeral":
-            self.ephemeral.append(dict(args))
-            return ok(message_ts=self.new_ts())
-        if method == "conversations.replies":
-            thread = self.thread(args["channel"], args["ts"])
-            if not thread:
-                return err("thread_not_found")
-            return ok(messages=[{"type": "message", "ts": m.ts, "thread_ts": m.thread_ts or m.ts, "user": m.user,
-                                 "text": m.text, **({"bot_id": m.bot_id} if m.bot_id else {})} for m in thread],
-                      has_more=False)
-        if method == "files.getUploadURLExternal":
-            fid = "F" + uuid.uuid4().hex[:10].upper()
-            self.files[fid] = StoredFile(fid, args["filename"], "application/octet-stream", uploaded_by_bot=True)
-            return ok(upload_url=f"{self.base}/upload/{fid}", file_id=fid)
-        if method == "files.completeUploadExternal":
-            files = args["files"]
-            files = json.loads(files) if isinstance(files, str) else files
-            out = []
-            for f in files:
-                stored = self.files.get(f["id"])
-                if stored is None or stored.data is None:
-                    return err("file_not_found")
-                stored.title = f.get("title")
-                stored.channel = args.get("channel_id")
-                stored.thread_ts = args.get("thread_ts")
-                out.append({"id": stored.id, "name": stored.name, "title": stored.title})
-            return ok(files=out)
-        return err("unknown_method", status=404)
+            return self._stream(method, args)
+        handler = {
+            "auth.test": self._auth_test, "chat.postMessage": self._post_message, "chat.update": self._update,
+            "chat.delete": self._delete, "assistant.threads.setStatus": self._set_status,
+            "assistant.threads.setSuggestedPrompts": self._suggest_prompts, "chat.postEphemeral": self._ephemeral,
+            "conversations.replies": self._replies, "files.getUploadURLExternal": self._upload_url,
+            "files.completeUploadExternal": self._complete_upload,
+        }.get(method)
+        return handler(args) if handler else err("unknown_method", status=404)
 
-    def _stream(self, method: str, args: dict[str, Any], ok: Callable[..., web.Response],
-                err: Callable[..., web.Response]) -> web.Response:
+    def _auth_test(self, args: dict[str, Any]) -> web.Response:
+        return ok(url="https://standin.slack.com/", team="Stand-in", user="hugginggpt", team_id=self.team_id,
+                  user_id=self.bot_user_id, bot_id=self.bot_id, is_enterprise_install=False)
+
+    def _post_message(self, args: dict[str, Any]) -> web.Response:
+        text = args.get("text") or ""
+        if len(text) > 4000:
+            return err("msg_too_long")
+        channel = args["channel"]
+        ts = self.new_ts()
+        blocks = args.get("blocks") or []
+        msg = Message(channel, ts, text, self.bot_user_id, thread_ts=args.get("thread_ts") or None,
+                      bot_id=self.bot_id, posted_at=time.monotonic(),
+                      blocks=json.loads(blocks) if isinstance(blocks, str) else list(blocks))
+        msg.unfurl_off = _no_unfurls(args)
+        self.messages[(channel, ts)] = msg
+        return ok(channel=channel, ts=ts, message={"type": "message", "text": text, "user": self.bot_user_id,
+                                                    "bot_id": self.bot_id, "ts": ts, "thread_ts": msg.thread_ts})
+
+    def _update(self, args: dict[str, Any]) -> web.Response:
+        msg = self.messages.get((args["channel"], args["ts"]))
+        if msg is None:
+            return err("message_not_found")
+        text = args.get("text") or ""
+        if len(text) > 4000:
+            return err("msg_too_long")
+        now = time.monotonic()
+        recent = [t for t, _ in msg.edits if t > now - 60]
+        if len(recent) >= self.update_limit_per_minute:
+            return web.json_response({"ok": False, "error": "ratelimited"}, status=429, headers={"Retry-After": "1"})
+        msg.edits.append((now, text))
+        msg.text = text
+        msg.unfurl_off = msg.unfurl_off or _no_unfurls(args)
+        if "blocks" in args:
+            blocks = args["blocks"]
+            msg.blocks = json.loads(blocks) if isinstance(blocks, str) else list(blocks or [])
+        return ok(channel=msg.channel, ts=msg.ts, text=text)
+
+    def _delete(self, args: dict[str, Any]) -> web.Response:
+        """A bot deletes its own messages (docs.slack.dev/reference/methods/chat.delete)."""
+        msg = self.messages.get((args["channel"], args["ts"]))
+        if msg is None:
+            return err("message_not_found")
+        if msg.user != self.bot_user_id:
+            return err("cant_delete_message")
+        del self.messages[(args["channel"], args["ts"])]
+        self.deleted.append(msg)
+        return ok(channel=msg.channel, ts=msg.ts)
+
+    def _set_status(self, args: dict[str, Any]) -> web.Response:
+        self.statuses.append((time.monotonic(), args["channel_id"], args["thread_ts"], args.get("status") or ""))
+        return ok()
+
+    def _suggest_prompts(self, args: dict[str, Any]) -> web.Response:
+        prompts = args.get("prompts")
+        prompts = json.loads(prompts) if isinstance(prompts, str) else prompts
+        if not prompts or len(prompts) > 4 or any(not p.get("title") or not p.get("message") for p in prompts):
+            return err("invalid_arguments")  # 1 to 4 prompts, each with a title and a message
+        self.suggested[args["channel_id"]] = prompts
+        return ok()
+
+    def _ephemeral(self, args: dict[str, Any]) -> web.Response:
+        self.ephemeral.append(dict(args))
+        return ok(message_ts=self.new_ts())
+
+    def _replies(self, args: dict[str, Any]) -> web.Response:
+        thread = self.thread(args["channel"], args["ts"])
+        if not thread:
+            return err("thread_not_found")
+        return ok(messages=[{"type": "message", "ts": m.ts, "thread_ts": m.thread_ts or m.ts, "user": m.user,
+                             "text": m.text, **({"bot_id": m.bot_id} if m.bot_id else {})} for m in thread],
+                  has_more=False)
+
+    def _upload_url(self, args: dict[str, Any]) -> web.Response:
+        fid = "F" + uuid.uuid4().hex[:10].upper()
+        self.files[fid] = StoredFile(fid, args["filename"], "application/octet-stream", uploaded_by_bot=True)
+        return ok(upload_url=f"{self.base}/upload/{fid}", file_id=fid)
+
+    def _complete_upload(self, args: dict[str, Any]) -> web.Response:
+        files = args["files"]
+        files = json.loads(files) if isinstance(files, str) else files
+        out = []
+        for f in files:
+            stored = self.files.get(f["id"])
+            if stored is None or stored.data is None:
+                return err("file_not_found")
+            stored.title = f.get("title")
+            stored.channel = args.get("channel_id")
+            stored.thread_ts = args.get("thread_ts")
+            out.append({"id": stored.id, "name": stored.name, "title": stored.title})
+        return ok(files=out)
+
+    def _stream(self, method: str, args: dict[str, Any]) -> web.Response:
         """chat.startStream / appendStream / stopStream with Slack's rules: a stream replies in a
         thread; in a channel (not a DM) it needs recipient_user_id and recipient_team_id;
         markdown_text at most 12,000 characters per call; chunks of the documented types; a
@@ -446,45 +480,15 @@ class SlackStandIn:
         chunks = json.loads(chunks) if isinstance(chunks, str) else chunks
         text = args.get("markdown_text") or ""
         pieces = [text] if text else []
-        for c in chunks:
-            kind = c.get("type")
-            if kind == "markdown_text":
-                pieces.append(c.get("text") or "")
-            elif kind == "task_update":
-                if not c.get("id") or not c.get("title") or c.get("status") not in TASK_STATUSES:
-                    return err("invalid_chunks")
-            elif kind == "plan_update":
-                if not c.get("title"):
-                    return err("invalid_chunks")
-            elif kind != "blocks":
-                return err("invalid_chunks")
+        pieces += [c.get("text") or "" for c in chunks if c.get("type") == "markdown_text"]
+        if not all(chunk_ok(c) for c in chunks):
+            return err("invalid_chunks")
         if any(len(p) > MARKDOWN_TEXT_LIMIT for p in pieces):
             return err("msg_too_long")
-        if method == "chat.startStream":
-            channel = args["channel"]
-            if not args.get("thread_ts"):
-                return err("invalid_arguments")
-            if not channel.startswith("D") and not (args.get("recipient_user_id") and args.get("recipient_team_id")):
-                return err("missing_recipient_team_id" if args.get("recipient_user_id") else "missing_recipient_user_id")
-            mode = args.get("task_display_mode")
-            if mode not in (None, "plan", "timeline"):
-                return err("invalid_arguments")
-            ts = self.new_ts()
-            msg = Message(channel, ts, "", self.bot_user_id, thread_ts=args["thread_ts"], bot_id=self.bot_id,
-                          posted_at=time.monotonic(), streaming=True, display_mode=mode)
-            msg.unfurl_off = _no_unfurls(args)
-            self.messages[(channel, ts)] = msg
-        else:
-            msg = self.messages.get((args["channel"], args["ts"]))
-            if msg is None:
-                return err("message_not_found")
-            if not msg.streaming:
-                return err("message_not_in_streaming_state")
-            msg.appends += 1
-            if method == "chat.appendStream" and self.close_streams_after is not None and msg.appends > self.close_streams_after:
-                msg.streaming = False
-                return err("message_not_in_streaming_state")
-        now = time.monotonic()
+        found = self._start_stream(args) if method == "chat.startStream" else self._open_stream(method, args)
+        if isinstance(found, web.Response):
+            return found
+        msg, now = found, time.monotonic()
         msg.text += "".join(pieces)
         for c in chunks:
             if c.get("type") == "task_update":
@@ -500,6 +504,36 @@ class SlackStandIn:
             msg.blocks.extend(json.loads(blocks) if isinstance(blocks, str) else blocks)
         msg.edits.append((now, msg.text))
         return ok(channel=msg.channel, ts=msg.ts)
+
+    def _start_stream(self, args: dict[str, Any]) -> "Message | web.Response":
+        """A new streaming message (chat.startStream), or Slack's refusal."""
+        channel = args["channel"]
+        if not args.get("thread_ts"):
+            return err("invalid_arguments")
+        if not channel.startswith("D") and not (args.get("recipient_user_id") and args.get("recipient_team_id")):
+            return err("missing_recipient_team_id" if args.get("recipient_user_id") else "missing_recipient_user_id")
+        mode = args.get("task_display_mode")
+        if mode not in (None, "plan", "timeline"):
+            return err("invalid_arguments")
+        ts = self.new_ts()
+        msg = Message(channel, ts, "", self.bot_user_id, thread_ts=args["thread_ts"], bot_id=self.bot_id,
+                      posted_at=time.monotonic(), streaming=True, display_mode=mode)
+        msg.unfurl_off = _no_unfurls(args)
+        self.messages[(channel, ts)] = msg
+        return msg
+
+    def _open_stream(self, method: str, args: dict[str, Any]) -> "Message | web.Response":
+        """The streaming message an append or stop names, or Slack's refusal."""
+        msg = self.messages.get((args["channel"], args["ts"]))
+        if msg is None:
+            return err("message_not_found")
+        if not msg.streaming:
+            return err("message_not_in_streaming_state")
+        msg.appends += 1
+        if method == "chat.appendStream" and self.close_streams_after is not None and msg.appends > self.close_streams_after:
+            msg.streaming = False
+            return err("message_not_in_streaming_state")
+        return msg
 
     async def _upload(self, request: web.Request) -> web.Response:
         fid = request.match_info["file_id"]
