@@ -36,7 +36,7 @@ async def main() -> None:
     from bot.errors import InputError
     from bot.incoming import IncomingFile
     from bot.settings import load_settings
-    from sandbox.crafted_files import huge_page_pdf, many_operators_pdf, single_keyframe_video
+    from benchmarks.harness.crafted_files import huge_page_pdf, many_operators_pdf, single_keyframe_video
 
     peaks = _Peaks()
     logging.getLogger("pipeline.decoding").addHandler(peaks)

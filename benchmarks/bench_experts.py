@@ -1,6 +1,6 @@
 """Expert server benchmark: ``python -m benchmarks.bench_experts [--requests N] [--flood]``.
 
-Builds tiny random checkpoints in a temporary Hugging Face cache (sandbox/tinymodels.py), starts the
+Builds tiny random checkpoints in a temporary Hugging Face cache (benchmarks/harness/tinymodels.py), starts the
 real server (``python -m expert_server``) and prints:
 
 * server overhead per request: p50 of ``POST /models/<tiny ViT>`` against calling the same
@@ -41,8 +41,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from expert_server.memory import rss_bytes  # noqa: E402
-from sandbox import tinymodels  # noqa: E402
-from sandbox.realparts import free_port  # noqa: E402
+from benchmarks.harness import tinymodels  # noqa: E402
+from benchmarks.harness.realparts import free_port  # noqa: E402
 
 
 def _mid_vit(out: Path) -> None:

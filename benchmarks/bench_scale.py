@@ -1,7 +1,7 @@
 """Benchmark of Slack HTTP-mode replicas behind nginx on one store (issue 11, "Scale out").
 
 Real ``hugginggpt slack --mode http`` processes (benchmarks/harness/slack_replicas.py) behind nginx
-(sandbox/realparts.py), the stand-in Slack and the sandbox backends in this process, the experts with
+(benchmarks/harness/realparts.py), the stand-in Slack and the sandbox backends in this process, the experts with
 a fixed latency (``--latency`` seconds per text-to-image call, so experts dominate a run). Every
 conversation is one ``app_mention``, delivered twice: through nginx (the acknowledgement is timed
 there) and then directly to another replica than the one nginx chose (read from an
@@ -18,7 +18,7 @@ until the store shows none of the killed replica's turns running (polled every 0
 
 Store: a shared SQLite data dir in a temp dir (default); ``--database-url URL`` (PostgreSQL,
 ``[storage] database_url``; one fresh database per phase is not possible there, so both phases
-share it); ``--postgres`` starts a throwaway PostgreSQL server (sandbox.realparts.PostgresServer)
+share it); ``--postgres`` starts a throwaway PostgreSQL server (benchmarks.harness.realparts.PostgresServer)
 with one database per phase.
 
     python -m benchmarks.bench_scale [--conversations 300] [--replicas 3] [--latency 2]
@@ -116,8 +116,8 @@ class StoreProbe:
 
 
 def nginx_with_upstream_header(root: Path, upstreams: list[str]):
-    """sandbox.realparts.NginxServer whose responses say which replica answered (``X-Upstream``)."""
-    from sandbox import realparts
+    """benchmarks.harness.realparts.NginxServer whose responses say which replica answered (``X-Upstream``)."""
+    from benchmarks.harness import realparts
 
     if "X-Upstream" not in realparts.NGINX_CONF:
         realparts.NGINX_CONF = realparts.NGINX_CONF.replace(
@@ -282,7 +282,7 @@ async def main(argv: list[str] | None = None) -> int:
         server = None
         try:
             if args.postgres:
-                from sandbox.realparts import Missing, PostgresServer
+                from benchmarks.harness.realparts import Missing, PostgresServer
 
                 try:
                     server = PostgresServer(root / "postgres").start()

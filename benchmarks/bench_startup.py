@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         show("hugginggpt chat --sandbox, first line, current store", [time_chat(base / "chat") for _ in range(args.repeat)])
         show("bot start: import + open_store, current SQLite file", [time_open(base / "chat") for _ in range(args.repeat)])
         if args.postgres:
-            from sandbox.realparts import PostgresServer
+            from benchmarks.harness.realparts import PostgresServer
 
             server = PostgresServer(base / "postgres").start()
             try:

@@ -7,7 +7,7 @@ for random conversations through the real async API.
 
 Run: ``python -m benchmarks.bench_store [--conversations N] [--turns T] [--samples S] [--dir D]``
 
-With ``--postgres`` (a throwaway PostgreSQL server from the Debian packages, sandbox/realparts.py) or
+With ``--postgres`` (a throwaway PostgreSQL server from the Debian packages, benchmarks/harness/realparts.py) or
 ``--database-url URL`` (an empty database), the same rows are copied there and
 the same store's ``context()`` on PostgreSQL is timed too, over TCP on 127.0.0.1.
 """
@@ -294,7 +294,7 @@ def bench_postgres(args: argparse.Namespace, data_dir: Path, sqlite_path: Path, 
     server = None
     url = args.database_url
     if url is None:
-        from sandbox.realparts import PostgresServer
+        from benchmarks.harness.realparts import PostgresServer
 
         server = PostgresServer(tmp / "postgres").start()
         url = server.create_database("bench")

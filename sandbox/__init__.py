@@ -17,13 +17,11 @@ a harness, lives in ``benchmarks/harness/``). Its modules:
   :mod:`.text_outputs` (outputs per task), :mod:`.faults` (HTTP error answers);
 - for tests and benchmarks: :mod:`.slack_api` (Slack's Web API, Events API and Socket Mode),
   :mod:`.discord_server`, :mod:`.discord_rest`, :mod:`.discord_messages` (Discord's gateway, REST
-  API and CDN), :mod:`.faulty_controller` (a controller that misbehaves on cue),
-  :mod:`.tinymodels` (tiny real checkpoints built from config classes; torch and transformers are
-  imported inside its functions only, so importing this package never loads them),
-  :mod:`.crafted_files` (hostile PDFs and videos built in memory);
-- :mod:`.realparts`: not a stand-in but real parts started on 127.0.0.1 for tests and benchmarks
-  (a throwaway PostgreSQL and nginx from the system's packages), here because both need them and
-  they need nothing of the product.
+  API and CDN), :mod:`.faulty_controller` (a controller that misbehaves on cue).
+
+What tests and benchmarks share that is not a backend the product calls (tiny checkpoints, crafted
+files, real PostgreSQL and nginx servers) is in ``benchmarks/harness/``, outside the installed
+product.
 """
 
 from __future__ import annotations

@@ -100,9 +100,9 @@ async def slack():
 
 
 def _real_part(make):
-    """Start a real server from sandbox.realparts; skip when it is not installed, unless
+    """Start a real server from benchmarks.harness.realparts; skip when it is not installed, unless
     HUGGINGGPT_REQUIRE_REAL_PARTS=1 (set by .ci/run), where a missing server fails."""
-    from sandbox.realparts import Missing
+    from benchmarks.harness.realparts import Missing
 
     try:
         return make()
@@ -114,8 +114,8 @@ def _real_part(make):
 
 @pytest.fixture(scope="session")
 def postgres_server(tmp_path_factory):
-    """A throwaway PostgreSQL server for the whole session (sandbox.realparts.PostgresServer)."""
-    from sandbox.realparts import PostgresServer
+    """A throwaway PostgreSQL server for the whole session (benchmarks.harness.realparts.PostgresServer)."""
+    from benchmarks.harness.realparts import PostgresServer
 
     server = _real_part(lambda: PostgresServer(tmp_path_factory.mktemp("postgres")).start())
     yield server

@@ -23,7 +23,7 @@ from bot.uploads import inspect_upload
 from pipeline.decoding import Decoder, DecodeError
 from pipeline.media import stream_info
 from pipeline.video_parts import video_parts
-from sandbox.crafted_files import single_keyframe_video, text_page_pdf
+from benchmarks.harness.crafted_files import single_keyframe_video, text_page_pdf
 
 MEDIA = Path(__file__).parent / "fixtures" / "media"
 
@@ -81,7 +81,7 @@ async def test_a_job_over_the_memory_ceiling_is_one_sentence():
     service gets one sentence and keeps its own memory."""
     from bot.documents import expand_documents
     from bot.incoming import IncomingFile
-    from sandbox.crafted_files import huge_page_pdf
+    from benchmarks.harness.crafted_files import huge_page_pdf
     from tests.test_documents import docs
 
     async with Decoder(memory_bytes=512 * 1024 * 1024, max_pixels=1_000_000_000) as decoder:
@@ -102,7 +102,7 @@ def _serve(tmp_path: Path, **env: str) -> tuple[subprocess.Popen, str]:
 
 def slow_pdf() -> bytes:
     """A 60 KB PDF whose one page holds 20 million text operators (seconds of parsing)."""
-    from sandbox.crafted_files import many_operators_pdf
+    from benchmarks.harness.crafted_files import many_operators_pdf
 
     return many_operators_pdf(20_000_000)
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from sandbox.controller import ControllerStandIn
-from sandbox.realparts import free_port
+from benchmarks.harness.realparts import free_port
 from sandbox.faulty_controller import FaultyController
 from tests.standins.expert_server import ExpertServerStandIn, model
 from tests.standins.hub import HubStandIn, whoami_body

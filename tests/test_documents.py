@@ -19,7 +19,7 @@ from bot.incoming import IncomingFile
 from bot.settings import load_settings
 from bot.uploads import inspect_upload
 from pipeline.decoding import Decoder
-from sandbox.crafted_files import WORDS, build_pdf, huge_page_pdf, many_operators_pdf, text_page_pdf
+from benchmarks.harness.crafted_files import WORDS, build_pdf, huge_page_pdf, many_operators_pdf, text_page_pdf
 from tests.conftest import media_file
 
 def scan_pdf() -> bytes:

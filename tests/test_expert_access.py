@@ -14,7 +14,7 @@ from aiohttp import web
 from pipeline.catalog.servers import ExpertServers
 from pipeline.errors import ExpertError
 from pipeline.experts.hub import ExpertSettings, HubRunner
-from sandbox.realparts import free_port
+from benchmarks.harness.realparts import free_port
 
 
 class Recorder:
@@ -86,7 +86,7 @@ async def test_a_redirect_to_another_host_is_not_followed_with_the_input(recorde
 @pytest.fixture(scope="module")
 def keyed_server(tmp_path_factory):
     pytest.importorskip("torch")
-    from sandbox import tinymodels
+    from benchmarks.harness import tinymodels
     from tests.test_expert_server import Server
 
     cache = tmp_path_factory.mktemp("hf-cache-keyed")

@@ -25,8 +25,8 @@ from huggingface_hub import AsyncInferenceClient  # noqa: E402
 from huggingface_hub.errors import HfHubHTTPError  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from sandbox import tinymodels  # noqa: E402
-from sandbox.realparts import free_port  # noqa: E402
+from benchmarks.harness import tinymodels  # noqa: E402
+from benchmarks.harness.realparts import free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MEDIA = ROOT / "tests" / "fixtures" / "media"

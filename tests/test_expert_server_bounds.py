@@ -23,7 +23,7 @@ pytest.importorskip("torch")
 import httpx2  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from sandbox import tinymodels  # noqa: E402
+from benchmarks.harness import tinymodels  # noqa: E402
 from tests.test_expert_server import ROOT, Server  # noqa: E402
 
 KEY = "test-expert-key"

@@ -17,8 +17,8 @@ import pytest
 from expert_server.cache import infer_task, scan, weights_size
 from expert_server.config import load_config, parse_size
 from expert_server.download import preset_models
-from sandbox.realparts import free_port
-from sandbox.tinymodels import write_repo
+from benchmarks.harness.realparts import free_port
+from benchmarks.harness.tinymodels import write_repo
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -17,8 +17,8 @@ pytest.importorskip("torch")
 
 from huggingface_hub import AsyncInferenceClient  # noqa: E402
 
-from sandbox import tinymodels  # noqa: E402
-from sandbox.realparts import Missing, NginxServer, free_port  # noqa: E402
+from benchmarks.harness import tinymodels  # noqa: E402
+from benchmarks.harness.realparts import Missing, NginxServer, free_port  # noqa: E402
 from tests.test_expert_server import MEDIA, Server  # noqa: E402
 
 REPOS = {"tiny/vit-classifier": (tinymodels.vit, "image-classification"),

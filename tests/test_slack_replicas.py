@@ -1,5 +1,5 @@
 """Slack HTTP mode replicas behind a load balancer (issue 11): several real ``hugginggpt slack
---mode http`` processes on one store, nginx in front (sandbox/realparts.py), the stand-in Slack
+--mode http`` processes on one store, nginx in front (benchmarks/harness/realparts.py), the stand-in Slack
 recording what users see, the sandbox backends in this process.
 
 Each thread must get exactly one answer whichever replica receives an event or its retry; a
@@ -23,7 +23,7 @@ import pytest
 from sandbox import Sandbox
 from benchmarks.harness.slack_replicas import CHANNEL, Fleet
 from sandbox.slack_api import SlackStandIn
-from sandbox.realparts import Missing, NginxServer
+from benchmarks.harness.realparts import Missing, NginxServer
 
 pytestmark = pytest.mark.slow
 
@@ -33,7 +33,7 @@ DRAW = "draw a picture of a red fox"
 @pytest.fixture(params=["sqlite", "postgres"])
 def store(request, tmp_path) -> dict[str, str]:
     """``[storage]`` settings every replica of a test shares: one data dir (media files), and
-    either its SQLite file or a PostgreSQL database (a throwaway server, sandbox/realparts.py)."""
+    either its SQLite file or a PostgreSQL database (a throwaway server, benchmarks/harness/realparts.py)."""
     out = {"data_dir": str(tmp_path / "data"), "lease_seconds": "6"}
     if request.param == "postgres":
         out["database_url"] = request.getfixturevalue("postgres_url")

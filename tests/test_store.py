@@ -1,6 +1,6 @@
 """Conversation store (issue 3, storage half): SQLite or PostgreSQL + media directory behind one
 protocol. Tests taking the ``store``/``new_store`` fixtures are the shared contract: they run on
-both backends (PostgreSQL: a real throwaway server, sandbox/realparts.py).
+both backends (PostgreSQL: a real throwaway server, benchmarks/harness/realparts.py).
 
 Real media from tests/fixtures/media; real subprocess for the crash test.
 """

@@ -212,7 +212,7 @@ async def test_a_wrong_database_url_is_one_sentence(tmp_path, url, sentence):
 
 
 async def test_postgres_faults_are_one_sentence_without_the_password(tmp_path, postgres_server):
-    from sandbox.realparts import free_port
+    from benchmarks.harness.realparts import free_port
 
     pw = postgres_server.password
     cases = [

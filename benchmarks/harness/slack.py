@@ -20,7 +20,7 @@ from adapters.slack.app import SlackApp, create_bolt_app
 from bot.service import Service
 from bot.settings import Settings, SlackSettings, load_settings
 from sandbox import Sandbox
-from sandbox.realparts import free_port
+from benchmarks.harness.realparts import free_port
 from sandbox.slack_api import SlackStandIn, signed_headers
 
 SECRET = "test-signing-secret"

@@ -22,7 +22,7 @@ from typing import Any
 
 import aiohttp
 
-from sandbox.realparts import free_port
+from benchmarks.harness.realparts import free_port
 from sandbox.slack_api import SlackStandIn, signed_headers
 
 ROOT = Path(__file__).resolve().parents[2]
