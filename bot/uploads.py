@@ -56,7 +56,7 @@ def _looks_like(data: bytes) -> str:
         data[:4096].decode("utf-8")
         return "plain text"
     except UnicodeDecodeError:
-        return "a file of an unsupported type"
+        return "of a kind I cannot read"
 
 
 TEXT_TYPES: dict[str, str] = {
@@ -327,7 +327,7 @@ async def _inspect_unsniffed(data: bytes, name: str | None, declared_mime: str |
     textual = what in ("plain text", "JSON text")
     unlabelled = not (name and Path(name).suffix) and (declared_mime or "application/octet-stream").startswith(
         "application/octet-stream")
-    if (textual and (claimed_text or unlabelled)) or (claimed_text and what == "a file of an unsupported type"):
+    if (textual and (claimed_text or unlabelled)) or (claimed_text and what == "of a kind I cannot read"):
         # the label says text (or nothing): decode it all; a sentence says why if it is not text
         mime, chars, lines = await asyncio.to_thread(_check_text, data, label, claimed_text or "text/plain", max_text_bytes)
         title = f"text file {name}" if name else "text file"

@@ -59,6 +59,13 @@ async def test_html_named_png_is_refused():
     assert ei.value.user_message == "The photo.png is an HTML page, not an image, audio, video or text file."
 
 
+async def test_unreadable_bytes_read_as_one_sentence():
+    noise = bytes(range(128, 256)) * 40  # no known signature, not UTF-8
+    with pytest.raises(InputError) as ei:
+        await inspect_upload(noise, None, "image/png", max_bytes=LIMIT)
+    assert ei.value.user_message == "The file is of a kind I cannot read, not an image, audio, video or text file."
+
+
 @pytest.mark.parametrize(
     "data,what",
     [(b"%PDF-1.7\n1 0 obj\n", "a PDF document"), (b"PK\x03\x04rest-of-zip", "a ZIP archive"), (b"hello there", "plain text")],
