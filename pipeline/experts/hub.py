@@ -326,7 +326,7 @@ class HubRunner:
                 except HuggingGPTError:
                     raise
                 except Exception as exc:  # noqa: BLE001 - mapped to one sentence below
-                    raise self._map_error(exc, task, model) from exc
+                    raise map_error(self.settings, exc, task, model) from exc
         return raw
 
     async def _normalise(self, normalise: Normalise, raw: Any, inputs: Inputs, saver: TaskSaver, what: str,
@@ -338,7 +338,7 @@ class HubRunner:
         except HuggingGPTError:
             raise  # ExpertError from a normaliser, or the sink's StorageError: not bad output
         except Exception as exc:  # noqa: BLE001
-            err = self._too_large(exc, model)
+            err = too_large(self.settings, exc, model)
             if err is not None:
                 log.warning("%s: %s", what, err)
                 raise err from exc
@@ -394,15 +394,6 @@ class HubRunner:
             raise InferenceTimeoutError(f"Inference call timed out: {target}") from exc
         hf_raise_for_status(response)
         return response.content, response.headers.get("content-type", "")
-
-    def _scrub(self, text: str) -> str:
-        return scrub(self.settings, text)
-
-    def _too_large(self, exc: BaseException, model: str) -> ExpertError | None:
-        return too_large(self.settings, exc, model)
-
-    def _map_error(self, exc: BaseException, task: str, model: str) -> ExpertError:
-        return map_error(self.settings, exc, task, model)
 
 
 # -- a failed call as one sentence ------------------------------------------------------------------
