@@ -87,24 +87,15 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
     return record_exit_status(record)
 
 
-@contextlib.contextmanager
-def _ctrl_c_stops(stop: asyncio.Event, say: Callable[[str], None]) -> Any:
+def _ctrl_c_stops(stop: asyncio.Event, say: Callable[[str], None]) -> contextlib.AbstractContextManager[None]:
     """While active, the first SIGINT sets ``stop`` (``say`` tells the user, with the progress)
     and gives Ctrl-C back its usual meaning (a second one raises ``KeyboardInterrupt``: exit
     status 130 at once)."""
-    loop = asyncio.get_running_loop()
+    from adapters.terminal import on_ctrl_c
 
     def first() -> None:
         say("Stopping this run… (Ctrl-C again to quit at once)")
         stop.set()
-        loop.remove_signal_handler(signal.SIGINT)
+        asyncio.get_running_loop().remove_signal_handler(signal.SIGINT)
 
-    try:
-        loop.add_signal_handler(signal.SIGINT, first)
-    except (NotImplementedError, RuntimeError, ValueError):  # no signals here (not the main thread)
-        yield
-        return
-    try:
-        yield
-    finally:
-        loop.remove_signal_handler(signal.SIGINT)
+    return on_ctrl_c(first)

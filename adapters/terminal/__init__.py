@@ -9,8 +9,11 @@ turn followed by :func:`adapters.turn.follow` with it.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import signal
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, TextIO
 
 from pipeline.types import Done, Event, RunRecord
@@ -96,3 +99,20 @@ class TerminalView:
         self.renderer.close()
         if outcome.sentence and outcome.moment != "restarted" and (self.say_refusal or outcome.moment != "refused"):
             self.say_error(outcome.sentence)
+
+
+@contextlib.contextmanager
+def on_ctrl_c(handler: Callable[[], None]) -> Iterator[None]:
+    """While active, Ctrl-C (SIGINT) calls ``handler`` on the event loop instead of interrupting;
+    where signals cannot be caught (not the main thread), nothing changes."""
+    loop = asyncio.get_running_loop()
+    try:
+        loop.add_signal_handler(signal.SIGINT, handler)
+    except (NotImplementedError, RuntimeError, ValueError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+

@@ -22,15 +22,14 @@ import asyncio
 import contextlib
 import os
 import secrets
-import signal
 import sys
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from bot.errors import InputError
 from bot.incoming import ConversationKey, IncomingFile
 from pipeline.errors import HuggingGPTError
 
+from . import on_ctrl_c
 from .files import clean_text, read_user_file
 
 if TYPE_CHECKING:  # rich is imported when a run is drawn on a terminal
@@ -76,11 +75,9 @@ class PlainReader:
         return await asyncio.to_thread(line)
 
 
-@contextlib.contextmanager
-def _ctrl_c_stops(run: asyncio.Future, stop: asyncio.Event, renderer: Renderer) -> Iterator[None]:
+def _ctrl_c_stops(run: asyncio.Future, stop: asyncio.Event, renderer: Renderer) -> contextlib.AbstractContextManager[None]:
     """While a run is going on: the first Ctrl-C (SIGINT) sets ``stop`` (the answer covers what
     finished), the next one cancels ``run`` at once."""
-    loop = asyncio.get_running_loop()
 
     def on_sigint() -> None:
         if run.done():
@@ -92,15 +89,7 @@ def _ctrl_c_stops(run: asyncio.Future, stop: asyncio.Event, renderer: Renderer) 
             renderer.say("Abandoning this run…")
             run.cancel()
 
-    try:
-        loop.add_signal_handler(signal.SIGINT, on_sigint)
-    except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signals
-        yield
-        return
-    try:
-        yield
-    finally:
-        loop.remove_signal_handler(signal.SIGINT)
+    return on_ctrl_c(on_sigint)
 
 
 def _resume_listing(turns: list[dict[str, Any]]) -> list[str]:
