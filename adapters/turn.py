@@ -162,6 +162,15 @@ async def follow(events: AsyncIterable[Event], view: TurnView, *, progress: Prog
             front end handles its own platform; only the events' failures are the turn's moments.
     """
     progress = progress if progress is not None else Progress()
+    aclose = getattr(events, "aclose", None)
+    try:
+        return await _follow(events, view, progress, where)
+    finally:
+        if aclose is not None:  # given up early (a view's failure): the service's turn ends now, not when collected
+            await aclose()
+
+
+async def _follow(events: AsyncIterable[Event], view: TurnView, progress: Progress, where: str) -> Outcome:
     record: RunRecord | None = None
     showing = False  # the view's own failures are the view's (a closed pipe, a platform's refusal)
     try:

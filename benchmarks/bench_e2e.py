@@ -37,6 +37,7 @@ import time
 import urllib.request
 from pathlib import Path
 from typing import Any
+from bot.admission import Requester
 
 ROOT = Path(__file__).resolve().parent.parent
 MEDIA = ROOT / "tests" / "fixtures" / "media"
@@ -152,7 +153,7 @@ def measure_shape(urls: dict[str, str], plan: list[dict[str, Any]], files: list[
 
 async def loop_lag(urls: dict[str, str], data_dir: Path, conversations: int, plan_seconds: float) -> dict[str, float]:
     """Event-loop lag and memory with ``conversations`` runs in flight in this process."""
-    from bot.incoming import ConversationKey
+    from bot.incoming import ConversationKey, Message
     from bot.service import Service
     from bot.settings import load_settings
 
@@ -174,7 +175,7 @@ async def loop_lag(urls: dict[str, str], data_dir: Path, conversations: int, pla
 
     async def one(i: int) -> None:
         key = ConversationKey("bench", "w", "c", f"thread-{i}")
-        async for _ in service.handle(f"hello number {i}", key=key, user=f"u{i % 50}"):
+        async for _ in service.handle(Message(f"hello number {i}", key=key, who=Requester("terminal", f"u{i % 50}"))):
             pass
 
     def rss() -> int:

@@ -31,7 +31,7 @@ from pathlib import Path
 from bot.settings import load_settings
 from sandbox import Sandbox
 from bot.errors import InputError
-from bot.incoming import IncomingFile
+from bot.incoming import IncomingFile, Message
 from bot.service import Service
 from pipeline.llm import Usage
 from bot.store import LocalResourceSink
@@ -166,7 +166,7 @@ async def bench_llm_calls(stand: StandIns, data_dir: Path, n_taskbench: int) -> 
     calls, tasks, refused = [], [], 0
     for text, files in requests:
         try:
-            async for e in service.handle(text, files):
+            async for e in service.handle(Message(text, files)):
                 if isinstance(e, Done):
                     calls.append(e.record.llm_calls)
                     tasks.append(len(e.record.tasks))

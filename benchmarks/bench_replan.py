@@ -22,6 +22,7 @@ from pathlib import Path
 
 from hugginggpt.evaluation.runs import RunResult, load_cases, run_all
 from sandbox import Sandbox
+from bot.incoming import Message
 from bot.service import Service
 from bot.settings import load_settings
 from pipeline.catalog.models import Catalog
@@ -42,7 +43,7 @@ async def _measure(limit: int | None, max_replans: int, gone_tasks: tuple[str, .
             overrides["inference"]["max_candidates_tried"] = 2
             service = await Service.create(load_settings(env={}, overrides=overrides))
             try:
-                return await run_all(lambda text, files: service.handle(text, files), cases)
+                return await run_all(lambda text, files: service.handle(Message(text, files)), cases)
             finally:
                 await service.close()
 

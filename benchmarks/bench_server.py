@@ -127,7 +127,7 @@ async def overhead_phase(n: int) -> tuple[list[float], list[float]]:
 
     from adapters.http.content import parse_messages
     from adapters.http.models import Message
-    from bot.incoming import ConversationKey
+    from bot.incoming import ConversationKey, Message
     from sandbox import Sandbox
     from benchmarks.harness.http_server import Served
 
@@ -146,7 +146,7 @@ async def overhead_phase(n: int) -> tuple[list[float], list[float]]:
                                                     url_timeout=5, budget_tokens=1500)
                         files = await service.check_files(turn.files)
                         key = ConversationKey("bench", "w", "c", uuid.uuid4().hex)
-                        async for _ in service.handle(turn.text, files, key=key):
+                        async for _ in service.handle(Message(turn.text, files, key=key)):
                             pass
                         t1 = time.perf_counter()
                         async with session.post(served.url + "/v1/chat/completions",

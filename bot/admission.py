@@ -21,7 +21,7 @@ from .store.protocol import SharedLimits
 
 log = logging.getLogger(__name__)
 
-Platform = Literal["discord", "slack", "terminal"]
+Platform = Literal["discord", "slack", "terminal", "http", "mcp"]
 RefusalReason = Literal["dm", "guild", "channel", "user", "role", "rate", "concurrency"]
 
 
@@ -30,8 +30,9 @@ class Requester:
     """Who asks, and where.
 
     Attributes:
-        platform: ``"discord" | "slack" | "terminal"``.
-        user: the platform's user id.
+        platform: ``"discord" | "slack" | "terminal" | "http" | "mcp"`` (only Discord and Slack
+            have admission settings; the others admit their callers themselves).
+        user: the platform's user id (the API key's id over HTTP and MCP); the stored turn names it.
         channels: the channel and, in a thread, its parent (either may be allowed).
         workspace: the Discord guild id or Slack team id (``None`` in a Discord DM).
         roles: the member's role ids (Discord).

@@ -20,3 +20,16 @@ class InputError(HuggingGPTError):
 
 class StorageError(HuggingGPTError):
     """The conversation store or media directory is unusable: corrupt, locked, full."""
+
+
+class Refused(InputError):
+    """Admission refused the request (:class:`bot.admission.Admission`): the front end says the
+    sentence, formatted its way (a rate limit is not an access refusal).
+
+    Attributes:
+        reason: ``"dm" | "guild" | "channel" | "user" | "role" | "rate" | "concurrency"``.
+    """
+
+    def __init__(self, reason: str, sentence: str) -> None:
+        super().__init__(sentence, f"refused: {reason}")
+        self.reason = reason

@@ -1,11 +1,18 @@
-"""What front ends hand the service: files as bytes, and the key of the conversation they belong to."""
+"""What front ends hand the service: one :class:`Message` per request (its text, files, requester,
+conversation, the platform delivery it answers and a stop signal), and the :class:`Accepted` event
+the service answers first."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from pipeline.types import Turn
+
+    from .admission import Requester
     from .uploads import Inspected
 
 
@@ -43,3 +50,79 @@ class ConversationKey:
     def as_string(self) -> str:
         """``platform:workspace:channel:thread``, the stored form."""
         return f"{self.platform}:{self.workspace}:{self.channel}:{self.thread}"
+
+
+@dataclass(frozen=True)
+class Download:
+    """Files still on the platform, fetched by the service only once the request is admitted.
+
+    Attributes:
+        count: how many files the message carries (checked against ``[storage] max_files``
+            before anything is downloaded).
+        fetch: downloads them; called with the byte limit per file (``[storage] max_file_bytes``).
+            Raises :class:`bot.errors.InputError` for a file that cannot be downloaded.
+    """
+
+    count: int
+    fetch: Callable[[int], Awaitable[Sequence[IncomingFile]]]
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """The platform delivery a message answers (an event, a message, an interaction), taken by one
+    process among those sharing the store (``ConversationStore.claim_delivery``).
+
+    Attributes:
+        keys: the delivery's keys (``"slack:event:Ev1"``, ``"discord:message:123"``); the first is
+            settled when the turn is recorded, or when the message ends without one.
+        payload: what another process needs to answer the delivery if this one dies first (the
+            event as JSON), read when claimed and again after :class:`Accepted` was shown (a front
+            end that posted a status message adds its id then); ``None``: nothing to keep.
+        claimed: already taken by this process (a delivery adopted from a dead process).
+    """
+
+    keys: tuple[str, ...]
+    payload: Callable[[], str | None] | None = None
+    claimed: bool = False
+
+
+@dataclass(frozen=True)
+class Message:
+    """One request as a front end hands it to :meth:`bot.service.Service.handle`.
+
+    Attributes:
+        text: the user's words (mentions of the bot already removed).
+        files: files already in memory (terminal, HTTP, MCP).
+        download: files still on the platform (Slack, Discord), fetched after admission.
+        who: the requester, for admission (access lists, rate, concurrency); ``None``: the front
+            end admitted the caller itself (an API key, the local terminal).
+        key: the conversation it belongs to, or how to find it once the front end has shown
+            :class:`Accepted` (Discord's ``/ask`` opens its thread then); ``None``: a one-off
+            request, nothing kept.
+        delivery: the platform delivery it answers; ``None``: none to claim.
+        stop: set it to stop the run (a Stop button, Ctrl-C).
+        chat_log: history the client keeps itself (newest first; the OpenAI API's earlier
+            messages), used only when the conversation has no stored turn yet.
+        memoryless_fallback: answer without memory of the conversation when the store fails as the
+            turn starts (the chat bots), instead of raising :class:`bot.errors.StorageError`.
+        on_start: called with ``(conversation_id, turn)`` (``None``, 0 outside a conversation) once
+            the checks passed and the pipeline starts.
+    """
+
+    text: str
+    files: Sequence[IncomingFile] = ()
+    download: Download | None = None
+    who: Requester | None = None
+    key: ConversationKey | Callable[[], ConversationKey] | None = None
+    delivery: Delivery | None = None
+    stop: asyncio.Event | None = None
+    chat_log: Sequence[Turn] = ()
+    memoryless_fallback: bool = False
+    on_start: Callable[[str | None, int], None] | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """The first event of an admitted message (claimed, admitted, before its files are read): a
+    front end may open its progress display now. Nothing is yielded for a delivery another process
+    took, and a refused message raises :class:`bot.errors.Refused` instead."""

@@ -1,8 +1,10 @@
 """The service every front end talks to: checks and stores user files, keeps conversations,
 builds the pipeline from settings, and runs requests.
 
-Front ends (``adapters/``) call :meth:`Service.handle` with platform-neutral input and render the
-events it yields. They never decide anything about tasks or models.
+Front ends (``adapters/``) call :meth:`Service.handle` once per turn with one
+:class:`bot.incoming.Message` and render the events it yields; admission, the file checks, document
+expansion and the delivery's claim and settle happen inside. They never decide anything about
+tasks or models, and never reach the store.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import replace
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 
 from pipeline.core import Pipeline
 from pipeline.followup import work_summary
@@ -21,8 +23,9 @@ from .backends import build_pipeline
 from .degraded import (KeepOrFail, ScratchSpace, ToldThreads, UnsavedTurns, lost_context_sentence,
                        unsaved_sentence, without_memory_sentence)
 from .documents import expand_documents
-from .errors import InputError, StorageError
-from .incoming import ConversationKey, IncomingFile
+from .errors import InputError, Refused, StorageError
+from .admission import Admission
+from .incoming import Accepted, ConversationKey, Delivery, IncomingFile, Message
 from .limits import check_request_size, too_many_files
 from .locks import ThreadLocks
 from .mentions import check_mentions
@@ -67,6 +70,7 @@ class Service:
         self._told = ToldThreads()  # threads told that their turns are answered without the store
         self._unsaved = UnsavedTurns()
         self._scratch = ScratchSpace()
+        self._admissions = {platform: Admission(settings, platform, store) for platform in ("discord", "slack")}
 
     @classmethod
     async def create(cls, settings: Settings, *, conversations: bool = True) -> "Service":
@@ -166,33 +170,46 @@ class Service:
         """
         return await self.conversations.retire(key) is not None
 
-    async def note_delivery(self, key: str, payload: str) -> None:
+    async def _note_delivery(self, key: str, payload: str | None) -> None:
         """Replace what is kept with a delivery not started yet (``ConversationStore.note_delivery``);
         failures are logged only (the first payload stays)."""
+        if payload is None or self.store is None:
+            return
         try:
-            await self.conversations.note_delivery(key, payload)
+            await self.store.note_delivery(key, payload)
         except StorageError as e:
             log.warning("could not note delivery %s: %s", key, e)
 
-    async def settle_delivery(self, key: str | None) -> None:
+    async def settle_delivery(self, key: str) -> None:
         """Forget the payload of a delivery handled without a turn (refused, ignored, failed
-        before the run); see ``ConversationStore.settle_delivery``. Failures are logged only."""
-        if key:
-            try:
-                await self.conversations.settle_delivery(key)
-            except StorageError as e:
-                log.warning("could not settle delivery %s: %s", key, e)
+        before the run; a taken-over delivery that cannot be answered any more); see
+        ``ConversationStore.settle_delivery``. Failures are logged only."""
+        await self._settle_delivery(key)
 
-    async def claim_delivery(self, *keys: str | None, payload: str | None = None) -> bool:
-        """Whether this process is the first of those sharing the data dir to take a platform
-        delivery known by any of ``keys`` (``None`` ones ignored); see ``ConversationStore.claim_delivery``
-        (``payload``: the event, kept with the first key until its turn begins or it is settled).
+    async def _settle_delivery(self, key: str) -> None:
+        if self.store is None:
+            return
+        try:
+            await self.store.settle_delivery(key)
+        except StorageError as e:
+            log.warning("could not settle delivery %s: %s", key, e)
 
-        Raises:
-            StorageError: the conversation store fails.
-        """
-        present = list(dict.fromkeys(k for k in keys if k))
-        return not present or await self.conversations.claim_delivery(present, payload)
+    async def _claim(self, delivery: Delivery) -> bool:
+        """Whether this process is the first of those sharing the store to take ``delivery``
+        (``ConversationStore.claim_delivery``; its payload is kept with the first key until its
+        turn begins or it is settled). A store failure is logged and counts as taken here: the
+        turn itself then says what is wrong with the store."""
+        if self.store is None:
+            return True
+        try:
+            first = await self.store.claim_delivery(list(delivery.keys),
+                                                    delivery.payload() if delivery.payload is not None else None)
+        except StorageError as e:
+            log.warning("could not record delivery %s: %s", delivery.keys[0], e)
+            return True
+        if not first:
+            log.info("delivery %s already taken by another process (or an earlier delivery)", delivery.keys[0])
+        return first
 
     async def record_feedback(self, conversation_id: str, turn: int, verdict: str, user: str) -> bool:
         """Store ``user``'s ``verdict`` (``"good"`` or ``"bad"``) on a stored turn; ``False`` when
@@ -205,71 +222,94 @@ class Service:
             return False
         return await self.conversations.record_feedback(conversation_id, turn, user, verdict)
 
-    async def handle(
-        self,
-        text: str,
-        files: Sequence[IncomingFile] = (),
-        *,
-        key: ConversationKey | None = None,
-        user: str | None = None,
-        stop: asyncio.Event | None = None,
-        chat_log: Sequence[Turn] = (),
-        on_start: Callable[[str | None, int], None] | None = None,
-        delivery: str | None = None,
-        storage_fallback: bool = False,
-    ) -> AsyncIterator[Event]:
-        """Run one turn; see the module docstring and ``pipeline.core.Pipeline.run``.
+    async def handle(self, message: Message) -> AsyncIterator[Event | Accepted]:
+        """Answer one message: THE front door every front end calls, once per turn.
 
-        ``stop``: set it to stop the run (a Stop button, Ctrl-C): the answer covers what finished
-        and the turn is stored with it (``record.stopped``).
+        In order: the platform delivery is claimed against the other processes sharing the store
+        (another process took it: nothing is yielded); the requester is admitted (access lists,
+        rate, concurrency: :class:`bot.admission.Admission`); :class:`Accepted` is yielded (the
+        front end may open its progress display; the delivery's payload is kept again after it);
+        the files are downloaded, counted, PDFs expanded into text and pages, each file inspected;
+        then the turn runs (see the class docstring and ``pipeline.core.Pipeline.run``) and its
+        events follow. The run slot is given back and the delivery settled when the message ends
+        (a cancelled message leaves an unstarted delivery to another process).
 
-        ``on_start(conversation_id, turn)`` (``None``, 0 outside a conversation) is called once the
-        request passed its checks and the pipeline starts: a front end that must answer before the
-        first event (an HTTP response) knows then that no :class:`InputError` can follow.
+        ``message.stop``: set it to stop the run; the answer covers what finished and the turn is
+        stored with it (``record.stopped``). ``message.memoryless_fallback`` (the chat bots): when
+        the conversation store fails as the turn starts, answer anyway without memory of the
+        conversation (no stored history, this turn's files kept only for the answer,
+        :mod:`bot.degraded`, nothing stored); an output that cannot be stored fails its task only;
+        a failed save of the finished turn is logged and the answer still comes. The thread gets
+        one :class:`Notice` saying so, once while the failure lasts. Without it (the HTTP API)
+        every storage failure raises.
 
-        ``delivery``: the key of the platform delivery this turn answers (``claim_delivery``): it is
-        settled when the turn is recorded, in the same transaction.
+        Args:
+            message: the request (:class:`bot.incoming.Message`).
 
-        ``chat_log`` (newest first, already within the budget) is the history a client keeps itself
-        (the OpenAI API sends earlier messages with each request); it is used only when the
-        conversation has no stored turn yet.
-
-        ``storage_fallback`` (the chat bots: Discord, Slack, terminal chat): when the conversation
-        store fails as the turn starts, answer anyway without memory of the conversation (no
-        stored history, this turn's files kept only for the answer, :mod:`bot.degraded`, nothing
-        stored) instead of raising :class:`StorageError`; an output that cannot be stored fails
-        its task only; a failed save of the finished turn is logged and the answer still comes.
-        The thread gets one :class:`Notice` saying so, once while the failure lasts (again after
-        a turn of it was stored). ``False`` (the HTTP API): every storage failure raises.
+        Yields:
+            :class:`Accepted`, then the pipeline's events, the last one :class:`Done`.
 
         Raises:
-            InputError: before the first event, if a file is unusable or the text names a resource
-                id this conversation does not have (nothing is stored then).
-            StorageError: before the first event, if the conversation store fails (without
-                ``storage_fallback``; with it, only when a file of the user's cannot be kept at all);
-                after the :class:`Done` event's record was made, if it cannot be saved (without
-                ``storage_fallback``; the :class:`Done` event is then not yielded).
+            Refused: admission refused the requester (before :class:`Accepted`).
+            InputError: before the first pipeline event: no text and no file, a request over
+                ``[planning] max_request_chars``, too many files, one unusable, or the text names
+                a resource id the conversation does not have (nothing is stored then).
+            StorageError: before the first pipeline event, if the conversation store fails
+                (without ``memoryless_fallback``; with it, only when a file of the user's cannot be
+                kept at all); after the :class:`Done` event's record was made, if it cannot be saved
+                (without ``memoryless_fallback``; :class:`Done` is then not yielded).
         """
-        text = (text or "").strip()
+        delivery, who = message.delivery, message.who
+        if delivery is not None and not delivery.claimed and not await self._claim(delivery):
+            return
+        admission = self._admissions.get(who.platform) if who is not None else None
+        cancelled = False
+        try:
+            if admission is not None and who is not None:
+                refusal = await admission.admit(who)
+                if refusal is not None:
+                    admission = None  # no slot was taken
+                    raise Refused(refusal.reason, refusal.sentence)
+            claimed_with = delivery.payload() if delivery is not None and delivery.payload is not None else None
+            yield Accepted()
+            if delivery is not None and delivery.payload is not None and delivery.payload() != claimed_with:
+                await self._note_delivery(delivery.keys[0], delivery.payload())
+            if callable(message.key):
+                message = replace(message, key=message.key())
+            async for event in self._answer(message):
+                yield event
+        except (asyncio.CancelledError, GeneratorExit):
+            cancelled = True
+            raise
+        finally:
+            if admission is not None and who is not None:
+                admission.release(who)
+            if delivery is not None and not cancelled:
+                await self._settle_delivery(delivery.keys[0])
+
+    async def _answer(self, message: Message) -> AsyncIterator[Event]:
+        """The admitted message's files read and checked, then its turn."""
+        text = (message.text or "").strip()
         check_request_size(text, self.settings.planning.max_request_chars)
+        files = list(message.files)
+        if message.download is not None and message.download.count:
+            if message.download.count + len(files) > self.settings.storage.max_files:
+                raise too_many_files(self.settings.storage.max_files)
+            files += await message.download.fetch(self.settings.storage.max_file_bytes)
         if not text and not files:
             raise InputError("Please write a request (and attach files if it needs them).")
         text = text or "What can you tell me about these files?"
         files = await expand_documents(files, self.settings.documents, self.pipeline.decoder)  # a PDF: its text and image-only pages
-        if key is None:
-            async for event in self._one_off(text, files, chat_log, on_start, stop):
+        if message.key is None:
+            async for event in self._one_off(text, files, message):
                 yield event
             return
-        async with self._locks.lock(key.as_string()):  # taken first: a thread's turns keep their order of arrival
+        async with self._locks.lock(message.key.as_string()):  # taken first: a thread's turns keep their order of arrival
             infos = await self._inspect(files)
-            async for event in self._conversation_turn(key, text, list(zip(files, infos)), user, chat_log, on_start,
-                                                       stop, delivery, storage_fallback):
+            async for event in self._conversation_turn(replace(message, text=text), list(zip(files, infos))):
                 yield event
 
-    async def _one_off(
-        self, text: str, files: Sequence[IncomingFile], chat_log: Sequence[Turn],
-        on_start: Callable[[str | None, int], None] | None, stop: asyncio.Event | None,
-    ) -> AsyncIterator[Event]:
+    async def _one_off(self, text: str, files: Sequence[IncomingFile], message: Message) -> AsyncIterator[Event]:
         """A request outside a conversation: its files in the media store, nothing else stored."""
         infos = await self._inspect(files)
         check_mentions(text, [], [i.kind for i in infos], None)
@@ -278,9 +318,10 @@ class Service:
             await sink.add(f.data, kind=i.kind, mime=i.mime, origin="user", description=i.description, name=f.name)
             for f, i in zip(files, infos)
         ]
-        if on_start is not None:
-            on_start(None, 0)
-        async for event in self.pipeline.run(Request(text=text, files=stored, history=list(chat_log)), sink, stop=stop):
+        if message.on_start is not None:
+            message.on_start(None, 0)
+        request = Request(text=text, files=stored, history=list(message.chat_log))
+        async for event in self.pipeline.run(request, sink, stop=message.stop):
             yield event
 
     async def _with_work(self, conv: str, history: list[Turn]) -> list[Turn]:
@@ -299,34 +340,35 @@ class Service:
             return history
         return [replace(history[0], work=work_summary(record)), *history[1:]]
 
-    async def _conversation_turn(
-        self, key: ConversationKey, text: str, files: list[tuple[IncomingFile, Inspected]], user: str | None,
-        chat_log: Sequence[Turn], on_start: Callable[[str | None, int], None] | None,
-        stop: asyncio.Event | None, delivery: str | None, storage_fallback: bool,
-    ) -> AsyncIterator[Event]:
+    async def _conversation_turn(self, message: Message, files: list[tuple[IncomingFile, Inspected]]
+                                 ) -> AsyncIterator[Event]:
+        """A turn of ``message.key``'s conversation: stored, or answered without memory."""
         steps: list[str] = []
+        key = message.key
+        assert key is not None
         try:
-            opened = await self._open_turn(key, text, files, user, chat_log, delivery, steps)
+            opened = await self._open_turn(message, files, steps)
         except StorageError as e:
-            if not storage_fallback:
+            if not message.memoryless_fallback:
                 raise
             log.warning("conversation store failed at %s for %s, answering without memory: %s",
                         steps[-1] if steps else "?", key.as_string(), e)
-            turn = self._memoryless_turn(key, text, files, chat_log, on_start, stop, delivery, e)
+            turn = self._memoryless_turn(message, files, e)
         else:
-            turn = self._stored_turn(key, opened, on_start, stop, storage_fallback)
+            turn = self._stored_turn(message, opened)
         async with contextlib.aclosing(turn) as events:
             async for event in events:
                 yield event
 
-    async def _open_turn(
-        self, key: ConversationKey, text: str, files: list[tuple[IncomingFile, Inspected]], user: str | None,
-        chat_log: Sequence[Turn], delivery: str | None, steps: list[str],
-    ) -> Request:
+    async def _open_turn(self, message: Message, files: list[tuple[IncomingFile, Inspected]], steps: list[str]
+                         ) -> Request:
         """Begin a stored turn; its request. ``steps`` gets the name of each store call before it is
         made. Raises InputError (a file the conversation lacks: nothing stored) or StorageError (a
         begun turn is then marked failed, or kept to be)."""
-        budget = self.settings.storage.context_tokens
+        budget, key, text, chat_log = self.settings.storage.context_tokens, message.key, message.text, message.chat_log
+        assert key is not None
+        user = message.who.user if message.who is not None else None
+        delivery = message.delivery.keys[0] if message.delivery is not None else None
         steps.append("get_or_create")
         conv = await self.conversations.get_or_create(key)
         steps.append("finish_turn of an unsaved turn")
@@ -353,20 +395,19 @@ class Service:
             raise
         return Request(text=text, files=stored, resources=earlier, history=history, conversation_id=conv, turn=turn)
 
-    async def _stored_turn(
-        self, key: ConversationKey, request: Request, on_start: Callable[[str | None, int], None] | None,
-        stop: asyncio.Event | None, storage_fallback: bool,
-    ) -> AsyncIterator[Event]:
-        """Run a begun turn and save it; with ``storage_fallback``, an output that cannot be stored
-        fails its task only, and a failed save is told to the thread (once) after the answer."""
-        conv, turn = request.conversation_id or "", request.turn
+    async def _stored_turn(self, message: Message, request: Request) -> AsyncIterator[Event]:
+        """Run a begun turn and save it; with ``memoryless_fallback``, an output that cannot be
+        stored fails its task only, and a failed save is told to the thread (once) after the answer."""
+        conv, turn, key, on_start = request.conversation_id or "", request.turn, message.key, message.on_start
+        storage_fallback = message.memoryless_fallback
+        assert key is not None
         record: RunRecord | None = None
         sink: ResourceSink = self.conversations.sink(conv, turn)
         try:
             if on_start is not None:
                 on_start(conv, turn)
             async for event in self._tracked(self.pipeline.run(request, KeepOrFail(sink) if storage_fallback else sink,
-                                                               stop=stop)):
+                                                               stop=message.stop)):
                 if isinstance(event, Done):
                     record = event.record
                     error = await self._finish(key, conv, turn, record)
@@ -381,13 +422,10 @@ class Service:
                 failed = RunRecord(request=request.text, status="error", error="This turn was interrupted before it finished.")
                 await asyncio.shield(self._finish(key, conv, turn, failed))
 
-    async def _memoryless_turn(
-        self, key: ConversationKey, text: str, files: list[tuple[IncomingFile, Inspected]], chat_log: Sequence[Turn],
-        on_start: Callable[[str | None, int], None] | None, stop: asyncio.Event | None, delivery: str | None,
-        error: StorageError,
-    ) -> AsyncIterator[Event]:
+    async def _memoryless_turn(self, message: Message, files: list[tuple[IncomingFile, Inspected]],
+                               error: StorageError) -> AsyncIterator[Event]:
         """Answer without the store (``bot.degraded``): no stored history (the front end's
-        ``chat_log`` only), this turn's files in the scratch space, nothing written to the store;
+        ``message.chat_log`` only), this turn's files in the scratch space, nothing written to the store;
         the thread is told once (a :class:`Notice` first, also in ``record.notes``).
 
         Raises:
@@ -395,6 +433,8 @@ class Service:
                 earlier files cannot be reached).
             StorageError: a file of the user's cannot be kept even in the scratch space.
         """
+        key, text = message.key, message.text
+        assert key is not None
         told = self._told.first_time(key.as_string())
         try:
             check_mentions(text, [], [info.kind for _, info in files], key.platform)
@@ -403,14 +443,15 @@ class Service:
         sink = self._scratch.sink()
         stored = [await sink.add(f.data, kind=info.kind, mime=info.mime, origin="user", description=info.description,
                                  name=f.name) for f, info in files]
-        await self.settle_delivery(delivery)  # answered here: no other process is to run it again
-        if on_start is not None:
-            on_start(None, 0)
+        if message.delivery is not None:  # answered here: no other process is to run it again
+            await self._settle_delivery(message.delivery.keys[0])
+        if message.on_start is not None:
+            message.on_start(None, 0)
         note = without_memory_sentence(error)
         if told:
             yield Notice(note)
-        request = Request(text=text, files=stored, history=list(chat_log))
-        async for event in self._tracked(self.pipeline.run(request, KeepOrFail(sink), stop=stop)):
+        request = Request(text=text, files=stored, history=list(message.chat_log))
+        async for event in self._tracked(self.pipeline.run(request, KeepOrFail(sink), stop=message.stop)):
             if isinstance(event, Done) and told:
                 event.record.notes.insert(0, note)
             yield event

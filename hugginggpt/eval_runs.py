@@ -46,6 +46,7 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.redact import host_of  # the service and its clients load when the runs start, not for --help
 
     from .evaluation.runs import build_report, load_cases, markdown, run_all
+    from bot.incoming import Message
     from bot.service import Service
 
     cases = load_cases(Path(args.requests), Path(args.files) if args.files else None)[: args.limit]
@@ -59,7 +60,7 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
               f"{result.latency_s:.2f} s", file=sys.stderr)
 
     try:
-        results = await run_all(lambda text, files: service.handle(text, files), cases,
+        results = await run_all(lambda text, files: service.handle(Message(text, files)), cases,
                                 concurrency=args.concurrency, progress=progress)
     finally:
         await service.close()

@@ -59,6 +59,7 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
     from adapters.terminal.lines import TerminalRenderer
     from adapters.turn import follow
 
+    from bot.incoming import Message
     from bot.service import Service
 
     service = await Service.create(settings, conversations=False)  # stores no turn: no store to open
@@ -67,7 +68,7 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
     view = TerminalView(renderer, show_progress=not args.json or args.verbose, say_refusal=False)
     try:
         with _ctrl_c_stops(stop, renderer.say):
-            outcome = await follow(service.handle(args.text, files, stop=stop), view, where="run")
+            outcome = await follow(service.handle(Message(args.text, files, stop=stop)), view, where="run")
     finally:
         renderer.close()
         await service.close()

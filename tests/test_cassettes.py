@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 from PIL import Image
 
-from bot.incoming import IncomingFile
+from bot.incoming import IncomingFile, Message
 from bot.service import Service
 from bot.settings import load_settings
 from bot.uploads import probe
@@ -382,7 +382,7 @@ async def test_recorded_results_reach_the_response_stage(sandbox, replay, tmp_pa
     overrides["catalog"] = {"path": str(catalog)}
     service = await Service.create(load_settings(env={}, overrides=overrides))
     try:
-        events = [e async for e in service.handle(f"Please do {task} for me", files)]
+        events = [e async for e in service.handle(Message(f"Please do {task} for me", files))]
     finally:
         await service.close()
     record = events[-1].record if isinstance(events[-1], Done) else None
@@ -471,7 +471,7 @@ async def test_request_languages_reach_a_many_to_many_model_end_to_end(sandbox, 
     overrides["catalog"] = {"path": str(catalog)}
     service = await Service.create(load_settings(env={}, overrides=overrides))
     try:
-        events = [e async for e in service.handle("Translate 'Hello world' into French, please", [])]
+        events = [e async for e in service.handle(Message("Translate 'Hello world' into French, please", []))]
     finally:
         await service.close()
     record = events[-1].record

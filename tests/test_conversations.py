@@ -15,11 +15,12 @@ import pytest
 from PIL import Image
 
 from bot.settings import load_settings
-from bot.incoming import ConversationKey
+from bot.incoming import ConversationKey, Message
 from bot.service import Service
 from tests.conftest import media_file, start_caption_in_chat
 from bot.errors import InputError, StorageError
 from pipeline.types import Done
+from bot.admission import Requester
 
 MEDIA = Path(__file__).parent / "fixtures" / "media"
 
@@ -42,7 +43,7 @@ async def service(sandbox, tmp_path, request):
 
 
 async def turn(service, text, files=(), thread="t1"):
-    events = [e async for e in service.handle(text, list(files), key=key(thread), user="u1")]
+    events = [e async for e in service.handle(Message(text, list(files), key=key(thread), who=Requester("terminal", "u1")))]
     assert isinstance(events[-1], Done)
     return events[-1].record
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from bot.errors import InputError
+from bot.incoming import Message
 from hugginggpt.evaluation.runs import RunResult, build_report, load_cases, markdown, run_all
 from bot.service import Service
 from bot.settings import load_settings
@@ -68,7 +69,7 @@ async def test_a_failing_expert_shows_up_as_a_replan_and_the_task_planned_instea
                               {"id": "caption", "request": "Describe this photo", "files": [str(MEDIA / "chelsea.png")]},
                               {"id": "hello", "request": "Hello!"}))
     try:
-        results = await run_all(lambda text, files: service.handle(text, files), cases, concurrency=2)
+        results = await run_all(lambda text, files: service.handle(Message(text, files)), cases, concurrency=2)
     finally:
         await service.close()
     caption, hello = results

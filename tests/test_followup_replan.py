@@ -6,17 +6,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bot.incoming import ConversationKey
+from bot.incoming import ConversationKey, Message
 from bot.service import Service
 from bot.settings import load_settings
 from pipeline.followup import work_summary
 from pipeline.types import Done
 from tests.conftest import media_file
+from bot.admission import Requester
 
 
 async def _turn(service, text, files=()):
     key = ConversationKey("test", "workspace", "channel", "t1")
-    events = [e async for e in service.handle(text, list(files), key=key, user="u1")]
+    events = [e async for e in service.handle(Message(text, list(files), key=key, who=Requester("terminal", "u1")))]
     assert isinstance(events[-1], Done)
     return events[-1].record
 

@@ -19,11 +19,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from bot.incoming import ConversationKey
+from bot.incoming import ConversationKey, Message
 from bot.service import Service
 from bot.settings import load_settings
 from tests.conftest import MEDIA_DIR, media_file
 from tests.standins.expert_server import ExpertServerStandIn, model
+from bot.admission import Requester
 
 DEPTH = "Intel/dpt-large"
 VIT = "google/vit-base-patch16-224"
@@ -60,7 +61,7 @@ async def open_service(sandbox, tmp_path, **inference):
 
 async def run(service, text, *files) -> dict:
     key = ConversationKey("test", "w", "c", text[:20])
-    events = [e async for e in service.handle(text, [media_file(f) for f in files], key=key, user="u1")]
+    events = [e async for e in service.handle(Message(text, [media_file(f) for f in files], key=key, who=Requester("terminal", "u1")))]
     return events[-1].record.to_json()
 
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import asyncio
 
-from bot.incoming import ConversationKey
+from bot.incoming import ConversationKey, Message
 from bot.service import Service
 from bot.settings import load_settings
 from pipeline.catalog.servers import ExpertServers, parse_listing
 from tests.conftest import media_file
 from tests.standins.expert_server import ExpertServerStandIn, model
+from bot.admission import Requester
 
 
 def test_entries_outside_the_contract_are_left_out():
@@ -62,8 +63,7 @@ async def test_local_mode_names_the_server_that_went_away_in_the_tasks_sentence(
     key = ConversationKey("test", "w", "c", "t")
 
     async def turn() -> dict:
-        events = [e async for e in service.handle("Estimate the depth of this photo", [media_file("chelsea.png")],
-                                                  key=key, user="u1")]
+        events = [e async for e in service.handle(Message("Estimate the depth of this photo", [media_file("chelsea.png")], key=key, who=Requester("terminal", "u1")))]
         return events[-1].record.to_json()
 
     try:

@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from bot.settings import load_settings
-from bot.incoming import IncomingFile
+from bot.incoming import Accepted, IncomingFile, Message
 from bot.service import Service
 from tests.conftest import media_file
 from hugginggpt.common import record_exit_status
@@ -41,7 +41,7 @@ async def make_service(sandbox, tmp_path):
 
 
 async def run(service, text, files=()):
-    events = [e async for e in service.handle(text, list(files))]
+    events = [e async for e in service.handle(Message(text, list(files)))]
     assert isinstance(events[-1], Done)
     return events, events[-1].record
 
@@ -59,7 +59,7 @@ async def test_describe_a_photo_end_to_end(make_service):
     # events arrive in a sensible order: each task is announced (TaskPlanned while the plan streams,
     # or in PlanReady) before its selection → start → finish; the answer comes last
     kinds = [type(e) for e in events]
-    assert kinds[0] in (PlanReady, TaskPlanned) and kinds.count(TaskFinished) == 3 and ResponseDelta in kinds
+    assert kinds[0] is Accepted and kinds[1] in (PlanReady, TaskPlanned) and kinds.count(TaskFinished) == 3 and ResponseDelta in kinds
     assert PlanReady in kinds and kinds.index(ResponseDelta) > max(i for i, k in enumerate(kinds) if k is TaskFinished)
     for tid in (0, 1, 2):
         idx = [i for i, e in enumerate(events) if not isinstance(e, TaskPlanned) and getattr(e, "task_id", None) == tid or getattr(getattr(e, "selection", None), "task_id", None) == tid or getattr(getattr(e, "result", None), "task_id", None) == tid]

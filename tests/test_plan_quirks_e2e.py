@@ -13,6 +13,7 @@ from bot.service import Service
 from bot.settings import load_settings
 from pipeline.types import Done
 from tests.conftest import media_file
+from bot.incoming import Message
 
 
 @pytest.fixture
@@ -23,7 +24,7 @@ async def service(sandbox, tmp_path):
 
 
 async def run(service, text, files):
-    events = [e async for e in service.handle(text, list(files))]
+    events = [e async for e in service.handle(Message(text, list(files)))]
     assert isinstance(events[-1], Done)
     return events[-1].record
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from bot.incoming import ConversationKey
+from bot.incoming import ConversationKey, Message
 from bot.service import Service
 from bot.settings import load_settings
 from pipeline.types import Done
 from tests.conftest import media_file
+from bot.admission import Requester
 
 # The block each stage's user message must carry (the stage's input, paper §3).
 BLOCK_OF_STAGE = {
@@ -40,7 +41,7 @@ async def service(sandbox, tmp_path):
 
 
 async def _turn(service, text, files=()):
-    events = [e async for e in service.handle(text, list(files), key=ConversationKey("test", "w", "c", "t1"), user="u1")]
+    events = [e async for e in service.handle(Message(text, list(files), key=ConversationKey("test", "w", "c", "t1"), who=Requester("terminal", "u1")))]
     assert isinstance(events[-1], Done)
     return events[-1].record
 

@@ -217,20 +217,19 @@ def test_progress_view_with_many_tasks_stays_under_limit():
 
 
 def test_event_context_is_derived_once_and_survives_a_handover():
-    from adapters.slack.context import EventContext, FileLimits
+    from adapters.slack.context import EventContext
     from adapters.slack.logic import DM_THREAD
 
-    limits = FileLimits(max_files=3, max_file_bytes=1000)
     body = {"event_id": "Ev1", "team_id": "T1"}
     event = {"type": "message", "channel": "D1", "channel_type": "im", "user": "U1", "ts": "1.5", "text": "hi",
              "files": [{"id": "F1"}]}
-    ctx = EventContext.of(body, event, bot_user_id="UBOT", bot_id="BBOT", needs_thread_check=False, limits=limits)
+    ctx = EventContext.of(body, event, bot_user_id="UBOT", bot_id="BBOT", needs_thread_check=False)
     assert (ctx.team, ctx.channel, ctx.ts, ctx.thread_ts, ctx.user, ctx.is_dm) == ("T1", "D1", "1.5", "1.5", "U1", True)
     assert ctx.key.thread == DM_THREAD and ctx.delivery == "slack:event:Ev1" and not ctx.adopted
     assert ctx.message_key == "slack:message:T1:D1:1.5" and ctx.files == [{"id": "F1"}]
     with pytest.raises(AttributeError):
         ctx.team = "T2"  # frozen: every step sees the same event
-    adopted = EventContext.from_payload(ctx.delivery, ctx.payload(status_ts="9.9"), limits)
+    adopted = EventContext.from_payload(ctx.delivery, ctx.payload(status_ts="9.9"))
     assert adopted.adopted and adopted.status_ts == "9.9" and adopted.delivery == ctx.delivery
-    assert (adopted.key, adopted.user, adopted.limits) == (ctx.key, ctx.user, limits)
+    assert (adopted.key, adopted.user, adopted.files) == (ctx.key, ctx.user, ctx.files)
     assert adopted.progress is not ctx.progress  # a new run gets its own progress model

@@ -10,12 +10,13 @@ import json
 import pytest
 
 from hugginggpt.common import record_exit_status
-from bot.incoming import ConversationKey
+from bot.incoming import ConversationKey, Message
 from adapters.progress import Progress
 from bot.service import Service
 from bot.settings import load_settings
 from pipeline.types import Done, TaskFinished
 from tests.conftest import MEDIA_DIR, media_file
+from bot.admission import Requester
 
 
 @pytest.fixture
@@ -39,7 +40,7 @@ async def test_stop_during_execution_answers_with_what_finished(service, sandbox
     key = ConversationKey("test", "w", "c", "stop-1")
     stopped = False
     events = []
-    async for event in service.handle("classify and caption", [media_file("chelsea.png")], key=key, user="u1", stop=stop):
+    async for event in service.handle(Message("classify and caption", [media_file("chelsea.png")], key=key, who=Requester("terminal", "u1"), stop=stop)):
         events.append(event)
         progress.apply(event)
         if isinstance(event, TaskFinished) and event.result.task_id == 0:
@@ -63,7 +64,7 @@ async def test_stop_during_planning_is_one_sentence(service, sandbox):
     sandbox.controller.script.append({"delay": 4})  # planning would succeed after 4 s
     stop = asyncio.Event()
     asyncio.get_running_loop().call_later(0.3, stop.set)
-    events = [e async for e in service.handle("draw a cat", stop=stop)]
+    events = [e async for e in service.handle(Message("draw a cat", stop=stop))]
     record = events[-1].record
     assert record.status == "error" and record.stopped and record_exit_status(record) == 130
     assert record.error == "You stopped this run before its plan was ready."
@@ -71,7 +72,7 @@ async def test_stop_during_planning_is_one_sentence(service, sandbox):
 
 async def test_a_stop_after_the_run_ended_changes_nothing(service, sandbox):
     stop = asyncio.Event()
-    events = [e async for e in service.handle("hello there", stop=stop)]
+    events = [e async for e in service.handle(Message("hello there", stop=stop))]
     stop.set()
     record = events[-1].record
     assert record.status == "ok" and not record.stopped and record.response

@@ -15,13 +15,14 @@ import pytest
 
 from bot.degraded import KeepOrFail, ScratchSpace, ToldThreads
 from bot.errors import InputError, StorageError
-from bot.incoming import ConversationKey
+from bot.incoming import ConversationKey, Message
 from bot.service import Service
 from bot.settings import load_settings
 from pipeline.errors import ExpertError
 from pipeline.types import Done, Notice
 from tests.conftest import MEDIA_DIR as MEDIA, media_file
 from tests.test_storage_faults import fill, small_disk, tracebacks
+from bot.admission import Requester
 
 WITHOUT_MEMORY = ("The server's storage is full, so I can't use or remember this conversation right now; "
                   "I'll still answer this message on its own.")
@@ -49,8 +50,7 @@ async def service_on(sandbox, disk: Path):
 async def turn(service: Service, text: str, files=(), *, thread: str = "t1", on_start=None) -> tuple[list[str], Done]:
     """One bot turn: the notices the thread sees, and the final event."""
     key = ConversationKey("slack", "T1", "C1", thread)
-    events = [e async for e in service.handle(text, list(files), key=key, user="U1", on_start=on_start,
-                                              storage_fallback=True)]
+    events = [e async for e in service.handle(Message(text, list(files), key=key, who=Requester("terminal", "U1"), on_start=on_start, memoryless_fallback=True))]
     assert isinstance(events[-1], Done), events
     return [e.text for e in events if isinstance(e, Notice)], events[-1]
 
@@ -145,7 +145,7 @@ async def test_http_keeps_raising_storage_errors(sandbox, tmp_path):
             filler = fill_up(disk)
             key = ConversationKey("http", "w", "c", "t")
             with pytest.raises(StorageError):
-                [e async for e in service.handle("Say hello", key=key)]
+                [e async for e in service.handle(Message("Say hello", key=key))]
             filler.unlink()
 
 

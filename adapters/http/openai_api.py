@@ -23,7 +23,9 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from adapters.progress import Progress
 from adapters.turn import CRASHED, Outcome, follow
+from bot.admission import Requester
 from bot.errors import InputError, StorageError
+from bot.incoming import Message
 from pipeline.errors import ControllerError, DeadlineError, PlanError
 from pipeline.types import Event, PlanReady, ResponseDelta, RunRecord
 
@@ -181,8 +183,9 @@ async def start_run(request: Request, caller: Caller, messages: list[Any], conve
     except InputError as e:
         raise ApiError(400, e.user_message, "invalid_file", "messages") from None
     release = await st.keys.reserve(caller)
-    run = Run(st.service, turn.text, files, key=conversation[1] if conversation else None, user=user,
-              chat_log=turn.chat_log, on_end=release)
+    who = Requester("http", user) if user is not None else None
+    message = Message(turn.text, files, who=who, key=conversation[1] if conversation else None, chat_log=turn.chat_log)
+    run = Run(st.service, message, on_end=release)
     if not wait:
         return run
     try:

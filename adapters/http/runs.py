@@ -12,12 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 
 from bot.errors import InputError, StorageError
-from bot.incoming import ConversationKey, IncomingFile
+from bot.incoming import Message
 from bot.service import Service
-from pipeline.types import Done, Event, RunRecord, Turn
+from pipeline.types import Done, Event, RunRecord
 
 from .errors import ApiError, storage_error
 
@@ -31,18 +32,17 @@ class Run:
 
     Args:
         service: the service.
-        text, files, key, user, chat_log: as ``Service.handle`` takes them.
+        message: the request (its ``on_start`` is this run's).
         on_end: called once when the run's task ends (gives back the caller's run slot).
     """
 
-    def __init__(self, service: Service, text: str, files: Sequence[IncomingFile], *, key: ConversationKey | None,
-                 user: str | None, chat_log: Sequence[Turn] = (), on_end: Callable[[], None] | None = None) -> None:
+    def __init__(self, service: Service, message: Message, *, on_end: Callable[[], None] | None = None) -> None:
         self._queue: asyncio.Queue[object] = asyncio.Queue()
         self._accepted: asyncio.Future[tuple[str | None, int]] = asyncio.get_running_loop().create_future()
         self.record: RunRecord | None = None
         self.conversation_id: str | None = None
         self.turn = 0
-        self._task = asyncio.create_task(self._drive(service, text, files, key, user, chat_log))
+        self._task = asyncio.create_task(self._drive(service, replace(message, on_start=self._on_start)))
         if on_end is not None:
             self._task.add_done_callback(lambda _: on_end())
 
@@ -51,10 +51,9 @@ class Run:
         if not self._accepted.done():
             self._accepted.set_result((conversation_id, turn))
 
-    async def _drive(self, service: Service, text: str, files: Sequence[IncomingFile], key: ConversationKey | None,
-                     user: str | None, chat_log: Sequence[Turn]) -> None:
+    async def _drive(self, service: Service, message: Message) -> None:
         try:
-            async for event in service.handle(text, files, key=key, user=user, chat_log=chat_log, on_start=self._on_start):
+            async for event in service.handle(message):
                 if isinstance(event, Done):
                     self.record = event.record
                 self._queue.put_nowait(event)

@@ -35,7 +35,8 @@ from adapters.progress import Progress as TurnProgress
 from adapters.turn import CRASHED, Outcome, follow
 from bot.direct import plan_only, run_task
 from bot.errors import InputError, StorageError
-from bot.incoming import ConversationKey, IncomingFile
+from bot.admission import Requester
+from bot.incoming import ConversationKey, IncomingFile, Message
 from bot.service import Service
 from pipeline.errors import HuggingGPTError
 from pipeline.tasks import TASKS
@@ -183,7 +184,7 @@ class Tools:
 
         async def drive() -> None:
             try:
-                async for event in self.service.handle(text, files, key=key, user=caller, stop=stop):
+                async for event in self.service.handle(Message(text, files, who=Requester("mcp", caller), key=key, stop=stop)):
                     queue.put_nowait(event)
             except Exception as e:  # handed to the caller below
                 queue.put_nowait(e)

@@ -4,7 +4,7 @@ Bolt hands a listener ``body``, ``event`` and its own ``context`` (``BoltContext
 ``bot_user_id``, ``bot_id``, ...). :class:`EventContext` is the same idea for our steps: it is built
 once when the event is accepted (or when a delivery is taken over from a gone process) and then
 passed whole, instead of a handful of loose values. What is derived from the event (team, thread,
-conversation key, delivery key, file limits, the run's progress model) is derived here, once.
+conversation key, delivery key, the run's progress model) is derived here, once.
 
 Pure: no network, no clock.
 """
@@ -23,14 +23,6 @@ from .logic import delivery_key, event_payload, is_dm, key_for
 
 
 @dataclass(frozen=True)
-class FileLimits:
-    """What a request may attach (``[storage] max_files`` files of ``max_file_bytes`` bytes each)."""
-
-    max_files: int
-    max_file_bytes: int
-
-
-@dataclass(frozen=True)
 class EventContext:
     """One accepted ``app_mention`` / ``message`` event and what follows from it.
 
@@ -39,7 +31,6 @@ class EventContext:
         event: the inner event (``channel``, ``ts``, ``user``, ``text``, ``files``, ...).
         bot_user_id, bot_id: the bot's own ids (from bolt's context), for mentions and own messages.
         needs_thread_check: a thread reply without mention: a request only if the bot takes part.
-        limits: file limits of this request.
         team, channel, ts, thread_ts, user: where and by whom (``thread_ts`` is ``ts`` outside a thread).
         delivery: the key the delivery is claimed under (:func:`adapters.slack.logic.delivery_key`).
         key: the conversation the message belongs to (its thread; the user's DM conversation).
@@ -54,7 +45,6 @@ class EventContext:
     bot_user_id: str | None
     bot_id: str | None
     needs_thread_check: bool
-    limits: FileLimits
     team: str
     channel: str
     ts: str
@@ -69,7 +59,7 @@ class EventContext:
 
     @classmethod
     def of(cls, body: Mapping[str, Any], event: Mapping[str, Any], *, bot_user_id: str | None, bot_id: str | None,
-           needs_thread_check: bool, limits: FileLimits, adopted: str | None = None,
+           needs_thread_check: bool, adopted: str | None = None,
            status_ts: str | None = None) -> EventContext:
         """Build the context of one event.
 
@@ -77,7 +67,6 @@ class EventContext:
             body, event: as delivered by bolt (or as kept with a claimed delivery).
             bot_user_id, bot_id: bolt's ``context["bot_user_id"]`` / ``context["bot_id"]``.
             needs_thread_check: from :func:`adapters.slack.logic.classify_message`.
-            limits: the request's file limits.
             adopted: the delivery key of a delivery taken over from a gone process, else ``None``.
             status_ts: that delivery's status message, if one was posted.
         """
@@ -86,14 +75,14 @@ class EventContext:
         team = str(body.get("team_id") or event.get("team") or "")
         thread_ts = str(event.get("thread_ts") or ts)
         return cls(body=body, event=event, bot_user_id=bot_user_id, bot_id=bot_id,
-                   needs_thread_check=needs_thread_check, limits=limits, team=team, channel=channel, ts=ts,
+                   needs_thread_check=needs_thread_check, team=team, channel=channel, ts=ts,
                    thread_ts=thread_ts, user=str(event.get("user") or ""),
                    delivery=adopted or delivery_key(dict(body), team, channel, ts),
                    key=key_for(team, channel, thread_ts, dict(event)), is_dm=is_dm(dict(event)), adopted=adopted is not None,
                    status_ts=status_ts)
 
     @classmethod
-    def from_payload(cls, delivery: str, payload: str, limits: FileLimits) -> EventContext:
+    def from_payload(cls, delivery: str, payload: str) -> EventContext:
         """The context of a delivery taken over from a gone process (what :meth:`payload` kept).
 
         Raises:
@@ -101,7 +90,7 @@ class EventContext:
         """
         d = json.loads(payload)
         return cls.of(d["body"], d["event"], bot_user_id=d.get("bot_user_id"), bot_id=d.get("bot_id"),
-                      needs_thread_check=bool(d.get("needs_thread_check")), limits=limits, adopted=delivery,
+                      needs_thread_check=bool(d.get("needs_thread_check")), adopted=delivery,
                       status_ts=d.get("status_ts"))
 
     def payload(self, status_ts: str | None = None) -> str:

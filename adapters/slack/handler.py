@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -32,15 +31,16 @@ from slack_sdk.web.async_client import AsyncWebClient
 from adapters.progress import Progress
 from adapters.sentences import user_sentence
 from adapters.turn import Outcome, follow
-from bot.admission import Admission, Requester
-from bot.limits import SeenKeys, too_many_files
+from bot.admission import Requester
+from bot.errors import Refused
+from bot.incoming import Accepted, Delivery, Download, IncomingFile, Message
+from bot.limits import SeenKeys
 from bot.settings import Settings
-from bot.incoming import IncomingFile
 from pipeline.errors import HuggingGPTError
 from pipeline.types import Event, RunRecord
 
 from . import io as slack_io
-from .context import EventContext, FileLimits
+from .context import EventContext
 from .live import LiveReply, answer_messages
 from .logic import classify_message, escape_slack, strip_mentions, unescape_slack, wants_new_conversation
 
@@ -80,10 +80,34 @@ class SlackView:
     def __init__(self, bot: SlackBot, reply: LiveReply, ctx: EventContext) -> None:
         self.bot, self.reply, self.ctx = bot, reply, ctx
         self._notice: str | None = None
+        self.started = False
 
-    async def progress(self, progress: Progress, event: Event) -> None:
-        """Show the progress within the reply's update interval (never waits)."""
+    def payload(self) -> str:
+        """What the delivery keeps for a process taking it over: the event, and the status
+        message once posted (that process replaces it)."""
+        return self.ctx.payload(status_ts=self.reply.ts)
+
+    async def progress(self, progress: Progress, event: Event | Accepted) -> None:
+        """Open the live reply once the request is accepted; then show the progress within the
+        reply's update interval (never waits).
+
+        Raises:
+            CannotPost: the reply cannot be posted in the channel (logged; the run is given up).
+        """
+        if isinstance(event, Accepted):
+            await self._start()
+            return
         self.reply.show(progress)
+
+    async def _start(self) -> None:
+        bot, ctx = self.bot, self.ctx
+        bot.stats.runs += 1
+        bot.threads[(ctx.channel, ctx.thread_ts)] = True
+        try:
+            await self.reply.start()
+        except SlackApiError as e:
+            raise CannotPost(slack_io.map_slack_error(e, "post a message")) from None
+        self.started = True
 
     async def answer(self, record: RunRecord, progress: Progress) -> None:
         """Nothing yet: the reply is closed first, then the rest of the answer is posted (:meth:`end`)."""
@@ -98,7 +122,13 @@ class SlackView:
     async def end(self, outcome: Outcome, progress: Progress) -> None:
         """Close the reply with the final state (or the failure's sentence) and post the rest."""
         bot, reply, ctx, record = self.bot, self.reply, self.ctx, outcome.record
+        if isinstance(outcome.error, Refused):
+            await self._refused(outcome.error)
+            return
         if record is None:
+            if not self.started:  # refused before the reply was opened: said in the thread
+                await bot.say(ctx.channel, ctx.thread_ts, ":warning: " + escape_slack(outcome.sentence or ""))
+                return
             if outcome.moment != "restarted":
                 bot.stats.errors += 1
             await reply.close_failed(":warning: " + escape_slack(outcome.sentence or ""))
@@ -115,6 +145,21 @@ class SlackView:
         await bot.deliver(ctx.channel, ctx.thread_ts, record, rest)
         if self._notice:
             await bot.say(ctx.channel, ctx.thread_ts, ":warning: " + escape_slack(self._notice))
+
+    async def _refused(self, refusal: Refused) -> None:
+        """Say an admission refusal in the thread (an access refusal not to every thread reply)."""
+        ctx = self.ctx
+        if refusal.reason == "rate":
+            log.info("rate limited user=%s", ctx.user)
+            await self.bot.say(ctx.channel, ctx.thread_ts, ":hourglass: " + refusal.user_message)
+            return
+        log.info("refused user=%s channel=%s: %s", ctx.user, ctx.channel, refusal.reason)
+        if not ctx.needs_thread_check:  # say it to mentions and DMs, not to every reply in a thread
+            await self.bot.say(ctx.channel, ctx.thread_ts, ":no_entry: " + refusal.user_message)
+
+
+class CannotPost(Exception):
+    """The bot cannot post in the channel (not a member, archived, ...): the run is given up."""
 
 
 class SlackBot:
@@ -145,7 +190,6 @@ class SlackBot:
         self.poster = slack_io.Poster(client)
         self.update_limiter = AsyncLimiter(50, 60)  # chat.update: Tier 3, about 50 per minute
         self.dedup = SeenKeys()
-        self.admission = Admission(settings, "slack", service.store)
         # (channel, thread_ts) -> whether the bot takes part in that thread
         self.threads: TTLCache[tuple[str, str], bool] = TTLCache(maxsize=20_000, ttl=7 * 24 * 3600)
         self.stats = Stats()
@@ -156,11 +200,6 @@ class SlackBot:
         extra = {o for o in map(slack_io.origin_of, file_hosts) if o is not None}
         self.file_origins = set(slack_io.DEFAULT_FILE_ORIGINS) | extra | ({api} if api and api[1] != "slack.com" else set())
         self.session: aiohttp.ClientSession | None = None
-
-    @property
-    def file_limits(self) -> FileLimits:
-        """The file limits of a request (``[storage]``), read when an event's context is built."""
-        return FileLimits(self.settings.storage.max_files, self.settings.storage.max_file_bytes)
 
     # ------------------------------------------------------------------ entry from the listeners
 
@@ -186,7 +225,7 @@ class SlackBot:
             log.warning("event %s arrived during shutdown; not started", body.get("event_id"))
             return
         self.start(EventContext.of(body, event, bot_user_id=bot_user_id, bot_id=bot_id,
-                                   needs_thread_check=decision.needs_thread_check, limits=self.file_limits))
+                                   needs_thread_check=decision.needs_thread_check))
 
     def start(self, ctx: EventContext) -> None:
         """Handle ``ctx`` in a tracked task (:meth:`close` waits for it)."""
@@ -196,9 +235,9 @@ class SlackBot:
         task.add_done_callback(self.tasks.discard)
 
     async def handle(self, ctx: EventContext) -> None:
-        """Claim, answer and settle one event; an unexpected error is logged, never raised."""
+        """Answer one event; an unexpected error is logged, never raised."""
         try:
-            await self._process(ctx)
+            await self._respond(ctx)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -207,47 +246,22 @@ class SlackBot:
 
     # ------------------------------------------------------------------ one request
 
-    async def _process(self, ctx: EventContext) -> None:
-        if not ctx.adopted and not await self._claim(ctx):
-            return
-        try:
-            await self._respond(ctx)
-        except asyncio.CancelledError:  # shutdown: an unstarted delivery is left for another process
-            raise
-        except BaseException:
-            await self.service.settle_delivery(ctx.delivery)
-            raise
-        await self.service.settle_delivery(ctx.delivery)  # answered (already settled by its turn), refused or ignored
-
     async def _respond(self, ctx: EventContext) -> None:
         if ctx.needs_thread_check and not await self._bot_in_thread(ctx):
             log.debug("thread reply in %s/%s without mention, bot not in thread: ignored", ctx.channel, ctx.thread_ts)
-            return
-        if not await self._admitted(ctx):
+            if ctx.adopted:
+                await self.service.settle_delivery(ctx.delivery)
             return
         text = strip_mentions(unescape_slack(ctx.event.get("text") or ""), ctx.bot_user_id)
         if not text and not ctx.files:
             await self.say(ctx.channel, ctx.thread_ts, EMPTY_REQUEST)
-            return
-        if wants_new_conversation(dict(ctx.event), text):
+        elif wants_new_conversation(dict(ctx.event), text):
             await self._start_over(ctx)
-            return
-        await self._run_reply(ctx, text)
-
-    async def _admitted(self, ctx: EventContext) -> bool:
-        """Admission (access, rate): says a refusal in the thread (not to every thread reply)."""
-        who = Requester("slack", ctx.user, (ctx.channel,), ctx.team, is_dm=ctx.is_dm)
-        refusal = await self.admission.admit(who)
-        if refusal is None:
-            return True
-        if refusal.reason == "rate":
-            log.info("rate limited user=%s", ctx.user)
-            await self.say(ctx.channel, ctx.thread_ts, ":hourglass: " + refusal.sentence)
         else:
-            log.info("refused user=%s channel=%s: %s", ctx.user, ctx.channel, refusal.reason)
-            if not ctx.needs_thread_check:  # say it to mentions and DMs, not to every reply in a thread
-                await self.say(ctx.channel, ctx.thread_ts, ":no_entry: " + refusal.sentence)
-        return False
+            await self._run_reply(ctx, text)
+            return
+        if ctx.adopted:
+            await self.service.settle_delivery(ctx.delivery)
 
     async def _start_over(self, ctx: EventContext) -> None:
         try:
@@ -259,38 +273,28 @@ class SlackBot:
         await self.say(ctx.channel, ctx.thread_ts, STARTED_OVER)
 
     async def _run_reply(self, ctx: EventContext, text: str) -> None:
-        """Open the live reply (status message or stream) and run the request into it."""
-        self.stats.runs += 1
-        self.threads[(ctx.channel, ctx.thread_ts)] = True
+        """Hand the request to the service (:meth:`bot.service.Service.handle`: claim, admission,
+        files, the turn) and follow it (:func:`adapters.turn.follow`) into a live reply (status
+        message or stream), opened once the request is accepted."""
         stop = asyncio.Event()
         self.runs[ctx.run_id] = (stop, ctx.user)
         reply = LiveReply(self.client, ctx.channel, ctx.thread_ts, user=ctx.user, team=ctx.team, run_id=ctx.run_id,
                           interval=self.update_interval, limiter=self.update_limiter, streaming=self.slack.streaming,
                           progress=ctx.progress)
+        view = SlackView(self, reply, ctx)
+        files = ctx.files
+        message = Message(
+            text, download=Download(len(files), lambda max_bytes: self.download_files(ctx, max_bytes)) if files else None,
+            who=Requester("slack", ctx.user, (ctx.channel,), ctx.team, is_dm=ctx.is_dm), key=ctx.key,
+            delivery=Delivery((ctx.delivery, ctx.message_key), view.payload, claimed=ctx.adopted),
+            stop=stop, memoryless_fallback=True)
         try:
-            await reply.start()
-        except SlackApiError as e:
-            self.runs.pop(ctx.run_id, None)
-            log.error("cannot post in channel=%s: %s", ctx.channel, slack_io.map_slack_error(e, "post a message"))
-            return
-        if reply.ts:  # a process taking this delivery over after a crash replaces this message
-            await self.service.note_delivery(ctx.delivery, ctx.payload(status_ts=reply.ts))
-        try:
-            await self._run(reply, ctx, text, stop)
+            await follow(self.service.handle(message), view, progress=ctx.progress,
+                         where=f"slack {ctx.channel}/{ctx.thread_ts}")
+        except CannotPost as e:
+            log.error("cannot post in channel=%s: %s", ctx.channel, e)
         finally:
             self.runs.pop(ctx.run_id, None)
-
-    async def _run(self, reply: LiveReply, ctx: EventContext, text: str, stop: asyncio.Event) -> None:
-        """Follow the turn (:func:`adapters.turn.follow`) into ``reply`` through a :class:`SlackView`."""
-        await follow(self._events(ctx, text, stop), SlackView(self, reply, ctx), progress=ctx.progress,
-                     where=f"slack {ctx.channel}/{ctx.thread_ts}")
-
-    async def _events(self, ctx: EventContext, text: str, stop: asyncio.Event) -> AsyncIterator[Event]:
-        """The turn's events: the event's files downloaded and checked, then the service's run."""
-        files = await self.service.check_files(await self.download_files(ctx))
-        async for ev in self.service.handle(text, files, key=ctx.key, user=ctx.user, stop=stop, delivery=ctx.delivery,
-                                           storage_fallback=True):
-            yield ev
 
     async def deliver(self, channel: str, thread_ts: str, record: RunRecord, text: str) -> None:
         """Post what the stream did not carry of the answer (mrkdwn, split), then upload the
@@ -309,21 +313,6 @@ class SlackBot:
                 log.error("uploading %d files in %s/%s failed: %s", len(record.files), channel, thread_ts, e)
                 await self.say(channel, thread_ts, ":warning: " + escape_slack(user_sentence(e)))
 
-    async def _claim(self, ctx: EventContext) -> bool:
-        """Take the delivery for this process, against the others on the store (the in-memory
-        check in :meth:`on_event` only covers this one); the event is kept with it until the turn
-        begins, so another process runs the event if this one dies first."""
-        event_id = ctx.body.get("event_id")
-        try:
-            first = await self.service.claim_delivery(ctx.delivery, ctx.message_key, payload=ctx.payload())
-        except HuggingGPTError as e:  # the run itself will say what is wrong with the store
-            log.warning("could not record delivery %s: %s", event_id, e)
-            return True
-        if not first:
-            self.stats.duplicates += 1
-            log.info("delivery of %s ts=%s (event %s) already taken by another process", ctx.channel, ctx.ts, event_id)
-        return first
-
     async def say(self, channel: str, thread_ts: str | None, text: str) -> None:
         """Post ``text`` in the thread (or the channel); a failure is logged, never raised."""
         try:
@@ -331,22 +320,20 @@ class SlackBot:
         except HuggingGPTError as e:
             log.error("cannot post in channel=%s: %s", channel, e)
 
-    async def download_files(self, ctx: EventContext) -> list[IncomingFile]:
-        """Download the files attached to the event (within its limits).
+    async def download_files(self, ctx: EventContext, max_bytes: int) -> list[IncomingFile]:
+        """Download the files attached to the event, at most ``max_bytes`` bytes each.
 
         Raises:
-            InputError: too many files, or one cannot be downloaded (:func:`adapters.slack.io.download_file`).
+            InputError: one cannot be downloaded (:func:`adapters.slack.io.download_file`).
         """
         files = ctx.files
         if not files:
             return []
-        if len(files) > ctx.limits.max_files:
-            raise too_many_files(ctx.limits.max_files)
         if self.session is None or self.session.closed:
             self.session = aiohttp.ClientSession()
         token = self.client.token or ""
         return list(await asyncio.gather(*(
-            slack_io.download_file(self.session, f, token=token, max_bytes=ctx.limits.max_file_bytes,
+            slack_io.download_file(self.session, f, token=token, max_bytes=max_bytes,
                                    allowed_origins=self.file_origins)
             for f in files
         )))

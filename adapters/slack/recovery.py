@@ -43,7 +43,7 @@ async def redeliver(bot: SlackBot, items: list[tuple[str, str]]) -> None:
     """Run events a gone process took but never started (``Service.events.on_redelivery``)."""
     for key, payload in items:
         try:
-            ctx = EventContext.from_payload(key, payload, bot.file_limits)
+            ctx = EventContext.from_payload(key, payload)
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             log.error("delivery %s taken over from a gone process is unreadable (%s); dropped", key, e)
             await bot.service.settle_delivery(key)

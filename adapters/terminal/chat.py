@@ -26,7 +26,8 @@ import sys
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from bot.errors import InputError
-from bot.incoming import ConversationKey, IncomingFile
+from bot.admission import Requester
+from bot.incoming import ConversationKey, IncomingFile, Message
 from pipeline.errors import HuggingGPTError
 
 from . import on_ctrl_c
@@ -211,7 +212,8 @@ async def _turn(service: Service, renderer: Renderer, key: ConversationKey, text
 
         from . import TerminalView
 
-        await follow(service.handle(text, files, key=key, user="terminal", stop=stop, storage_fallback=True),
+        message = Message(text, files, who=Requester("terminal", "terminal"), key=key, stop=stop, memoryless_fallback=True)
+        await follow(service.handle(message),
                      TerminalView(renderer, say_error=lambda sentence: print(f"Error: {sentence}", file=out)),
                      where=f"chat {key.thread}")
 
