@@ -12,7 +12,8 @@ module owns the rest, so the same moment reads the same on every front end:
   (``refused``: the error's own sentence, :func:`adapters.sentences.user_sentence`); the turn
   cancelled from outside (``restarted``: shutdown; the view's end is shielded, then the
   cancellation goes on); an unexpected exception or a stream without ``Done`` (``crashed``: one
-  log line with the traceback for the operator, :data:`CRASHED` for the user);
+  log line with the traceback for the operator, :data:`CRASHED` for the user); the delivery taken
+  by another process sharing the store (``elsewhere``: no event at all; the view is not called);
 * the sentences of those moments, each written once here (:data:`RESTARTED`, :data:`CRASHED`,
   :func:`notice_of`), or the error's or the record's own; and :data:`INTERRUPTED_ELSEWHERE`, said
   by the front ends that find a turn a dead process left.
@@ -47,7 +48,7 @@ INTERRUPTED_ELSEWHERE = ("The process working on your last request here stopped 
                          "please ask again.")
 """Said in a conversation whose turn a dead process left running (another process found it)."""
 
-Moment = Literal["answered", "partial", "deadline", "stopped", "failed", "refused", "restarted", "crashed"]
+Moment = Literal["answered", "partial", "deadline", "stopped", "failed", "refused", "restarted", "crashed", "elsewhere"]
 """How a turn ended, as a user sees it (see the module docstring)."""
 
 
@@ -173,8 +174,10 @@ async def follow(events: AsyncIterable[Event], view: TurnView, *, progress: Prog
 async def _follow(events: AsyncIterable[Event], view: TurnView, progress: Progress, where: str) -> Outcome:
     record: RunRecord | None = None
     showing = False  # the view's own failures are the view's (a closed pipe, a platform's refusal)
+    seen = False
     try:
         async for event in events:
+            seen = True
             progress.apply(event)
             if isinstance(event, Done):
                 record = event.record
@@ -197,6 +200,9 @@ async def _follow(events: AsyncIterable[Event], view: TurnView, progress: Progre
             raise
         log.exception("turn %s crashed", where)
         return await _end(view, progress, Outcome("crashed", CRASHED, error=e))
+    if not seen:
+        log.info("turn %s is answered by another process", where)
+        return Outcome("elsewhere")
     if record is None:
         log.error("turn %s ended without Done", where)
         return await _end(view, progress, Outcome("crashed", CRASHED))

@@ -45,11 +45,11 @@ class TimedService:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    async def handle(self, *args: Any, **kw: Any) -> Any:
+    async def handle(self, message: Any) -> Any:
         from pipeline.types import PlanReady, TaskPlanned
 
-        key = kw.get("key")
-        async for event in self._inner.handle(*args, **kw):
+        key = message.key
+        async for event in self._inner.handle(message):
             if isinstance(event, (TaskPlanned, PlanReady)) and key is not None:
                 self.plan_ready.setdefault(key.thread, time.monotonic())
             yield event

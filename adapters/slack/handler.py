@@ -289,8 +289,10 @@ class SlackBot:
             delivery=Delivery((ctx.delivery, ctx.message_key), view.payload, claimed=ctx.adopted),
             stop=stop, memoryless_fallback=True)
         try:
-            await follow(self.service.handle(message), view, progress=ctx.progress,
-                         where=f"slack {ctx.channel}/{ctx.thread_ts}")
+            outcome = await follow(self.service.handle(message), view, progress=ctx.progress,
+                                   where=f"slack {ctx.channel}/{ctx.thread_ts}")
+            if outcome.moment == "elsewhere":
+                self.stats.duplicates += 1
         except CannotPost as e:
             log.error("cannot post in channel=%s: %s", ctx.channel, e)
         finally:

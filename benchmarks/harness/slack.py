@@ -141,6 +141,8 @@ def bot_settings(service, **slack: object) -> Settings:
 
 async def start_harness(slack: SlackStandIn, service, tmp_path: Path, **slack_settings) -> Harness:
     settings = bot_settings(service, bot_token=slack.bot_token, signing_secret=SECRET, mode="http", **slack_settings)
+    if isinstance(service, Service):  # it admits Slack's requesters by its settings: these, same pipeline and store
+        service = Service(settings, service.pipeline, service.media, service.store, closers=(), events=service.events)
     client = AsyncWebClient(token=slack.bot_token, base_url=slack.api_url)
     front = create_bolt_app(settings, service, client, update_interval=0.05)
     runner = web.AppRunner(front.app.web_app(path="/slack/events"), access_log=None)
