@@ -1,7 +1,10 @@
 """Whether the storage a front end depends on can take work: free space, the database's health.
 
-Used by ``/readyz`` of the HTTP API. Each problem is one sentence that names no path (a readiness
-probe answers anyone who can reach it); the operator's log line has the details.
+Used through :meth:`bot.service.Service.storage_problems` by ``/readyz`` of the HTTP API (every
+check) and of Slack's HTTP mode (whether the store answers only: the chat bots keep answering
+without memory when storage runs short, :mod:`bot.degraded`). Each problem is one sentence that
+names no path (a readiness probe answers anyone who can reach it); the operator's log line has the
+details.
 
 * Free space: the data directory's file system needs ``[server] ready_min_free_bytes`` free
   (``shutil.disk_usage``); below it, uploads and generated files would fail.
@@ -20,13 +23,14 @@ import logging
 import shutil
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .errors import StorageError
 from .store.sql.probes import DB_NAME, quick_check
 
 if TYPE_CHECKING:
     from .settings import Settings
+    from .store import Conversations
 
 log = logging.getLogger("bot.readiness")
 
@@ -55,10 +59,11 @@ class Readiness:
 
     Args:
         settings: all settings (``[storage]`` for where, ``[server] ready_min_free_bytes``).
-        store: the open conversation store (``service.store``).
+        store: the open conversation store, or ``None`` (a service that keeps no conversations:
+            nothing to look up).
     """
 
-    def __init__(self, settings: Settings, store: Any) -> None:
+    def __init__(self, settings: Settings, store: Conversations | None) -> None:
         self.data_dir = Path(settings.storage.data_dir).expanduser()
         self.min_free = settings.server.ready_min_free_bytes
         self.sqlite = None if settings.storage.database_url is not None else self.data_dir / DB_NAME
@@ -66,8 +71,11 @@ class Readiness:
         self._checked = 0.0
         self._integrity: str | None = None
 
-    async def problems(self) -> list[str]:
-        """What keeps the storage from taking work, one path-free sentence each (empty: ready)."""
+    async def problems(self, *, store_only: bool = False) -> list[str]:
+        """What keeps the storage from taking work, one path-free sentence each (empty: ready);
+        ``store_only``: only whether the store answers a lookup."""
+        if store_only:
+            return [p for p in (await self._lookup(),) if p]
         return [p for p in (self._space(), await self._lookup(), await self._integrity_problem()) if p]
 
     def _space(self) -> str | None:
@@ -82,6 +90,8 @@ class Readiness:
         return None
 
     async def _lookup(self) -> str | None:
+        if self.store is None:
+            return None
         try:
             await asyncio.wait_for(self.store.find("readyz-probe"), PROBE_TIMEOUT)
         except StorageError as e:

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from dataclasses import replace
 from collections.abc import AsyncIterator, Sequence
 
 from pipeline.core import Pipeline
 from pipeline.followup import work_summary
-from pipeline.types import Done, Event, Notice, Request, ResourceSink, RunRecord, Turn
+from pipeline.types import Done, Event, Notice, Request, Resource, ResourceSink, RunRecord, Turn
 
 from .backends import build_pipeline
 from .degraded import (KeepOrFail, ScratchSpace, ToldThreads, UnsavedTurns, lost_context_sentence,
@@ -29,9 +30,11 @@ from .incoming import Accepted, ConversationKey, Delivery, IncomingFile, Message
 from .limits import check_request_size, too_many_files
 from .locks import ThreadLocks
 from .mentions import check_mentions
+from .readiness import Readiness
 from .settings import Settings
 from .store import ConversationStore, Handover, LocalResourceSink, MediaStore, open_store
 from .store.deferred import DeferredLedger
+from .stored import Order, Origin, StoredConversation, StoredFile
 from .uploads import Inspected, inspect_upload
 
 
@@ -221,6 +224,109 @@ class Service:
         if verdict not in ("good", "bad"):
             return False
         return await self.conversations.record_feedback(conversation_id, turn, user, verdict)
+
+    # What front ends read of the store, and the budgets they share through it: they never hold
+    # the store itself (docs/architecture.md). Each raises as the store does; none changes what
+    # happens when storage fails (the chat bots' answers without memory are :meth:`handle`'s).
+
+    async def find_conversation(self, conversation_id: str) -> ConversationKey | None:
+        """The key of the stored conversation ``conversation_id`` (``str``, as :meth:`conversation_id`
+        returned it), ``None`` when no conversation has that id.
+
+        Raises:
+            StorageError: the conversation store fails, or the service keeps no conversations.
+        """
+        return await self.conversations.find(conversation_id)
+
+    async def stored_conversation(self, conversation_id: str) -> StoredConversation | None:
+        """A stored conversation to resume (``hugginggpt chat --conversation``): its key, every turn
+        and every file, oldest first (:class:`bot.stored.StoredConversation`); ``None`` when no
+        conversation has that id.
+
+        Raises:
+            StorageError: the conversation store fails, or the service keeps no conversations.
+        """
+        key = await self.conversations.find(conversation_id)
+        if key is None:
+            return None
+        return StoredConversation(key, await self.conversations.turns(conversation_id),
+                                  await self.conversations.resources(conversation_id))
+
+    async def conversation_files(self, conversation_id: str) -> list[Resource]:
+        """Every file of a stored conversation (the users' and generated ones), oldest first; empty
+        for an unknown id.
+
+        Raises:
+            StorageError: the conversation store fails, or the service keeps no conversations.
+        """
+        return await self.conversations.resources(conversation_id)
+
+    async def files_of(
+        self, platform: str, workspace: str, *, limit: int, order: Order = "desc",
+        after: tuple[str, str] | None = None, origin: Origin | None = None, only: tuple[str, str] | None = None,
+    ) -> list[StoredFile]:
+        """The files of every conversation of ``platform`` + ``workspace`` (an API key's), a page of
+        at most ``limit`` in ``order`` by the time they were stored; ``after``, ``origin`` and
+        ``only`` as :meth:`bot.store.protocol.Conversations.files_of` (keyset pagination).
+
+        Returns:
+            :class:`bot.stored.StoredFile` objects (conversation id, resource, epoch seconds stored).
+
+        Raises:
+            StorageError: the conversation store fails, or the service keeps no conversations.
+        """
+        return await self.conversations.files_of(platform, workspace, limit=limit, order=order, after=after,
+                                                 origin=origin, only=only)
+
+    async def storage_problems(self, *, store_only: bool = False) -> list[str]:
+        """What keeps this process's storage from taking work, one sentence each that names no path
+        (empty: ready), for a readiness probe (:class:`bot.readiness.Readiness`): the data
+        directory's free space (``[server] ready_min_free_bytes``), whether the conversation store
+        answers a lookup (within :data:`bot.readiness.PROBE_TIMEOUT` seconds) and, on SQLite, its
+        integrity (``PRAGMA quick_check``, at most once a minute).
+
+        Args:
+            store_only: only whether the store answers (the chat bots, which keep answering
+                without memory when storage runs short, ``handle``'s ``storage_fallback``).
+
+        Never raises :class:`StorageError`: a failing store is one of the sentences (and a log line).
+        """
+        return await self._readiness.problems(store_only=store_only)
+
+    @functools.cached_property
+    def _readiness(self) -> Readiness:
+        return Readiness(self.settings, self.store)  # keeps the last integrity verdict between probes
+
+    async def take_rate(self, key: str, limit: int, period: float) -> float:
+        """Count one request of ``key`` (a caller) against ``limit`` requests per ``period`` seconds,
+        a budget shared by every process on the store (GCRA; ``SharedLimits.take_rate``).
+
+        Returns:
+            ``0.0`` when allowed (and counted), else the seconds until one more fits.
+
+        Raises:
+            StorageError: the conversation store fails, or the service keeps no conversations.
+        """
+        return await self.conversations.take_rate(key, limit, period)
+
+    async def take_slot(self, key: str, limit: int) -> str | None:
+        """Reserve one of ``key``'s ``limit`` concurrent-run slots shared by every process on the
+        store (slots of gone processes do not count; ``SharedLimits.take_slot``); the slot id to
+        give to :meth:`release_slot`, or ``None`` when all are held.
+
+        Raises:
+            StorageError: the conversation store fails, or the service keeps no conversations.
+        """
+        return await self.conversations.take_slot(key, limit)
+
+    async def release_slot(self, slot: str) -> None:
+        """Give back a slot :meth:`take_slot` returned (``str``).
+
+        Raises:
+            StorageError: the conversation store fails (the slot's lease expires it anyway), or the
+                service keeps no conversations.
+        """
+        await self.conversations.release_slot(slot)
 
     async def handle(self, message: Message) -> AsyncIterator[Event | Accepted]:
         """Answer one message: THE front door every front end calls, once per turn.

@@ -14,6 +14,9 @@
   are imported only by the store's package (``bot/store/sql``) and dialect-specific SQLAlchemy
   only by its dialect module;
 * the command line (``hugginggpt/``) imports no platform SDK: platforms are the adapters' own;
+* the front ends (``adapters/``) never touch the store: they import nothing of ``bot.store`` and
+  read no ``service.store`` (nor ``service.conversations``, which returns it); what they need of
+  it is a service method;
 * no mixins that rely on their host's attributes: a class of ours used as a base reads no
   ``self.x`` that it (or a base of ours) does not define;
 * no product function is over 60 lines (the Alembic revision files, frozen once released, aside);
@@ -334,3 +337,47 @@ def test_database_drivers_only_in_the_store_package() -> None:
     dialects = {name for name, (_, tree) in trees().items()
                 if any(m.startswith("sqlalchemy.dialects") for m in external_imports(tree))}
     assert dialects == {"bot.store.sql.dialect"}  # SQLite and PostgreSQL differ in its named functions only
+
+
+# -- the front ends reach the store through the service only ---------------------------------------
+
+STORE_ATTRIBUTES = {"store", "conversations"}
+"""The service's attributes that are its conversation store (``Service.conversations`` returns it)."""
+PENDING_STORE_USES = {("adapters.discord.bot_client", "service.store")}
+"""``Admission(settings, platform, service.store)``: admission moves into ``Service.handle`` on its own
+branch; the test below fails once they are gone, so this set is emptied then."""
+
+
+def service_store_uses(tree: ast.Module) -> list[str]:
+    """``service.store``, ``self.service.store``, ``st.service.conversations``...: the store or
+    ``conversations`` attribute read on anything named ``service``, as source text."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in STORE_ATTRIBUTES:
+            owner = node.value
+            name = owner.id if isinstance(owner, ast.Name) else owner.attr if isinstance(owner, ast.Attribute) else ""
+            if name == "service":
+                found.append(ast.unparse(node))
+    return found
+
+
+def test_adapters_import_nothing_of_the_store() -> None:
+    bad = {m: sorted(t for t in ts if t == "bot.store" or t.startswith("bot.store."))
+           for m, ts in graph().items() if top(m) == "adapters"}
+    assert {m: ts for m, ts in bad.items() if ts} == {}
+
+
+def test_adapters_read_no_store_off_the_service() -> None:
+    uses = {(m, use) for m, (_, tree) in trees().items() if top(m) == "adapters" for use in service_store_uses(tree)}
+    assert uses - PENDING_STORE_USES == set()
+    assert PENDING_STORE_USES <= uses, "admission no longer reads service.store: empty PENDING_STORE_USES"
+
+
+def test_the_store_rules_see_a_use(tmp_path: Path) -> None:
+    source = ("async def f(st, service):\n    from bot import store\n    from bot.store.sql import store as sql\n"
+              "    await st.service.store.find('x')\n    return service.conversations\n")
+    (tmp_path / "x.py").write_text(source, encoding="utf-8")
+    assert imports_of("adapters.x", tmp_path / "x.py", {"bot", "bot.store", "bot.store.sql.store"}) == {
+        "bot.store", "bot.store.sql.store"}
+    assert sorted(service_store_uses(ast.parse(source))) == ["service.conversations", "st.service.store"]
+    assert service_store_uses(ast.parse("def f(self):\n    return self.store, self.service.events\n")) == []

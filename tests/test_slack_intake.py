@@ -1,6 +1,7 @@
 """Slack HTTP mode refuses what Slack would never send before bolt parses it: an unsigned body, a
 timestamp that is not a number, a signed body that does not parse. One log line each, 401/400, no
-traceback; a real signed delivery still passes."""
+traceback; a real signed delivery still passes. Its ``/readyz`` asks the service whether the
+conversation store answers, and only that (the bot answers without memory when storage runs short)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import pytest
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.app import create_bolt_app
+from bot.service import Service
+from bot.settings import load_settings
 from adapters.slack.health import Replica, serve_http
 from benchmarks.harness.slack import SECRET, bot_settings
 from benchmarks.harness.slack import make_service
@@ -23,8 +26,8 @@ async def events_url(slack, tmp_path):
     async with make_service(tmp_path) as service:
         settings = bot_settings(service, bot_token=slack.bot_token, signing_secret=SECRET, mode="http")
         front = create_bolt_app(settings, service, AsyncWebClient(token=slack.bot_token, base_url=slack.api_url))
-        runner = await serve_http(front.app, Replica(service.store, "/slack/events"), "127.0.0.1", 0, "/slack/events",
-                                  SECRET)
+        replica = Replica(lambda: service.storage_problems(store_only=True), "/slack/events")
+        runner = await serve_http(front.app, replica, "127.0.0.1", 0, "/slack/events", SECRET)
         port = runner.addresses[0][1]
         try:
             yield f"http://127.0.0.1:{port}/slack/events"
@@ -54,3 +57,30 @@ async def test_malformed_deliveries_are_401_or_400_with_one_line(events_url, cap
     assert [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR] == []
     refusals = [r for r in caplog.records if r.getMessage().startswith("refused")]
     assert len(refusals) == len(cases)
+
+
+async def test_readyz_says_whether_the_store_answers_and_nothing_else(slack, sandbox, tmp_path, caplog):
+    caplog.set_level(logging.INFO)
+    overrides = {**sandbox.overrides(tmp_path / "data"), "server": {"ready_min_free_bytes": 1 << 62}}
+    service = await Service.create(load_settings(env={}, overrides=overrides))
+    settings = bot_settings(service, bot_token=slack.bot_token, signing_secret=SECRET, mode="http")
+    front = create_bolt_app(settings, service, AsyncWebClient(token=slack.bot_token, base_url=slack.api_url))
+    replica = Replica(lambda: service.storage_problems(store_only=True), "/slack/events")
+    runner = await serve_http(front.app, replica, "127.0.0.1", 0, "/slack/events", SECRET)
+    ready = f"http://127.0.0.1:{runner.addresses[0][1]}/readyz"
+    try:
+        # no disk has 4 EiB free: the HTTP API's readiness says so, a Slack replica keeps taking events
+        assert any("MiB free" in p for p in await service.storage_problems())
+        async with aiohttp.ClientSession() as http:
+            async with http.get(ready) as r:
+                assert (r.status, await r.text()) == (200, "ready")
+            await service.store.close()  # every lookup fails from now on
+            async with http.get(ready) as r:
+                text = await r.text()
+                assert r.status == 503 and text == "The server's conversation store is unavailable; try again later."
+                assert str(tmp_path) not in text
+    finally:
+        await runner.cleanup()
+        await front.bot.close(timeout=1)
+        await service.close()
+    assert [r for r in caplog.records if r.exc_info] == []

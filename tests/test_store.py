@@ -29,7 +29,7 @@ from bot.errors import StorageError
 from bot.incoming import ConversationKey
 from bot.locks import ThreadLocks
 from bot.store import ConversationStore, MediaStore, PruneReport
-from bot.store.chatlog import TURN_OVERHEAD_TOKENS, select_history
+from bot.tokens import TURN_OVERHEAD_TOKENS, select_history
 from bot.store.lease import RECENT_SECONDS
 from bot.store.sql.database import DB_NAME, Database
 from bot.store.sql.revisions import HEAD

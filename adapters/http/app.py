@@ -13,7 +13,6 @@ from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 
-from bot.readiness import Readiness
 from bot.service import Service
 from bot.settings import Settings
 
@@ -50,7 +49,7 @@ def create_app(settings: Settings, service: Service, *, version: str = "unknown"
                     "Send `Authorization: Bearer KEY`; name a conversation with the `X-HuggingGPT-Conversation` header.",
         docs_url="/docs", redoc_url=None,
     )
-    app.state.hugginggpt = State(settings=settings, service=service, keys=Keys(settings.server, service.store))
+    app.state.hugginggpt = State(settings=settings, service=service, keys=Keys(settings.server, service))
     server = settings.server
     if server.cors_origins:  # only the pages the operator named (a chat UI calling from the browser)
         app.add_middleware(CORSMiddleware, allow_origins=server.cors_origins, allow_credentials=False,
@@ -68,18 +67,16 @@ def create_app(settings: Settings, service: Service, *, version: str = "unknown"
         """200 while the process serves requests."""
         return {"status": "ok"}
 
-    readiness = Readiness(settings, service.store)
-
     @app.get("/readyz", summary="Readiness", tags=["operations"])
     async def readyz(request: Request) -> Any:
         """200 when the service is up, the data directory has ``[server] ready_min_free_bytes``
         free and the conversation store answers and passes its integrity probe
-        (:mod:`bot.readiness`); 503 with ``problems`` (sentences without paths) otherwise, and
+        (``Service.storage_problems``); 503 with ``problems`` (sentences without paths) otherwise, and
         while shutting down."""
         st = state_of(request)
         if not st.ready:
             return JSONResponse({"status": "stopping"}, status_code=503)
-        if problems := await readiness.problems():
+        if problems := await st.service.storage_problems():
             return JSONResponse({"status": "not ready", "problems": problems}, status_code=503)
         return {"status": "ready", "model": openai_api.MODEL_ID, "controller": st.settings.llm.model}
 

@@ -10,9 +10,9 @@
   header) can show the file until ``[server] link_ttl`` has passed, while nobody without the key
   can forge a link to another file or extend one (:mod:`adapters.http.links`).
 * Budgets per key: ``rate_limit_per_minute`` and ``max_concurrent_runs``; both answer 429 with
-  ``Retry-After``. Kept in the conversation store, so several server processes share them
-  (``ConversationStore.take_rate``/``take_slot``); without a store, in this process
-  (aiolimiter leaky bucket, :class:`bot.limits.RateLimiter`).
+  ``Retry-After``. Kept in the conversation store through the service, so several server
+  processes share them (``Service.take_rate``/``take_slot``); without a service (signing links
+  only), in this process (aiolimiter leaky bucket, :class:`bot.limits.RateLimiter`).
 """
 
 from __future__ import annotations
@@ -24,12 +24,15 @@ import logging
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from bot.limits import RateLimiter
 from bot.settings import ServerSettings
 
 from .errors import ApiError
+
+if TYPE_CHECKING:
+    from bot.service import Service
 
 log = logging.getLogger("adapters.http")
 
@@ -67,18 +70,18 @@ class Keys:
 
     Args:
         settings: ``[server]`` settings.
-        store: the conversation store (``service.store``) whose shared budgets to use, or
-            ``None`` for budgets in this process.
+        shared: the service whose budgets, kept in its store, every server process shares
+            (``Service.take_rate``/``take_slot``), or ``None`` for budgets in this process.
     """
 
-    def __init__(self, settings: ServerSettings, store: Any = None) -> None:
+    def __init__(self, settings: ServerSettings, shared: Service | None = None) -> None:
         self._by_id = {key_id(k.get_secret_value()): k.get_secret_value() for k in settings.api_keys
                        if k.get_secret_value()}
         self.per_minute = settings.rate_limit_per_minute
         self.max_concurrent = settings.max_concurrent_runs
         self._rate = RateLimiter(settings.rate_limit_per_minute, 60.0)
         self._active: dict[str, int] = {}
-        self.store = store
+        self.shared = shared
         self._releasing: set[asyncio.Task] = set()
 
     @property
@@ -130,8 +133,8 @@ class Keys:
 
     async def reserve(self, caller: Caller) -> Callable[[], None]:
         """Reserve one of the caller's concurrent runs; returns the function that gives it back
-        (call it once, when the run ends). With a store, the slots are shared by every server
-        process on it (``ConversationStore.take_slot``); otherwise counted in this process.
+        (call it once, when the run ends). With the service, the slots are shared by every server
+        process on its store (``Service.take_slot``); otherwise counted in this process.
 
         Raises:
             ApiError: 429 when the caller already has ``max_concurrent_runs`` runs in flight.
@@ -139,14 +142,14 @@ class Keys:
         """
         busy = ApiError(429, f"This API key already has {self.max_concurrent} request{'s' if self.max_concurrent != 1 else ''}"
                              " running; wait for one to finish.", "concurrency_limit_exceeded", headers={"Retry-After": "1"})
-        if self.store is not None:
-            slot = await self.store.take_slot(f"api:{caller.key_id}", self.max_concurrent)
+        if self.shared is not None:
+            slot = await self.shared.take_slot(f"api:{caller.key_id}", self.max_concurrent)
             if slot is None:
                 raise busy
-            store = self.store
+            shared = self.shared
 
             def give_back() -> None:
-                task = asyncio.get_running_loop().create_task(store.release_slot(slot))
+                task = asyncio.get_running_loop().create_task(shared.release_slot(slot))
                 self._releasing.add(task)
                 task.add_done_callback(self._released)
             return give_back
@@ -175,8 +178,8 @@ class Keys:
         Raises:
             ApiError: 429 with ``Retry-After`` when the budget is spent.
         """
-        if self.store is not None:  # shared by every server process on the store
-            wait = await self.store.take_rate(f"api:{caller.key_id}", self.per_minute, 60.0)
+        if self.shared is not None:  # shared by every server process on the store
+            wait = await self.shared.take_rate(f"api:{caller.key_id}", self.per_minute, 60.0)
         else:
             wait = await self._rate.try_acquire(caller.key_id)
         if wait:

@@ -19,8 +19,7 @@ import re
 from dataclasses import dataclass, field
 
 from bot.incoming import IncomingFile
-from bot.store.chatlog import select_history
-from bot.tokens import count_tokens
+from bot.tokens import count_tokens, select_history
 from pipeline.types import Turn
 
 from .errors import ApiError
@@ -71,7 +70,7 @@ def decode_data_url(url: str, param: str) -> tuple[bytes, str | None]:
 
 def chat_log_of(messages: list[Message], budget_tokens: int) -> list[Turn]:
     """Earlier ``user`` → ``assistant`` exchanges as :class:`Turn` objects, newest first, the newest
-    that fit ``budget_tokens`` (costed as the stored chat log is, :mod:`bot.store.chatlog`)."""
+    that fit ``budget_tokens`` (costed as the stored chat log is, :func:`bot.tokens.select_history`)."""
     pairs: list[tuple[str, str]] = []
     pending: str | None = None
     for m in messages:

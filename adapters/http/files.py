@@ -23,7 +23,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 
-from bot.store.listing import StoredFile
+from bot.stored import StoredFile
 
 from .common import PLATFORM, caller_of, file_id, parse_file_id, state_of
 from .errors import ApiError
@@ -65,10 +65,10 @@ async def owned_file(request: Request, fid: str, sig: str | None, exp: str | Non
     st = state_of(request)
     missing = ApiError(404, f"No such file: {fid}.", "file_not_found", "file_id")
     conv, resource_id = await authorize_file(request, fid, sig, exp)
-    key = await st.service.store.find(conv)
+    key = await st.service.find_conversation(conv)
     if key is None:
         raise missing
-    found = await st.service.store.files_of(PLATFORM, key.workspace, limit=1, only=(conv, resource_id))
+    found = await st.service.files_of(PLATFORM, key.workspace, limit=1, only=(conv, resource_id))
     if not found or not found[0].resource.path.is_file():
         raise missing
     return found[0]
@@ -96,7 +96,7 @@ async def list_files(
     mark = parse_file_id(after) if after else None
     if after and mark is None:
         raise ApiError(400, f"{after!r} is not a file id of this server.", "invalid_request", "after")
-    rows = await state_of(request).service.store.files_of(
+    rows = await state_of(request).service.files_of(
         PLATFORM, caller.key_id, limit=limit + 1, order=order, after=mark,
         origin=PURPOSES[purpose] if purpose else None)  # type: ignore[arg-type]
     data = [file_object(f) for f in rows[:limit]]

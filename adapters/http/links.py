@@ -48,12 +48,12 @@ async def authorize_file(request: Request, fid: str, sig: str | None, exp: str |
         raise missing
     if sig is None and exp is None:
         caller = await caller_of(request)  # unauthenticated callers learn nothing, not even that it is missing
-        key = await st.service.store.find(ids[0])
+        key = await st.service.find_conversation(ids[0])
         if key is None or key.platform != PLATFORM or caller.key_id != key.workspace:
             raise missing
         return ids
     expires = int(exp) if exp and exp.isdigit() and len(exp) <= 12 else None
-    key = await st.service.store.find(ids[0])
+    key = await st.service.find_conversation(ids[0])
     if key is None or key.platform != PLATFORM or expires is None or not st.keys.signature_ok(key.workspace, fid, expires, sig):
         raise missing
     if expires < time.time():

@@ -15,12 +15,11 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
 
 from aiohttp import web
 from slack_bolt.async_app import AsyncApp
 
-from bot.errors import ConfigError, StorageError
+from bot.errors import ConfigError
 
 from .intake import intake
 
@@ -29,20 +28,10 @@ log = logging.getLogger("adapters.slack.serve")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-class ReadinessProbe(Protocol):
-    """What readiness needs of the conversation store: a lookup by conversation id."""
+StorageProbe = Callable[[], Awaitable[list[str]]]
+"""What keeps the storage from taking work, one sentence each, empty when ready
+(``Service.storage_problems`` with ``store_only=True``: whether the conversation store answers)."""
 
-    async def find(self, conversation_id: str) -> Any:
-        """The conversation's key, or ``None`` (an unknown id on a usable store).
-
-        Raises:
-            StorageError: the store is unusable.
-        """
-        ...
-
-
-READY_TIMEOUT = 2.0
-"""Seconds ``/readyz`` waits for the store's answer before calling the replica not ready."""
 ACK_WAIT = 3.0
 """Seconds a drain waits for deliveries being acknowledged (Slack's own acknowledgement limit,
 docs.slack.dev/apis/events-api: respond within 3 seconds)."""
@@ -52,8 +41,8 @@ class Replica:
     """Readiness and drain state of one HTTP-mode process.
 
     Args:
-        store: the service's conversation store (``Service.store``); probed with a lookup of an
-            unknown conversation id, which is ``None`` on a usable store.
+        probe: what keeps the storage from taking work (:data:`StorageProbe`; the service's
+            readiness, the same as the HTTP API's, :meth:`bot.service.Service.storage_problems`).
         events_path: the Events API path (``[slack] path``), the one that is refused while draining.
 
     Attributes:
@@ -61,8 +50,8 @@ class Replica:
         refused: how many deliveries got 503 while draining.
     """
 
-    def __init__(self, store: ReadinessProbe, events_path: str) -> None:
-        self.store = store
+    def __init__(self, probe: StorageProbe, events_path: str) -> None:
+        self.probe = probe
         self.events_path = events_path
         self.draining = False
         self.refused = 0
@@ -77,14 +66,9 @@ class Replica:
         if self.draining:
             return "draining: this replica is stopping and takes no new events."
         try:
-            await asyncio.wait_for(self.store.find("readyz-probe"), READY_TIMEOUT)
-            problem = None
-        except StorageError as e:
-            problem = f"the conversation store is unusable: {e.user_message}"
-        except TimeoutError:
-            problem = f"the conversation store did not answer within {READY_TIMEOUT:.0f} s."
-        except Exception as e:  # the protocol promises StorageError; never let a probe raise
-            problem = f"the conversation store failed ({e.__class__.__name__})."
+            problem = " ".join(await self.probe()) or None
+        except Exception as e:  # the probe reports storage failures as sentences; never let one raise
+            problem = f"The conversation store failed ({e.__class__.__name__})."
         if problem != self._last_problem:
             if problem:
                 log.warning("not ready: %s", problem)

@@ -262,7 +262,7 @@ async def _receiving(front: SlackApp, settings: Settings, service: Service,
             with contextlib.suppress(Exception):
                 await handler.close_async()
         return
-    replica = Replica(service.store, settings.slack.path)
+    replica = Replica(lambda: service.storage_problems(store_only=True), settings.slack.path)
     runner: web.AppRunner = await serve_http(front.app, replica, options.host, options.port, settings.slack.path,
                                              secret(settings.slack.signing_secret))
     try:

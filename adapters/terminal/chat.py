@@ -141,15 +141,14 @@ async def _open(service: Service, conversation: str | None, out: TextIO) -> tupl
     if not conversation:
         key = _new_key()
         return key, await service.conversation_id(key)
-    key = await service.store.find(conversation)
-    if key is None:
+    stored = await service.stored_conversation(conversation)
+    if stored is None:
         raise InputError(f"There is no conversation {conversation}.")
-    turns = await service.store.turns(conversation)
-    files = await service.store.resources(conversation)
-    print(f"Resuming conversation {conversation}: {len(turns)} earlier turns, {len(files)} files.", file=out)
-    for listed in _resume_listing(turns):
+    print(f"Resuming conversation {conversation}: {len(stored.turns)} earlier turns, {len(stored.files)} files.",
+          file=out)
+    for listed in _resume_listing(stored.turns):
         print(listed, file=out)
-    return key, await service.conversation_id(key)
+    return stored.key, await service.conversation_id(stored.key)
 
 
 async def _loop(service: Service, renderer: Renderer, reader: Reader, key: ConversationKey, conv: str, out: TextIO,
@@ -172,7 +171,7 @@ async def _loop(service: Service, renderer: Renderer, reader: Reader, key: Conve
             pending.clear()
             print(f"New conversation {conv}. (Resume the previous one with: hugginggpt chat --conversation {left})", file=out)
         elif line == "/files":
-            for r in await service.store.resources(conv):
+            for r in await service.conversation_files(conv):
                 from .lines import printable
 
                 print(printable(f"  {r.id} ({r.kind}, {r.origin}): {r.description} — {r.path}"), file=out)

@@ -5,8 +5,8 @@ Modules: :mod:`.protocol` (the interfaces, split by caller: conversations, deliv
 limits, upkeep), :mod:`.sql` (the store, its schema and Alembic migrations, where the databases
 differ), :mod:`.handover` (the channel by which interrupted turns and deliveries taken over reach
 the front ends), :mod:`.lease` (process owners and leases: the rules for sharing a store),
-:mod:`.retention` (what prune/forget and the media quota delete), :mod:`.chatlog` (the chat log
-within a token budget), :mod:`.text` (condensed answers, valid UTF-8), :mod:`.media` (the media files).
+:mod:`.retention` (what prune/forget and the media quota delete), :mod:`.chatlog` (stored turns
+as shown and resumed), :mod:`.text` (condensed answers, valid UTF-8), :mod:`.media` (the media files).
 
 May import :mod:`pipeline` (types) and the rest of :mod:`bot` below the service (settings,
 errors, tokens); never the service, the command line or :mod:`adapters`.

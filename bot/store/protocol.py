@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from pipeline.types import Modality, Resource, ResourceSink, RunRecord, Turn
 
 from ..incoming import ConversationKey
-from .listing import Order, Origin, StoredFile
+from ..stored import Order, Origin, StoredFile
 
 
 class MediaWriter(Protocol):
@@ -142,7 +142,7 @@ class Conversations(Protocol):
             only: ``(conversation id, resource id)``: that one file, if it is one of theirs.
 
         Returns:
-            :class:`bot.store.listing.StoredFile` objects in ``order``.
+            :class:`bot.stored.StoredFile` objects in ``order``.
         """
         ...
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from sqlalchemy import Select, select, tuple_
 
-from ..listing import Order, Origin
+from ...stored import Order, Origin
 from .schema import conversations as C, resources as R
 
 RESOURCE_COLUMNS = (R.c.id, R.c.kind, R.c.path, R.c.mime, R.c.size, R.c.origin, R.c.description, R.c.turn, R.c.name)

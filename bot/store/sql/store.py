@@ -41,10 +41,11 @@ from ...errors import StorageError
 from ...incoming import ConversationKey
 from ...tokens import count_json_tokens, count_tokens
 from .. import lease
-from ..chatlog import select_history, turn_views
+from ...tokens import select_history
+from ..chatlog import turn_views
 from ..handover import Handover
 from ..lease import RECENT_SECONDS, new_owner_id
-from ..listing import Order, Origin, StoredFile
+from ...stored import Order, Origin, StoredFile
 from ..protocol import MediaWriter, PruneReport, TurnSink
 from ..text import clip_summary, valid_utf8
 from . import listing, retention, turns, upkeep
@@ -386,7 +387,7 @@ class SQLStore:
 
     async def context(self, conversation_id: str, budget_tokens: int) -> tuple[list[Turn], list[Resource]]:
         """See :meth:`Conversations.context` (paper §3.1; both queries on one connection): finished
-        turns newest first within ``budget_tokens`` (:mod:`bot.store.chatlog`), every resource."""
+        turns newest first within ``budget_tokens`` (:func:`bot.tokens.select_history`), every resource."""
         turn_rows, res_rows = await self.database.read("loading the chat log", *_CONTEXT,
                                                        params={"cid": conversation_id})
         with_tokens = [(self._resource(row[:-1]), row[-1]) for row in res_rows]
