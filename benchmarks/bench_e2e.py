@@ -37,7 +37,7 @@ import time
 import urllib.request
 from pathlib import Path
 from typing import Any
-from bot.admission import Requester
+from bot.incoming import Requester
 
 ROOT = Path(__file__).resolve().parent.parent
 MEDIA = ROOT / "tests" / "fixtures" / "media"

@@ -1,7 +1,7 @@
 """Admission: who may use the bot where, and how often (the per-platform settings ``[discord]``
 and ``[slack]`` stay where they are; the rules live here once, for every front end).
 
-Front ends describe a request with a :class:`Requester` and ask :meth:`Admission.admit`; the
+Front ends describe a request with a :class:`bot.incoming.Requester` and ask :meth:`Admission.admit`; the
 answer is ``None`` (go ahead: a run slot is reserved, give it back with :meth:`Admission.release`)
 or a typed :class:`Refusal` whose sentence the front end only formats.
 """
@@ -15,41 +15,14 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .errors import StorageError
+from .incoming import Platform, Requester
 from .limits import RateLimiter
 from .settings import Settings
 from .store.protocol import SharedLimits
 
 log = logging.getLogger(__name__)
 
-Platform = Literal["discord", "slack", "terminal", "http", "mcp"]
 RefusalReason = Literal["dm", "guild", "channel", "user", "role", "rate", "concurrency"]
-
-
-@dataclass(frozen=True)
-class Requester:
-    """Who asks, and where.
-
-    Attributes:
-        platform: ``"discord" | "slack" | "terminal" | "http" | "mcp"`` (only Discord and Slack
-            have admission settings; the others admit their callers themselves).
-        user: the platform's user id (the API key's id over HTTP and MCP); the stored turn names it.
-        channels: the channel and, in a thread, its parent (either may be allowed).
-        workspace: the Discord guild id or Slack team id (``None`` in a Discord DM).
-        roles: the member's role ids (Discord).
-        is_dm: a direct message.
-    """
-
-    platform: Platform
-    user: str
-    channels: tuple[str, ...] = ()
-    workspace: str | None = None
-    roles: tuple[str, ...] = ()
-    is_dm: bool = False
-
-    @property
-    def key(self) -> Hashable:
-        """The key of this user's budget."""
-        return (self.platform, self.user)
 
 
 @dataclass(frozen=True)

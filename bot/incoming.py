@@ -5,15 +5,45 @@ the service answers first."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from pipeline.types import Turn
 
-    from .admission import Requester
     from .uploads import Inspected
+
+
+Platform = Literal["discord", "slack", "terminal", "http", "mcp"]
+"""The front ends; only Discord and Slack have admission settings (:mod:`bot.admission`)."""
+
+
+@dataclass(frozen=True)
+class Requester:
+    """Who asks, and where.
+
+    Attributes:
+        platform: ``"discord" | "slack" | "terminal" | "http" | "mcp"`` (only Discord and Slack
+            have admission settings; the others admit their callers themselves).
+        user: the platform's user id (the API key's id over HTTP and MCP); the stored turn names it.
+        channels: the channel and, in a thread, its parent (either may be allowed).
+        workspace: the Discord guild id or Slack team id (``None`` in a Discord DM).
+        roles: the member's role ids (Discord).
+        is_dm: a direct message.
+    """
+
+    platform: Platform
+    user: str
+    channels: tuple[str, ...] = ()
+    workspace: str | None = None
+    roles: tuple[str, ...] = ()
+    is_dm: bool = False
+
+    @property
+    def key(self) -> Hashable:
+        """The key of this user's budget."""
+        return (self.platform, self.user)
 
 
 @dataclass(frozen=True)

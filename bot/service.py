@@ -26,7 +26,7 @@ from .degraded import (KeepOrFail, ScratchSpace, ToldThreads, UnsavedTurns, lost
 from .documents import expand_documents
 from .errors import InputError, Refused, StorageError
 from .admission import Admission
-from .incoming import Accepted, ConversationKey, Delivery, IncomingFile, Message
+from .incoming import Accepted, ConversationKey, Delivery, IncomingFile, Message, Requester
 from .limits import check_request_size, too_many_files
 from .locks import ThreadLocks
 from .mentions import check_mentions
@@ -368,14 +368,10 @@ class Service:
         delivery, who = message.delivery, message.who
         if delivery is not None and not delivery.claimed and not await self._claim(delivery):
             return
-        admission = self._admissions.get(who.platform) if who is not None else None
+        admission: Admission | None = None
         cancelled = False
         try:
-            if admission is not None and who is not None:
-                refusal = await admission.admit(who)
-                if refusal is not None:
-                    admission = None  # no slot was taken
-                    raise Refused(refusal.reason, refusal.sentence)
+            admission = await self._admit(who)
             claimed_with = delivery.payload() if delivery is not None and delivery.payload is not None else None
             yield Accepted()
             if delivery is not None and delivery.payload is not None and delivery.payload() != claimed_with:
@@ -392,6 +388,17 @@ class Service:
                 admission.release(who)
             if delivery is not None and not cancelled:
                 await self._settle_delivery(delivery.keys[0])
+
+    async def _admit(self, who: Requester | None) -> Admission | None:
+        """Admit ``who`` by its platform's rules; the admission holding its run slot (``None``:
+        no rules apply). Raises Refused."""
+        admission = self._admissions.get(who.platform) if who is not None else None
+        if admission is None or who is None:
+            return None
+        refusal = await admission.admit(who)
+        if refusal is not None:
+            raise Refused(refusal.reason, refusal.sentence)
+        return admission
 
     async def _answer(self, message: Message) -> AsyncIterator[Event]:
         """The admitted message's files read and checked, then its turn."""

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from bot.admission import Admission, Requester
+from bot.admission import Admission
+from bot.incoming import Requester
 from bot.settings import load_settings
 
 

@@ -15,12 +15,11 @@ import pytest
 from PIL import Image
 
 from bot.settings import load_settings
-from bot.incoming import ConversationKey, Message
+from bot.incoming import ConversationKey, Message, Requester
 from bot.service import Service
 from tests.conftest import media_file, start_caption_in_chat
 from bot.errors import InputError, StorageError
 from pipeline.types import Done
-from bot.admission import Requester
 
 MEDIA = Path(__file__).parent / "fixtures" / "media"
 
@@ -222,7 +221,8 @@ async def test_a_threads_turns_keep_their_order_across_processes(two_services, s
 
 
 async def test_admission_budget_is_shared_by_processes(two_services):
-    from bot.admission import Admission, Requester
+    from bot.admission import Admission
+    from bot.incoming import Requester
 
     a, b = two_services
     settings = a.settings.model_copy(update={"discord": a.settings.discord.model_copy(

@@ -19,7 +19,8 @@ from typing import Any
 
 from aiohttp import web
 
-from bot.admission import Admission, Requester
+from bot.admission import Admission
+from bot.incoming import Requester
 from bot.logs import setup_logging
 from bot.settings import load_settings
 from sandbox.discord_server import StandinDiscord

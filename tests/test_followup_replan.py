@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bot.incoming import ConversationKey, Message
+from bot.incoming import ConversationKey, Message, Requester
 from bot.service import Service
 from bot.settings import load_settings
 from pipeline.followup import work_summary
 from pipeline.types import Done
 from tests.conftest import media_file
-from bot.admission import Requester
 
 
 async def _turn(service, text, files=()):

@@ -19,12 +19,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from bot.incoming import ConversationKey, Message
+from bot.incoming import ConversationKey, Message, Requester
 from bot.service import Service
 from bot.settings import load_settings
 from tests.conftest import MEDIA_DIR, media_file
 from tests.standins.expert_server import ExpertServerStandIn, model
-from bot.admission import Requester
 
 DEPTH = "Intel/dpt-large"
 VIT = "google/vit-base-patch16-224"

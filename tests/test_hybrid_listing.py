@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import asyncio
 
-from bot.incoming import ConversationKey, Message
+from bot.incoming import ConversationKey, Message, Requester
 from bot.service import Service
 from bot.settings import load_settings
 from pipeline.catalog.servers import ExpertServers, parse_listing
 from tests.conftest import media_file
 from tests.standins.expert_server import ExpertServerStandIn, model
-from bot.admission import Requester
 
 
 def test_entries_outside_the_contract_are_left_out():

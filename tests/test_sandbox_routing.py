@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from bot.incoming import ConversationKey, Message
+from bot.incoming import ConversationKey, Message, Requester
 from bot.service import Service
 from bot.settings import load_settings
 from pipeline.types import Done
 from tests.conftest import media_file
-from bot.admission import Requester
 
 # The block each stage's user message must carry (the stage's input, paper §3).
 BLOCK_OF_STAGE = {

@@ -10,13 +10,12 @@ import json
 import pytest
 
 from hugginggpt.common import record_exit_status
-from bot.incoming import ConversationKey, Message
+from bot.incoming import ConversationKey, Message, Requester
 from adapters.progress import Progress
 from bot.service import Service
 from bot.settings import load_settings
 from pipeline.types import Done, TaskFinished
 from tests.conftest import MEDIA_DIR, media_file
-from bot.admission import Requester
 
 
 @pytest.fixture

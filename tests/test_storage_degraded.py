@@ -15,14 +15,13 @@ import pytest
 
 from bot.degraded import KeepOrFail, ScratchSpace, ToldThreads
 from bot.errors import InputError, StorageError
-from bot.incoming import ConversationKey, Message
+from bot.incoming import ConversationKey, Message, Requester
 from bot.service import Service
 from bot.settings import load_settings
 from pipeline.errors import ExpertError
 from pipeline.types import Done, Notice
 from tests.conftest import MEDIA_DIR as MEDIA, media_file
 from tests.test_storage_faults import fill, small_disk, tracebacks
-from bot.admission import Requester
 
 WITHOUT_MEMORY = ("The server's storage is full, so I can't use or remember this conversation right now; "
                   "I'll still answer this message on its own.")

@@ -23,9 +23,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from adapters.progress import Progress
 from adapters.turn import CRASHED, Outcome, follow
-from bot.admission import Requester
+from bot.incoming import Message, Requester
 from bot.errors import InputError, StorageError
-from bot.incoming import Message
 from pipeline.errors import ControllerError, DeadlineError, PlanError
 from pipeline.types import Event, PlanReady, ResponseDelta, RunRecord
 

@@ -35,8 +35,7 @@ from adapters.progress import Progress as TurnProgress
 from adapters.turn import CRASHED, Outcome, follow
 from bot.direct import plan_only, run_task
 from bot.errors import InputError, StorageError
-from bot.admission import Requester
-from bot.incoming import ConversationKey, IncomingFile, Message
+from bot.incoming import ConversationKey, IncomingFile, Message, Requester
 from bot.service import Service
 from pipeline.errors import HuggingGPTError
 from pipeline.tasks import TASKS

@@ -31,9 +31,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 from adapters.progress import Progress
 from adapters.sentences import user_sentence
 from adapters.turn import Outcome, follow
-from bot.admission import Requester
+from bot.incoming import Accepted, Delivery, Download, IncomingFile, Message, Requester
 from bot.errors import Refused
-from bot.incoming import Accepted, Delivery, Download, IncomingFile, Message
 from bot.limits import SeenKeys
 from bot.settings import Settings
 from pipeline.errors import HuggingGPTError

@@ -26,8 +26,7 @@ import sys
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from bot.errors import InputError
-from bot.admission import Requester
-from bot.incoming import ConversationKey, IncomingFile, Message
+from bot.incoming import ConversationKey, IncomingFile, Message, Requester
 from pipeline.errors import HuggingGPTError
 
 from . import on_ctrl_c
