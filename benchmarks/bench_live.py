@@ -56,7 +56,7 @@ class TimedService:
 
 
 async def run(runs: int) -> None:
-    from adapters.slack.live import STOP_ACTION
+    from adapters.slack.web import STOP_ACTION
     from benchmarks.harness.slack import start_harness
     from benchmarks.harness.slack import make_service
     from sandbox.slack_api import SlackStandIn

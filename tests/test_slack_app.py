@@ -19,7 +19,7 @@ import pytest
 from PIL import Image
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.slack.app import create_bolt_app
+from adapters.slack.handler import create_bolt_app
 from adapters.turn import RESTARTED
 from benchmarks.harness.slack import CHANNEL, Harness, bot_settings, png_file, start_harness
 from benchmarks.harness.slack import make_service

@@ -12,10 +12,10 @@ import aiohttp
 import pytest
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.slack.app import create_bolt_app
+from adapters.slack.handler import create_bolt_app
 from bot.service import Service
 from bot.settings import load_settings
-from adapters.slack.health import Replica, serve_http
+from adapters.slack.serve import Replica, serve_http
 from benchmarks.harness.slack import SECRET, bot_settings
 from benchmarks.harness.slack import make_service
 from sandbox.slack_api import signed_headers

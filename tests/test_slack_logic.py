@@ -217,7 +217,7 @@ def test_progress_view_with_many_tasks_stays_under_limit():
 
 
 def test_event_context_is_derived_once_and_survives_a_handover():
-    from adapters.slack.context import EventContext
+    from adapters.slack.logic import EventContext
     from adapters.slack.logic import DM_THREAD
 
     body = {"event_id": "Ev1", "team_id": "T1"}

@@ -20,7 +20,7 @@ import openai
 import pytest
 
 from adapters.turn import CRASHED
-from adapters.slack.live import STOP_ACTION
+from adapters.slack.web import STOP_ACTION
 from benchmarks.harness.slack import png_file, start_harness
 from benchmarks.harness.slack import make_service
 from benchmarks.harness.http_server import KEY, Served, image_message

@@ -1,18 +1,28 @@
-"""The Slack front end's request handling: one :class:`SlackBot` per process behind the listeners
-(:mod:`adapters.slack.app` builds the app and registers them); each accepted event becomes one
-:class:`adapters.slack.context.EventContext` that every step works from.
+"""What Slack calls: the listeners of the Slack front end and what each does. One
+:class:`SlackBot` per process sits behind them; each accepted event becomes one
+:class:`adapters.slack.logic.EventContext` that every step works from.
 
 What a user sees: ``@bot <request>`` (files attached or not) in a channel gets a status message in
 that message's thread, edited as the run progresses (plan, model and state per task), then the
 answer (Markdown converted to mrkdwn, split under Slack's size limit) and the generated files.
 A mention inside a thread continues that thread's conversation; in a thread the bot takes part
-in, follow-ups need no mention (unless ``[slack] followups_need_mention``). Direct messages work too.
+in, follow-ups need no mention (unless ``[slack] followups_need_mention``). Direct messages work
+too. Each request is one call of the service's front door (``Service.handle``: the delivery's
+claim across processes, admission, the files, the turn), followed by :func:`adapters.turn.follow`
+into a :class:`SlackView`.
 
 Delivery rules (docs.slack.dev/apis/events-api): bolt acknowledges each event before our listener
 runs (``process_before_response=False``); the listener does its checks without awaiting and hands
 the work to a tracked task, so the acknowledgement never waits for the pipeline. Repeated
 deliveries (retries, ``app_mention`` plus ``message``, Socket Mode redelivery) are answered once
-(:class:`bot.limits.SeenKeys`); the bot's own messages and edits are ignored.
+(:class:`bot.limits.SeenKeys` here, the store across processes); the bot's own messages and edits
+are ignored.
+
+Besides requests: the Stop and feedback buttons (``block_actions``), the suggested prompts shown
+when a user opens the bot's DM (``app_home_opened``), and what reaches the bot when another process
+sharing the store died (its threads are told about interrupted turns; its unstarted events are run
+here). :func:`create_bolt_app` builds the one ``AsyncApp`` that Socket Mode and HTTP mode both
+serve, with :func:`register_listeners`; tests build the same app production runs.
 """
 
 from __future__ import annotations
@@ -20,33 +30,36 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, TYPE_CHECKING
 
 import aiohttp
 from aiolimiter import AsyncLimiter
 from cachetools import TTLCache
+from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
+from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.progress import Progress
 from adapters.sentences import user_sentence
-from adapters.turn import Outcome, follow
-from bot.incoming import Accepted, Delivery, Download, IncomingFile, Message, Requester
-from bot.errors import Refused
+from adapters.turn import INTERRUPTED_ELSEWHERE as INTERRUPTED, Outcome, follow
+from bot.errors import ConfigError, Refused
+from bot.incoming import Accepted, ConversationKey, Delivery, Download, IncomingFile, Message, Requester
 from bot.limits import SeenKeys
 from bot.settings import Settings
 from pipeline.errors import HuggingGPTError
 from pipeline.types import Event, RunRecord
 
-from . import io as slack_io
-from .context import EventContext
-from .live import LiveReply, answer_messages
-from .logic import classify_message, escape_slack, strip_mentions, unescape_slack, wants_new_conversation
+from . import web as slack_web
+from .logic import (DM_THREAD, EventContext, classify_message, escape_slack, strip_mentions, unescape_slack,
+                    wants_new_conversation)
+from .web import FEEDBACK_ACTION, LiveReply, STOP_ACTION, answer_messages
 
 if TYPE_CHECKING:
     from bot.service import Service
 
-log = logging.getLogger("adapters.slack.app")
+
+log = logging.getLogger(__name__)
 
 STARTED_OVER = ("Starting a new conversation: the files and answers of our earlier messages are no longer used. "
                 "Send a request (with files if it needs them).")
@@ -67,7 +80,7 @@ class Stats:
 
 class SlackView:
     """Slack's :class:`adapters.turn.TurnView`: the live reply (a chat stream or a status message,
-    :class:`adapters.slack.live.LiveReply`) shows the progress; at the end it is closed, then what
+    :class:`adapters.slack.web.LiveReply`) shows the progress; at the end it is closed, then what
     the stream did not carry of the answer, the files and the notice are posted in the thread.
 
     Args:
@@ -105,7 +118,7 @@ class SlackView:
         try:
             await self.reply.start()
         except SlackApiError as e:
-            raise CannotPost(slack_io.map_slack_error(e, "post a message")) from None
+            raise CannotPost(slack_web.map_slack_error(e, "post a message")) from None
         self.started = True
 
     async def answer(self, record: RunRecord, progress: Progress) -> None:
@@ -163,7 +176,7 @@ class CannotPost(Exception):
 
 class SlackBot:
     """State and request handling behind the listeners (one per process); the listeners are plain
-    functions registered by :func:`register_listeners`, the buttons' in :mod:`adapters.slack.controls`.
+    functions registered by :func:`register_listeners`, the buttons' in the button listeners below.
 
     Args:
         settings: all settings (``[slack]`` and ``[storage] max_files`` / ``max_file_bytes`` are used here).
@@ -186,7 +199,7 @@ class SlackBot:
         self.service = service
         self.client = client
         self.update_interval = update_interval
-        self.poster = slack_io.Poster(client)
+        self.poster = slack_web.Poster(client)
         self.update_limiter = AsyncLimiter(50, 60)  # chat.update: Tier 3, about 50 per minute
         self.dedup = SeenKeys()
         # (channel, thread_ts) -> whether the bot takes part in that thread
@@ -195,9 +208,9 @@ class SlackBot:
         self.tasks: set[asyncio.Task] = set()
         self.runs: dict[str, tuple[asyncio.Event, str]] = {}
         self.closing = False
-        api = slack_io.origin_of(client.base_url)
-        extra = {o for o in map(slack_io.origin_of, file_hosts) if o is not None}
-        self.file_origins = set(slack_io.DEFAULT_FILE_ORIGINS) | extra | ({api} if api and api[1] != "slack.com" else set())
+        api = slack_web.origin_of(client.base_url)
+        extra = {o for o in map(slack_web.origin_of, file_hosts) if o is not None}
+        self.file_origins = set(slack_web.DEFAULT_FILE_ORIGINS) | extra | ({api} if api and api[1] != "slack.com" else set())
         self.session: aiohttp.ClientSession | None = None
 
     # ------------------------------------------------------------------ entry from the listeners
@@ -309,7 +322,7 @@ class SlackBot:
             return
         if record.files:
             try:
-                await slack_io.upload_files(self.client, channel, thread_ts, record.files)
+                await slack_web.upload_files(self.client, channel, thread_ts, record.files)
             except HuggingGPTError as e:
                 log.error("uploading %d files in %s/%s failed: %s", len(record.files), channel, thread_ts, e)
                 await self.say(channel, thread_ts, ":warning: " + escape_slack(user_sentence(e)))
@@ -325,7 +338,7 @@ class SlackBot:
         """Download the files attached to the event, at most ``max_bytes`` bytes each.
 
         Raises:
-            InputError: one cannot be downloaded (:func:`adapters.slack.io.download_file`).
+            InputError: one cannot be downloaded (:func:`adapters.slack.web.download_file`).
         """
         files = ctx.files
         if not files:
@@ -334,7 +347,7 @@ class SlackBot:
             self.session = aiohttp.ClientSession()
         token = self.client.token or ""
         return list(await asyncio.gather(*(
-            slack_io.download_file(self.session, f, token=token, max_bytes=max_bytes,
+            slack_web.download_file(self.session, f, token=token, max_bytes=max_bytes,
                                    allowed_origins=self.file_origins)
             for f in files
         )))
@@ -348,7 +361,7 @@ class SlackBot:
         try:
             resp = await self.client.conversations_replies(channel=channel, ts=thread_ts, limit=200)
         except SlackApiError as e:
-            err = slack_io.map_slack_error(e, "read the thread")
+            err = slack_web.map_slack_error(e, "read the thread")
             log.warning("cannot check thread %s/%s: %s", channel, thread_ts, err)
             return False
         present = any(m.get("user") == ctx.bot_user_id or (ctx.bot_id and m.get("bot_id") == ctx.bot_id)
@@ -373,3 +386,205 @@ class SlackBot:
                 await asyncio.wait(still, timeout=5.0)
         if self.session is not None:
             await self.session.close()
+
+
+
+NOT_YOURS = "Only the person who asked (or a workspace admin of this bot) can stop this run."
+ALREADY_ENDED = "This run has already ended."
+SUGGESTED_PROMPTS = [
+    {"title": "Describe a photo", "message": "Describe this photo in as much detail as you can."},
+    {"title": "Transcribe and speak", "message": "Transcribe this recording, then read the text aloud in a clear voice."},
+    {"title": "Draw a picture", "message": "Draw a picture of a lighthouse at dawn, then describe what you drew."},
+    {"title": "Start over", "message": "new"},
+]
+"""Shown when a user opens the bot's DM: its file tasks, and how to start a new conversation."""
+
+
+async def stop_pressed(bot: SlackBot, body: dict[str, Any]) -> None:
+    """The Stop button (``block_actions``): the requester or a ``[slack] admins`` member stops
+    the run (it ends with what finished); anyone else, or a run that ended, gets an ephemeral
+    sentence."""
+    user = (body.get("user") or {}).get("id") or ""
+    action = next((a for a in body.get("actions") or [] if a.get("action_id") == STOP_ACTION), {})
+    run = bot.runs.get(str(action.get("value") or ""))
+    channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get("channel_id") or ""
+    if run is None:
+        await whisper(bot.client, channel, user, ALREADY_ENDED)
+        return
+    stop, requester = run
+    if user != requester and user not in bot.slack.admins:
+        log.info("stop of run %s by %s refused (requester %s)", action.get("value"), user, requester)
+        await whisper(bot.client, channel, user, NOT_YOURS)
+        return
+    log.info("run %s stopped by %s", action.get("value"), user)
+    stop.set()
+
+
+async def feedback_pressed(bot: SlackBot, body: dict[str, Any]) -> None:
+    """A feedback button on an answer: stored with the run's turn (``good`` / ``bad``)."""
+    user = (body.get("user") or {}).get("id") or ""
+    action = next((a for a in body.get("actions") or [] if a.get("action_id") == FEEDBACK_ACTION), {})
+    verdict, _, ref = str(action.get("value") or "").partition(" ")
+    conv, _, turn = ref.partition(":")
+    channel = (body.get("channel") or {}).get("id") or ""
+    try:
+        saved = turn.isdigit() and await bot.service.record_feedback(conv, int(turn), verdict, user)
+    except HuggingGPTError as e:
+        log.warning("feedback on %s not stored: %s", ref, e)
+        saved = False
+    await whisper(bot.client, channel, user, "Thanks for the feedback." if saved else ALREADY_ENDED)
+
+
+async def home_opened(client: AsyncWebClient, event: dict[str, Any]) -> None:
+    """The bot's DM opened (``app_home_opened``, ``tab == "messages"``): suggested prompts that
+    show what it can do with files (``assistant.threads.setSuggestedPrompts``)."""
+    if event.get("tab") != "messages" or not event.get("channel"):
+        return
+    try:
+        await client.assistant_threads_setSuggestedPrompts(
+            channel_id=event["channel"], title="Attach a file, or just ask:", prompts=SUGGESTED_PROMPTS)
+    except SlackApiError as e:
+        log.info("suggested prompts refused in %s: %s", event["channel"], e.response.get("error"))
+
+
+async def whisper(client: AsyncWebClient, channel: str, user: str, text: str) -> None:
+    """An ephemeral message to ``user`` in ``channel``; a failure is logged, never raised."""
+    try:
+        await client.chat_postEphemeral(channel=channel, user=user, text=text)
+    except SlackApiError as e:
+        log.warning("cannot answer %s privately in %s: %s", user, channel, e.response.get("error"))
+
+
+
+INTERRUPTED_ELSEWHERE = f":warning: {INTERRUPTED}"
+"""Posted in a thread whose turn a dead process left running (found within the lease time)."""
+
+
+def listen(bot: SlackBot, service: Service) -> None:
+    """Send the service's adopted Slack deliveries and interrupted turns to ``bot``."""
+
+    async def adopted(items: list[tuple[str, str]]) -> None:
+        await redeliver(bot, items)
+
+    async def interrupted(marked: list[tuple[ConversationKey, int]]) -> None:
+        await tell_interrupted(bot, marked)
+
+    service.events.on_redelivery("slack:", adopted)
+    service.events.on_interrupted(interrupted)
+
+
+async def redeliver(bot: SlackBot, items: list[tuple[str, str]]) -> None:
+    """Run events a gone process took but never started (``Service.events.on_redelivery``)."""
+    for key, payload in items:
+        try:
+            ctx = EventContext.from_payload(key, payload)
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            log.error("delivery %s taken over from a gone process is unreadable (%s); dropped", key, e)
+            await bot.service.settle_delivery(key)
+            continue
+        log.warning("running delivery %s taken over from a gone process", key)
+        if bot.closing:
+            continue
+        if ctx.status_ts:  # the gone process's "working" message: this run posts its own
+            try:
+                await bot.client.chat_delete(channel=ctx.channel, ts=ctx.status_ts)
+            except SlackApiError as e:
+                log.info("could not delete the status message of delivery %s: %s", key, e.response.get("error"))
+        bot.start(ctx)
+
+
+async def tell_interrupted(bot: SlackBot, marked: list[tuple[ConversationKey, int]]) -> None:
+    """Tell the Slack threads whose turn a gone process left running (``Service.events.on_interrupted``)."""
+    for key, _turn in marked:
+        if key.platform != "slack":
+            continue
+        thread = None if key.thread == DM_THREAD else key.thread
+        await bot.say(key.channel, thread, INTERRUPTED_ELSEWHERE)
+
+
+__all__ = ["EMPTY_REQUEST", "STARTED_OVER", "SlackApp", "SlackBot", "create_bolt_app", "register_listeners"]
+
+
+
+def register_listeners(app: AsyncApp, bot: SlackBot) -> None:
+    """Register the listeners on ``app`` (the same for Socket Mode and HTTP mode).
+
+    Events: ``app_mention`` and ``message`` (channels, groups, im) both go through
+    :meth:`SlackBot.on_event`, which deduplicates them; ``app_home_opened`` and the Stop and
+    feedback buttons go to the button listeners below.
+    """
+
+    @app.event("app_mention")
+    async def on_app_mention(body: dict, event: dict, context: dict) -> None:
+        bot.on_event(body, event, context.get("bot_user_id"), context.get("bot_id"))
+
+    @app.event("message")
+    async def on_message(body: dict, event: dict, context: dict) -> None:
+        bot.on_event(body, event, context.get("bot_user_id"), context.get("bot_id"))
+
+    @app.event("app_home_opened")
+    async def on_home_opened(event: dict) -> None:
+        await home_opened(bot.client, event)
+
+    @app.action(STOP_ACTION)
+    async def on_stop(ack: Any, body: dict) -> None:
+        await ack()
+        await stop_pressed(bot, body)
+
+    @app.action(FEEDBACK_ACTION)
+    async def on_feedback(ack: Any, body: dict) -> None:
+        await ack()
+        await feedback_pressed(bot, body)
+
+    @app.error
+    async def on_error(error: Exception, body: dict) -> None:
+        log.error("bolt listener error for event %s: %r", (body or {}).get("event_id"), error)
+
+
+@dataclass(frozen=True)
+class SlackApp:
+    """What :func:`create_bolt_app` builds: bolt's ``app`` (served by Socket Mode or HTTP) and the
+    :class:`SlackBot` behind its listeners (for shutdown and stats)."""
+
+    app: AsyncApp
+    bot: SlackBot
+
+
+def create_bolt_app(settings: Settings, service: Service, client: AsyncWebClient | None = None, *,
+                    update_interval: float = 1.0) -> SlackApp:
+    """Build the bolt ``AsyncApp`` for Socket Mode and HTTP mode, with its listeners.
+
+    Args:
+        settings: all settings; ``[slack] bot_token`` is required, ``signing_secret`` is used to
+            verify HTTP requests (bad signature: 401).
+        service: the service the requests go to; its interrupted turns and adopted deliveries
+            reach this bot (:func:`listen`).
+        client: an ``AsyncWebClient`` to use (tests point it at a stand-in); default: a client
+            for ``https://slack.com/api/`` with the bot token.
+        update_interval: minimum seconds between two edits of one status message.
+
+    Returns:
+        The app and its bot.
+
+    Raises:
+        ConfigError: no bot token.
+    """
+    s = settings.slack
+    token = s.bot_token.get_secret_value() if s.bot_token else None
+    if client is None:
+        if not token:
+            raise ConfigError("The Slack bot token is not set: set SLACK_BOT_TOKEN, HUGGINGGPT_SLACK__BOT_TOKEN or [slack] bot_token.")
+        client = AsyncWebClient(token=token)
+    if not any(isinstance(h, AsyncRateLimitErrorRetryHandler) for h in client.retry_handlers):
+        client.retry_handlers.append(AsyncRateLimitErrorRetryHandler(max_retry_count=2))
+    secret = s.signing_secret.get_secret_value() if s.signing_secret else ""
+    app = AsyncApp(
+        client=client,
+        signing_secret=secret,
+        process_before_response=False,
+        logger=logging.getLogger("adapters.slack.bolt"),
+    )
+    bot = SlackBot(settings, service, client, update_interval=update_interval)
+    register_listeners(app, bot)
+    listen(bot, service)
+    return SlackApp(app, bot)

@@ -1,33 +1,50 @@
-"""Serving the Slack front end: Socket Mode or HTTP mode, then the drain (the ``hugginggpt slack``
-command parses its options and calls :func:`run`).
+"""How Slack reaches us: Socket Mode or HTTP mode, the checks a delivery passes before bolt sees
+it, the health endpoints, then the drain (the ``hugginggpt slack`` command parses its options and
+calls :func:`run`).
 
 Socket Mode (default) needs the bot token (``xoxb-``) and an app-level token (``xapp-`` with
 ``connections:write``) and no public URL. HTTP mode serves the Events API at ``[slack] path``
 (default ``/slack/events``) and needs the signing secret; any number of replicas may run behind a
 load balancer on one store (deliveries are deduplicated in the database, so an event or its retry
-landing on any replica is answered once). HTTP mode also serves ``/healthz`` and ``/readyz``
-(:mod:`adapters.slack.health`).
+landing on any replica is answered once).
+
+Before bolt sees an HTTP-mode delivery (bolt parses a body before it checks the signature, so an
+unsigned body that is not JSON would end as a 500 with a traceback), in this order, each refusal
+one log line and a plain-text answer: ``X-Slack-Request-Timestamp`` is digits and
+``X-Slack-Signature`` is the HMAC of the body under the signing secret, within five minutes
+(slack_sdk's ``SignatureVerifier``, Slack's "Verifying requests from Slack"), else 401; the body is
+what Slack sends (JSON for the Events API, form-encoded with a JSON ``payload`` for interactions,
+a slash command's fields), else 400.
+
+HTTP mode also serves ``GET /healthz`` (liveness: ``200 ok`` while the process runs) and
+``GET /readyz`` (``200 ready`` when the conversation store answers and the replica is not
+draining, else ``503`` with a one-line reason: take the replica out of the pool).
 
 Drain on the first SIGTERM/SIGINT: ``/readyz`` turns 503 at once and Events API deliveries get
-``503``, interactions (Stop, feedback buttons) are still served for the runs in flight, which get
-``grace`` seconds to finish; those still going are cancelled, stored as interrupted and their
-thread is told. Socket Mode closes its connection first (Slack sends new events to the app's other
-connections), then drains the same way. A second signal cuts the grace short (runs are cancelled
-now).
+``503`` (a load balancer retries them on another replica, e.g. nginx ``proxy_next_upstream
+http_503 non_idempotent``; Slack itself retries a 503 later); interactions (Stop, feedback buttons)
+are still served for the runs in flight, which get ``grace`` seconds to finish; those still going
+are cancelled, stored as interrupted and their thread is told. Socket Mode closes its connection
+first (Slack sends new events to the app's other connections), then drains the same way. A second
+signal cuts the grace short (runs are cancelled now).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, TYPE_CHECKING
+from urllib.parse import parse_qs
 
 from aiohttp import web
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
+from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.errors import ConfigError
@@ -35,14 +52,192 @@ from bot.settings import Settings, secret
 from pipeline.redact import mask_credentials
 
 from ..signals import StopSignals
-from .app import SlackApp, create_bolt_app
-from .handler import SlackBot
-from .health import Replica, serve_http
+from .handler import SlackApp, SlackBot, create_bolt_app
 
 if TYPE_CHECKING:
     from bot.service import Service
 
-log = logging.getLogger("adapters.slack.serve")
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def body_problem(body: bytes, content_type: str) -> str | None:
+    """Why ``body`` is not a Slack delivery (one phrase), or ``None``."""
+    try:
+        text = body.decode("utf-8")
+        if content_type == "application/json":
+            if not isinstance(json.loads(text), dict):
+                return "the JSON body is not an object"
+        elif content_type == "application/x-www-form-urlencoded":
+            payload = parse_qs(text).get("payload")
+            if payload and not isinstance(json.loads(payload[0]), dict):
+                return "the form's payload is not a JSON object"
+        else:
+            return f"the content type {content_type or 'none'} is not one Slack sends"
+    except (UnicodeDecodeError, ValueError) as e:
+        return f"the body does not parse ({e.__class__.__name__})"
+    return None
+
+
+def intake(signing_secret: str, path: str) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
+    """An aiohttp middleware checking POSTs to ``path`` (the Events API path) as the module says.
+
+    Args:
+        signing_secret: the app's signing secret (``[slack] signing_secret``).
+        path: the Events API path (``[slack] path``).
+    """
+    verifier = SignatureVerifier(signing_secret)
+
+    @web.middleware
+    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.method != "POST" or request.path != path:
+            return await handler(request)
+        body = await request.read()
+        timestamp = request.headers.get("X-Slack-Request-Timestamp", "")
+        signature = request.headers.get("X-Slack-Signature")
+        if not timestamp.isdigit() or not verifier.is_valid(body, timestamp, signature):
+            log.info("refused an unsigned or badly signed request from %s (timestamp %r, %d bytes)",
+                     request.remote, timestamp[:20], len(body))
+            return web.Response(status=401, text="The request is not signed by Slack.")
+        if (problem := body_problem(body, request.content_type)) is not None:
+            log.info("refused a signed request from %s: %s", request.remote, problem)
+            return web.Response(status=400, text="The request body is not a Slack delivery.")
+        return await handler(request)
+
+    return check
+
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+StorageProbe = Callable[[], Awaitable[list[str]]]
+"""What keeps the storage from taking work, one sentence each, empty when ready
+(``Service.storage_problems`` with ``store_only=True``: whether the conversation store answers)."""
+
+ACK_WAIT = 3.0
+"""Seconds a drain waits for deliveries being acknowledged (Slack's own acknowledgement limit,
+docs.slack.dev/apis/events-api: respond within 3 seconds)."""
+
+
+class Replica:
+    """Readiness and drain state of one HTTP-mode process.
+
+    Args:
+        probe: what keeps the storage from taking work (:data:`StorageProbe`; the service's
+            readiness, the same as the HTTP API's, :meth:`bot.service.Service.storage_problems`).
+        events_path: the Events API path (``[slack] path``), the one that is refused while draining.
+
+    Attributes:
+        draining: set by :meth:`start_drain`; ``/readyz`` answers 503 and events 503 from then on.
+        refused: how many deliveries got 503 while draining.
+    """
+
+    def __init__(self, probe: StorageProbe, events_path: str) -> None:
+        self.probe = probe
+        self.events_path = events_path
+        self.draining = False
+        self.refused = 0
+        self._acking = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._last_problem: str | None = None
+
+    async def problem(self) -> str | None:
+        """Why the replica is not ready (one sentence), or ``None`` when ready. Logs changes only
+        (a load balancer probes every few seconds)."""
+        if self.draining:
+            return "draining: this replica is stopping and takes no new events."
+        try:
+            problem = " ".join(await self.probe()) or None
+        except Exception as e:  # the probe reports storage failures as sentences; never let one raise
+            problem = f"The conversation store failed ({e.__class__.__name__})."
+        if problem != self._last_problem:
+            if problem:
+                log.warning("not ready: %s", problem)
+            else:
+                log.info("ready: the conversation store answers")
+            self._last_problem = problem
+        return problem
+
+    async def readyz(self, _: web.Request) -> web.Response:
+        """``GET /readyz``: 200 ``ready`` or 503 with the reason."""
+        problem = await self.problem()
+        if problem is None:
+            return web.Response(text="ready")
+        return web.Response(status=503, text=problem)
+
+    async def healthz(self, _: web.Request) -> web.Response:
+        """``GET /healthz``: 200 ``ok`` while the process runs (draining included)."""
+        return web.Response(text="ok")
+
+    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """aiohttp middleware: while draining, an Events API delivery (a JSON POST to the events
+        path) gets 503 before bolt sees it; interactions (form-encoded ``payload``) still pass, they
+        may stop or rate a run in flight here. Counts deliveries being acknowledged."""
+        if request.method != "POST" or request.path != self.events_path:
+            return await handler(request)
+        if self.draining and request.content_type == "application/json":
+            self.refused += 1
+            log.info("drain: delivery refused with 503 (Slack retry %s); another replica takes it",
+                     request.headers.get("X-Slack-Retry-Num", "0"))
+            return web.Response(status=503, text="This replica is stopping; deliver the event to another one.",
+                                headers={"Retry-After": "1"})
+        self._acking += 1
+        self._idle.clear()
+        try:
+            return await handler(request)
+        finally:
+            self._acking -= 1
+            if not self._acking:
+                self._idle.set()
+
+    async def start_drain(self) -> None:
+        """Refuse new events from now on, then wait (at most :data:`ACK_WAIT` s) for deliveries
+        being acknowledged, and a moment more for the listener bolt starts after each
+        acknowledgement to hand its run over (so an acknowledged event is never dropped)."""
+        self.draining = True
+        log.info("drain: /readyz answers 503 and new events get 503 (the load balancer sends them to other replicas)")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), ACK_WAIT)
+        await asyncio.sleep(0.05)
+
+
+async def serve_http(app: AsyncApp, replica: Replica, host: str, port: int, path: str,
+                     signing_secret: str | None = None) -> web.AppRunner:
+    """Serve the bolt app's Events API at ``path`` plus ``/healthz`` and ``/readyz`` on
+    ``host:port``; returns the started ``aiohttp.web.AppRunner`` (``cleanup()`` stops it). With
+    ``signing_secret``, deliveries are checked before bolt sees them (:func:`intake`:
+    401 unsigned, 400 malformed, one log line each).
+
+    Raises:
+        ConfigError: the port cannot be opened (in use, not allowed).
+    """
+    web_app = app.web_app(path=path)
+
+    @web.middleware
+    async def drain_gate(request: web.Request, handler: Handler) -> web.StreamResponse:
+        return await replica.middleware(request, handler)
+
+    web_app.middlewares.append(drain_gate)
+    if signing_secret:
+        web_app.middlewares.append(intake(signing_secret, path))
+    web_app.router.add_get("/healthz", replica.healthz)
+    web_app.router.add_get("/readyz", replica.readyz)
+    runner = web.AppRunner(web_app, access_log=None)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port).start()
+    except OSError as e:
+        await runner.cleanup()
+        raise ConfigError(f"I cannot listen on {host}:{port} ({e.strerror or e.__class__.__name__}); "
+                          "choose another --port or [slack] port.") from None
+    log.info("serving the Slack Events API on http://%s:%d%s (/healthz, /readyz)", host, port, path)
+    return runner
+
+
 
 
 @dataclass(frozen=True)

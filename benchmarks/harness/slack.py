@@ -16,7 +16,7 @@ import aiohttp
 from aiohttp import web
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.slack.app import SlackApp, create_bolt_app
+from adapters.slack.handler import SlackApp, create_bolt_app
 from bot.service import Service
 from bot.settings import Settings, SlackSettings, load_settings
 from sandbox import Sandbox
