@@ -63,8 +63,10 @@ class Admission:
         if self.platform == "discord":
             d = self.settings.discord
             channels = {int(c) for c in who.channels if str(c).isdigit()}
-            if who.workspace is None:
-                return Refusal("dm", "I only work in servers, not in direct messages.")
+            if who.workspace is None or who.is_dm:  # no allow-list can be checked in a DM or group DM
+                if d.allowed_guilds or d.allowed_channels or d.allowed_roles:
+                    return Refusal("dm", "I only answer in the servers I'm enabled in here, not in direct messages.")
+                return None
             if d.allowed_guilds and int(who.workspace) not in d.allowed_guilds:
                 return Refusal("guild", "I'm not enabled on this server.")
             if d.allowed_channels and not channels & set(d.allowed_channels):

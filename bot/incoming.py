@@ -28,9 +28,9 @@ class Requester:
             have admission settings; the others admit their callers themselves).
         user: the platform's user id (the API key's id over HTTP and MCP); the stored turn names it.
         channels: the channel and, in a thread, its parent (either may be allowed).
-        workspace: the Discord guild id or Slack team id (``None`` in a Discord DM).
+        workspace: the Discord guild id or Slack team id (``None`` in a Discord DM or group DM).
         roles: the member's role ids (Discord).
-        is_dm: a direct message.
+        is_dm: a direct message (on Discord also a group DM).
     """
 
     platform: Platform
@@ -126,9 +126,10 @@ class Message:
         download: files still on the platform (Slack, Discord), fetched after admission.
         who: the requester, for admission (access lists, rate, concurrency); ``None``: the front
             end admitted the caller itself (an API key, the local terminal).
-        key: the conversation it belongs to, or how to find it once the front end has shown
-            :class:`Accepted` (Discord's ``/ask`` opens its thread then); ``None``: a one-off
-            request, nothing kept.
+        key: the conversation it belongs to; or how to find it, awaited once the files passed
+            their checks (Discord opens its thread and posts its progress message then; a
+            ``HuggingGPTError`` it raises ends the message with its sentence); ``None``: a
+            one-off request, nothing kept.
         delivery: the platform delivery it answers; ``None``: none to claim.
         stop: set it to stop the run (a Stop button, Ctrl-C).
         chat_log: history the client keeps itself (newest first; the OpenAI API's earlier
@@ -143,7 +144,7 @@ class Message:
     files: Sequence[IncomingFile] = ()
     download: Download | None = None
     who: Requester | None = None
-    key: ConversationKey | Callable[[], ConversationKey] | None = None
+    key: ConversationKey | Callable[[], Awaitable[ConversationKey]] | None = None
     delivery: Delivery | None = None
     stop: asyncio.Event | None = None
     chat_log: Sequence[Turn] = ()

@@ -376,8 +376,6 @@ class Service:
             yield Accepted()
             if delivery is not None and delivery.payload is not None and delivery.payload() != claimed_with:
                 await self._note_delivery(delivery.keys[0], delivery.payload())
-            if callable(message.key):
-                message = replace(message, key=message.key())
             async for event in self._answer(message):
                 yield event
         except (asyncio.CancelledError, GeneratorExit):
@@ -413,6 +411,9 @@ class Service:
             raise InputError("Please write a request (and attach files if it needs them).")
         text = text or "What can you tell me about these files?"
         files = await expand_documents(files, self.settings.documents, self.pipeline.decoder)  # a PDF: its text and image-only pages
+        if callable(message.key):  # the front end shows the turn once its files passed (Discord: a thread, a status message)
+            files = [replace(f, checked=info) for f, info in zip(files, await self._inspect(files))]
+            message = replace(message, key=await message.key())
         if message.key is None:
             async for event in self._one_off(text, files, message):
                 yield event

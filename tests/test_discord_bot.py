@@ -323,6 +323,33 @@ async def test_file_too_large_or_unsupported_is_refused_privately(tmp_path: Path
         assert d.threads() == []
 
 
+async def test_a_file_discord_cannot_serve_is_asked_for_again(env: Env) -> None:
+    """The attachment's signed URL no longer answers (404 from the CDN): the /ask is told
+    privately, a follow-up by a reply to it; no run starts."""
+    d = env.d
+    sentence = "I could not download your file from Discord; please attach it again."
+
+    def expired(filename: str, channel_id: int | None = None) -> dict[str, Any]:
+        att = d.attachment(filename, channel_id=channel_id)
+        att["url"] = att["proxy_url"] = att["url"].rsplit("/", 1)[0] + "/expired.png"
+        return att
+
+    iid = await env.ask("Describe this photo", attachments=[expired("chelsea.png")])
+    await d.wait_for(lambda: env.ephemeral_reply(iid))
+    assert env.ephemeral_reply(iid) == sentence
+    assert d.threads() == []
+    thread_id = await env.thread_of(await env.ask("Generate an image of a red rocket"))
+    first = await env.finished(thread_id)
+    payload = d.message_payload(thread_id, d.user, "Make this photo black and white",
+                                attachments=[expired("coffee.png", thread_id)])
+    await d.send_message("", channel_id=thread_id, payload=payload)
+    reply = await d.wait_for(lambda: next((m for m in d.bot_messages(thread_id) if str((m.payload.get(
+        "message_reference") or {}).get("message_id")) == payload["id"]), None))
+    assert reply.content == sentence
+    await asyncio.sleep(0.3)
+    assert [m.id for m in d.bot_messages(thread_id) if m.id > first[-1].id] == [reply.id]  # no run started
+
+
 async def test_missing_permissions_are_named(tmp_path: Path) -> None:
     async with running_bot(tmp_path) as env:
         d = env.d

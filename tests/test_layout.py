@@ -343,10 +343,6 @@ def test_database_drivers_only_in_the_store_package() -> None:
 
 STORE_ATTRIBUTES = {"store", "conversations"}
 """The service's attributes that are its conversation store (``Service.conversations`` returns it)."""
-PENDING_STORE_USES = {("adapters.discord.bot_client", "service.store")}
-"""``Admission(settings, platform, service.store)``: admission moves into ``Service.handle`` on its own
-branch; the test below fails once they are gone, so this set is emptied then."""
-
 
 def service_store_uses(tree: ast.Module) -> list[str]:
     """``service.store``, ``self.service.store``, ``st.service.conversations``...: the store or
@@ -369,8 +365,7 @@ def test_adapters_import_nothing_of_the_store() -> None:
 
 def test_adapters_read_no_store_off_the_service() -> None:
     uses = {(m, use) for m, (_, tree) in trees().items() if top(m) == "adapters" for use in service_store_uses(tree)}
-    assert uses - PENDING_STORE_USES == set()
-    assert PENDING_STORE_USES <= uses, "admission no longer reads service.store: empty PENDING_STORE_USES"
+    assert uses == set()
 
 
 def test_the_store_rules_see_a_use(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
-"""``/ask``: defer, open a thread (or use the current thread or DM), run, and say in the channel
-how the run ended.
+"""``/ask``: refuse privately, or hand the request to the service (one ``Service.handle`` call);
+once it is admitted, defer; once its files passed, open a thread (or use the current thread or
+DM) and run there; say in the channel how the run ended.
 
 What a user sees:
 
@@ -14,29 +15,38 @@ What a user sees:
   every later DM continues; in another private channel (a group DM where the user installed the
   app) through the interaction's follow-ups, since the bot cannot post there itself.
 
+Refusals are private (ephemeral): Discord's own (shutting down, a missing permission, the
+attachments' declared size and type, :mod:`adapters.discord.policy`) before the service is asked;
+the service's (access, rate, concurrency) before the deferral, within Discord's 3 s; a file the
+service finds unusable after the download, or a thread Discord will not open, replaces the
+"thinking" message with a private sentence.
+
 A deferred response cannot switch to components (Discord API docs, "Message Components": the
 flag must be set on creation), so the progress message is a new message in the thread or DM.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any  # ``bot`` arguments: the HuggingGPTBot (not imported: no import cycle)
 
 import discord
 
-from adapters.sentences import record_error, user_sentence
-from bot.incoming import ConversationKey, IncomingFile
+from adapters.progress import Progress
+from adapters.sentences import record_error
+from adapters.turn import CRASHED, Outcome
+from bot.errors import InputError
+from bot.incoming import ConversationKey, Delivery, Download, IncomingFile, Message
 from pipeline.errors import HuggingGPTError
 from pipeline.types import RunRecord
-from adapters.turn import RESTARTED
 
-from .delivery import tell_privately
+from .delivery import CannotPost, DiscordView, follow_turn, tell_privately
 from .render import missing_permission_sentence, thread_name
 from .runs import LiveRun
 
 log = logging.getLogger("hugginggpt.discord")
+
+DOWNLOAD_FAILED = "I could not download your file from Discord; please attach it again."
 
 
 def dm_key(user_id: int) -> ConversationKey:
@@ -44,11 +54,9 @@ def dm_key(user_id: int) -> ConversationKey:
     return ConversationKey("discord", "dm", str(user_id), "dm")
 
 
-def outcome_line(record: RunRecord | None, where: str) -> str:
+def outcome_line(record: RunRecord, where: str) -> str:
     """The pointer message's last line once a run ended: "✅ Done — see <where>.",
     "⏹️ Stopped — see <where>." or "⚠️ Failed: <sentence>"."""
-    if record is None:
-        return "⚠️ Failed: I could not post in the thread; please check my permissions there."
     if record.stopped:
         return f"⏹️ Stopped — see {where}."
     if record.answered:
@@ -70,41 +78,49 @@ class FollowupChannel:
         return await self.interaction.followup.send(wait=True, **kw)
 
 
-async def download(attachments: list[discord.Attachment]) -> list[IncomingFile]:
-    """The attachments' bytes (their URLs are signed and expire: read them at once)."""
-    return [IncomingFile(data=await a.read(), name=a.filename, declared_mime=a.content_type) for a in attachments]
+def download_of(attachments: list[discord.Attachment], what: str) -> Download | None:
+    """The attachments as a :class:`bot.incoming.Download` the service fetches once the request is
+    admitted (their URLs are signed and expire: read at once then); ``None`` without any. Their
+    declared sizes were checked before (:func:`adapters.discord.policy.attachment_refusal`), the
+    bytes are checked by the service.
+
+    Args:
+        what: the message or interaction, for the log line of a failed download.
+    """
+    if not attachments:
+        return None
+
+    async def fetch(max_bytes: int) -> list[IncomingFile]:
+        try:
+            return [IncomingFile(data=await a.read(), name=a.filename, declared_mime=a.content_type)
+                    for a in attachments]
+        except (discord.HTTPException, OSError) as e:
+            log.warning("could not download the attachments of %s: %s", what, e)
+            raise InputError(DOWNLOAD_FAILED, f"download of the attachments of {what}: {e}") from None
+
+    return Download(len(attachments), fetch)
+
+
+class NotDeferred(Exception):
+    """The interaction could not be deferred (its 3 s passed: 10062 Unknown interaction); logged."""
 
 
 async def on_ask(bot: Any, interaction: discord.Interaction, prompt: str,
                  attachments: list[discord.Attachment]) -> None:
-    """Handle ``/ask``: refuse privately, or defer and start the run in the background."""
+    """Handle ``/ask``: refuse privately what Discord's side refuses, or start the run in the
+    background (the service admits it, :func:`_ask_run`)."""
     if not bot.seen_events.first_time(("interaction", interaction.id)):
         log.info("ignored replayed interaction %s", interaction.id)
         return
-    if not await bot.claim("interaction", interaction.id):  # another process (shard handover) took it
-        return
-    log.info("took interaction %s in guild %s on %s", interaction.id, interaction.guild_id, bot.shard_summary())
-    channel = interaction.channel
-    in_guild = interaction.guild_id is not None
-    in_thread = isinstance(channel, discord.Thread)
-    channel_ids = [interaction.channel_id or 0]
-    if in_thread:
-        channel_ids.append(channel.parent_id)  # type: ignore[union-attr]
     if not prompt.strip() and not attachments:
         refusal: str | None = "Please tell me what you want in the prompt."
     else:
-        refusal = await bot.refusal_for(interaction.guild_id, channel_ids, interaction.user, attachments,
-                                     permissions=interaction.app_permissions if in_guild else None, in_thread=in_thread)
+        refusal = bot.precheck(attachments, in_thread=isinstance(interaction.channel, discord.Thread),
+                               permissions=interaction.app_permissions if interaction.guild_id is not None else None)
     if refusal is not None:
         log.info("refused /%s from user %s in channel %s: %s", bot.cfg.command_name, interaction.user.id,
                  interaction.channel_id, refusal)
         await tell_privately(interaction, refusal)
-        return
-    try:
-        await interaction.response.defer(thinking=True)
-    except discord.HTTPException as e:  # e.g. 10062 Unknown interaction: the 3 s passed
-        log.warning("could not defer interaction %s: %s", interaction.id, e)
-        bot.release_slot(interaction.user.id)
         return
     live = LiveRun(requester=interaction.user.id)
     bot.spawn(_ask_run(bot, interaction, prompt, attachments, live), live)
@@ -112,100 +128,125 @@ async def on_ask(bot: Any, interaction: discord.Interaction, prompt: str,
 
 async def _ask_run(bot: Any, interaction: discord.Interaction, prompt: str,
                    attachments: list[discord.Attachment], live: LiveRun) -> None:
+    """The request, handed to the service once and followed into an :class:`AskView`."""
+    channel_ids = [interaction.channel_id or 0]
+    if isinstance(interaction.channel, discord.Thread):
+        channel_ids.append(interaction.channel.parent_id)
+    view = AskView(bot, interaction, prompt, attachments, live)
+    what = f"interaction {interaction.id}"
+    message = Message(prompt, download=download_of(attachments, what),
+                      who=bot.requester(interaction.user, interaction.guild_id, channel_ids), key=view.open,
+                      delivery=Delivery((f"discord:interaction:{interaction.id}",)), stop=live.stop,
+                      memoryless_fallback=True)
     try:
-        files = await _checked_files(bot, interaction, attachments)
-        if files is None:
-            return
+        await follow_turn(bot, message, view, what=what, guild=interaction.guild_id)
+    except NotDeferred:
+        return
+
+
+class AskView(DiscordView):
+    """The view of one ``/ask`` (see the module docstring): defers when the service admits the
+    request, opens the thread (or uses the current thread or DM) and posts the progress message
+    once the files passed (:meth:`open`), and says in the channel how the run ended."""
+
+    def __init__(self, bot: Any, interaction: discord.Interaction, prompt: str,
+                 attachments: list[discord.Attachment], live: LiveRun) -> None:
+        super().__init__(live, bot.edit_rate)
+        self.bot, self.interaction, self.prompt = bot, interaction, prompt
         headline = f"**{interaction.user.display_name}** asked: {prompt.strip()}"
         if attachments:
             headline += f" ({', '.join(a.filename for a in attachments)})"
-        headline = headline if len(headline) <= 1800 else headline[:1799] + "…"
+        self.headline = headline if len(headline) <= 1800 else headline[:1799] + "…"
+        self.pointer: discord.Message | None = None  # the channel message saying who asked, once edited
+        self.where = "below"
+
+    async def accepted(self) -> None:
+        """Defer ("is thinking…"), within Discord's 3 s.
+
+        Raises:
+            NotDeferred: Discord refused it (logged); the request is given up.
+        """
+        try:
+            await self.interaction.response.defer(thinking=True)
+        except discord.HTTPException as e:  # e.g. 10062 Unknown interaction: the 3 s passed
+            log.warning("could not defer interaction %s: %s", self.interaction.id, e)
+            raise NotDeferred(str(e)) from None
+
+    async def open(self) -> ConversationKey:
+        """Open the thread (or use the current thread or DM) and post the progress message: the
+        message's key, awaited by the service once the files passed.
+
+        Raises:
+            HuggingGPTError: Discord would not open the thread (said privately).
+            CannotPost: the pointer or the progress message could not be posted (logged).
+        """
+        interaction = self.interaction
         if interaction.guild_id is None:
-            await _ask_in_private(bot, interaction, prompt, files, headline, live)
-            return
-        opened = await _open_thread(bot, interaction, prompt, headline)
-    except asyncio.CancelledError:  # shutdown before the thread existed
-        await asyncio.shield(tell_privately(interaction, RESTARTED))
-        raise
-    if opened is None:
-        return
-    thread, original = opened
-    limit = bot.conversation_threads.get(thread.id) or bot.upload_limit or interaction.filesize_limit
-    key = ConversationKey("discord", str(interaction.guild_id), str(thread.parent_id), str(thread.id))
-    record = await bot.run_in(thread, prompt, files, key=key, user=str(interaction.user.id), live=live,
-                              upload_limit=limit)
-    where = thread.mention if thread is not interaction.channel else "below"
-    await _say_outcome(bot, interaction, original, f"{headline}\n{outcome_line(record, where)}")
+            return await self._open_private()
+        thread = await self._open_thread()
+        if thread is not interaction.channel:
+            self.where = thread.mention
+        limit = self.bot.upload_limit or interaction.filesize_limit
+        self.bot.remember_thread(thread.id, limit)
+        await self.show(thread, limit)
+        return ConversationKey("discord", str(interaction.guild_id), str(thread.parent_id), str(thread.id))
 
+    async def _open_thread(self) -> discord.Thread:
+        """Turn the deferred response into the pointer message and open the thread (or use the current one)."""
+        interaction, channel = self.interaction, self.interaction.channel
+        try:
+            if isinstance(channel, discord.Thread):
+                self.pointer = await interaction.edit_original_response(content=f"{self.headline}\nWorking on it below.")
+                return channel
+            self.pointer = await interaction.edit_original_response(
+                content=f"{self.headline}\n🧵 Working on it in the thread.")
+            return await self.pointer.create_thread(name=thread_name(self.prompt), auto_archive_duration=1440)
+        except discord.Forbidden as e:
+            log.warning("no permission to create a thread in channel %s: %s", interaction.channel_id, e)
+            raise HuggingGPTError(missing_permission_sentence("create_public_threads"), str(e)) from None
+        except discord.HTTPException as e:
+            log.warning("could not start thread for interaction %s: %s", interaction.id, e)
+            raise HuggingGPTError("Discord refused to open a thread for this request; please try again.",
+                                  str(e)) from None
 
-async def _checked_files(bot: Any, interaction: discord.Interaction,
-                         attachments: list[discord.Attachment]) -> list[IncomingFile] | None:
-    try:
-        files = await download(attachments)
-    except (discord.HTTPException, OSError) as e:
-        log.warning("could not download attachments of interaction %s: %s", interaction.id, e)
-        await tell_privately(interaction, "I could not download your file from Discord; please attach it again.")
-        return None
-    try:
-        return await bot.service.check_files(files)
-    except HuggingGPTError as e:
-        log.info("files refused for interaction %s: %s", interaction.id, e)
-        await tell_privately(interaction, user_sentence(e))
-        return None
+    async def _open_private(self) -> ConversationKey:
+        """``/ask`` in a DM or group DM: no thread; the run goes right there."""
+        interaction, channel = self.interaction, self.interaction.channel
+        own_dm = isinstance(channel, discord.DMChannel)
+        try:
+            self.pointer = await interaction.edit_original_response(content=f"{self.headline}\nWorking on it below.")
+        except discord.HTTPException as e:
+            log.warning("could not answer interaction %s: %s", interaction.id, e)
+            raise CannotPost(f"interaction {interaction.id}: {e}") from None
+        limit = self.bot.upload_limit or interaction.filesize_limit
+        await self.show(channel if own_dm else FollowupChannel(interaction), limit)
+        if own_dm:
+            return dm_key(interaction.user.id)
+        return ConversationKey("discord", "private", str(interaction.channel_id), str(interaction.user.id))
 
+    async def unshown(self, outcome: Outcome) -> None:
+        """Ended before the progress message: say why privately (an ephemeral response, or one
+        replacing the "thinking" message); a message Discord refused only fails the pointer."""
+        if not isinstance(outcome.error, CannotPost):
+            await tell_privately(self.interaction, outcome.sentence or CRASHED)
+        elif self.pointer is not None:
+            await self._say(f"{self.headline}\n⚠️ Failed: {outcome.sentence}")
 
-async def _open_thread(bot: Any, interaction: discord.Interaction, prompt: str, headline: str
-                       ) -> tuple[discord.Thread, discord.Message | None] | None:
-    """Turn the deferred response into the pointer message and open the thread (or use the
-    current one). Returns the thread and the pointer message, or ``None`` after telling the user
-    (privately) why not."""
-    channel = interaction.channel
-    try:
-        if isinstance(channel, discord.Thread):
-            original = await interaction.edit_original_response(content=f"{headline}\nWorking on it below.")
-            thread = channel
-        else:
-            original = await interaction.edit_original_response(content=f"{headline}\n🧵 Working on it in the thread.")
-            thread = await original.create_thread(name=thread_name(prompt), auto_archive_duration=1440)
-    except discord.Forbidden as e:
-        log.warning("no permission to create a thread in channel %s: %s", interaction.channel_id, e)
-        await tell_privately(interaction, missing_permission_sentence("create_public_threads"))
-        return None
-    except discord.HTTPException as e:
-        log.warning("could not start thread for interaction %s: %s", interaction.id, e)
-        await tell_privately(interaction, "Discord refused to open a thread for this request; please try again.")
-        return None
-    bot.remember_thread(thread.id, bot.upload_limit or interaction.filesize_limit)
-    return thread, original
+    async def end(self, outcome: Outcome, progress: Progress) -> None:
+        """The run's end in the thread (:meth:`DiscordView.end`), then in the pointer message
+        (not after a shutdown: the run was cut off, the progress message says so)."""
+        await super().end(outcome, progress)
+        if self.run is not None and self.run.record is not None and outcome.moment != "restarted":
+            await self._say(f"{self.headline}\n{outcome_line(self.run.record, self.where)}")
 
-
-async def _ask_in_private(bot: Any, interaction: discord.Interaction, prompt: str,
-                          files: list[IncomingFile], headline: str, live: LiveRun) -> None:
-    """``/ask`` in a DM or group DM: no thread; the run goes right there."""
-    channel = interaction.channel
-    own_dm = isinstance(channel, discord.DMChannel)
-    try:
-        original = await interaction.edit_original_response(content=f"{headline}\nWorking on it below.")
-    except discord.HTTPException as e:
-        log.warning("could not answer interaction %s: %s", interaction.id, e)
-        return
-    target: Any = channel if own_dm else FollowupChannel(interaction)
-    key = dm_key(interaction.user.id) if own_dm else ConversationKey(
-        "discord", "private", str(interaction.channel_id), str(interaction.user.id))
-    limit = bot.upload_limit or interaction.filesize_limit
-    record = await bot.run_in(target, prompt, files, key=key, user=str(interaction.user.id), live=live,
-                              upload_limit=limit)
-    await _say_outcome(bot, interaction, original, f"{headline}\n{outcome_line(record, 'below')}")
-
-
-async def _say_outcome(bot: Any, interaction: discord.Interaction, original: discord.Message | None,
-                       text: str) -> None:
-    """Edit the pointer message: through the interaction while its token lives, else with the
-    bot token (the bot's own message in the channel)."""
-    try:
-        if discord.utils.utcnow() - interaction.created_at < bot.interaction_token_lifetime:
-            await interaction.edit_original_response(content=text)
-        elif original is not None and interaction.channel is not None:
-            await interaction.channel.get_partial_message(original.id).edit(content=text)  # type: ignore[union-attr]
-    except discord.HTTPException as e:
-        log.info("could not update the response of interaction %s: %s", interaction.id, e)
+    async def _say(self, text: str) -> None:
+        """Edit the pointer message: through the interaction while its token lives, else with the
+        bot token (the bot's own message in the channel)."""
+        interaction, original = self.interaction, self.pointer
+        try:
+            if discord.utils.utcnow() - interaction.created_at < self.bot.interaction_token_lifetime:
+                await interaction.edit_original_response(content=text)
+            elif original is not None and interaction.channel is not None:
+                await interaction.channel.get_partial_message(original.id).edit(content=text)  # type: ignore[union-attr]
+        except discord.HTTPException as e:
+            log.info("could not update the response of interaction %s: %s", interaction.id, e)

@@ -25,7 +25,9 @@ channels (``allowed_installs`` / ``allowed_contexts``, Discord "integration_type
 
 Refusals (not allowed here, rate limited, file too large/unsupported, a missing permission,
 shutting down) are ephemeral replies to the command when it has not yet been deferred, and
-replies in the thread for follow-up messages. A backend failure ends the run with the service's
+replies in the thread for follow-up messages. Discord's own checks (:meth:`HuggingGPTBot.precheck`)
+come first; access, rate and concurrency are the service's (``Service.handle``, which holds the
+admission of ``[discord]``), once per message. A backend failure ends the run with the service's
 sentence in the thread.
 
 Rules followed (PLATFORMS.md and the Discord API docs): acknowledge within 3 s; the interaction
@@ -39,8 +41,9 @@ https://discord.com/developers/docs/events/gateway#sharding): the bot is a
 (default: all the shards ``GET /gateway/bot`` recommends), and Discord sends a guild's events to
 shard ``(guild_id >> 22) % shard_count``, DMs to shard 0. Processes share the conversation store,
 so a thread keeps its conversation when its process restarts, and every message or interaction is
-claimed in the store (:meth:`HuggingGPTBot.claim`) before it is acted on: a replay that reaches
-another process (a shard handover, a redelivery) is answered once.
+handed to the service, which claims it in the store before it is acted on
+(:meth:`bot.service.Service.handle`): a replay that reaches another process (a shard handover, a
+redelivery) is answered once.
 """
 
 from __future__ import annotations
@@ -57,16 +60,13 @@ from discord import app_commands
 from discord.gateway import DiscordWebSocket
 from discord.shard import Shard
 
-from bot.admission import Admission, Requester
-from bot.incoming import IncomingFile
+from bot.admission import Requester
 from bot.limits import SeenKeys
 from bot.settings import Settings
-from pipeline.errors import HuggingGPTError
-from pipeline.types import RunRecord
 from adapters.turn import INTERRUPTED_ELSEWHERE as INTERRUPTED, RESTARTED
 
 from . import ask, conversation
-from .delivery import run_in_channel, tell_privately
+from .delivery import tell_privately
 from .policy import REQUIRED_IN_CHANNEL, AttachmentInfo, attachment_refusal, missing_permission
 from .render import missing_permission_sentence
 from .runs import LiveRun
@@ -81,7 +81,6 @@ log = logging.getLogger("hugginggpt.discord")
 INTERACTION_TOKEN_LIFETIME = timedelta(minutes=14)
 """Interaction tokens are valid for 15 minutes (Discord API docs, "Interactions"); the bot stops
 using one a minute before, and posts only into the thread after that."""
-DM_REFUSAL = "I only answer in the servers I'm enabled in here, not in direct messages."
 REFUSAL_QUIET_SECONDS = 600.0
 """After refusing a follow-up, the same refusal to the same member in the same thread stays
 silent this long (seconds): told once, not once per message."""
@@ -152,7 +151,6 @@ class HuggingGPTBot(discord.AutoShardedClient):
         self.interaction_token_lifetime = INTERACTION_TOKEN_LIFETIME
         self.seen_events = SeenKeys(ttl=3600.0)
         self.quiet_refusals = SeenKeys(ttl=REFUSAL_QUIET_SECONDS)
-        self.admission = Admission(settings, "discord", service.store)
         self._runs: dict[asyncio.Task[Any], LiveRun] = {}
         self._live: dict[str, LiveRun] = {}  # run id -> run, for Stop presses
         self.conversation_threads: dict[int, int] = {}  # conversation thread id -> upload limit seen there (bytes)
@@ -259,28 +257,6 @@ class HuggingGPTBot(discord.AutoShardedClient):
         self._AutoShardedClient__shards[shard_id] = shard  # type: ignore[attr-defined]
         shard.launch()
 
-    async def claim(self, kind: str, event_id: int) -> bool:
-        """Take the delivery of a gateway event for this process, against every process sharing
-        the store: ``True`` when it is the first (then act on it), ``False`` when another process
-        (or an earlier delivery) took it (then do nothing).
-
-        Args:
-            kind: ``"message"`` or ``"interaction"``; the store key is ``discord:<kind>:<id>``.
-            event_id: the message or interaction id (a snowflake).
-
-        A store failure is logged and counts as taken by this process (``True``): the run itself
-        then tells the user what is wrong with the store (as the Slack adapter does).
-        """
-        key = f"discord:{kind}:{event_id}"
-        try:
-            first = await self.service.claim_delivery(key)
-        except HuggingGPTError as e:
-            log.warning("could not record delivery %s: %s", key, e)
-            return True
-        if not first:
-            log.info("%s %s already taken by another process (or an earlier delivery)", kind, event_id)
-        return first
-
     def shard_summary(self) -> str:
         """The shards this process runs, for the log: ``"shards 0-3 of 8"`` or ``"shards 0, 2, 5 of 8"``."""
         ids = sorted(self.shard_ids if self.shard_ids is not None else range(self.shard_count or 1))
@@ -305,44 +281,31 @@ class HuggingGPTBot(discord.AutoShardedClient):
     # ------------------------------------------------------------------------------------------
     # helpers
 
-    async def refusal_for(self, guild_id: int | None, channel_ids: list[int], user: Any, attachments: list[Any], *,
-                       permissions: discord.Permissions | None = None, in_thread: bool = True) -> str | None:
-        """The one refusal chain of ``/ask`` and follow-ups, in order: access (``[discord]``
-        allow-lists, :class:`bot.admission.Admission`), shutdown, the bot's permissions (``/ask``
-        only), the attachments' declared size and type, then the user's rate and concurrency
-        budget (consumed only when all else passed; the run slot is given back by :meth:`spawn`'s
-        task or :meth:`release_slot`). Returns the user's sentence, or ``None`` when it may run.
-
-        DMs and group DMs (``guild_id`` ``None``) are allowed when no ``[discord]``
-        allow-list (guilds, channels, roles) is set, since none of them can be checked there;
-        otherwise refused with :data:`DM_REFUSAL`."""
-        cfg = self.cfg
-        if guild_id is None and (cfg.allowed_guilds or cfg.allowed_channels or cfg.allowed_roles):
-            return DM_REFUSAL
-        # ``Admission`` refuses a Requester without workspace (its rule from before DMs were
-        # supported), so a DM is described with the workspace "dm"; its rate and concurrency
-        # budget is the user's, as in servers.
-        who = Requester("discord", str(user.id), tuple(str(c) for c in channel_ids if c),
-                        "dm" if guild_id is None else str(guild_id), tuple(str(r.id) for r in getattr(user, "roles", [])))
-        refused = self.admission.access(who)
-        refusal = refused.sentence if refused else None
-        if refusal is None and self._closing:
-            refusal = RESTARTED
-        if refusal is None and permissions is not None:
+    def precheck(self, attachments: list[Any], *, permissions: discord.Permissions | None = None,
+                 in_thread: bool = True) -> str | None:
+        """Discord's own refusals of ``/ask`` and follow-ups, in order, before the service is asked
+        (access, rate and concurrency are the service's): shutting down, the bot's permissions
+        (``/ask`` in a guild: ``permissions``), the attachments' declared size and type
+        (:func:`adapters.discord.policy.attachment_refusal`). Returns the user's sentence, or
+        ``None`` when the request may go to the service."""
+        if self._closing:
+            return RESTARTED
+        if permissions is not None:
             missing = missing_permission(self._granted(permissions), in_thread=in_thread)
             if missing is not None:
-                refusal = missing_permission_sentence(missing, "this thread" if in_thread else "this channel")
-        if refusal is None:
-            refusal = attachment_refusal(
-                [AttachmentInfo(a.filename, a.size, a.content_type) for a in attachments],
-                max_bytes=self.settings.storage.max_file_bytes, max_files=self.settings.storage.max_files)
-        if refusal is None:
-            refused = await self.admission.admit(who)
-            refusal = refused.sentence if refused else None
-        return refusal
+                return missing_permission_sentence(missing, "this thread" if in_thread else "this channel")
+        return attachment_refusal([AttachmentInfo(a.filename, a.size, a.content_type) for a in attachments],
+                                  max_bytes=self.settings.storage.max_file_bytes,
+                                  max_files=self.settings.storage.max_files)
 
-    def release_slot(self, user_id: int) -> None:
-        self.admission.release(Requester("discord", str(user_id)))
+    @staticmethod
+    def requester(user: Any, guild_id: int | None, channel_ids: list[int]) -> Requester:
+        """Who asks, for the service's admission: the user, the channel and (in a thread) its
+        parent, the guild (``None`` in a DM or group DM, which ``[discord]``'s allow-lists refuse
+        when any is set), the member's roles."""
+        return Requester("discord", str(user.id), tuple(str(c) for c in channel_ids if c),
+                         None if guild_id is None else str(guild_id),
+                         tuple(str(r.id) for r in getattr(user, "roles", [])), is_dm=guild_id is None)
 
     @staticmethod
     def _granted(perms: discord.Permissions) -> set[str]:
@@ -353,8 +316,8 @@ class HuggingGPTBot(discord.AutoShardedClient):
         return thread.id in self.conversation_threads or (self.user is not None and thread.owner_id == self.user.id)
 
     def spawn(self, coro: Any, live: LiveRun) -> asyncio.Task[Any]:
-        """Run ``coro`` in the background as ``live``; the user's run slot (reserved by
-        :meth:`refusal_for`) is released when it ends."""
+        """Run ``coro`` (one request handed to the service) in the background as ``live``:
+        :meth:`drain` waits for it, the Stop button finds it."""
         task = asyncio.create_task(coro)
         live.task = task
         self._runs[task] = live
@@ -364,7 +327,6 @@ class HuggingGPTBot(discord.AutoShardedClient):
             run = self._runs.pop(t, None)
             if run is not None:
                 self._live.pop(run.run_id, None)
-                self.release_slot(run.requester)
             if not t.cancelled() and t.exception() is not None:
                 log.error("run failed", exc_info=t.exception())
 
@@ -402,10 +364,6 @@ class HuggingGPTBot(discord.AutoShardedClient):
     def live_run(self, run_id: str) -> LiveRun | None:
         """The run in flight with id ``run_id``, or ``None`` (ended, or before a restart)."""
         return self._live.get(run_id)
-
-    async def run_in(self, channel: Any, text: str, files: list[IncomingFile], **kw: Any) -> RunRecord | None:
-        """Render one run into ``channel`` (:func:`adapters.discord.delivery.run_in_channel`)."""
-        return await run_in_channel(self.service, channel, text, files, edit_rate=self.edit_rate, **kw)
 
     # ------------------------------------------------------------------------------------------
     # shutdown

@@ -1,5 +1,5 @@
-"""One run rendered into a Discord thread or DM: the progress message (Components V2, with a Stop
-button), the generated files (a media gallery), the answer.
+"""One turn handed to the service and rendered into a Discord thread or DM: the progress message
+(Components V2, with a Stop button), the generated files (a media gallery), the answer.
 
 Limits from the Discord API docs: ``content`` up to 2,000 characters and up to 10 attachments per
 message ("Create Message"); the upload size limit comes from the guild or the interaction.
@@ -11,7 +11,7 @@ import asyncio
 import logging
 import mimetypes
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import discord
 
@@ -19,7 +19,8 @@ from adapters.editor import MessageEditor
 from adapters.progress import Progress
 from adapters.sentences import record_error
 from adapters.turn import CRASHED, Outcome, follow
-from bot.incoming import ConversationKey, IncomingFile
+from bot.incoming import Accepted, Message
+from pipeline.errors import HuggingGPTError
 from pipeline.types import Event, Resource, RunRecord
 
 from .components import MediaItem, media_view, progress_texts, progress_view
@@ -27,75 +28,90 @@ from .media import fit_media
 from .render import split_message
 from .runs import LiveRun
 
-if TYPE_CHECKING:
-    from bot.service import Service
-
 log = logging.getLogger("hugginggpt.discord")
 
 MAX_FILES_PER_MESSAGE = 10
 """Attachments per message (Discord API docs, "Create Message")."""
 
 
+class CannotPost(HuggingGPTError):
+    """Discord refused a message that shows the turn (the progress message, the pointer of a
+    private ``/ask``); logged, the turn is given up."""
 
-async def run_in_channel(
-    service: Service,
-    channel: Any,
-    text: str,
-    files: list[IncomingFile],
-    *,
-    key: ConversationKey,
-    user: str,
-    live: LiveRun,
-    upload_limit: int,
-    title: str | None = None,
-    edit_rate: float = 1.0,
-    reply_to: discord.Message | None = None,
-) -> RunRecord | None:
-    """Run one turn of ``service`` and render it into ``channel`` (a thread, a DM, or anything
-    with ``send(view=..., files=...)``): a Components V2 progress message with a Stop button,
-    posted at once and edited at most ``edit_rate`` times per second (Discord's edit limits),
-    except its first change (the plan, in most runs), which is sent at once; then the generated
-    files (images in a media gallery, fitted to ``upload_limit`` bytes each) and the answer in
-    messages of at most 2,000 characters.
+    def __init__(self, detail: str) -> None:
+        super().__init__("I could not post in the thread; please check my permissions there.", detail)
+
+
+async def follow_turn(bot: Any, message: Message, view: DiscordView, *, what: str, guild: int | None) -> Outcome | None:
+    """Hand ``message`` to the service once (:meth:`bot.service.Service.handle`: the delivery's
+    claim, admission, the files, the turn) and follow it into ``view``
+    (:func:`adapters.turn.follow`).
 
     Args:
-        live: the run's shared state; ``live.stop`` is passed to ``Service.handle`` (the Stop
-            button sets it) and ``live.progress`` is what the message shows.
-        title: the request, quoted on top of the progress message.
-        reply_to: the user's message the progress message answers (follow-ups).
+        bot: the :class:`adapters.discord.bot_client.HuggingGPTBot`.
+        what: the delivery for the log (``"message 123"``, ``"interaction 456"``).
+        guild: its guild id, for the log (``None``: a DM).
 
     Returns:
-        The run's record, or ``None`` when the progress message could not be posted.
+        The outcome, or ``None`` when another process (or an earlier delivery) took the delivery:
+        nothing is said then.
 
     Raises:
-        asyncio.CancelledError: after marking the progress message as stopped (shutdown).
+        Exception: what the view raised (an interaction that could not be deferred).
     """
-    run = ChannelRun(channel, live, title, edit_rate)
-    if not await run.post_status(reply_to):
+    outcome = await follow(bot.service.handle(message), view, progress=view.live.progress, where=f"discord {what}")
+    if outcome.moment == "elsewhere":
+        log.info("%s already taken by another process (or an earlier delivery)", what)
         return None
-    view = DiscordView(run, upload_limit)
-    events = service.handle(text, files, key=key, user=user, stop=live.stop, storage_fallback=True)
-    outcome = await follow(events, view, progress=live.progress, where=f"discord channel {getattr(channel, 'id', '?')}")
-    return outcome.record or RunRecord(request=text, status="error", error=outcome.sentence)
+    log.info("took %s in guild %s on %s", what, guild, bot.shard_summary())
+    return outcome
 
 
 class DiscordView:
-    """Discord's :class:`adapters.turn.TurnView`: the progress message (Components V2) is edited as
-    the run goes; at the end it shows the final state, then the files (a media gallery), the
-    notice and the answer are posted, in that order.
+    """Discord's :class:`adapters.turn.TurnView`: a Components V2 progress message with a Stop
+    button, posted by :meth:`show` once the request's files passed (the subclass's
+    ``open``, the message's key) and edited at most ``edit_rate`` times per second (Discord's edit
+    limits), except its first change (the plan, in most runs), which is sent at once; at the end
+    it shows the final state, then the files (a media gallery, fitted to the upload limit), the
+    notice and the answer are posted, in that order, in messages of at most 2,000 characters.
 
     Args:
-        run: the run's progress message, posted.
-        upload_limit: bytes per uploaded file.
+        live: the run's shared state; ``live.stop`` is the message's stop signal (the Stop
+            button sets it) and ``live.progress`` is what the message shows.
+        edit_rate: progress message edits per second after the first change.
+        title: the request, quoted on top of the progress message.
     """
 
-    def __init__(self, run: ChannelRun, upload_limit: int) -> None:
-        self.run, self.upload_limit = run, upload_limit
+    def __init__(self, live: LiveRun, edit_rate: float, title: str | None = None) -> None:
+        self.live, self.edit_rate, self.title = live, edit_rate, title
+        self.run: ChannelRun | None = None
+        self.upload_limit = 0
         self._notice: str | None = None
 
-    async def progress(self, progress: Progress, event: Event) -> None:
+    async def show(self, channel: Any, upload_limit: int, reply_to: discord.Message | None = None) -> None:
+        """Post the progress message in ``channel`` (a thread, a DM, or anything with
+        ``send(view=...)``), as a reply to ``reply_to`` when given; files go up in ``upload_limit``
+        bytes each.
+
+        Raises:
+            CannotPost: Discord refused it (logged).
+        """
+        run = ChannelRun(channel, self.live, self.title, self.edit_rate)
+        await run.post_status(reply_to)
+        self.run, self.upload_limit = run, upload_limit
+
+    async def accepted(self) -> None:
+        """The service admitted the request (:class:`bot.incoming.Accepted`): nothing to do here."""
+
+    async def unshown(self, outcome: Outcome) -> None:
+        """The turn ended before the progress message was posted: the subclass says it."""
+
+    async def progress(self, progress: Progress, event: Event | Accepted) -> None:
         """Edit the progress message (the editor skips texts already shown, and paces the edits)."""
-        self.run.editor.set(self.run.key_text())
+        if isinstance(event, Accepted):
+            await self.accepted()
+        elif self.run is not None:
+            self.run.editor.set(self.run.key_text())
 
     async def answer(self, record: RunRecord, progress: Progress) -> None:
         """Nothing yet: posted after the files (:meth:`end`)."""
@@ -110,11 +126,15 @@ class DiscordView:
     async def end(self, outcome: Outcome, progress: Progress) -> None:
         """Show the final state, then post the files, the notice and the answer (or the failure's
         sentence); a cancelled run's message only shows it stopped (at most 5 s). A post Discord
-        refuses is logged."""
-        run, channel = self.run, self.run.channel
+        refuses is logged. Before the progress message was posted: :meth:`unshown`."""
+        run = self.run
+        if run is None:
+            await self.unshown(outcome)
+            return
         if outcome.moment == "restarted":
             await mark_stopped(run.editor, run.key_text())
             return
+        channel = run.channel
         run.record = outcome.record or RunRecord(request="", status="error", error=outcome.sentence)
         try:
             record = await run.settle()
@@ -155,9 +175,12 @@ class ChannelRun:
         texts = progress_texts(live.progress, title=self.title, stopped_by=live.stopped_by)
         return "\n".join(texts) + f"|{live.progress.finished or live.stop.is_set()}"
 
-    async def post_status(self, reply_to: discord.Message | None) -> bool:
-        """Post the progress message (a reply to ``reply_to`` when given); ``False`` when Discord
-        refused it (logged)."""
+    async def post_status(self, reply_to: discord.Message | None) -> None:
+        """Post the progress message (a reply to ``reply_to`` when given).
+
+        Raises:
+            CannotPost: Discord refused it (logged).
+        """
         try:
             if reply_to is not None:
                 self.status = await reply_to.reply(view=self.view(), mention_author=False)
@@ -165,10 +188,9 @@ class ChannelRun:
                 self.status = await self.channel.send(view=self.view())
         except discord.HTTPException as e:
             log.warning("could not post in channel %s: %s", getattr(self.channel, "id", "?"), e)
-            return False
+            raise CannotPost(f"progress message in channel {getattr(self.channel, 'id', '?')}: {e}") from None
         self.editor = MessageEditor(self._edit, self.key_text(), interval=0.0, name=str(self.status.id))
         self.live.editor = self.editor
-        return True
 
     async def _edit(self, key: str) -> None:
         self.editor.interval = 1.0 / self.edit_rate  # the first change (the plan, usually) goes out at once

@@ -27,7 +27,7 @@ class LiveRun:
             messages, allowed to press Stop).
         progress: the run's progress (what the status message shows).
         run_id: hex id carried by the Stop button's ``custom_id``.
-        stop: set to stop the run (``Service.handle(stop=...)``).
+        stop: set to stop the run (the message's ``stop``, :class:`bot.incoming.Message`).
         stopped_by: display name of whoever pressed Stop, once pressed.
         pressed_at: ``time.monotonic()`` of the Stop press (seconds), for the log and benchmarks.
         press: the Stop press's interaction once answered: the final state is shown through it
