@@ -2,7 +2,7 @@
 
 Each cassette is replayed byte for byte by ``tests/standins/cassettes.py``; the real
 ``huggingface_hub`` clients (``AsyncInferenceClient`` in :class:`HubRunner`, ``HfApi`` in
-:class:`Availability`) and the real ``openai`` client (:class:`Controller`) talk to it over HTTP.
+:class:`Availability`) and the real ``openai`` client (:class:`pipeline.llm.Controller`) talk to it over HTTP.
 Expected values are read from the recordings (the answer bodies), never typed in.
 """
 
@@ -23,9 +23,9 @@ from bot.uploads import probe
 from pipeline.catalog.availability import Availability
 from pipeline.catalog.models import ModelCard
 from pipeline.errors import ExpertError
-from bot.backends import pipeline_config
+from bot.backends import build_controller, pipeline_config
 from pipeline.experts.hub import HubRunner
-from pipeline.llm import Controller, Usage
+from pipeline.llm import Usage
 from pipeline.planning import plan_schema, validate_plan
 from pipeline.tasks import TASKS, languages
 from pipeline.tasks.base import Inputs
@@ -221,8 +221,8 @@ async def test_recorded_chat_completion_as_the_controller(replay, name):
     the streamed deltas, reach the product as recorded."""
     it = inference(name)
     server = await replay(name)
-    ctl = Controller(model=model_of(it), base_url=server.url + it.path.removesuffix("/chat/completions"),
-                     api_key=TOKEN, max_retries=0)
+    ctl = build_controller(Settings(llm=dict(model=model_of(it), base_url=server.url + it.path.removesuffix("/chat/completions"),
+                                             api_key=TOKEN, max_retries=0)))
     try:
         messages = it.request_json()["messages"]
         if it.request_json()["stream"]:

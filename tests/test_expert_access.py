@@ -100,8 +100,8 @@ def keyed_server(tmp_path_factory):
 
 async def test_the_bot_sends_each_expert_server_its_key(keyed_server, sink):
     url = keyed_server.url
-    servers = ExpertServers([url], ttl=0, keys={url: "server-key-1"})
-    keyless = ExpertServers([url], ttl=0)
+    servers = ExpertServers([url], ttl=0, timeout=5, keys={url: "server-key-1"})
+    keyless = ExpertServers([url], ttl=0, timeout=5)
     try:
         [listing] = await servers.listings()
         assert listing.reachable and "tiny/bert-sentiment" in {m.id for m in listing.models}

@@ -62,7 +62,7 @@ async def test_fal_ai_animates_an_image_and_writes_a_clip_through_its_queue(sink
             runner = HubRunner(pipeline_config(Settings(inference=dict(provider="auto", token=TOKEN, bill_to="acme-studio", max_attempts=1,
                                               task_timeout=30, backoff_max=0.01))), transport=transport)
             cards = Catalog([ModelCard(m["id"], m["pipeline_tag"], 10, 1, "d", None, ()) for m in models])
-            routing = RoutingRunner(runner, Selector(cards, av, None, strategy="top", mode="providers").placement)
+            routing = RoutingRunner(runner, Selector(cards, av, None, strategy="top", top_k=3, mode="providers").placement)
             try:
                 photo = media_file("chelsea.png")
                 image = await stored_upload(sink, photo.data, photo.name, None)
