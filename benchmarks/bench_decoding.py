@@ -13,6 +13,7 @@ import re
 import time
 from pathlib import Path
 
+from bot.settings import Settings
 from pipeline.decoding import Decoder
 from pipeline.media import stream_info
 from pipeline.video_parts import video_parts
@@ -43,7 +44,7 @@ async def main() -> None:
     logging.getLogger("pipeline.decoding").setLevel(logging.INFO)
     docs = load_settings(env={}, overrides={}).documents
     clip = (MEDIA / "rocket_zoom.mp4").read_bytes()
-    async with Decoder() as decoder:
+    async with Decoder(max_pixels=Settings().inference.max_image_pixels) as decoder:
         t = time.monotonic()
         await decoder.run(stream_info, clip, what="the clip")
         print(f"first job (fork server start): {time.monotonic() - t:.3f} s")
@@ -60,7 +61,7 @@ async def main() -> None:
                 outcome = e.user_message
             peak = re.findall(r"peak memory (\d+) MiB", peaks.lines[-1])
             print(f"{name} ({len(data):,} bytes): {time.monotonic() - t:.2f} s, peak {peak[0]} MiB: {outcome}")
-    async with Decoder(timeout=1.0) as decoder:
+    async with Decoder(max_pixels=Settings().inference.max_image_pixels, timeout=1.0) as decoder:
         video = single_keyframe_video(3840, 2160, 300)
         t = time.monotonic()
         results = await asyncio.gather(*(video_parts(video, decoder=decoder) for _ in range(8)), return_exceptions=True)

@@ -5,7 +5,7 @@
 Lists the sandbox stand-in server's tools with ``--extra-tools N`` (in process: ``sandbox.mcp_tools``),
 registers them as tasks as :class:`pipeline.mcp_tools.Toolbox` does, and prints the characters
 of the planning request (messages and plan schema) with every tool and with the tools
-:class:`pipeline.mcp_offer.ToolOffer` (``[mcp]`` defaults) offers for a request, how many were
+:func:`pipeline.mcp_offer.offered_tools` (``[mcp]`` defaults) offers for a request, how many were
 offered, and the time the choice takes per request (the first, with the word cache cold, and
 the mean of the next ``R``).
 """
@@ -17,7 +17,9 @@ import asyncio
 import json
 import time
 
-from pipeline.mcp_offer import ToolOffer
+from bot.backends import pipeline_config
+from bot.settings import Settings
+from pipeline.mcp_offer import offered_tools
 from pipeline.mcp_tools import tool_from_listing
 from pipeline.planning import plan_schema, planning_messages
 from pipeline.tasks import TASKS
@@ -44,13 +46,13 @@ def main() -> None:
     for tool in tools.values():
         TASKS[tool.task] = tool.spec
     available = registry | frozenset(tools)
-    offer = ToolOffer()
+    offer = pipeline_config(Settings()).offer
     start = time.perf_counter()
-    offered, notes = offer.choose(available, set(tools), REQUEST)
+    offered, notes = offered_tools(offer, available, set(tools), REQUEST)
     cold = time.perf_counter() - start
     start = time.perf_counter()
     for _ in range(args.runs):
-        offer.choose(available, set(tools), REQUEST)
+        offered_tools(offer, available, set(tools), REQUEST)
     warm = (time.perf_counter() - start) / args.runs
     print(f"tools listed: {len(tools):,} (and {len(registry)} registry tasks)")
     print(f"planning request, every tool: {request_chars(available):,} characters")

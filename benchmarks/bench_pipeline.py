@@ -105,7 +105,10 @@ async def bench_graphs(stand: StandIns, data_dir: Path, repeats: int) -> list[di
     pipeline = service.pipeline
     sink = LocalResourceSink(service.media)
     data = (MEDIA / "chelsea.png").read_bytes()
-    info = await inspect_upload(data, "chelsea.png", "image/png", max_bytes=25 << 20)
+    limits = service.settings
+    info = await inspect_upload(data, "chelsea.png", "image/png", max_bytes=25 << 20,
+                                max_pixels=limits.inference.max_image_pixels,
+                                max_text_bytes=limits.storage.max_text_file_bytes)
     photo = await sink.add(data, kind=info.kind, mime=info.mime, origin="user", description=info.description, name="chelsea.png")
     request = Request(text="benchmark", files=[photo])
     available = await pipeline.served_tasks()

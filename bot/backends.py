@@ -1,5 +1,6 @@
-"""The backends of the pipeline, built from settings: the controller LLM, the model catalog and its
-live availability, the experts, model selection and the execution limits.
+"""The backends of the pipeline, built from settings: the pipeline's configuration (read once,
+:func:`pipeline_config`), the controller LLM, the model catalog and its live availability, the
+experts and model selection.
 
 This is the part of the composition root that knows the pipeline's classes; the service
 (:meth:`bot.service.Service.create`) adds storage around it.
@@ -13,11 +14,11 @@ from collections.abc import Awaitable, Callable
 from pipeline.catalog import Availability, Catalog
 from pipeline.catalog.placement import Mode
 from pipeline.catalog.servers import ExpertServers
+from pipeline.config import ExecutionLimits, ExpertAccess, McpServerConfig, OutputLimits, PipelineConfig, ToolOffer
 from pipeline.core import Pipeline
 from pipeline.decoding import Decoder
-from pipeline.execution import ExecutionLimits
 from pipeline.experts.controller import ControllerRunner
-from pipeline.experts.hub import ExpertSettings, HubRunner
+from pipeline.experts.hub import HubRunner
 from pipeline.experts.local import LocalRunner
 from pipeline.experts.providers import ProviderPolicy
 from pipeline.experts.routing import RoutingRunner
@@ -83,6 +84,49 @@ def _mode(settings: Settings) -> Mode:
     return inf.mode
 
 
+def pipeline_config(settings: Settings) -> PipelineConfig:
+    """The settings the pipeline's parts read, in the one typed value they are given: the only
+    place they are copied out of ``settings`` (their defaults are the settings model's).
+
+    Args:
+        settings: the loaded settings.
+
+    Returns:
+        :class:`pipeline.config.PipelineConfig`, secrets in plain text (its repr leaves them out).
+    """
+    inf = settings.inference
+    experts = ExpertAccess(
+        provider=inf.provider, token=secret(inf.token), bill_to=inf.bill_to, router_url=inf.router_url,
+        base_url=inf.base_url, endpoints=dict(inf.endpoints),
+        expert_keys={url: key.get_secret_value() for url, key in inf.experts_api_keys.items()},
+        max_attempts=inf.max_attempts, backoff_max=inf.backoff_max,
+    )
+    output = OutputLimits(max_media_bytes=inf.max_media_bytes, max_json_bytes=inf.max_json_bytes,
+                          max_items=inf.max_items, max_image_pixels=inf.max_image_pixels,
+                          max_text_chars=inf.max_text_chars)
+    execution = ExecutionLimits(task_timeout=inf.task_timeout, deadline=inf.deadline,
+                                max_candidates_tried=inf.max_candidates_tried, max_replans=settings.planning.max_replans)
+    mcp = settings.mcp
+    offer = ToolOffer(max_tools=mcp.max_tools, max_chars=mcp.max_tool_chars)
+    return PipelineConfig(experts=experts, output=output, execution=execution, offer=offer,
+                          mcp_servers=mcp_servers(settings))
+
+
+def mcp_servers(settings: Settings) -> tuple[McpServerConfig, ...]:
+    """The servers of ``[mcp] servers`` as the pipeline takes them (secrets in plain text, left out
+    of their repr); a stdio server's stderr goes to ``<data_dir>/logs/mcp-<name>.log``."""
+    logs = settings.storage.data_dir / "logs"
+    return tuple(
+        McpServerConfig(
+            name=name, command=s.command, args=tuple(s.args),
+            env={k: v.get_secret_value() for k, v in s.env.items()}, url=s.url,
+            headers={k: v.get_secret_value() for k, v in s.headers.items()}, tools=tuple(s.tools),
+            errlog=logs / f"mcp-{name}.log", connect_timeout=s.connect_timeout, max_log_bytes=settings.mcp.max_log_bytes,
+        )
+        for name, s in settings.mcp.servers.items()
+    )
+
+
 def build_controller(settings: Settings) -> Controller:
     """The controller LLM client of ``[llm]`` (close it with ``aclose``).
 
@@ -125,25 +169,24 @@ def build_pipeline(settings: Settings) -> tuple[Pipeline, list[Callable[[], Awai
         ttl=settings.catalog.availability_ttl,
         policy=ProviderPolicy(inf.provider, dict(inf.providers)),
     )
-    experts = ExpertSettings.from_inference(inf)
-    hub = HubRunner(experts)
+    config = pipeline_config(settings)
+    hub = HubRunner(config)
     servers = expert_servers(settings)
-    toolbox = Toolbox(settings.mcp.configs(settings.storage.data_dir / "logs"))  # [mcp] servers: tools are tasks too
+    toolbox = Toolbox(config.mcp_servers)  # [mcp] servers: tools are tasks too
     selector = ToolSelector(
         toolbox, catalog, availability, controller, strategy=inf.selection, top_k=inf.top_k,
-        controller_tasks=inf.controller_tasks, servers=servers, mode=_mode(settings), offer=settings.mcp.offer(),
+        controller_tasks=inf.controller_tasks, servers=servers, mode=_mode(settings), offer=config.offer,
     )
-    limits = ExecutionLimits(task_timeout=inf.task_timeout, deadline=inf.deadline, max_candidates_tried=inf.max_candidates_tried,
-                             max_replans=settings.planning.max_replans)
     runners = {
         "hub": RoutingRunner(hub, selector.placement),
-        "controller": ControllerRunner(controller, experts.limits),
-        "local": LocalRunner(max_image_pixels=inf.max_image_pixels),
-        "mcp": McpRunner(toolbox, experts.limits, experts.max_media_bytes, experts.max_json_bytes),
+        "controller": ControllerRunner(controller, config.output),
+        "local": LocalRunner(config.output),
+        "mcp": McpRunner(toolbox, config.output),
     }
     docs = settings.documents
-    decoder = Decoder(docs.decode_workers, docs.decode_memory_bytes, inf.max_image_pixels, docs.decode_timeout)
-    pipeline = Pipeline(controller, selector, runners, limits, decoder)
+    decoder = Decoder(max_pixels=config.output.max_image_pixels, workers=docs.decode_workers,
+                      memory_bytes=docs.decode_memory_bytes, timeout=docs.decode_timeout)
+    pipeline = Pipeline(controller, selector, runners, config.execution, decoder)
     closers = [pipeline.aclose, hub.aclose, controller.aclose, toolbox.aclose]
     if servers is not None:
         closers.append(servers.aclose)

@@ -29,7 +29,7 @@ import tomllib
 from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import unquote, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
@@ -41,11 +41,6 @@ from pipeline.experts.providers import POLICIES, check_choice
 
 from .errors import ConfigError
 from .paths import default_data_dir
-
-if TYPE_CHECKING:  # the MCP runner (and the Hub client under it) loads only when servers are used
-    from pipeline.mcp_offer import ToolOffer
-    from pipeline.mcp_tools import McpServerConfig
-
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
@@ -534,28 +529,6 @@ class McpSettings(BaseModel):
             if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,31}", name):
                 raise ValueError(f"the server name {name!r} may have 1 to 32 lower-case letters, digits and -")
         return self
-
-    def configs(self, logs: Path | None = None) -> list[McpServerConfig]:
-        """The servers as the pipeline takes them (secrets in plain text); a stdio server's stderr
-        goes to ``<logs>/mcp-<name>.log`` when ``logs`` is given."""
-        from pipeline.mcp_tools import McpServerConfig
-
-        return [
-            McpServerConfig(
-                name=name, command=s.command, args=tuple(s.args),
-                env={k: v.get_secret_value() for k, v in s.env.items()}, url=s.url,
-                headers={k: v.get_secret_value() for k, v in s.headers.items()}, tools=tuple(s.tools),
-                connect_timeout=s.connect_timeout, errlog=logs / f"mcp-{name}.log" if logs else None,
-                max_log_bytes=self.max_log_bytes,
-            )
-            for name, s in self.servers.items()
-        ]
-
-    def offer(self) -> ToolOffer:
-        """The bounds on the tools offered to the planner (``max_tools``, ``max_tool_chars``)."""
-        from pipeline.mcp_offer import ToolOffer
-
-        return ToolOffer(self.max_tools, self.max_tool_chars)
 
     def secret_values(self) -> list[Any]:
         """Header and environment values of 8 characters or more (tokens), for log masking."""

@@ -70,10 +70,6 @@ TEXT_TYPES: dict[str, str] = {
 }
 """Extensions of the text files users may attach (their content becomes a text resource)."""
 
-DEFAULT_MAX_TEXT_BYTES = 1 * MiB
-"""Bytes, the text-file limit when the caller gives none (``[storage] max_text_file_bytes``'s default)."""
-
-
 def _text_label(name: str | None, declared_mime: str | None) -> str | None:
     """The text MIME type the user's label claims (``None``: the label says no text type, or its
     declared type says image, audio or video, which wins over the name)."""
@@ -164,11 +160,7 @@ class Inspected:
     characters: int | None = None
 
 
-DEFAULT_MAX_PIXELS = 40_000_000
-"""Pixels, the image limit when the caller gives none (``[inference] max_image_pixels``'s default)."""
-
-
-def _check_image(data: bytes, label: str, max_pixels: int = DEFAULT_MAX_PIXELS) -> tuple[str, int, int]:
+def _check_image(data: bytes, label: str, max_pixels: int) -> tuple[str, int, int]:
     """Check an image's declared size against ``max_pixels`` from its header, then decode it
     fully; returns ``(mime, width, height)``. Raises InputError."""
     try:
@@ -198,15 +190,15 @@ def _check_image(data: bytes, label: str, max_pixels: int = DEFAULT_MAX_PIXELS) 
     return _PIL_MIME.get(fmt, f"image/{fmt.lower() or 'unknown'}"), w, h
 
 
-async def probe(source: bytes | Path, timeout: float | None = None, decoder: Decoder | None = None) -> dict:
+async def probe(source: bytes | Path, decoder: Decoder, timeout: float | None = None) -> dict:
     """Describe an audio or video file's streams with the FFmpeg libraries (PyAV,
     :func:`pipeline.media.stream_info`) in a worker process of ``decoder``: no ``ffprobe``
     process, no temporary file, and a crafted file cannot hold the service.
 
     Args:
         source: the file's bytes, or its path.
+        decoder: the worker processes.
         timeout: seconds to wait for the probe (``None``: the decoder's).
-        decoder: the worker processes (``None``: a decoder of its own, closed after).
 
     Returns:
         :func:`pipeline.media.stream_info`'s description.
@@ -215,9 +207,6 @@ async def probe(source: bytes | Path, timeout: float | None = None, decoder: Dec
         InputError: the FFmpeg libraries cannot read it, or the probe exceeds ``timeout`` or the
             decoder's memory ceiling.
     """
-    if decoder is None:
-        async with Decoder() as own:
-            return await probe(source, timeout, own)
     try:
         return await decoder.run(stream_info, source, what="the file", timeout=timeout)
     except DecodeError as exc:
@@ -243,8 +232,8 @@ async def inspect_upload(
     declared_mime: str | None,
     *,
     max_bytes: int,
-    max_pixels: int = DEFAULT_MAX_PIXELS,
-    max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES,
+    max_pixels: int,
+    max_text_bytes: int,
     decoder: Decoder | None = None,
 ) -> Inspected:
     """Check a user's file and describe it.
@@ -351,7 +340,7 @@ async def _inspect_media(data: bytes, label: str, kind: Modality, mime: str, max
         mime, width, height = await asyncio.to_thread(_check_image, data, label, max_pixels)
         return _Media("image", mime, width, height, None)
     if decoder is None:
-        async with Decoder() as own:
+        async with Decoder(max_pixels=max_pixels) as own:
             return await _inspect_stream(data, label, kind, mime, own, max_pixels)
     return await _inspect_stream(data, label, kind, mime, decoder, max_pixels)
 

@@ -18,7 +18,8 @@ from . import prompts
 from .decoding import Decoder
 from .catalog.availability import Availability
 from .errors import ControllerError, DeadlineError, HuggingGPTError, StoppedError
-from .execution import ExecutionLimits, ExecutionRun, Executor
+from .config import ExecutionLimits
+from .execution import ExecutionRun, Executor
 from .experts.base import ExpertRunner, RunnerKind
 from .llm import Controller, Usage
 from .response import fallback_answer, response_messages
@@ -63,17 +64,18 @@ class Pipeline:
         selector: model selection (catalog + availability).
         runners: the expert runner of each kind (``"hub"``, ``"controller"``, ``"local"``,
             :mod:`pipeline.experts`).
-        limits: per-task timeout, overall deadline, models tried per task.
-        decoder: the worker processes that read a video's sound and frames (``None``: one with
-            the default limits; it starts no process before the first video).
+        limits: per-task timeout, overall deadline, models tried per task, re-planning rounds
+            (:attr:`pipeline.config.PipelineConfig.execution`).
+        decoder: the worker processes that read a video's sound and frames (it starts no process
+            before the first video).
     """
 
     def __init__(
         self, controller: Controller, selector: Selector, runners: Mapping[RunnerKind, ExpertRunner], limits: ExecutionLimits,
-        decoder: Decoder | None = None,
+        decoder: Decoder,
     ) -> None:
         self.controller = controller
-        self.decoder = decoder or Decoder()
+        self.decoder = decoder
         self.selector = selector
         self.runners = dict(runners)
         self.limits = limits

@@ -27,7 +27,6 @@ from multiprocessing.connection import Connection
 from typing import Any, TypeVar
 
 from .errors import HuggingGPTError
-from .tasks.base import OutputLimits
 
 log = logging.getLogger(__name__)
 
@@ -126,8 +125,8 @@ class Decoder:
     ``hugginggpt``): a main script's top level must stay light.
     """
 
-    def __init__(self, workers: int = WORKERS, memory_bytes: int = MEMORY_BYTES,
-                 max_pixels: int = OutputLimits.max_image_pixels, timeout: float = TIMEOUT) -> None:
+    def __init__(self, *, max_pixels: int, workers: int = WORKERS, memory_bytes: int = MEMORY_BYTES,
+                 timeout: float = TIMEOUT) -> None:
         self.workers = workers
         self.timeout = timeout
         self.memory_bytes = memory_bytes

@@ -14,9 +14,9 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from .config import ExecutionLimits
 from .errors import ControllerError, ExpertError
 from .experts.base import ExpertRunner, RunnerKind
 from .llm import Usage
@@ -42,17 +42,6 @@ from .types import (
 )
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class ExecutionLimits:
-    """Time limits in seconds, how many models a task may try, and how many times the
-    controller may re-plan from the results (:mod:`pipeline.replanning`; 0: never)."""
-
-    task_timeout: float = 120.0
-    deadline: float = 600.0
-    max_candidates_tried: int = 3
-    max_replans: int = 1
 
 
 class ResolveError(Exception):

@@ -148,11 +148,12 @@ class Controller:
         model: model name sent to the server.
         base_url: server base URL (e.g. ``http://127.0.0.1:8000/v1``); ``None`` for the SDK default.
         api_key: the key; any non-empty string for local servers.
-        timeout: seconds per request.
-        max_retries: SDK retries on 408/409/429/5xx/connection errors.
+        timeout: seconds per request (``[llm] timeout``).
+        max_retries: SDK retries on 408/409/429/5xx/connection errors (``[llm] max_retries``).
         structured_output: ``"auto"`` (JSON schema, falling back to JSON mode then plain text when
-            the server rejects it with 400), ``"json_schema"``, ``"json_object"`` or ``"off"``.
-        temperature: sampling temperature.
+            the server rejects it with 400), ``"json_schema"``, ``"json_object"`` or ``"off"``
+            (``[llm] structured_output``).
+        temperature: sampling temperature (``[llm] temperature``).
         max_reply_bytes: bytes, largest reply body read (``[llm] max_reply_bytes``).
         client: an ``AsyncOpenAI`` to use instead of building one.
     """
@@ -163,11 +164,11 @@ class Controller:
         model: str,
         base_url: str | None,
         api_key: str,
-        timeout: float = 60.0,
-        max_retries: int = 2,
-        structured_output: str = "auto",
-        temperature: float = 0.0,
-        max_reply_bytes: int = 4 * MiB,
+        timeout: float,
+        max_retries: int,
+        structured_output: str,
+        temperature: float,
+        max_reply_bytes: int,
         client: AsyncOpenAI | None = None,
     ) -> None:
         self.model = model

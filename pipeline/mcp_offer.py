@@ -17,8 +17,7 @@ import functools
 import logging
 import re
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
-
+from .config import ToolOffer
 from .tasks import TASKS
 
 log = logging.getLogger(__name__)
@@ -57,52 +56,41 @@ def prompt_chars(name: str) -> int:
     return line + 2 * (len(name) + 4)
 
 
-@dataclass(frozen=True)
-class ToolOffer:
-    """The bounds on the MCP tools offered to the planner (``[mcp] max_tools``, ``max_tool_chars``).
+def offered_tools(offer: ToolOffer, available: AbstractSet[str], tools: AbstractSet[str],
+                  request_text: str) -> tuple[frozenset[str], list[str]]:
+    """The tasks to offer for ``request_text`` (see the module docstring), and the note for
+    the user when tools were left out.
 
-    Attributes:
-        max_tools: tools offered at most.
-        max_chars: characters of planning prompt the offered tools take at most (:func:`prompt_chars`).
+    Args:
+        offer: the bounds (``[mcp] max_tools`` and ``max_tool_chars``).
+        available: the served task names, MCP tools included.
+        tools: which of them are MCP tools (registered in :data:`pipeline.tasks.TASKS`).
+        request_text: the user's request.
+
+    Returns:
+        ``available`` with only the chosen MCP tools; ``[]`` or one sentence.
     """
+    tools = sorted(n for n in tools if n in available and n in TASKS)
+    cost = {n: prompt_chars(n) for n in tools}
+    if len(tools) <= offer.max_tools and sum(cost.values()) <= offer.max_chars:
+        return frozenset(available), []
+    wanted = stems(request_text)
 
-    max_tools: int = 40
-    max_chars: int = 20_000
+    def score(name: str) -> int:
+        named = stems(name)
+        return NAME_WEIGHT * len(wanted & named) + len(wanted & (stems(TASKS[name].description) - named))
 
-    def choose(self, available: AbstractSet[str], tools: AbstractSet[str],
-               request_text: str) -> tuple[frozenset[str], list[str]]:
-        """The tasks to offer for ``request_text`` (see the module docstring), and the note for
-        the user when tools were left out.
-
-        Args:
-            available: the served task names, MCP tools included.
-            tools: which of them are MCP tools (registered in :data:`pipeline.tasks.TASKS`).
-            request_text: the user's request.
-
-        Returns:
-            ``available`` with only the chosen MCP tools; ``[]`` or one sentence.
-        """
-        tools = sorted(n for n in tools if n in available and n in TASKS)
-        cost = {n: prompt_chars(n) for n in tools}
-        if len(tools) <= self.max_tools and sum(cost.values()) <= self.max_chars:
-            return frozenset(available), []
-        wanted = stems(request_text)
-
-        def score(name: str) -> int:
-            named = stems(name)
-            return NAME_WEIGHT * len(wanted & named) + len(wanted & (stems(TASKS[name].description) - named))
-
-        chosen: list[str] = []
-        used = 0
-        for name in sorted(tools, key=lambda n: (-score(n), n)):
-            if len(chosen) == self.max_tools:
-                break
-            if used + cost[name] <= self.max_chars:
-                chosen.append(name)
-                used += cost[name]
-        left = len(tools) - len(chosen)
-        log.info("MCP tools: %d of %d offered to the planner (%d characters; [mcp] max_tools = %d, "
-                 "max_tool_chars = %d)", len(chosen), len(tools), used, self.max_tools, self.max_chars)
-        note = (f"The MCP servers list {len(tools):,} tools, more than the planner can be shown: the {len(chosen)} "
-                f"closest to your request were offered and {left:,} were left out.")
-        return frozenset(available).difference(tools) | frozenset(chosen), [note]
+    chosen: list[str] = []
+    used = 0
+    for name in sorted(tools, key=lambda n: (-score(n), n)):
+        if len(chosen) == offer.max_tools:
+            break
+        if used + cost[name] <= offer.max_chars:
+            chosen.append(name)
+            used += cost[name]
+    left = len(tools) - len(chosen)
+    log.info("MCP tools: %d of %d offered to the planner (%d characters; [mcp] max_tools = %d, "
+             "max_tool_chars = %d)", len(chosen), len(tools), used, offer.max_tools, offer.max_chars)
+    note = (f"The MCP servers list {len(tools):,} tools, more than the planner can be shown: the {len(chosen)} "
+            f"closest to your request were offered and {left:,} were left out.")
+    return frozenset(available).difference(tools) | frozenset(chosen), [note]

@@ -29,16 +29,16 @@ import contextlib
 import logging
 import re
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import json_repair
 
 from .llm import Usage
 from .mcp_errlog import capped_stderr
-from .mcp_offer import ToolOffer
+from .config import McpServerConfig, ToolOffer
+from .mcp_offer import offered_tools
 from .selection import Selector
 from .tasks import TASKS, TaskSpec
 from .types import Modality, Selection, Task
@@ -54,35 +54,6 @@ RETRY_AFTER = 30.0
 """Seconds before a server that could not be reached is tried again."""
 _MEDIA = ("image", "audio", "video")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
-
-
-@dataclass(frozen=True)
-class McpServerConfig:
-    """One MCP server to use as experts (from ``[mcp] servers``).
-
-    Attributes:
-        name: short name, part of its task names (``[a-z0-9-]``).
-        command: the program to start (stdio transport), or ``None`` for ``url``.
-        args: its arguments.
-        env: extra environment of the program (only the SDK's safe defaults are inherited).
-        url: the streamable HTTP endpoint, or ``None`` for ``command``.
-        headers: HTTP headers sent to ``url`` (``Authorization``).
-        tools: the tools to offer (``[]``: all the server lists).
-        connect_timeout: seconds to start, initialise and list tools.
-        errlog: file the program's stderr is appended to (``None``: this process's stderr).
-        max_log_bytes: bytes of the program's stderr kept per start (:mod:`pipeline.mcp_errlog`).
-    """
-
-    name: str
-    command: str | None = None
-    args: tuple[str, ...] = ()
-    env: Mapping[str, str] = field(default_factory=dict)
-    url: str | None = None
-    headers: Mapping[str, str] = field(default_factory=dict)
-    tools: tuple[str, ...] = ()
-    connect_timeout: float = 20.0
-    errlog: Path | None = None
-    max_log_bytes: int = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -319,7 +290,7 @@ class Toolbox:
         servers: the servers' settings.
     """
 
-    def __init__(self, servers: list[McpServerConfig]) -> None:
+    def __init__(self, servers: Iterable[McpServerConfig]) -> None:
         self.servers = {s.name: ToolServer(s) for s in servers}
         self._lock = asyncio.Lock()
 
@@ -386,17 +357,17 @@ class ToolSelector(Selector):
         offer: the bounds on the tools offered to the planner for one request.
     """
 
-    def __init__(self, toolbox: Toolbox, *args: Any, offer: ToolOffer | None = None, **kwargs: Any) -> None:
+    def __init__(self, toolbox: Toolbox, *args: Any, offer: ToolOffer, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.toolbox = toolbox
-        self.offer = offer or ToolOffer()
+        self.offer = offer
 
     def offered_tasks(self, available: frozenset[str], request_text: str) -> tuple[frozenset[str], list[str]]:
         """``available`` with only the MCP tools closest to ``request_text`` when the servers
         list more than ``offer`` allows, and the note saying so
-        (:meth:`pipeline.mcp_offer.ToolOffer.choose`)."""
+        (:func:`pipeline.mcp_offer.offered_tools`)."""
         tools = {n for n in available if self.toolbox.tool(n) is not None}
-        return self.offer.choose(available, tools, request_text)
+        return offered_tools(self.offer, available, tools, request_text)
 
     async def served_tasks(self) -> set[str]:
         """The served registry tasks and the tools of the connected MCP servers."""

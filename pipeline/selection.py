@@ -56,8 +56,8 @@ class Selector:
         catalog: ``candidates(task)`` ranked by downloads (``pipeline.catalog.Catalog``).
         availability: ``filter(cards)`` keeps models the backends can run now.
         controller: the controller LLM (for the ``llm`` strategy).
-        strategy: ``"llm"`` or ``"top"``.
-        top_k: candidates kept per task.
+        strategy: ``"llm"`` or ``"top"`` (``[inference] selection``).
+        top_k: candidates kept per task (``[inference] top_k``).
         controller_tasks: task names the controller serves itself.
         servers: the team's expert servers (``None``: none).
         mode: ``"hybrid"``, ``"local"`` or ``"providers"`` (``[inference] mode``).
@@ -69,8 +69,8 @@ class Selector:
         availability: AvailabilityLike,
         controller: Controller,
         *,
-        strategy: str = "llm",
-        top_k: int = 5,
+        strategy: str,
+        top_k: int,
         controller_tasks: Sequence[str] = (),
         servers: ExpertServers | None = None,
         mode: Mode = "hybrid",

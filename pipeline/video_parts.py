@@ -20,7 +20,6 @@ import av
 from PIL import Image
 
 from .decoding import Decoder, DecodeError
-from .tasks.base import OutputLimits
 from .types import Resource, ResourceSink
 
 log = logging.getLogger(__name__)
@@ -135,8 +134,8 @@ def _sound(data: bytes, max_seconds: float) -> tuple[bytes | None, float, bool]:
         return (out_buf.getvalue() if samples else None), samples / SOUND_RATE, cut
 
 
-def extract_parts(data: bytes, *, frames: int = 3, max_sound_seconds: float = 600.0, max_side: int = 1024,
-                  max_pixels: int = OutputLimits.max_image_pixels) -> VideoParts:
+def extract_parts(data: bytes, *, max_pixels: int, frames: int = 3, max_sound_seconds: float = 600.0,
+                  max_side: int = 1024) -> VideoParts:
     """The sound track and ``frames`` evenly spread frames of the video ``data`` (blocking, in
     the calling process: :func:`video_parts` runs it in a worker).
 
@@ -162,19 +161,16 @@ def extract_parts(data: bytes, *, frames: int = 3, max_sound_seconds: float = 60
         raise DecodeError(f"The video could not be decoded ({e.__class__.__name__}).", repr(e)) from None
 
 
-async def video_parts(data: bytes, *, decoder: Decoder | None = None, timeout: float | None = None,
+async def video_parts(data: bytes, *, decoder: Decoder, timeout: float | None = None,
                       what: str = "the video", **options: float) -> VideoParts:
     """:func:`extract_parts` in a worker process of ``decoder`` (its pixel limit applies), given at
-    most ``timeout`` seconds (``None``: the decoder's); without a decoder, in a worker of a decoder of its own, closed after.
+    most ``timeout`` seconds (``None``: the decoder's).
 
     Raises:
         DecodeError: FFmpeg cannot read the video, its frames are over the pixel limit, or reading
             it took longer than ``timeout`` or more memory than the decoder's ceiling (one sentence;
             ``reason`` says which; a :class:`ValueError`).
     """
-    if decoder is None:
-        async with Decoder() as own:
-            return await video_parts(data, decoder=own, timeout=timeout, what=what, **options)
     return await decoder.run(_extract, data, {**options, "max_pixels": decoder.max_pixels}, timeout=timeout, what=what)
 
 
@@ -187,7 +183,7 @@ WHY_UNREAD = {"timeout": "it took too long to decode", "memory": "decoding it ne
 """Why a video's parts were not read, by :attr:`DecodeError.reason` (otherwise: it could not be decoded)."""
 
 
-async def add_video_parts(files: Sequence[Resource], sink: ResourceSink, *, decoder: Decoder | None = None,
+async def add_video_parts(files: Sequence[Resource], sink: ResourceSink, *, decoder: Decoder,
                           timeout: float | None = None, frames: int = 3) -> tuple[list[Resource], list[str]]:
     """Store the sound and a few frames of each video in ``files`` as resources of their own, so
     task planning can give them to audio and image tasks (a video's speech transcribed, its scenes
@@ -196,7 +192,7 @@ async def add_video_parts(files: Sequence[Resource], sink: ResourceSink, *, deco
     Args:
         files: the files of this turn; only ``kind == "video"`` ones are read.
         sink: where the parts are stored; each part's ``origin`` is its video's id (``"video-1"``).
-        decoder: the worker processes that decode (``None``: a decoder of its own per video).
+        decoder: the worker processes that decode (its pixel limit applies).
         timeout: seconds allowed per video (``None``: the decoder's).
         frames: frames per video, at the middles of equal slices of its length.
 

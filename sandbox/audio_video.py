@@ -21,6 +21,8 @@ from .faults import Fault
 from .imaging import load_font, prompt_colour
 
 SAMPLE_RATE = 16000
+FRAME_PIXELS = 3840 * 2160
+"""Pixels of a video frame the stand-in's video classification decodes at most (a 4K frame)."""
 
 
 def make_wav(text: str) -> bytes:
@@ -150,9 +152,11 @@ async def motion_labels(video: bytes) -> list[dict[str, float | str]]:
     Raises:
         ValueError: the video cannot be decoded.
     """
+    from pipeline.decoding import Decoder
     from pipeline.video_parts import video_parts
 
-    parts = await video_parts(video, timeout=30.0, frames=2, max_side=64, max_sound_seconds=0)
+    async with Decoder(max_pixels=FRAME_PIXELS) as decoder:
+        parts = await video_parts(video, decoder=decoder, timeout=30.0, frames=2, max_side=64, max_sound_seconds=0)
     if len(parts.frames) < 2:
         raise ValueError("the video has fewer than two frames")
     first, last = (np.asarray(Image.open(io.BytesIO(f.png)).convert("L"), dtype="float32") / 255 for f in parts.frames)

@@ -59,11 +59,42 @@ async def sandbox():
         yield sb
 
 
+def upload_limits(**limits: int) -> dict[str, int]:
+    """``inspect_upload``'s pixel and text-file limits as the service passes them: the settings
+    model's defaults, with ``limits`` (``max_pixels``, ``max_text_bytes``) instead where given."""
+    from bot.settings import Settings
+
+    settings = Settings()
+    return {"max_pixels": settings.inference.max_image_pixels,
+            "max_text_bytes": settings.storage.max_text_file_bytes, **limits}
+
+
+def mcp_server(name: str, **kw: object):
+    """An MCP server's :class:`pipeline.config.McpServerConfig`, with the settings model's
+    ``connect_timeout`` and ``[mcp] max_log_bytes`` where ``kw`` gives none."""
+    from bot.settings import McpServerSettings, McpSettings
+    from pipeline.config import McpServerConfig
+
+    limits = {"connect_timeout": McpServerSettings(url="http://127.0.0.1/").connect_timeout,
+              "max_log_bytes": McpSettings().max_log_bytes}
+    return McpServerConfig(name, **{**limits, **kw})
+
+
+@pytest.fixture
+async def decoder():
+    """Decoding worker processes with the settings model's pixel limit (closed after the test)."""
+    from bot.settings import Settings
+    from pipeline.decoding import Decoder
+
+    async with Decoder(max_pixels=Settings().inference.max_image_pixels) as d:
+        yield d
+
+
 async def stored_upload(sink, data: bytes, name: str | None, declared_mime: str | None, max_bytes: int = 25 << 20):
     """Check a user's file as the service does (``inspect_upload``) and store it through ``sink``."""
     from bot.uploads import inspect_upload
 
-    info = await inspect_upload(data, name, declared_mime, max_bytes=max_bytes)
+    info = await inspect_upload(data, name, declared_mime, max_bytes=max_bytes, **upload_limits())
     return await sink.add(data, kind=info.kind, mime=info.mime, origin="user", description=info.description, name=name)
 
 

@@ -26,8 +26,10 @@ from PIL import Image
 from bot.errors import InputError, StorageError
 from bot.uploads import inspect_upload
 from pipeline.errors import ExpertError
-from pipeline.experts.hub import ExpertSettings, HubRunner
-from tests.conftest import stored_upload
+from bot.backends import pipeline_config
+from bot.settings import Settings
+from pipeline.experts.hub import HubRunner
+from tests.conftest import stored_upload, upload_limits
 
 ROOT = Path(__file__).resolve().parents[1]
 MiB = 1024 * 1024
@@ -106,7 +108,7 @@ async def bad():
 
 def runner(bad: BadExpert, **kw) -> HubRunner:
     base = dict(base_url=bad.url, task_timeout=20.0, max_attempts=3, backoff_max=0.05)
-    return HubRunner(ExpertSettings(**{**base, **kw}))
+    return HubRunner(pipeline_config(Settings(inference={**base, **kw})))
 
 
 def bomb_png(side: int = 30000) -> bytes:
@@ -193,7 +195,9 @@ RSS_SCRIPT = textwrap.dedent(
     sys.path.insert(0, sys.argv[1])
     from tests.test_bounded_replies import BadExpert
     from pipeline.errors import ExpertError
-    from pipeline.experts.hub import ExpertSettings, HubRunner
+    from bot.backends import pipeline_config
+    from bot.settings import Settings
+    from pipeline.experts.hub import HubRunner
 
     class Sink:
         async def add(self, data, **kw):
@@ -202,7 +206,7 @@ RSS_SCRIPT = textwrap.dedent(
     async def main():
         async with BadExpert() as bad:
             bad.handlers["huge/t2i"] = bad.stream(1024 * 1024 * 1024, "image/png")
-            ex = HubRunner(ExpertSettings(base_url=bad.url, task_timeout=60))  # default limits: 64 MiB media
+            ex = HubRunner(pipeline_config(Settings(inference=dict(base_url=bad.url, task_timeout=60))))  # default limits: 64 MiB media
             try:
                 await ex.run("text-to-image", "huge/t2i", {"text": "a cat"}, Sink(), task_id=1)
             except ExpertError as e:
@@ -288,7 +292,7 @@ async def test_drawing_stops_when_its_task_is_cancelled(media_dir):
 
     def draw(*args, stop):
         try:
-            render.draw_boxes(*args, stop=stop)
+            render.draw_boxes(*args, max_pixels=Settings().inference.max_image_pixels, stop=stop)
             outcome.append("finished")
         except render.Stopped:
             outcome.append("stopped")
@@ -326,7 +330,7 @@ async def test_expert_image_under_pillow_limit_but_over_ours_is_refused(bad, sin
     try:
         with pytest.raises(ExpertError) as ei:
             await ex.run("text-to-image", "big/t2i", {"text": "a cat"}, sink, task_id=1)
-        ok = HubRunner(ExpertSettings(base_url=bad.url, max_image_pixels=10_000_000))
+        ok = HubRunner(pipeline_config(Settings(inference=dict(base_url=bad.url, max_image_pixels=10_000_000))))
         try:
             out = await ok.run("text-to-image", "big/t2i", {"text": "a cat"}, sink, task_id=2)
         finally:
@@ -339,16 +343,16 @@ async def test_expert_image_under_pillow_limit_but_over_ours_is_refused(bad, sin
 
 async def test_uploaded_bomb_is_refused_before_decoding(bomb):
     with pytest.raises(InputError) as ei:
-        await inspect_upload(bomb, "huge.png", "image/png", max_bytes=25 * MiB)
+        await inspect_upload(bomb, "huge.png", "image/png", max_bytes=25 * MiB, **upload_limits())
     assert ei.value.user_message == (
         "The image huge.png has too many pixels to process safely; the limit is 40 million pixels "
         "([inference] max_image_pixels)."
     )
     small = bomb_png(3000)
     with pytest.raises(InputError) as ei:
-        await inspect_upload(small, "big.png", None, max_bytes=25 * MiB, max_pixels=1_000_000)
+        await inspect_upload(small, "big.png", None, max_bytes=25 * MiB, **upload_limits(max_pixels=1_000_000))
     assert "(3000x3000)" in ei.value.user_message and "1 million pixels" in ei.value.user_message
-    info = await inspect_upload(small, "big.png", None, max_bytes=25 * MiB, max_pixels=10_000_000)
+    info = await inspect_upload(small, "big.png", None, max_bytes=25 * MiB, **upload_limits(max_pixels=10_000_000))
     assert (info.width, info.height) == (3000, 3000)
 
 
@@ -401,13 +405,15 @@ OFFLINE_SCRIPT = textwrap.dedent(
     sys.path.insert(0, sys.argv[1])
     from tests.test_bounded_replies import BadExpert
     from pipeline.errors import ExpertError
-    from pipeline.experts.hub import ExpertSettings, HubRunner
+    from bot.backends import pipeline_config
+    from bot.settings import Settings
+    from pipeline.experts.hub import HubRunner
 
     async def main():
         async with BadExpert() as bad:
             bad.handlers["org/sum"] = bad.body(json.dumps([{"summary_text": "gateway answer"}]).encode())
-            gw = HubRunner(ExpertSettings(base_url=bad.url, task_timeout=10))
-            hub = HubRunner(ExpertSettings(provider="hf-inference", task_timeout=10, max_attempts=1))
+            gw = HubRunner(pipeline_config(Settings(inference=dict(base_url=bad.url, task_timeout=10))))
+            hub = HubRunner(pipeline_config(Settings(inference=dict(provider="hf-inference", task_timeout=10, max_attempts=1))))
             try:
                 out = await gw.run("summarization", "org/sum", {"text": "long"}, None, task_id=1)
                 print("gateway:", out.text)
@@ -445,8 +451,8 @@ async def test_local_runner_lets_a_storage_failure_through(sink, media_dir):
     photo = await stored_upload(sink, (media_dir / "chelsea.png").read_bytes(), "chelsea.png", None)
     failing = FailingSink()
     with pytest.raises(StorageError):
-        await LocalRunner().run("canny-control", LOCAL_MODEL, {"image": photo}, failing, task_id=1)
+        await LocalRunner(pipeline_config(Settings()).output).run("canny-control", LOCAL_MODEL, {"image": photo}, failing, task_id=1)
     assert failing.tries == 1
     with pytest.raises(ExpertError) as ei:
-        await LocalRunner(max_image_pixels=100_000).run("canny-control", LOCAL_MODEL, {"image": photo}, sink, task_id=2)
+        await LocalRunner(pipeline_config(Settings(inference=dict(max_image_pixels=100_000))).output).run("canny-control", LOCAL_MODEL, {"image": photo}, sink, task_id=2)
     assert ei.value.reason == "too_large"

@@ -2,7 +2,7 @@
 
 Each cassette is replayed byte for byte by ``tests/standins/cassettes.py``; the real
 ``huggingface_hub`` clients (``AsyncInferenceClient`` in :class:`HubRunner`, ``HfApi`` in
-:class:`Availability`) and the real ``openai`` client (:class:`Controller`) talk to it over HTTP.
+:class:`Availability`) and the real ``openai`` client (:class:`pipeline.llm.Controller`) talk to it over HTTP.
 Expected values are read from the recordings (the answer bodies), never typed in.
 """
 
@@ -18,13 +18,14 @@ from PIL import Image
 
 from bot.incoming import IncomingFile, Message
 from bot.service import Service
-from bot.settings import load_settings
+from bot.settings import Settings, load_settings
 from bot.uploads import probe
 from pipeline.catalog.availability import Availability
 from pipeline.catalog.models import ModelCard
 from pipeline.errors import ExpertError
-from pipeline.experts.hub import ExpertSettings, HubRunner
-from pipeline.llm import Controller, Usage
+from bot.backends import build_controller, pipeline_config
+from pipeline.experts.hub import HubRunner
+from pipeline.llm import Usage
 from pipeline.planning import plan_schema, validate_plan
 from pipeline.tasks import TASKS, languages
 from pipeline.tasks.base import Inputs
@@ -68,10 +69,10 @@ async def hub_for(replay):
         server = await replay(*names)
         # the recorded path is {router}/hf-inference/models/{id}: the product's gateway routing
         # ({base_url}/models/{id}) with base_url = {server}/hf-inference asks for exactly that path
-        hub = HubRunner(ExpertSettings(
+        hub = HubRunner(pipeline_config(Settings(inference=dict(
             provider="hf-inference", token=TOKEN, base_url=f"{server.url}/hf-inference",
             endpoints={m: server.url + p for m, p in (endpoints or {}).items()}, max_attempts=1,
-        ))
+        ))))
         runners.append(hub)
         return hub, server
 
@@ -122,14 +123,14 @@ async def test_recorded_labels(hub_for, sink, name):
     ("summarization--hf-inference", "summarization", "summary_text"),
     ("translation--hf-inference", "translation", "translation_text"),
 ])
-async def test_recorded_text(hub_for, sink, name, task, field):
+async def test_recorded_text(hub_for, sink, decoder, name, task, field):
     it = inference(name)
     hub, server = await hub_for(name)
     if task == "image-to-text":
         args: dict = {"image": await stored_upload(sink, it.request_body, "photo.png", None)}
     elif task == "automatic-speech-recognition":
         audio = await stored_upload(sink, it.request_body, "speech.flac", None)
-        info = await probe(audio.path)  # the recorded speech is real audio that decodes
+        info = await probe(audio.path, decoder)  # the recorded speech is real audio that decodes
         assert any(s["codec_type"] == "audio" for s in info["streams"]) and float(info["format"]["duration"]) > 1
         args = {"audio": audio}
     else:
@@ -200,7 +201,7 @@ async def test_fal_ai_image_is_stored_at_its_real_size(sink):
     from pipeline.experts.base import TaskSaver
 
     with Image.open(io.BytesIO(download.body)) as picture:
-        out = await TASKS["text-to-image"].normalise(picture, Inputs(text={"text": answer["prompt"]}), TaskSaver(sink, "text-to-image", 1))
+        out = await TASKS["text-to-image"].normalise(picture, Inputs(text={"text": answer["prompt"]}), TaskSaver(sink, "text-to-image", 1, pipeline_config(Settings()).output))
     with Image.open(out.files[0].path) as got:
         assert got.size == (answer["images"][0]["width"], answer["images"][0]["height"])
 
@@ -220,8 +221,8 @@ async def test_recorded_chat_completion_as_the_controller(replay, name):
     the streamed deltas, reach the product as recorded."""
     it = inference(name)
     server = await replay(name)
-    ctl = Controller(model=model_of(it), base_url=server.url + it.path.removesuffix("/chat/completions"),
-                     api_key=TOKEN, max_retries=0)
+    ctl = build_controller(Settings(llm=dict(model=model_of(it), base_url=server.url + it.path.removesuffix("/chat/completions"),
+                                             api_key=TOKEN, max_retries=0)))
     try:
         messages = it.request_json()["messages"]
         if it.request_json()["stream"]:
@@ -320,7 +321,7 @@ def test_plan_takes_languages_from_the_request_unless_it_names_them():
 ])
 async def test_languages_arrive_as_parameters(standin, sink, model, src, tgt, sent):
     standin.task_of[model] = "translation"
-    hub = HubRunner(ExpertSettings(base_url=standin.url, max_attempts=1))
+    hub = HubRunner(pipeline_config(Settings(inference=dict(base_url=standin.url, max_attempts=1))))
     try:
         args = {"text": "Guten Morgen", "tgt_lang": tgt, **({"src_lang": src} if src else {})}
         out = await hub.run("translation", model, args, sink, task_id=1)
@@ -338,7 +339,7 @@ async def test_languages_arrive_as_parameters(standin, sink, model, src, tgt, se
     ({"text": "Hello", "tgt_lang": "Klingon"}, "do not know the language 'Klingon'"),
 ])
 async def test_languages_a_model_cannot_take_are_refused_before_any_call(standin, sink, args, message):
-    hub = HubRunner(ExpertSettings(base_url=standin.url, max_attempts=1))
+    hub = HubRunner(pipeline_config(Settings(inference=dict(base_url=standin.url, max_attempts=1))))
     try:
         with pytest.raises(ExpertError) as ei:
             await hub.run("translation", "facebook/mbart-large-50-many-to-many-mmt", args, sink, task_id=1)

@@ -20,6 +20,8 @@ import pytest
 
 from bot.errors import InputError
 from bot.uploads import inspect_upload
+from bot.settings import Settings
+from tests.conftest import upload_limits
 from pipeline.decoding import Decoder, DecodeError
 from pipeline.media import stream_info
 from pipeline.video_parts import video_parts
@@ -38,7 +40,7 @@ async def test_a_stuck_video_is_stopped_and_other_work_goes_on(stuck_video):
     """Eight stuck decodes at once (the eight ``/mcp`` calls of the report): each ends at its
     timeout with one sentence, a probe of another file and the loop's own threads are served
     meanwhile."""
-    async with Decoder(workers=2, timeout=0.5) as decoder:
+    async with Decoder(max_pixels=Settings().inference.max_image_pixels, workers=2, timeout=0.5) as decoder:
         started = time.monotonic()
         stuck = [asyncio.create_task(video_parts(stuck_video, decoder=decoder)) for _ in range(8)]
         await asyncio.sleep(0.1)
@@ -48,7 +50,7 @@ async def test_a_stuck_video_is_stopped_and_other_work_goes_on(stuck_video):
     assert all(isinstance(e, DecodeError) and e.reason == "timeout" for e in done), done
     assert done[0].user_message == "Decoding the video took too long (more than 0.5 s)."
     assert elapsed < 4.0  # eight jobs of 0.5 s at most (the waiting ones count their wait), not eight decodes
-    async with Decoder(workers=2, timeout=30) as decoder:
+    async with Decoder(max_pixels=Settings().inference.max_image_pixels, workers=2, timeout=30) as decoder:
         stuck = asyncio.create_task(video_parts(stuck_video, decoder=decoder))
         await asyncio.sleep(0.2)
         clip = (MEDIA / "rocket_zoom.mp4").read_bytes()
@@ -68,10 +70,10 @@ async def test_frames_over_the_pixel_limit_are_refused_before_decoding(stuck_vid
         assert info.value.user_message == ("The video's frames are 3840x2160 pixels, more than the limit of 1 million "
                                            "pixels ([inference] max_image_pixels).")
         with pytest.raises(InputError) as upload:
-            await inspect_upload(stuck_video, "clip.mp4", None, max_bytes=1 << 25, max_pixels=1_000_000, decoder=decoder)
+            await inspect_upload(stuck_video, "clip.mp4", None, max_bytes=1 << 25, **upload_limits(max_pixels=1_000_000), decoder=decoder)
     assert upload.value.user_message == ("The clip.mp4 has frames of 3840x2160 pixels, more than the limit of 1 million "
                                          "pixels ([inference] max_image_pixels).")
-    async with Decoder() as decoder:  # within the limit: read, and the frames scaled to max_side by the decoder
+    async with Decoder(max_pixels=Settings().inference.max_image_pixels) as decoder:  # within the limit: read, and the frames scaled to max_side by the decoder
         parts = await video_parts(single_keyframe_video(1280, 720, 50), decoder=decoder, max_side=64)
     assert [(f.width, f.height) for f in parts.frames] == [(64, 36)] * 3, parts.frames
 

@@ -16,11 +16,11 @@ from PIL import Image
 from bot.documents import expand_documents, is_pdf
 from bot.errors import InputError
 from bot.incoming import IncomingFile
-from bot.settings import load_settings
+from bot.settings import Settings, load_settings
 from bot.uploads import inspect_upload
 from pipeline.decoding import Decoder
 from benchmarks.harness.crafted_files import WORDS, build_pdf, huge_page_pdf, many_operators_pdf, text_page_pdf
-from tests.conftest import media_file
+from tests.conftest import media_file, upload_limits
 
 def scan_pdf() -> bytes:
     """A one-page PDF that is only a picture (the cat photo), as a scanner would write it."""
@@ -40,12 +40,6 @@ def joined(*pdfs: bytes) -> bytes:
     return out.getvalue()
 
 
-@pytest.fixture
-async def decoder():
-    async with Decoder() as d:
-        yield d
-
-
 def docs(**kw):
     return load_settings(env={}, overrides={"documents": kw}).documents
 
@@ -59,11 +53,11 @@ async def test_text_and_a_scanned_page_become_a_text_file_and_an_image(decoder):
     assert kept is photo
     assert text.name == "report.txt" and text.data.decode() == f"[page 1]\n{WORDS}"
     assert page.name == "report-page2.png"
-    info = await inspect_upload(page.data, page.name, page.declared_mime, max_bytes=1 << 25)
+    info = await inspect_upload(page.data, page.name, page.declared_mime, max_bytes=1 << 25, **upload_limits())
     assert info.kind == "image"
     with Image.open(io.BytesIO(page.data)) as im:  # 451x300 points at 110 dpi, whole pixels rounded up
         assert im.size == (math.ceil(451 * 110 / 72), math.ceil(300 * 110 / 72))
-    info = await inspect_upload(text.data, text.name, text.declared_mime, max_bytes=1 << 25)
+    info = await inspect_upload(text.data, text.name, text.declared_mime, max_bytes=1 << 25, **upload_limits())
     assert info.kind == "text"
 
 
@@ -130,7 +124,7 @@ async def test_millions_of_text_operators_are_left_out_by_their_size(decoder):
 async def test_a_pdf_that_takes_too_long_is_stopped():
     """With the content limit raised, the same page takes seconds: the job is killed at its timeout."""
     crafted = many_operators_pdf(20_000_000)
-    async with Decoder(timeout=1.0) as decoder:
+    async with Decoder(max_pixels=Settings().inference.max_image_pixels, timeout=1.0) as decoder:
         started = time.monotonic()
         with pytest.raises(InputError) as info:
             await expand_documents([IncomingFile(crafted, name="ops.pdf")], docs(max_page_content_bytes=256 * 2**20),

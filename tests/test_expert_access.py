@@ -13,7 +13,9 @@ from aiohttp import web
 
 from pipeline.catalog.servers import ExpertServers
 from pipeline.errors import ExpertError
-from pipeline.experts.hub import ExpertSettings, HubRunner
+from bot.backends import pipeline_config
+from bot.settings import Settings
+from pipeline.experts.hub import HubRunner
 from benchmarks.harness.realparts import free_port
 
 
@@ -68,7 +70,7 @@ async def recorder():
 
 
 async def test_a_redirect_to_another_host_is_not_followed_with_the_input(recorder, sink):
-    hub = HubRunner(ExpertSettings(provider=None, task_timeout=10, max_attempts=1))
+    hub = HubRunner(pipeline_config(Settings(inference=dict(provider=None, task_timeout=10, max_attempts=1))))
     try:
         with pytest.raises(ExpertError) as e:
             await hub.run("text-classification", "away", {"text": "my private text"}, sink, task_id=1,
@@ -98,8 +100,8 @@ def keyed_server(tmp_path_factory):
 
 async def test_the_bot_sends_each_expert_server_its_key(keyed_server, sink):
     url = keyed_server.url
-    servers = ExpertServers([url], ttl=0, keys={url: "server-key-1"})
-    keyless = ExpertServers([url], ttl=0)
+    servers = ExpertServers([url], ttl=0, timeout=5, keys={url: "server-key-1"})
+    keyless = ExpertServers([url], ttl=0, timeout=5)
     try:
         [listing] = await servers.listings()
         assert listing.reachable and "tiny/bert-sentiment" in {m.id for m in listing.models}
@@ -108,9 +110,9 @@ async def test_the_bot_sends_each_expert_server_its_key(keyed_server, sink):
     finally:
         await servers.aclose()
         await keyless.aclose()
-    hub = HubRunner(ExpertSettings(provider=None, token="hf_secret_token", task_timeout=60, max_attempts=1,
-                                   expert_keys={url: "server-key-1"}))
-    other = HubRunner(ExpertSettings(provider=None, token="hf_secret_token", task_timeout=60, max_attempts=1))
+    hub = HubRunner(pipeline_config(Settings(inference=dict(provider=None, token="hf_secret_token", task_timeout=60, max_attempts=1,
+                                   experts_url=[url], experts_api_keys={url: "server-key-1"}))))
+    other = HubRunner(pipeline_config(Settings(inference=dict(provider=None, token="hf_secret_token", task_timeout=60, max_attempts=1))))
     try:
         out = await hub.run("text-classification", "tiny/bert-sentiment", {"text": "the cat is happy"}, sink,
                             task_id=1, url=f"{url}/models/tiny/bert-sentiment", expert_server=True)

@@ -18,7 +18,9 @@ from PIL import Image
 
 from tests.conftest import stored_upload
 from pipeline.errors import ExpertError
-from pipeline.experts.hub import ExpertSettings, HubRunner
+from bot.backends import pipeline_config
+from bot.settings import Settings
+from pipeline.experts.hub import HubRunner
 from pipeline.experts.local import LOCAL_MODEL, LocalRunner
 from bot.uploads import probe
 from pipeline.tasks import TASKS
@@ -31,10 +33,10 @@ MODELS = {task: f"sandbox/{task}-model" for task, spec in TASKS.items() if not s
 async def experts(standin):
     standin.task_of.update({m: t for t, m in MODELS.items()})
     ex = HubRunner(
-        ExpertSettings(
+        pipeline_config(Settings(inference=dict(
             provider="hf-inference", token=TOKEN, base_url=standin.url, endpoints={},
             task_timeout=5.0, max_attempts=3, backoff_max=0.3,
-        )
+        )))
     )
     yield ex
     await ex.aclose()
@@ -206,7 +208,7 @@ async def test_image_question_answering(experts, sink, media_dir, task):
 
 async def test_controlnet_tasks(experts, sink, media_dir, standin):
     cat = await upload(sink, media_dir, "chelsea.png")
-    edges = await LocalRunner().run("canny-control", LOCAL_MODEL, {"image": cat}, sink, task_id=1)
+    edges = await LocalRunner(pipeline_config(Settings()).output).run("canny-control", LOCAL_MODEL, {"image": cat}, sink, task_id=1)
     assert standin.records == [], "canny-control is computed locally"
     arr = rgb(edges.files[0].path)
     assert arr.shape == (300, 451, 3)
@@ -254,11 +256,11 @@ async def test_audio_to_audio_and_classification(experts, sink, media_dir, stand
     assert {x.label for x in cls.data.items} == {x["label"] for x in json.loads(standin.records[-1].answer)}
 
 
-async def test_text_to_video_is_a_real_mp4(experts, sink):
+async def test_text_to_video_is_a_real_mp4(experts, sink, decoder):
     out = await experts.run("text-to-video", MODELS["text-to-video"], {"text": "a green rocket"}, sink, task_id=1)
     (video,) = out.files
     assert video.kind == "video" and video.mime == "video/mp4"
-    info = await probe(video.path)
+    info = await probe(video.path, decoder)
     stream = next(s for s in info["streams"] if s["codec_type"] == "video")
     assert (stream["width"], stream["height"]) == (160, 128)
     assert float(info["format"]["duration"]) > 1.0
@@ -273,17 +275,17 @@ SAMPLE_TEXT = {
 }
 
 
-async def decodes(resource) -> bool:
+async def decodes(resource, decoder) -> bool:
     if resource.kind == "image":
         with Image.open(resource.path) as im:
             im.load()
             return im.width > 0 and im.height > 0
-    info = await probe(resource.path)
+    info = await probe(resource.path, decoder)
     return any(s["codec_type"] == resource.kind for s in info["streams"])
 
 
 @pytest.mark.parametrize("task", sorted(TASKS))
-async def test_every_task_has_a_working_path(experts, sink, media_dir, task):
+async def test_every_task_has_a_working_path(experts, sink, media_dir, decoder, task):
     """Each registry entry runs end to end through the real client against the stand-in and yields
     an output of every modality its entry declares (text, or a file that decodes)."""
     spec = TASKS[task]
@@ -299,14 +301,14 @@ async def test_every_task_has_a_working_path(experts, sink, media_dir, task):
             args[key] = await upload(sink, media_dir, "speech_weather.mp3")
         elif kind == "video":
             args[key] = await upload(sink, media_dir, "rocket_speech.mp4")
-    runner = LocalRunner() if spec.local else experts
+    runner = LocalRunner(pipeline_config(Settings()).output) if spec.local else experts
     out = await runner.run(task, LOCAL_MODEL if spec.local else MODELS[task], args, sink, task_id=7)
     for kind in spec.outputs:
         if kind == "text":
             assert out.text and out.text.strip(), task
         else:
             files = [f for f in out.files if f.kind == kind]
-            assert files and all([await decodes(f) for f in files]), task
+            assert files and all([await decodes(f, decoder) for f in files]), task
     if out.data is not None:
         json.dumps(out.data.to_json())  # the typed data has a JSON view
 
@@ -375,7 +377,7 @@ async def test_refused_request(experts, sink, standin):
 async def test_timeout_when_latency_exceeds_task_timeout(standin, sink):
     standin.task_of["slow/model"] = "summarization"
     standin.latency["slow/model"] = 2.0
-    ex = HubRunner(ExpertSettings(token=TOKEN, base_url=standin.url, task_timeout=0.3, max_attempts=2, backoff_max=0.05))
+    ex = HubRunner(pipeline_config(Settings(inference=dict(token=TOKEN, base_url=standin.url, task_timeout=0.3, max_attempts=2, backoff_max=0.05))))
     try:
         t0 = time.monotonic()
         with pytest.raises(ExpertError) as ei:
@@ -403,7 +405,7 @@ async def test_bad_output_is_reported(experts, sink, standin):
 
 async def test_routing_prefers_dedicated_endpoints(standin, sink):
     standin.task_of["endpoint-alias"] = "summarization"
-    ex = HubRunner(ExpertSettings(base_url="https://gateway.invalid/", endpoints={"org/sum": f"{standin.url}/models/endpoint-alias"}))
+    ex = HubRunner(pipeline_config(Settings(inference=dict(base_url="https://gateway.invalid/", endpoints={"org/sum": f"{standin.url}/models/endpoint-alias"}))))
     try:
         assert ex.endpoint_for("org/other") == "https://gateway.invalid/models/org/other"
         out = await ex.run("summarization", "org/sum", {"text": "Short text."}, sink, task_id=1)
@@ -411,12 +413,12 @@ async def test_routing_prefers_dedicated_endpoints(standin, sink):
         assert [r.model for r in standin.records] == ["endpoint-alias"]
     finally:
         await ex.aclose()
-    assert HubRunner(ExpertSettings()).endpoint_for("org/sum") is None
+    assert HubRunner(pipeline_config(Settings())).endpoint_for("org/sum") is None
 
 
 async def test_stand_in_guesses_tasks_from_payloads(standin, sink, media_dir):
     """Models missing from ``task_of`` are served from what the payload looks like."""
-    ex = HubRunner(ExpertSettings(base_url=standin.url, max_attempts=1))
+    ex = HubRunner(pipeline_config(Settings(inference=dict(base_url=standin.url, max_attempts=1))))
     try:
         qa = await ex.run("question-answering", "unknown/a", {"text": "Who?", "context": "Ann did it."}, sink, task_id=1)
         assert "Ann did it." in qa.text
@@ -443,7 +445,7 @@ async def test_independent_calls_overlap(experts, sink, standin):
 @pytest.mark.parametrize("task,args", [("depth-estimation", "image"), ("text-to-video", "text")])
 async def test_task_without_provider_support_is_unavailable(sink, media_dir, task, args):
     """hf-inference serves neither task by model id: a clear 'unavailable', no request made."""
-    ex = HubRunner(ExpertSettings(provider="hf-inference", token=TOKEN))
+    ex = HubRunner(pipeline_config(Settings(inference=dict(provider="hf-inference", token=TOKEN))))
     try:
         value = await upload(sink, media_dir, "chelsea.png") if args == "image" else "a rocket"
         with pytest.raises(ExpertError) as ei:
@@ -457,7 +459,7 @@ async def test_task_without_provider_support_is_unavailable(sink, media_dir, tas
 async def test_stalled_request_times_out_then_retry_succeeds(standin, sink):
     standin.task_of["stall/model"] = "translation"
     standin.faults["stall/model"] = ["timeout"]
-    ex = HubRunner(ExpertSettings(base_url=standin.url, task_timeout=0.3, max_attempts=2, backoff_max=0.05))
+    ex = HubRunner(pipeline_config(Settings(inference=dict(base_url=standin.url, task_timeout=0.3, max_attempts=2, backoff_max=0.05))))
     try:
         out = await ex.run("translation", "stall/model", {"text": "Hallo"}, sink, task_id=1)
         assert out.text == sent_text(standin).strip()
@@ -470,18 +472,19 @@ async def test_stalled_request_times_out_then_retry_succeeds(standin, sink):
     assert sorted(r.status for r in standin.records) == [200, 499]
 
 
-def test_settings_from_inference_settings():
-    from bot.settings import InferenceSettings
-
-    inf = InferenceSettings(token="hf_abc", base_url="http://gw", endpoints={"a/b": "http://e"}, task_timeout=9)
-    st = ExpertSettings.from_inference(inf)
-    assert (st.token, st.base_url, st.endpoints, st.task_timeout, st.provider) == ("hf_abc", "http://gw", {"a/b": "http://e"}, 9.0, "auto")
-    assert (st.max_attempts, st.backoff_max) == (inf.max_attempts, inf.backoff_max)
-    inf = InferenceSettings(max_media_bytes=5 << 20, max_json_bytes=3 << 20, max_image_pixels=123_456, max_items=7,
-                            max_text_chars=999)
-    st = ExpertSettings.from_inference(inf)
-    assert (st.max_media_bytes, st.max_json_bytes) == (5 << 20, 3 << 20)
-    assert (st.limits.max_image_pixels, st.limits.max_items, st.limits.max_text_chars) == (123_456, 7, 999)
+def test_pipeline_config_carries_the_inference_settings():
+    """Each [inference] setting reaches the pipeline under its own name, the token in plain text."""
+    inf = dict(token="hf_abc", base_url="http://gw", endpoints={"a/b": "http://e"}, task_timeout=9, max_media_bytes=5 << 20,
+               max_json_bytes=3 << 20, max_image_pixels=123_456, max_items=7, max_text_chars=999)
+    config = pipeline_config(Settings(inference=inf))
+    st = config.experts
+    assert (st.token, st.base_url, st.endpoints, st.provider) == ("hf_abc", "http://gw", {"a/b": "http://e"}, "auto")
+    assert config.execution.task_timeout == 9.0
+    assert (st.max_attempts, st.backoff_max) == (Settings().inference.max_attempts, Settings().inference.backoff_max)
+    out = config.output
+    assert (out.max_media_bytes, out.max_json_bytes) == (5 << 20, 3 << 20)
+    assert (out.max_image_pixels, out.max_items, out.max_text_chars) == (123_456, 7, 999)
+    assert "hf_abc" not in repr(config)
 
 
 async def test_video_classification_names_what_the_video_shows(experts, sink, media_dir):

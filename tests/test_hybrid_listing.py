@@ -31,7 +31,7 @@ def test_entries_outside_the_contract_are_left_out():
 
 async def test_one_request_per_server_however_many_ask_at_once():
     with ExpertServerStandIn([model("Intel/dpt-large", "depth-estimation")]) as es:
-        servers = ExpertServers([es.url, es.url + "/"], ttl=5)
+        servers = ExpertServers([es.url, es.url + "/"], ttl=5, timeout=5)
         try:
             found = await asyncio.gather(*(servers.models_for("depth-estimation") for _ in range(20)))
         finally:
@@ -43,7 +43,7 @@ async def test_one_request_per_server_however_many_ask_at_once():
 async def test_a_broken_listing_counts_as_nothing_served_and_is_logged_once(caplog):
     with ExpertServerStandIn([]) as es:
         es.models = "not a list"  # type: ignore[assignment]
-        servers = ExpertServers([es.url], ttl=0)
+        servers = ExpertServers([es.url], ttl=0, timeout=5)
         try:
             assert await servers.models_for("depth-estimation") == {}
             assert await servers.models_for("depth-estimation") == {}

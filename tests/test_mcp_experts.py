@@ -16,8 +16,11 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from pipeline.mcp_tools import McpServerConfig, Toolbox, call_arguments, tool_from_listing
+from bot.backends import pipeline_config
+from bot.settings import Settings
+from pipeline.mcp_tools import Toolbox, call_arguments, tool_from_listing
 from pipeline.tasks import TASKS
+from tests.conftest import mcp_server
 
 MEDIA = Path(__file__).parent / "fixtures" / "media"
 
@@ -85,7 +88,7 @@ def test_tool_servers_that_hang_crash_or_return_garbage_fail_their_tasks_and_the
 
 
 async def test_tools_of_a_server_become_tasks_with_argument_kinds_from_their_schema():
-    box = Toolbox([McpServerConfig("standin", command=sys.executable, args=("-m", "sandbox.mcp_tools"))])
+    box = Toolbox([mcp_server("standin", command=sys.executable, args=("-m", "sandbox.mcp_tools"))])
     try:
         names = await box.task_names()
         assert names == {"mcp.standin.stamp", "mcp.standin.count-words"}
@@ -103,12 +106,12 @@ async def test_links_a_tool_returns_are_never_followed(sink):
     from pipeline.experts.mcp import McpRunner
     from tests.conftest import stored_upload
 
-    box = Toolbox([McpServerConfig("linky", command=sys.executable, args=("-m", "sandbox.mcp_tools", "--mode", "link"),
+    box = Toolbox([mcp_server("linky", command=sys.executable, args=("-m", "sandbox.mcp_tools", "--mode", "link"),
                                    connect_timeout=90)])
     try:
         await box.task_names()
         photo = await stored_upload(sink, (MEDIA / "chelsea.png").read_bytes(), "chelsea.png", "image/png")
-        out = await McpRunner(box).run("mcp.linky.stamp", "mcp:linky/stamp", {"image": photo, "text": "HI"}, sink, task_id=0)
+        out = await McpRunner(box, pipeline_config(Settings()).output).run("mcp.linky.stamp", "mcp:linky/stamp", {"image": photo, "text": "HI"}, sink, task_id=0)
     finally:
         await box.aclose()
     assert out.files == []  # neither the path nor the URL was read
@@ -117,7 +120,7 @@ async def test_links_a_tool_returns_are_never_followed(sink):
 
 
 async def test_unreachable_server_offers_no_tool_and_says_why_in_the_log(caplog):
-    box = Toolbox([McpServerConfig("gone", command=sys.executable, args=("-c", "import sys; sys.exit(1)"),
+    box = Toolbox([mcp_server("gone", command=sys.executable, args=("-c", "import sys; sys.exit(1)"),
                                    connect_timeout=5)])
     try:
         assert await box.task_names() == frozenset()
@@ -153,11 +156,11 @@ async def test_a_tool_servers_stderr_reaches_its_log_only_up_to_the_cap(tmp_path
     older = b"an earlier start\n" * 10_000
     (logs / "mcp-noisy.log").write_bytes(older)
     cap = 64 * 1024
-    box = Toolbox([McpServerConfig("noisy", command=sys.executable, connect_timeout=90, errlog=logs / "mcp-noisy.log",
+    box = Toolbox([mcp_server("noisy", command=sys.executable, connect_timeout=90, errlog=logs / "mcp-noisy.log",
                                    args=("-m", "sandbox.mcp_tools", "--stderr-bytes", str(8 << 20)), max_log_bytes=cap)])
     try:
         assert await box.task_names() == {"mcp.noisy.stamp", "mcp.noisy.count-words"}
-        out = await McpRunner(box).run("mcp.noisy.count-words", "mcp:noisy/count-words", {"text": "one two three"},
+        out = await McpRunner(box, pipeline_config(Settings()).output).run("mcp.noisy.count-words", "mcp:noisy/count-words", {"text": "one two three"},
                                        sink, task_id=0)
         assert out.text.startswith("3 words")
     finally:
@@ -181,9 +184,9 @@ async def test_a_large_tool_result_is_bounded_like_any_experts_answer(tmp_path, 
     from pipeline.experts.mcp import McpRunner
     from tests.conftest import stored_upload
 
-    box = Toolbox([McpServerConfig("big", command=sys.executable, args=("-m", "sandbox.mcp_tools", "--mode", "big"),
+    box = Toolbox([mcp_server("big", command=sys.executable, args=("-m", "sandbox.mcp_tools", "--mode", "big"),
                                    connect_timeout=90)])
-    runner = McpRunner(box, max_json_bytes=8 << 20)
+    runner = McpRunner(box, pipeline_config(Settings(inference=dict(max_json_bytes=8 << 20))).output)
     try:
         await box.task_names()
         photo = await stored_upload(sink, (MEDIA / "chelsea.png").read_bytes(), "chelsea.png", "image/png")

@@ -28,7 +28,8 @@ from hugginggpt.serve import bind
 from bot.incoming import ConversationKey
 from sandbox import Sandbox
 from bot.service import Service
-from bot.settings import load_settings
+from bot.backends import pipeline_config
+from bot.settings import Settings, load_settings
 
 MEDIA = Path(__file__).parent / "fixtures" / "media"
 KEY = "sk-mcp-test-key"
@@ -248,16 +249,17 @@ async def test_an_http_mcp_server_serves_as_experts_its_image_result_a_resource(
     """The expert side over streamable HTTP, against our own /mcp: its tools become tasks, and
     the object-detection tool's image comes back as a file of the run."""
     from pipeline.experts.mcp import McpRunner
-    from pipeline.mcp_tools import McpServerConfig, Toolbox
+    from pipeline.mcp_tools import Toolbox
+    from tests.conftest import mcp_server
     from tests.conftest import stored_upload
 
-    box = Toolbox([McpServerConfig("self", url=api.url + "/mcp", headers={"Authorization": f"Bearer {KEY}"})])
+    box = Toolbox([mcp_server("self", url=api.url + "/mcp", headers={"Authorization": f"Bearer {KEY}"})])
     try:
         names = await box.task_names()
         assert {"mcp.self.hugginggpt", "mcp.self.plan", "mcp.self.object-detection"} <= names
         assert box.tool("mcp.self.object-detection").spec.required == {"image": "image"}
         photo = await stored_upload(sink, PHOTO.read_bytes(), "chelsea.png", "image/png")
-        out = await McpRunner(box).run("mcp.self.object-detection", "mcp:self/object-detection", {"image": photo},
+        out = await McpRunner(box, pipeline_config(Settings()).output).run("mcp.self.object-detection", "mcp:self/object-detection", {"image": photo},
                                        sink, task_id=3)
         [boxes] = out.files
         assert boxes.kind == "image" and boxes.origin == "task:3" and Image.open(boxes.path).size == (451, 300)
@@ -265,7 +267,7 @@ async def test_an_http_mcp_server_serves_as_experts_its_image_result_a_resource(
     finally:
         await box.aclose()
 
-    wrong = Toolbox([McpServerConfig("self", url=api.url + "/mcp", headers={"Authorization": "Bearer sk-wrong"},
+    wrong = Toolbox([mcp_server("self", url=api.url + "/mcp", headers={"Authorization": "Bearer sk-wrong"},
                                      connect_timeout=10)])
     try:
         assert await wrong.task_names() == frozenset()  # refused with 401: no tools, the run goes on

@@ -14,7 +14,7 @@ from PIL import Image
 from bot.errors import InputError, StorageError
 from bot.store import LocalResourceSink
 from bot.uploads import inspect_upload
-from tests.conftest import stored_upload
+from tests.conftest import stored_upload, upload_limits
 from pipeline.types import Resource
 
 LIMIT = 25 << 20
@@ -32,37 +32,37 @@ LIMIT = 25 << 20
     ],
 )
 async def test_real_files_are_accepted_and_described(media_dir, name, kind, mime, description):
-    info = await inspect_upload((media_dir / name).read_bytes(), name, None, max_bytes=LIMIT)
+    info = await inspect_upload((media_dir / name).read_bytes(), name, None, max_bytes=LIMIT, **upload_limits())
     assert (info.kind, info.mime, info.description) == (kind, mime, description)
 
 
 async def test_empty_file_is_refused():
     with pytest.raises(InputError) as ei:
-        await inspect_upload(b"", "cat.png", "image/png", max_bytes=LIMIT)
+        await inspect_upload(b"", "cat.png", "image/png", max_bytes=LIMIT, **upload_limits())
     assert ei.value.user_message == "The cat.png is empty."
 
 
 async def test_oversized_file_names_the_limit(media_dir):
     data = (media_dir / "chelsea.png").read_bytes()
     with pytest.raises(InputError) as ei:
-        await inspect_upload(data, "chelsea.png", None, max_bytes=200 * 1024)
+        await inspect_upload(data, "chelsea.png", None, max_bytes=200 * 1024, **upload_limits())
     assert ei.value.user_message == "The chelsea.png is 0.2 MiB, more than the limit of 0.195312 MiB."
     with pytest.raises(InputError) as ei:
-        await inspect_upload(b"x" * (2 << 20), "big.png", None, max_bytes=1 << 20)
+        await inspect_upload(b"x" * (2 << 20), "big.png", None, max_bytes=1 << 20, **upload_limits())
     assert ei.value.user_message == "The big.png is 2.0 MiB, more than the limit of 1 MiB."
 
 
 async def test_html_named_png_is_refused():
     html = b"<!DOCTYPE html><html><body>Not an image</body></html>"
     with pytest.raises(InputError) as ei:
-        await inspect_upload(html, "photo.png", "image/png", max_bytes=LIMIT)
+        await inspect_upload(html, "photo.png", "image/png", max_bytes=LIMIT, **upload_limits())
     assert ei.value.user_message == "The photo.png is an HTML page, not an image, audio, video or text file."
 
 
 async def test_unreadable_bytes_read_as_one_sentence():
     noise = bytes(range(128, 256)) * 40  # no known signature, not UTF-8
     with pytest.raises(InputError) as ei:
-        await inspect_upload(noise, None, "image/png", max_bytes=LIMIT)
+        await inspect_upload(noise, None, "image/png", max_bytes=LIMIT, **upload_limits())
     assert ei.value.user_message == "The file is of a kind I cannot read, not an image, audio, video or text file."
 
 
@@ -72,61 +72,61 @@ async def test_unreadable_bytes_read_as_one_sentence():
 )
 async def test_unsupported_types_are_refused(data, what):
     with pytest.raises(InputError) as ei:
-        await inspect_upload(data, "thing.bin", None, max_bytes=LIMIT)
+        await inspect_upload(data, "thing.bin", None, max_bytes=LIMIT, **upload_limits())
     assert what in ei.value.user_message
 
 
 async def test_audio_named_png_is_refused(media_dir):
     data = (media_dir / "speech_weather.wav").read_bytes()
     with pytest.raises(InputError) as ei:
-        await inspect_upload(data, "picture.png", None, max_bytes=LIMIT)
+        await inspect_upload(data, "picture.png", None, max_bytes=LIMIT, **upload_limits())
     assert ei.value.user_message == "The picture.png is labelled as image (extension .png) but its content is an audio file."
 
 
 async def test_jpeg_named_png_is_fine_content_wins(media_dir):
-    info = await inspect_upload((media_dir / "rocket.jpg").read_bytes(), "rocket.png", "image/png", max_bytes=LIMIT)
+    info = await inspect_upload((media_dir / "rocket.jpg").read_bytes(), "rocket.png", "image/png", max_bytes=LIMIT, **upload_limits())
     assert info.mime == "image/jpeg" and info.kind == "image"
 
 
 async def test_truncated_png_is_refused(media_dir):
     data = (media_dir / "chelsea.png").read_bytes()
     with pytest.raises(InputError) as ei:
-        await inspect_upload(data[: len(data) // 2], "chelsea.png", None, max_bytes=LIMIT)
+        await inspect_upload(data[: len(data) // 2], "chelsea.png", None, max_bytes=LIMIT, **upload_limits())
     assert "could not be decoded" in ei.value.user_message
 
 
 async def test_truncated_audio_header_is_refused(media_dir):
     data = (media_dir / "rocket_zoom.mp4").read_bytes()[:200]
     with pytest.raises(InputError):
-        await inspect_upload(data, "clip.mp4", None, max_bytes=LIMIT)
+        await inspect_upload(data, "clip.mp4", None, max_bytes=LIMIT, **upload_limits())
 
 
 async def test_probing_leaves_no_temporary_file_even_when_the_file_is_refused(media_dir, tmp_path, monkeypatch):
     import tempfile
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where probe files go, for this test only
-    info = await inspect_upload((media_dir / "rocket_zoom.mp4").read_bytes(), "clip.mp4", None, max_bytes=LIMIT)
+    info = await inspect_upload((media_dir / "rocket_zoom.mp4").read_bytes(), "clip.mp4", None, max_bytes=LIMIT, **upload_limits())
     assert info.description == "video clip.mp4, 2.0 s, 320x400 pixels"
     with pytest.raises(InputError) as ei:
-        await inspect_upload((media_dir / "rocket_zoom.mp4").read_bytes()[:200], "clip.mp4", None, max_bytes=LIMIT)
+        await inspect_upload((media_dir / "rocket_zoom.mp4").read_bytes()[:200], "clip.mp4", None, max_bytes=LIMIT, **upload_limits())
     assert ei.value.user_message == "The clip.mp4 could not be read as video; it may be truncated or corrupt."
     assert list(tmp_path.iterdir()) == []
 
 
-async def test_a_probe_that_takes_too_long_is_one_sentence(media_dir):
+async def test_a_probe_that_takes_too_long_is_one_sentence(media_dir, decoder):
     from bot.uploads import probe
 
     with pytest.raises(InputError) as ei:
-        await probe(media_dir / "rocket_zoom.mp4", timeout=0.001)
+        await probe(media_dir / "rocket_zoom.mp4", decoder, timeout=0.001)
     assert ei.value.user_message == "The file could not be read as audio or video: inspecting it took too long."
-    info = await probe(media_dir / "rocket_zoom.mp4")
+    info = await probe(media_dir / "rocket_zoom.mp4", decoder)
     assert any(s["codec_type"] == "video" for s in info["streams"])
 
 
 async def test_decompression_bomb_limit_is_respected(media_dir, monkeypatch):
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 10_000)
     with pytest.raises(InputError) as ei:
-        await inspect_upload((media_dir / "chelsea.png").read_bytes(), "chelsea.png", None, max_bytes=LIMIT)
+        await inspect_upload((media_dir / "chelsea.png").read_bytes(), "chelsea.png", None, max_bytes=LIMIT, **upload_limits())
     assert "too many pixels" in ei.value.user_message
 
 

@@ -131,10 +131,12 @@ def test_an_error_event_while_planning_is_a_controller_error(controller, tmp_pat
 
 
 async def test_tokens_reported_in_a_stream_are_counted(controller):
-    from pipeline.llm import Controller, Usage
+    from bot.backends import build_controller
+    from bot.settings import Settings
+    from pipeline.llm import Usage
 
     controller.stream_usage, controller.chunks = True, 4
-    llm = Controller(model="m", base_url=controller.url, api_key="sk-test-0000", max_retries=0)
+    llm = build_controller(Settings(llm=dict(model="m", base_url=controller.url, api_key="sk-test-0000", max_retries=0)))
     usage = Usage()
     try:
         text = "".join([d async for d in llm.stream_text([{"role": "user", "content": "hi"}], stage="response-generation", usage=usage)])

@@ -9,13 +9,14 @@ import pytest
 
 from bot.errors import ConfigError
 from sandbox.inference import InferenceStandIn
-from bot.settings import load_settings
+from bot.settings import Settings, load_settings
 from pipeline.catalog.availability import Availability
 from pipeline.catalog.models import Catalog, ModelCard
 from pipeline.catalog.placement import Placement
 from pipeline.errors import ExpertError
-from pipeline.execution import ExecutionLimits, Executor
-from pipeline.experts.hub import ExpertSettings, HubRunner
+from pipeline.execution import Executor
+from bot.backends import pipeline_config
+from pipeline.experts.hub import HubRunner
 from pipeline.experts.providers import LatencyBook, ProviderPolicy, split_pin
 from pipeline.experts.routing import RoutingRunner
 from pipeline.selection import Selector
@@ -58,8 +59,8 @@ async def world(sink):
                 policy = ProviderPolicy(provider, dict(providers or {}))
                 av = Availability(provider=provider, base_url=None, endpoints={}, token=TOKEN, hub_endpoint=hub.url,
                                   policy=policy)
-                runner = HubRunner(ExpertSettings(provider=provider, token=TOKEN, bill_to=bill_to, max_attempts=1,
-                                                  backoff_max=0.01, router_url=ROUTER), transport=transport)
+                runner = HubRunner(pipeline_config(Settings(inference=dict(provider=provider, token=TOKEN, bill_to=bill_to, max_attempts=1,
+                                                  backoff_max=0.01, router_url=ROUTER))), transport=transport)
                 made.append(runner)
                 selector = Selector(cards(), av, controller=None, strategy="top", top_k=3, mode="providers")
                 return RoutingRunner(runner, selector.placement), selector
@@ -165,7 +166,7 @@ async def test_bill_to_is_sent_and_no_credits_is_one_sentence_that_stops_every_f
 
     standin.no_credits.add("acme-research")
     standin.records.clear()
-    executor = Executor(selector, {"hub": routing}, ExecutionLimits(task_timeout=30, deadline=60, max_candidates_tried=3))
+    executor = Executor(selector, {"hub": routing}, pipeline_config(Settings(inference=dict(task_timeout=30, deadline=60, max_candidates_tried=3))).execution)
     task = Task(1, "text-to-image", [-1], {"text": "a red boat"})
     sel = Selection(1, "acme/paint", "top", ("acme/paint", "acme/sketch"), "top")
     result = await executor._run_models(task, sel, ["acme/paint", "acme/sketch"], prompt(), sink, lambda e: None, None)

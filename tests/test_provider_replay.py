@@ -17,7 +17,9 @@ import re
 import pytest
 from PIL import Image
 
-from pipeline.experts.hub import ExpertSettings, HubRunner
+from bot.backends import pipeline_config
+from bot.settings import Settings
+from pipeline.experts.hub import HubRunner
 from tests.conftest import stored_upload
 from tests.standins.cassettes import CassetteServer, load
 from tests.standins.loopback import redirect_hub
@@ -36,7 +38,7 @@ async def replay_provider():
         server.interactions = [dataclasses.replace(i, path=(moved or {}).get(i.path, i.path)) for i in server.interactions]
         await server.__aenter__()
         with redirect_hub(server.url) as transport:
-            hub = HubRunner(ExpertSettings(provider=provider, token=TOKEN, max_attempts=1, task_timeout=60),
+            hub = HubRunner(pipeline_config(Settings(inference=dict(provider=provider, token=TOKEN, max_attempts=1, task_timeout=60))),
                             transport=transport)
             opened.append((hub, server))
             out = await hub.run(task, model, args, sink, task_id=1)
@@ -143,6 +145,6 @@ async def test_black_forest_labs_is_left_to_the_providers_the_client_can_call(si
     with Image.open(io.BytesIO(recorded_picture(name))) as picture:
         size = picture.size
         out = await TASKS["text-to-image"].normalise(picture, Inputs(text={"text": prompt}),
-                                                    TaskSaver(sink, "text-to-image", 1))
+                                                    TaskSaver(sink, "text-to-image", 1, pipeline_config(Settings()).output))
     with Image.open(out.files[0].path) as got:
         assert got.size == size

@@ -14,6 +14,7 @@ import pytest
 from bot.errors import InputError
 from bot.mentions import check_mentions
 from bot.uploads import inspect_upload
+from tests.conftest import upload_limits
 from pipeline.execution import resolve_args
 from pipeline.planning import PlanInvalid, validate_plan
 from pipeline.tasks import TASKS
@@ -59,7 +60,7 @@ def test_text_file_refusals_are_one_sentence(tmp_path):
 
 async def test_what_counts_as_a_text_file():
     async def inspect(data, name, mime=None):
-        return await inspect_upload(data, name, mime, max_bytes=10_000_000)
+        return await inspect_upload(data, name, mime, max_bytes=10_000_000, **upload_limits())
 
     info = await inspect((TEXT / "planets.csv").read_bytes(), "planets.csv", "text/csv")
     assert (info.kind, info.mime) == ("text", "text/csv") and "7 lines" in info.description
@@ -104,7 +105,7 @@ def test_a_text_argument_naming_a_text_file_gets_its_content():
 async def test_a_long_text_file_is_read_up_to_the_text_limit_and_says_so(tmp_path):
     long = tmp_path / "long.txt"
     long.write_text("word " * 10_000)  # 50,000 characters
-    info = await inspect_upload(long.read_bytes(), "long.txt", None, max_bytes=10_000_000)
+    info = await inspect_upload(long.read_bytes(), "long.txt", None, max_bytes=10_000_000, **upload_limits())
     assert "50,000 characters" in info.description and "tasks read its first 20,000 characters" in info.description
     doc = Resource("text-1", "text", long, "text/plain", long.stat().st_size, name="long.txt")
     args = resolve_args(Task(0, "summarization", (), {"text": "text-1"}), {}, {"text-1": doc})

@@ -14,6 +14,7 @@ import av
 import pytest
 from PIL import Image
 
+from bot.settings import Settings
 from pipeline.types import Resource
 from pipeline.video_parts import SOUND_RATE, add_video_parts, extract_parts, video_parts
 
@@ -21,7 +22,7 @@ MEDIA = Path(__file__).parent / "fixtures" / "media"
 
 
 def test_a_clip_with_speech_gives_its_sound_and_three_frames():
-    parts = extract_parts((MEDIA / "rocket_speech.mp4").read_bytes())
+    parts = extract_parts((MEDIA / "rocket_speech.mp4").read_bytes(), max_pixels=Settings().inference.max_image_pixels)
     with av.open(io.BytesIO(parts.sound)) as c:
         stream = c.streams.audio[0]
         assert c.format.name == "flac" and stream.rate == SOUND_RATE and stream.layout.name == "mono"
@@ -34,7 +35,7 @@ def test_a_clip_with_speech_gives_its_sound_and_three_frames():
 
 
 def test_a_silent_clip_has_frames_and_no_sound():
-    parts = extract_parts((MEDIA / "rocket_zoom.mp4").read_bytes(), frames=4, max_side=200)
+    parts = extract_parts((MEDIA / "rocket_zoom.mp4").read_bytes(), max_pixels=Settings().inference.max_image_pixels, frames=4, max_side=200)
     assert parts.sound is None and parts.sound_seconds == 0
     assert len(parts.frames) == 4 and all(max(f.width, f.height) == 200 for f in parts.frames)
     first, last = (Image.open(io.BytesIO(f.png)).convert("L") for f in (parts.frames[0], parts.frames[-1]))
@@ -42,13 +43,13 @@ def test_a_silent_clip_has_frames_and_no_sound():
 
 
 def test_a_long_sound_is_cut_at_the_limit():
-    parts = extract_parts((MEDIA / "rocket_speech.mp4").read_bytes(), max_sound_seconds=2)
+    parts = extract_parts((MEDIA / "rocket_speech.mp4").read_bytes(), max_pixels=Settings().inference.max_image_pixels, max_sound_seconds=2)
     assert parts.sound_cut and parts.sound_seconds == 2.0
 
 
-async def test_garbage_is_one_sentence():
+async def test_garbage_is_one_sentence(decoder):
     with pytest.raises(ValueError) as info:
-        await video_parts(b"\x00\x00\x00\x18ftypmp42" + b"\x00" * 500)
+        await video_parts(b"\x00\x00\x00\x18ftypmp42" + b"\x00" * 500, decoder=decoder)
     assert info.value.user_message == "The video could not be decoded (InvalidDataError)."
 
 
@@ -66,12 +67,12 @@ class _Folder:
                         description=description, name=name)
 
 
-async def test_a_video_of_the_turn_adds_its_sound_and_frames_as_resources(tmp_path):
+async def test_a_video_of_the_turn_adds_its_sound_and_frames_as_resources(tmp_path, decoder):
     src = tmp_path / "talk.mp4"
     src.write_bytes((MEDIA / "rocket_speech.mp4").read_bytes())
     video = Resource(id="video-1", kind="video", path=src, mime="video/mp4", size=src.stat().st_size)
     photo = Resource(id="image-9", kind="image", path=MEDIA / "chelsea.png", mime="image/png", size=1)
-    parts, notes = await add_video_parts([photo, video], _Folder(tmp_path))
+    parts, notes = await add_video_parts([photo, video], _Folder(tmp_path), decoder=decoder)
     assert notes == []
     assert [(p.id, p.kind, p.origin) for p in parts] == [
         ("audio-1", "audio", "video-1"), ("image-1", "image", "video-1"), ("image-2", "image", "video-1"),
@@ -83,14 +84,14 @@ async def test_a_video_of_the_turn_adds_its_sound_and_frames_as_resources(tmp_pa
     assert Image.open(parts[3].path).size == (320, 400)
 
 
-async def test_an_unreadable_video_is_said_and_the_rest_goes_on(tmp_path):
+async def test_an_unreadable_video_is_said_and_the_rest_goes_on(tmp_path, decoder):
     bad = tmp_path / "bad.mp4"
     bad.write_bytes(b"\x00\x00\x00\x18ftypmp42" + b"\x00" * 200)
     silent = tmp_path / "zoom.mp4"
     silent.write_bytes((MEDIA / "rocket_zoom.mp4").read_bytes())
     files = [Resource(id="video-1", kind="video", path=bad, mime="video/mp4", size=1),
              Resource(id="video-2", kind="video", path=silent, mime="video/mp4", size=1)]
-    parts, notes = await add_video_parts(files, _Folder(tmp_path), frames=2)
+    parts, notes = await add_video_parts(files, _Folder(tmp_path), decoder=decoder, frames=2)
     assert notes == ["The sound and frames of video-1 could not be read (it could not be decoded), so only the video "
                      "itself can be used."]
     assert [(p.kind, p.origin) for p in parts] == [("image", "video-2"), ("image", "video-2")]  # no sound track

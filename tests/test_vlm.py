@@ -12,8 +12,10 @@ import pytest
 from sandbox.inference import InferenceStandIn
 from pipeline.catalog.availability import Availability
 from pipeline.catalog.models import Catalog, ModelCard
-from pipeline.execution import ExecutionLimits, Executor
-from pipeline.experts.hub import ExpertSettings, HubRunner
+from pipeline.execution import Executor
+from bot.backends import pipeline_config
+from bot.settings import Settings
+from pipeline.experts.hub import HubRunner
 from pipeline.experts.providers import ProviderPolicy
 from pipeline.experts.routing import RoutingRunner
 from pipeline.llm import Usage
@@ -49,12 +51,12 @@ async def executor():
         with redirect_hub(standin.url, hub.url) as transport:
             av = Availability(provider="auto", base_url=None, endpoints={}, token=TOKEN, hub_endpoint=hub.url,
                               policy=ProviderPolicy("auto"))
-            runner = HubRunner(ExpertSettings(provider="auto", token=TOKEN, max_attempts=1, backoff_max=0.01,
-                                              router_url="https://router.huggingface.co"), transport=transport)
+            runner = HubRunner(pipeline_config(Settings(inference=dict(provider="auto", token=TOKEN, max_attempts=1, backoff_max=0.01,
+                                              router_url="https://router.huggingface.co"))), transport=transport)
             cards = Catalog([ModelCard(m["id"], m["pipeline_tag"], m["downloads"], 1, "d", None, ()) for m in HUB_MODELS])
             selector = Selector(cards, av, controller=None, strategy="top", top_k=3, mode="providers")
             routing = RoutingRunner(runner, selector.placement)
-            yield Executor(selector, {"hub": routing}, ExecutionLimits(task_timeout=30, deadline=60)), standin
+            yield Executor(selector, {"hub": routing}, pipeline_config(Settings(inference=dict(task_timeout=30, deadline=60))).execution), standin
             await runner.aclose()
 
 

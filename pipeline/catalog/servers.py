@@ -133,7 +133,7 @@ class ExpertServers:
     back), never raised: it serves nothing until it answers again. Close with :meth:`aclose`.
     """
 
-    def __init__(self, urls: list[str], *, ttl: float = 10.0, timeout: float = 3.0,
+    def __init__(self, urls: list[str], *, ttl: float, timeout: float,
                  keys: dict[str, str] | None = None) -> None:
         self.urls = list(dict.fromkeys(u.rstrip("/") for u in urls))
         self.keys = {u.rstrip("/"): k for u, k in (keys or {}).items()}

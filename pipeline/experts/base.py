@@ -10,7 +10,8 @@ from ..errors import ExpertError
 from ..llm import Usage
 from ..media import check_pixels, extension_for, image_size_checked, sniff
 from ..tasks import TaskSpec
-from ..tasks.base import Inputs, OutputLimits
+from ..config import OutputLimits
+from ..tasks.base import Inputs
 from ..types import Modality, Output, Resource, ResourceSink, article
 from ..tasks import drawing as render
 
@@ -103,12 +104,12 @@ class TaskSaver:
         sink: where the files go.
         task: the task's registry name.
         task_id: the task's id in the plan.
-        limits: what the task's normaliser may keep and decode (defaults: the settings' defaults).
+        limits: what the task's normaliser may keep and decode (``[inference]``).
     """
 
-    def __init__(self, sink: ResourceSink, task: str, task_id: int, limits: OutputLimits | None = None) -> None:
+    def __init__(self, sink: ResourceSink, task: str, task_id: int, limits: OutputLimits) -> None:
         self.sink, self.task, self.task_id = sink, task, task_id
-        self.limits = limits or OutputLimits()
+        self.limits = limits
 
     async def file(self, data: bytes, kind: Modality, mime: str, what: str) -> Resource:
         """Store ``data`` and return its :class:`Resource`.

@@ -10,7 +10,7 @@ from typing import Any
 from .. import prompts
 from ..errors import ExpertError
 from ..llm import Controller, Usage
-from ..tasks.base import OutputLimits
+from ..config import OutputLimits
 from ..types import Output, ResourceSink
 from .base import TaskSaver, condense
 
@@ -21,12 +21,12 @@ class ControllerRunner:
     Args:
         controller: the controller client.
         limits: ``max_text_chars`` cuts long answers (:func:`pipeline.experts.base.condense`;
-            the full text is kept as a file); defaults to the settings' defaults.
+            the full text is kept as a file).
     """
 
-    def __init__(self, controller: Controller, limits: OutputLimits | None = None) -> None:
+    def __init__(self, controller: Controller, limits: OutputLimits) -> None:
         self.controller = controller
-        self.limits = limits or OutputLimits()
+        self.limits = limits
 
     async def run(
         self, task: str, model: str, args: dict[str, Any], sink: ResourceSink, *, task_id: int, usage: Usage | None = None

@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import httpx2
@@ -37,94 +36,20 @@ from huggingface_hub.utils import build_hf_headers, get_async_session, hf_raise_
 from PIL import Image
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_random_exponential
 
+from ..config import ExpertAccess, PipelineConfig
 from ..errors import ExpertError, HuggingGPTError
 from ..llm import Usage
 from ..media import PixelLimitError
 from ..tasks import TASKS
-from ..tasks.base import Call, Inputs, Normalise, OutputLimits
+from ..tasks.base import Call, Inputs, Normalise
 from ..types import Output, Resource, ResourceSink
 from . import http
 from .base import TaskSaver, condense, read_inputs
 from .providers import CHAT_TASKS, client_knows, warm_mapping
 
-__all__ = ["ClientCalls", "ExpertSettings", "HubRunner", "refused_connection"]
+__all__ = ["ClientCalls", "HubRunner", "refused_connection"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class ExpertSettings:
-    """What the experts need from ``[inference]`` (built by the service from ``InferenceSettings``).
-
-    Attributes:
-        provider: Inference Providers name (``"hf-inference"``, ``"fal-ai"`` ...), a policy
-            (``"auto"``, ``"fastest"``, ``"cheapest"``, ``"preferred"``) or ``None``.
-        token: Hugging Face token, or ``None``.
-        bill_to: organisation whose credits pay the calls (``X-HF-Bill-To``), or ``None``.
-        router_url: where requests for ``https://router.huggingface.co`` go instead (an egress
-            proxy or a stand-in forwarding by path), or ``None``.
-        base_url: gateway; model ``M`` is called at ``{base_url}/models/{M}``.
-        endpoints: model id -> dedicated endpoint URL (wins over ``base_url``).
-        task_timeout: seconds per HTTP call.
-        max_attempts: tries per model for retryable failures (429, 503, 5xx, timeout).
-        backoff_max: seconds, cap of one wait between tries.
-        max_media_bytes: bytes, largest raw media reply read (enforced while it arrives).
-        max_json_bytes: bytes, largest JSON or text reply read (enforced while it arrives).
-        max_image_pixels: pixels, largest image decoded from a reply.
-        max_items: structured items (boxes, segments, labels) kept from one reply.
-        max_text_chars: characters of a text result kept in the output.
-        expert_keys: expert server base URL → the API key sent to it as ``Authorization: Bearer``
-            (``[inference] experts_api_keys``).
-    """
-
-    provider: str | None = "auto"
-    token: str | None = None
-    bill_to: str | None = None
-    router_url: str | None = None
-    base_url: str | None = None
-    endpoints: dict[str, str] = field(default_factory=dict)
-    task_timeout: float = 120.0
-    max_attempts: int = 3
-    backoff_max: float = 30.0
-    max_media_bytes: int = 64 * 1024 * 1024
-    max_json_bytes: int = 8 * 1024 * 1024
-    max_image_pixels: int = 40_000_000
-    max_items: int = 1000
-    max_text_chars: int = 20_000
-    expert_keys: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def limits(self) -> OutputLimits:
-        """The limits the normalisers apply (:class:`pipeline.tasks.base.OutputLimits`)."""
-        return OutputLimits(self.max_items, self.max_image_pixels, self.max_text_chars)
-
-    @classmethod
-    def from_inference(cls, inference: Any) -> "ExpertSettings":
-        """Build from an object shaped like ``bot.settings.InferenceSettings`` (token may be a SecretStr)."""
-        token = inference.token
-        if token is not None and hasattr(token, "get_secret_value"):
-            token = token.get_secret_value()
-        return cls(
-            provider=inference.provider,
-            token=token,
-            bill_to=getattr(inference, "bill_to", None),
-            router_url=getattr(inference, "router_url", None),
-            base_url=inference.base_url,
-            endpoints=dict(inference.endpoints or {}),
-            task_timeout=float(inference.task_timeout),
-            max_attempts=int(inference.max_attempts),
-            backoff_max=float(inference.backoff_max),
-            max_media_bytes=int(inference.max_media_bytes),
-            max_json_bytes=int(inference.max_json_bytes),
-            max_image_pixels=int(inference.max_image_pixels),
-            max_items=int(inference.max_items),
-            max_text_chars=int(inference.max_text_chars),
-            expert_keys={url: key.get_secret_value() for url, key in getattr(inference, "experts_api_keys", {}).items()},
-        )
-
-    def key_for(self, url: str) -> str | None:
-        """The API key of the expert server whose base URL ``url`` is under, or ``None``."""
-        return next((key for base, key in self.expert_keys.items() if url.startswith(base.rstrip("/") + "/")), None)
 
 
 class ClientCalls:
@@ -133,7 +58,7 @@ class ClientCalls:
 
     Args:
         client: the shared inference client.
-        runner: the :class:`HubRunner` whose HTTP session and settings raw posts use.
+        runner: the :class:`HubRunner` whose HTTP session and configuration raw posts use.
     """
 
     def __init__(self, client: AsyncInferenceClient, runner: "HubRunner") -> None:
@@ -157,7 +82,9 @@ class HubRunner:
     """Runs one task on one Hugging Face model and normalises its output.
 
     Args:
-        settings: :class:`ExpertSettings`.
+        config: the pipeline's configuration: where experts are called (``config.experts``),
+            what is kept of an answer (``config.output``) and the seconds per call
+            (``config.execution.task_timeout``).
 
     One ``AsyncInferenceClient`` (token, ``timeout=task_timeout``) is shared by all calls; close it
     with :meth:`aclose`. Its HTTP session is :func:`pipeline.experts.http.bounded_async_client`
@@ -166,16 +93,17 @@ class HubRunner:
 
     Example::
 
-        hub = HubRunner(ExpertSettings(base_url="http://127.0.0.1:8080"))
+        hub = HubRunner(pipeline_config(settings))  # bot.backends.pipeline_config
         out = await hub.run("image-to-text", "Salesforce/blip-image-captioning-large",
                             {"image": photo_resource}, sink, task_id=1)
         print(out.text)          # the caption
         await hub.aclose()
     """
 
-    def __init__(self, settings: ExpertSettings, *, transport: httpx2.AsyncBaseTransport | None = None) -> None:
-        self.settings = settings
-        http.install(router_url=settings.router_url, transport=transport)
+    def __init__(self, config: PipelineConfig, *, transport: httpx2.AsyncBaseTransport | None = None) -> None:
+        self.config = config
+        self.access = config.experts
+        http.install(router_url=self.access.router_url, transport=transport)
         http.tls_context()  # at start-up, not in the first task
         self._clients: dict[str, AsyncInferenceClient] = {}
         self._client = self._client_for(None)
@@ -188,8 +116,8 @@ class HubRunner:
         client = self._clients.get(key)
         if client is None:
             client = self._clients[key] = AsyncInferenceClient(
-                provider=provider or "hf-inference", token=self.settings.token or None,
-                timeout=self.settings.task_timeout, bill_to=self.settings.bill_to or None,
+                provider=provider or "hf-inference", token=self.access.token or None,
+                timeout=self.config.execution.task_timeout, bill_to=self.access.bill_to or None,
             )
         return client
 
@@ -198,10 +126,10 @@ class HubRunner:
 
         ``endpoints[model]`` first, then ``{base_url}/models/{model}``.
         """
-        if model in self.settings.endpoints:
-            return self.settings.endpoints[model]
-        if self.settings.base_url:
-            return f"{self.settings.base_url.rstrip('/')}/models/{model}"
+        if model in self.access.endpoints:
+            return self.access.endpoints[model]
+        if self.access.base_url:
+            return f"{self.access.base_url.rstrip('/')}/models/{model}"
         return None
 
     async def aclose(self) -> None:
@@ -260,14 +188,14 @@ class HubRunner:
         inputs = await read_inputs(spec, args)
         target, calls = await self._route(task, model, url, provider)
         gateway = http.origin_of(target) if target.startswith(("http://", "https://")) else None
-        s = self.settings
-        scope = http.CallScope(spec.reply, s.max_json_bytes, s.max_media_bytes, gateway, max_items=s.max_items,
-                               send_token=not expert_server, bearer=s.key_for(target) if expert_server else None)
+        limits = self.config.output
+        scope = http.CallScope(spec.reply, limits.max_json_bytes, limits.max_media_bytes, gateway, max_items=limits.max_items,
+                               send_token=not expert_server, bearer=self.access.key_for(target) if expert_server else None)
         began = time.monotonic()
         retrying = self._retrying(task, task_id, model, expert_server)
         raw = await self._call(task, model, spec.call, calls, target, inputs, scope, retrying)
         log.info("task %s (%s) on %s answered in %.2f s", task_id, task, model, time.monotonic() - began)
-        saver = TaskSaver(sink, task, task_id, s.limits)
+        saver = TaskSaver(sink, task, task_id, limits)
         what = f"task {task_id} ({task}) on {model}"
         out = await self._normalise(spec.normalise, raw, inputs, saver, what, model)
         return await condense(self._note_dropped(out, scope, what), saver)
@@ -278,7 +206,7 @@ class HubRunner:
         target = url or self.endpoint_for(model)
         if target is not None:
             return target, ClientCalls(self._client, self)
-        target, client = self._provider_target(task, model, provider or self.settings.provider)
+        target, client = self._provider_target(task, model, provider or self.access.provider)
         await warm_mapping(client.provider, task, target)
         return target, ClientCalls(client, self)
 
@@ -286,13 +214,13 @@ class HubRunner:
         """Retries of retryable :class:`ExpertError`: up to ``max_attempts`` tries, exponential
         backoff with jitter capped by ``backoff_max``, a 503 waiting ``min(estimated_time,
         backoff_max)``; an expert server refusing the connection is not retried."""
-        settings = self.settings
-        expo = wait_random_exponential(multiplier=0.5, max=settings.backoff_max)
+        access = self.access
+        expo = wait_random_exponential(multiplier=0.5, max=access.backoff_max)
 
         def wait(rs: RetryCallState) -> float:
             exc = rs.outcome.exception() if rs.outcome else None
             if isinstance(exc, ExpertError) and exc.estimated_time is not None:
-                return max(0.0, min(exc.estimated_time, settings.backoff_max))
+                return max(0.0, min(exc.estimated_time, access.backoff_max))
             return expo(rs)
 
         def before_sleep(rs: RetryCallState) -> None:
@@ -306,7 +234,7 @@ class HubRunner:
         return AsyncRetrying(
             retry=retry_if_exception(lambda e: isinstance(e, ExpertError) and e.retryable
                                      and not (expert_server and refused_connection(e))),
-            stop=stop_after_attempt(max(1, settings.max_attempts)),
+            stop=stop_after_attempt(max(1, access.max_attempts)),
             wait=wait,
             before_sleep=before_sleep,
             reraise=True,
@@ -326,7 +254,7 @@ class HubRunner:
                 except HuggingGPTError:
                     raise
                 except Exception as exc:  # noqa: BLE001 - mapped to one sentence below
-                    raise map_error(self.settings, exc, task, model) from exc
+                    raise map_error(self.config, exc, task, model) from exc
         return raw
 
     async def _normalise(self, normalise: Normalise, raw: Any, inputs: Inputs, saver: TaskSaver, what: str,
@@ -338,7 +266,7 @@ class HubRunner:
         except HuggingGPTError:
             raise  # ExpertError from a normaliser, or the sink's StorageError: not bad output
         except Exception as exc:  # noqa: BLE001
-            err = too_large(self.settings, exc, model)
+            err = too_large(self.config, exc, model)
             if err is not None:
                 log.warning("%s: %s", what, err)
                 raise err from exc
@@ -352,7 +280,7 @@ class HubRunner:
         if not scope.dropped:
             return out
         dropped = sum(scope.dropped)
-        kept = self.settings.max_items
+        kept = self.config.output.max_items
         log.warning("%s: %d items dropped ([inference] max_items = %d)", what, dropped, kept)
         note = f"(only the {kept:,} best-scored of {kept + dropped:,} results are kept)"
         return Output(text=f"{out.text} {note}" if out.text else note, files=out.files, data=out.data)
@@ -381,14 +309,14 @@ class HubRunner:
             )
         if self._http is None:
             self._http = get_async_session()
-        headers = build_hf_headers(token=self.settings.token or None)
-        if self.settings.bill_to:
-            headers["X-HF-Bill-To"] = self.settings.bill_to
+        headers = build_hf_headers(token=self.access.token or None)
+        if self.access.bill_to:
+            headers["X-HF-Bill-To"] = self.access.bill_to
         if data is not None:
             headers["content-type"] = "application/octet-stream"
         try:
             response = await self._http.post(
-                target, json=json_body, content=data, headers=headers, timeout=self.settings.task_timeout
+                target, json=json_body, content=data, headers=headers, timeout=self.config.execution.task_timeout
             )
         except httpx2.TimeoutException as exc:
             raise InferenceTimeoutError(f"Inference call timed out: {target}") from exc
@@ -410,11 +338,10 @@ def refused_connection(exc: BaseException) -> bool:
     return False
 
 
-
-def billing_error(settings: Any, http_err: HfHubHTTPError, detail: str) -> ExpertError:
+def billing_error(access: ExpertAccess, http_err: HfHubHTTPError, detail: str) -> ExpertError:
     """The one sentence for an account out of credits (``reason="billing"``): it names the
     account whose credits pay (``bill_to``, else the token's owner) and where to top up."""
-    account = (f"the organisation {settings.bill_to}" if settings.bill_to
+    account = (f"the organisation {access.bill_to}" if access.bill_to
                else "the account of the configured Hugging Face token")
     return ExpertError(
         f"Inference Providers refused the call because {account} has no credits left (HTTP "
@@ -424,12 +351,12 @@ def billing_error(settings: Any, http_err: HfHubHTTPError, detail: str) -> Exper
     )
 
 
-def scrub(settings: Any, text: str) -> str:
-    token = settings.token
+def scrub(access: ExpertAccess, text: str) -> str:
+    token = access.token
     return text.replace(token, "***") if token else text
 
 
-def too_large(settings: Any, exc: BaseException, model: str) -> ExpertError | None:
+def too_large(config: PipelineConfig, exc: BaseException, model: str) -> ExpertError | None:
     """``reason="too_large"`` (not retryable) when ``exc`` or its causes is a reply over a size
     limit or an image over the pixel limit; else ``None``. The log line names the setting."""
     chain: list[BaseException] = []
@@ -437,7 +364,7 @@ def too_large(settings: Any, exc: BaseException, model: str) -> ExpertError | No
     while e is not None and e not in chain:
         chain.append(e)
         e = e.__cause__ or e.__context__
-    detail = scrub(settings, f"{type(exc).__name__}: {exc}")
+    detail = scrub(config.experts, f"{type(exc).__name__}: {exc}")
     for x in chain:
         if isinstance(x, http.ReplyTooLarge):
             return ExpertError(
@@ -447,23 +374,23 @@ def too_large(settings: Any, exc: BaseException, model: str) -> ExpertError | No
         if isinstance(x, (PixelLimitError, Image.DecompressionBombError)):
             return ExpertError(
                 f"The model {model} returned an image with too many pixels to decode safely.",
-                f"{detail} (setting [inference] max_image_pixels = {settings.max_image_pixels})",
+                f"{detail} (setting [inference] max_image_pixels = {config.output.max_image_pixels})",
                 reason="too_large",
             )
     return None
 
 
-def map_error(settings: Any, exc: BaseException, task: str, model: str) -> ExpertError:
+def map_error(config: PipelineConfig, exc: BaseException, task: str, model: str) -> ExpertError:
     """One sentence for the user (never the token), details for the log. Source of the status
     meanings: the Hugging Face inference API's documented HTTP errors."""
-    detail = scrub(settings, f"{type(exc).__name__}: {exc}")
+    detail = scrub(config.experts, f"{type(exc).__name__}: {exc}")
     chain: list[BaseException] = []
     e: BaseException | None = exc
     while e is not None and e not in chain:
         chain.append(e)
         e = e.__cause__ or e.__context__
     err: ExpertError
-    big = too_large(settings, exc, model)
+    big = too_large(config, exc, model)
     if big is not None:
         err = big
     elif any(isinstance(x, OfflineModeIsEnabled) for x in chain):
@@ -474,11 +401,11 @@ def map_error(settings: Any, exc: BaseException, task: str, model: str) -> Exper
         )
     elif any(isinstance(x, (InferenceTimeoutError, httpx2.TimeoutException, asyncio.TimeoutError)) for x in chain):
         err = ExpertError(
-            f"The model {model} did not answer within {settings.task_timeout:g} seconds.",
+            f"The model {model} did not answer within {config.execution.task_timeout:g} seconds.",
             detail, reason="timeout", retryable=True,
         )
     elif http_err := next((x for x in chain if isinstance(x, HfHubHTTPError) and x.response is not None), None):
-        err = _http_error(settings, http_err, model, detail)
+        err = _http_error(config.experts, http_err, model, detail)
     elif any(isinstance(x, httpx2.TransportError) for x in chain):
         err = ExpertError(f"The model {model} could not be reached.", detail, reason="server", retryable=True)
     elif redirect := next((x for x in chain if isinstance(x, http.RedirectRefused)), None):
@@ -495,12 +422,12 @@ def map_error(settings: Any, exc: BaseException, task: str, model: str) -> Exper
     return err
 
 
-def _http_error(settings: Any, http_err: HfHubHTTPError, model: str, detail: str) -> ExpertError:
+def _http_error(access: ExpertAccess, http_err: HfHubHTTPError, model: str, detail: str) -> ExpertError:
     """The :class:`ExpertError` of an HTTP error answer, by status (402 and out-of-credit answers:
     :func:`billing_error`)."""
     status = http_err.response.status_code
     if status == 402 or (status in (400, 403, 429) and _credits_exhausted(http_err)):
-        return billing_error(settings, http_err, detail)
+        return billing_error(access, http_err, detail)
     if status in (404, 410):
         return ExpertError(f"The model {model} is not available (HTTP {status}).", detail, reason="gone")
     if status == 429:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from ..config import OutputLimits
 from ..errors import ExpertError
 from ..llm import Usage
 from ..media import PixelLimitError
@@ -23,11 +24,11 @@ class LocalRunner:
     """:class:`pipeline.experts.base.ExpertRunner` for local tasks (``canny-control``).
 
     Args:
-        max_image_pixels: pixels, largest image decoded (``[inference] max_image_pixels``).
+        limits: what is kept of an answer; ``max_image_pixels``: pixels, largest image decoded.
     """
 
-    def __init__(self, max_image_pixels: int = render.DEFAULT_MAX_PIXELS) -> None:
-        self.max_image_pixels = max_image_pixels
+    def __init__(self, limits: OutputLimits) -> None:
+        self.limits = limits
 
     async def run(
         self, task: str, model: str, args: dict[str, Any], sink: ResourceSink, *, task_id: int, usage: Usage | None = None
@@ -48,9 +49,9 @@ class LocalRunner:
             raise ExpertError(f"No local implementation serves {task}.", reason="unavailable")
         inputs = await read_inputs(spec, args)
         try:
-            png = await asyncio.to_thread(render.canny_edges, inputs.media["image"], max_pixels=self.max_image_pixels)
+            png = await asyncio.to_thread(render.canny_edges, inputs.media["image"], max_pixels=self.limits.max_image_pixels)
         except PixelLimitError as exc:
             raise ExpertError("The image has too many pixels to process safely.", str(exc), reason="too_large") from exc
         w, h = await asyncio.to_thread(render.image_size, png)
-        res = await TaskSaver(sink, task, task_id).file(png, "image", "image/png", f"canny edge map, {w}x{h} pixels")
+        res = await TaskSaver(sink, task, task_id, self.limits).file(png, "image", "image/png", f"canny edge map, {w}x{h} pixels")
         return Output(files=[res], data=ImageSize(w, h), where="in-process")

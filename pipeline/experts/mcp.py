@@ -29,7 +29,7 @@ from ..errors import ExpertError
 from ..llm import Usage
 from ..media import PixelLimitError, sniff
 from ..mcp_tools import McpTool, Toolbox, call_arguments
-from ..tasks.base import OutputLimits
+from ..config import OutputLimits
 from ..types import Output, Resource, ResourceSink
 from .base import TaskSaver, condense, read_inputs
 
@@ -54,18 +54,13 @@ class McpRunner:
 
     Args:
         toolbox: the configured MCP servers.
-        limits: what a result may keep (text characters, pixels).
-        max_media_bytes: bytes, the files of one result together (``[inference] max_media_bytes``).
-        max_json_bytes: bytes, the text and structured content of one result together
-            (``[inference] max_json_bytes``).
+        limits: what a result may be and keep: ``max_media_bytes`` of files and
+            ``max_json_bytes`` of text and structured content together, text characters, pixels.
     """
 
-    def __init__(self, toolbox: Toolbox, limits: OutputLimits | None = None, max_media_bytes: int = 64 << 20,
-                 max_json_bytes: int = 8 << 20) -> None:
+    def __init__(self, toolbox: Toolbox, limits: OutputLimits) -> None:
         self.toolbox = toolbox
-        self.limits = limits or OutputLimits()
-        self.max_media_bytes = max_media_bytes
-        self.max_json_bytes = max_json_bytes
+        self.limits = limits
 
     async def run(
         self, task: str, model: str, args: dict[str, Any], sink: ResourceSink, *, task_id: int, usage: Usage | None = None
@@ -133,8 +128,8 @@ class McpRunner:
                 text += len(str(res.text).encode("utf-8"))
         if structured is not None:
             text += len(json.dumps(structured, ensure_ascii=False).encode("utf-8"))
-        for seen, limit, what, setting in ((text, self.max_json_bytes, "text and data", "max_json_bytes"),
-                                           (media, self.max_media_bytes, "files", "max_media_bytes")):
+        for seen, limit, what, setting in ((text, self.limits.max_json_bytes, "text and data", "max_json_bytes"),
+                                           (media, self.limits.max_media_bytes, "files", "max_media_bytes")):
             if seen > limit:
                 raise ExpertError(f"The tool {tool.label} returned {seen / 1e6:,.1f} MB of {what}, more than the limit "
                                   f"of {limit / 1e6:,.1f} MB, so its result was not kept.",

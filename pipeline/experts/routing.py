@@ -45,7 +45,7 @@ class RoutingRunner:
 
     Example::
 
-        runner = RoutingRunner(hub, Placement(catalog, availability, ExpertServers(["http://gpu1:8081"])))
+        runner = RoutingRunner(hub, Placement(catalog, availability, ExpertServers(["http://gpu1:8081"], ttl=10, timeout=3)))
         out = await runner.run("depth-estimation", "Intel/dpt-large", {"image": photo}, sink, task_id=1)
         out.where   # "local http://gpu1:8081"
     """

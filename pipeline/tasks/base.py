@@ -27,6 +27,7 @@ from huggingface_hub import (
     ZeroShotImageClassificationOutputElement,
 )
 
+from ..config import OutputLimits
 from ..types import Modality, Output, Resource
 from .outputs import Label, Labels
 
@@ -39,21 +40,6 @@ ReplyKind = Literal["json", "media", "media-json"]
 max_json_bytes``); ``"media"`` raw image/audio/video bytes (``max_media_bytes``; a JSON answer of
 such a task still gets ``max_json_bytes``); ``"media-json"`` JSON carrying base64 media, such as
 masks or audio tracks (``max_media_bytes``)."""
-
-
-@dataclass(frozen=True)
-class OutputLimits:
-    """What a normaliser may keep and decode of one answer (``[inference]`` settings).
-
-    Attributes:
-        max_items: structured items (boxes, segments, labels, entities) kept, best scores first.
-        max_image_pixels: pixels, largest image decoded (width × height).
-        max_text_chars: characters of a text result kept.
-    """
-
-    max_items: int = 1000
-    max_image_pixels: int = 40_000_000
-    max_text_chars: int = 20_000
 
 
 @dataclass(frozen=True)

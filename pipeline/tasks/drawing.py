@@ -29,9 +29,6 @@ PALETTE: tuple[tuple[int, int, int], ...] = (
 )
 
 
-DEFAULT_MAX_PIXELS = 40_000_000
-"""Pixels, the limit when a caller gives none (``[inference] max_image_pixels``'s default)."""
-
 MASKS_DRAWN = 20
 """Masks drawn onto one picture at most (the best-scored; the others stay in the data): each costs a
 pass over every pixel, and the palette has ten colours."""
@@ -58,7 +55,7 @@ async def in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         stop.set()
 
 
-def open_rgb(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> Image.Image:
+def open_rgb(data: bytes, max_pixels: int) -> Image.Image:
     """Decode image bytes into an RGB image (loaded).
 
     Raises:
@@ -89,7 +86,7 @@ def _font(size: int) -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
 
 
 def draw_boxes(
-    image: bytes, objects: Sequence[dict[str, Any]], *, max_pixels: int = DEFAULT_MAX_PIXELS,
+    image: bytes, objects: Sequence[dict[str, Any]], *, max_pixels: int,
     stop: threading.Event | None = None,
 ) -> bytes:
     """Draw object-detection boxes with their labels onto the image.
@@ -129,7 +126,7 @@ def draw_boxes(
 
 def overlay_masks(
     image: bytes, segments: Sequence[tuple[str, float | None, Image.Image]], alpha: float = 0.5, *,
-    max_pixels: int = DEFAULT_MAX_PIXELS, stop: threading.Event | None = None,
+    max_pixels: int, stop: threading.Event | None = None,
 ) -> bytes:
     """Overlay segmentation masks in colours on the image, with a legend strip below it.
 
@@ -186,7 +183,7 @@ def depth_to_png(depth: Image.Image | np.ndarray) -> bytes:
     return to_png(Image.fromarray(norm.astype(np.uint8), mode="L"))
 
 
-def canny_edges(image: bytes, low: int = 100, high: int = 200, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> bytes:
+def canny_edges(image: bytes, low: int = 100, high: int = 200, *, max_pixels: int) -> bytes:
     """Canny edge map (white edges on black) of an image, as ControlNet's canny condition expects.
 
     Thresholds follow the ControlNet reference annotator (low 100, high 200).
