@@ -8,6 +8,9 @@ size limits), so they show the same stages and the same task states:
 * task states: ``waiting`` → ``running`` → ``done`` | ``failed`` | ``skipped``, and ``stopped``
   for a task still waiting or running when its run was stopped.
 
+A failure reads the same everywhere too: :func:`user_sentence` and :func:`record_error` give the
+sentence a user sees for an error or a failed record (a storage failure without the server's paths).
+
 Pure: no I/O, no platform library; the clock is passed in (``time.monotonic()`` seconds).
 """
 
@@ -17,7 +20,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .sentences import record_error
+from bot.errors import StorageError
+from bot.readiness import storage_sentence
+from pipeline.errors import HuggingGPTError
 from pipeline.types import (
     Done,
     Event,
@@ -221,3 +226,17 @@ class Progress:
         for line in self.tasks.values():
             out[line.state] = out.get(line.state, 0) + 1
         return out
+
+
+def user_sentence(error: HuggingGPTError) -> str:
+    """The sentence a user sees for ``error``: the error's own, except for a storage failure,
+    whose sentence names the operator's files; it becomes a path-free one
+    (:func:`bot.readiness.storage_sentence`: full, busy, damaged, unavailable)."""
+    return storage_sentence(error) if isinstance(error, StorageError) else error.user_message
+
+
+def record_error(record: RunRecord) -> str | None:
+    """The failure sentence of a run's record, as :func:`user_sentence` (``None`` when it has none)."""
+    if isinstance(record.failure, StorageError):
+        return storage_sentence(record.failure)
+    return record.error

@@ -9,14 +9,14 @@ module owns the rest, so the same moment reads the same on every front end:
 * the outcome (:class:`Outcome`): ``answered``; an answer that lacks something (``partial``,
   ``deadline``, ``stopped``, said in one notice naming the tasks that did not finish); no answer
   (``failed``, or ``deadline`` when the time limit left none); the service refusing the request
-  (``refused``: the error's own sentence, :func:`adapters.sentences.user_sentence`); the turn
+  (``refused``: the error's own sentence, :func:`adapters.progress.user_sentence`); the turn
   cancelled from outside (``restarted``: shutdown; the view's end is shielded, then the
   cancellation goes on); an unexpected exception or a stream without ``Done`` (``crashed``: one
   log line with the traceback for the operator, :data:`CRASHED` for the user); the delivery taken
   by another process sharing the store (``elsewhere``: no event at all; the view is not called);
 * the sentences of those moments, each written once here (:data:`RESTARTED`, :data:`CRASHED`,
-  :func:`notice_of`), or the error's or the record's own; and :data:`INTERRUPTED_ELSEWHERE`, said
-  by the front ends that find a turn a dead process left.
+  :func:`notice_of`), or the error's or the record's own; :data:`INTERRUPTED_ELSEWHERE`, said
+  by the front ends that find a turn a dead process left, and :data:`STARTED_OVER`.
 
 The command line's exit status is not decided here: it stays
 :func:`hugginggpt.common.record_exit_status` of the record.
@@ -35,7 +35,7 @@ from pipeline.replanning import last_round_ids, unsettled
 from pipeline.types import Done, Event, RunRecord
 
 from .progress import Progress
-from .sentences import record_error, user_sentence
+from .progress import record_error, user_sentence
 
 log = logging.getLogger("adapters.turn")
 
@@ -43,6 +43,10 @@ RESTARTED = "I was restarted before finishing this request; please send it again
 """What a user reads for a turn cut off by a shutdown (or refused while shutting down)."""
 CRASHED = "Something went wrong on my side while answering; the details are in my log. Please try again."
 """What a user reads for a turn that failed in a way nobody planned for (the log has the traceback)."""
+
+STARTED_OVER = ("Starting a new conversation: the files and answers of our earlier messages are no longer used. "
+                "Send a request (with files if it needs them).")
+"""Said when a user starts their conversation over (a DM's "new")."""
 
 INTERRUPTED_ELSEWHERE = ("The process working on your last request here stopped unexpectedly before it finished; "
                          "please ask again.")

@@ -115,7 +115,7 @@ class McpServerConfig:
         errlog: file the program's stderr is appended to (``None``: this process's stderr).
         connect_timeout: seconds to start, initialise and list tools (``[mcp.servers.NAME] connect_timeout``).
         max_log_bytes: bytes of the program's stderr kept per start (``[mcp] max_log_bytes``,
-            :mod:`pipeline.mcp_errlog`).
+            :func:`pipeline.mcp_tools.capped_stderr`).
     """
 
     name: str

@@ -19,7 +19,7 @@ from pathlib import Path
 import aiohttp
 from PIL import Image
 
-from adapters.discord.conversation import STARTED_OVER
+from adapters.turn import STARTED_OVER
 from adapters.discord.stop import ENDED_SENTENCE, NOT_YOURS_SENTENCE
 from sandbox.discord_messages import BOT_PERMISSIONS, IS_COMPONENTS_V2, StoredMessage
 from tests.test_discord_bot import Env, _is_grayscale, env, running_bot  # noqa: F401 - env is a fixture

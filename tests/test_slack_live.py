@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 from sqlalchemy import text
 
-from adapters.slack.handler import STARTED_OVER
+from adapters.turn import STARTED_OVER
 from adapters.slack.handler import ALREADY_ENDED, NOT_YOURS
 from adapters.slack.web import FEEDBACK_ACTION, STOP_ACTION
 from benchmarks.harness.slack import CHANNEL, Harness, png_file, start_harness

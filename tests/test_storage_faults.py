@@ -145,7 +145,7 @@ async def test_aborted_upload_is_one_log_line(sandbox, tmp_path, caplog):
 
 def test_bots_show_a_storage_failure_without_the_servers_paths(tmp_path):
     from adapters.progress import Progress
-    from adapters.sentences import record_error, user_sentence
+    from adapters.progress import record_error, user_sentence
     from bot.errors import StorageError
     from pipeline.types import Done, RunRecord
 

@@ -33,7 +33,7 @@ from typing import Any  # ``bot`` arguments: the HuggingGPTBot (not imported: no
 import discord
 
 from adapters.progress import Progress
-from adapters.sentences import record_error
+from adapters.progress import record_error
 from adapters.turn import CRASHED, Outcome
 from bot.errors import InputError
 from bot.incoming import ConversationKey, Delivery, Download, IncomingFile, Message

@@ -14,8 +14,8 @@ from typing import Any  # ``bot``: the HuggingGPTBot (not imported: no import cy
 
 import discord
 
-from adapters.sentences import user_sentence
-from adapters.turn import CRASHED, Outcome
+from adapters.progress import user_sentence
+from adapters.turn import CRASHED, STARTED_OVER, Outcome
 from bot.errors import Refused
 from bot.incoming import ConversationKey, Delivery, Message
 from pipeline.errors import HuggingGPTError
@@ -28,8 +28,6 @@ log = logging.getLogger("hugginggpt.discord")
 
 NEW_WORDS = frozenset({"new", "/new", "start over", "reset"})
 """DM texts (case and surrounding spaces ignored) that start a new DM conversation."""
-STARTED_OVER = ("Starting a new conversation: the files and answers of our earlier messages are no longer used. "
-                "What would you like to do?")
 NOTHING_TO_FORGET = "We're starting fresh. What would you like to do?"
 
 

@@ -17,7 +17,7 @@ import discord
 
 from adapters.editor import MessageEditor
 from adapters.progress import Progress
-from adapters.sentences import record_error
+from adapters.progress import record_error
 from adapters.turn import CRASHED, Outcome, follow
 from bot.incoming import Accepted, Message
 from pipeline.errors import HuggingGPTError

@@ -41,8 +41,8 @@ from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetry
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.progress import Progress
-from adapters.sentences import user_sentence
-from adapters.turn import INTERRUPTED_ELSEWHERE as INTERRUPTED, Outcome, follow
+from adapters.progress import user_sentence
+from adapters.turn import INTERRUPTED_ELSEWHERE as INTERRUPTED, STARTED_OVER, Outcome, follow
 from bot.errors import ConfigError, Refused
 from bot.incoming import Accepted, ConversationKey, Delivery, Download, IncomingFile, Message, Requester
 from bot.limits import SeenKeys
@@ -61,8 +61,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-STARTED_OVER = ("Starting a new conversation: the files and answers of our earlier messages are no longer used. "
-                "Send a request (with files if it needs them).")
 EMPTY_REQUEST = "Mention me with a request, for example: `@HuggingGPT describe this photo` with an image attached."
 
 
@@ -501,8 +499,6 @@ async def tell_interrupted(bot: SlackBot, marked: list[tuple[ConversationKey, in
         thread = None if key.thread == DM_THREAD else key.thread
         await bot.say(key.channel, thread, INTERRUPTED_ELSEWHERE)
 
-
-__all__ = ["EMPTY_REQUEST", "STARTED_OVER", "SlackApp", "SlackBot", "create_bolt_app", "register_listeners"]
 
 
 
