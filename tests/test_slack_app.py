@@ -353,3 +353,34 @@ async def test_graceful_shutdown_marks_unfinished_runs(slack, tmp_path):
         await h.runner.cleanup()
         (status,) = h.replies(ts)
         assert status.text.endswith(f":warning: {RESTARTED}")  # the sentence every front end says
+
+
+class CountingService:
+    """The real service, counting the calls a front end makes into it (methods only)."""
+
+    def __init__(self, service) -> None:
+        self._service = service
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str):
+        value = getattr(self._service, name)
+        if not callable(value) or name.startswith("_"):
+            return value
+
+        def counted(*args, **kw):
+            self.calls.append(name)
+            return value(*args, **kw)
+        return counted
+
+
+async def test_a_mention_with_a_file_is_one_call_into_the_service(slack, service, tmp_path):
+    counting = CountingService(service)
+    h = await start_harness(slack, counting, tmp_path)
+    try:
+        body, _, ts = h.mention("describe this image", files=[png_file(h.slack)])
+        await h.deliver(body)
+        await h.settle()
+        assert h.slack.thread_files(CHANNEL, ts) or any("How I did it" in m.text for m in h.replies(ts))
+        assert counting.calls == ["handle"]  # claim, admission, download, checks and the turn: one front door
+    finally:
+        await h.close()
