@@ -16,9 +16,10 @@ import sys
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, TextIO
 
+from adapters.progress import Progress
 from pipeline.types import Done, Event, RunRecord
 
-from .lines import Progress, TerminalRenderer
+from .lines import TerminalRenderer
 
 if TYPE_CHECKING:
     from adapters.turn import Outcome

@@ -1,8 +1,6 @@
 """Pipeline events as lines of text (``hugginggpt run`` and ``chat`` when the output is not a
-terminal); :mod:`adapters.terminal.live` draws the same progress on a terminal.
-
-The progress model is imported here only (:data:`Progress`); the other terminal modules take it
-from this one."""
+terminal); :mod:`adapters.terminal.live` draws the same progress model
+(:class:`adapters.progress.Progress`) on a terminal."""
 
 from __future__ import annotations
 
@@ -11,7 +9,7 @@ import sys
 import textwrap
 from typing import AbstractSet, TextIO
 
-from adapters.progress import Progress, TaskProgress, replan_sentence  # noqa: F401 - the one import of the progress model (live uses it from here)
+from adapters.progress import Progress, replan_sentence
 from pipeline.types import (
     Done,
     Event,

@@ -25,9 +25,10 @@ from rich.segment import Segment
 from rich.spinner import Spinner
 from rich.text import Text
 
+from adapters.progress import Progress, TaskProgress
 from pipeline.types import Done, Event, Notice, PlanDiscarded, ReplanStarted, RunRecord
 
-from .lines import Progress, TaskProgress, printable
+from .lines import printable
 from .images import Protocol, inline_image
 
 _STATE_STYLE = {"waiting": "dim", "running": "yellow", "done": "green", "failed": "red", "skipped": "magenta",
