@@ -2,7 +2,8 @@
 and the exit status each error class means.
 
 Exit statuses (docs/command-line.md): 0 ok (every task succeeded);
-2 settings; 3 input (a file, an empty request, an unknown conversation); 4 controller; 5 plan; 6 answered, but some task failed or was skipped; 7 the
+2 settings; 3 input (a file, an empty request, an unknown conversation); 4 controller; 5 plan; 6 answered, but some task failed or was skipped
+(and a backend such as the Hub failed: ``catalog refresh``, ``experts download``); 7 the
 run's deadline passed; 8 storage; 130 interrupted (Ctrl-C).
 """
 
@@ -17,7 +18,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipeline.errors import CatalogError, ControllerError, DeadlineError, ExpertError, HuggingGPTError, PlanError
+from pipeline.errors import (CatalogError, ControllerError, DeadlineError, ExpertError, HubError, HuggingGPTError,
+                             PlanError)
 from pipeline.types import RunRecord
 
 from bot.errors import ConfigError, InputError, StorageError
@@ -35,6 +37,7 @@ EXIT_STATUS: dict[type[HuggingGPTError], int] = {
     ControllerError: 4,
     PlanError: 5,
     ExpertError: 6,
+    HubError: 6,
     DeadlineError: 7,
     StorageError: 8,
 }

@@ -61,3 +61,26 @@ def test_a_failed_task_is_said_with_its_name_and_failed_once(tmp_path):
     note = next(line for line in p.stderr.splitlines() if line.startswith("Note:"))
     assert "task 0 (image-to-text): The model " in note, note
     assert "failed: image-to-text failed" not in p.stderr and p.stderr.count("image-to-text failed") == 0
+
+
+def test_experts_download_without_the_hub_ends_with_one_sentence(tmp_path):
+    from expert_server.download import preset_models
+
+    closed, n = f"http://127.0.0.1:{free_port()}", len(preset_models("minimal"))
+    p = hugginggpt(["experts", "download", "--preset", "minimal"], tmp_path,
+                   env={"HF_ENDPOINT": closed, "HF_HOME": str(tmp_path / "hf")})
+    assert p.returncode == 6, p.stderr
+    assert p.stdout == ""
+    assert p.stderr.strip().splitlines() == [
+        f"Error: The Hugging Face Hub at {closed} cannot be reached, so {n} of {n} models were not downloaded; "
+        "check the network, the proxy and HF_ENDPOINT."]
+
+
+def test_catalog_refresh_without_the_hub_exits_with_the_backend_status_not_settings(tmp_path):
+    closed = f"http://127.0.0.1:{free_port()}"
+    p = hugginggpt(["catalog", "refresh", "--tasks", "translation", "--out", str(tmp_path / "c.jsonl")], tmp_path,
+                   env={"HF_ENDPOINT": closed, "HF_HOME": str(tmp_path / "hf")})
+    assert p.returncode == 6, p.stderr  # docs/command-line.md: a backend failed (2 is a setting)
+    [line] = p.stderr.strip().splitlines()
+    assert line.startswith(f"Error: The Hugging Face Hub at {closed} cannot be reached"), line
+    assert not (tmp_path / "c.jsonl").exists()
