@@ -29,8 +29,8 @@ def preset_models(name: str) -> list[str]:
 
 
 class HubUnreachable(ConnectionError):
-    """The Hugging Face Hub cannot be reached (or ``HF_HUB_OFFLINE`` forbids asking it): every
-    further model would fail alike, so the download stops. ``str()`` is one sentence for the user.
+    """The Hugging Face Hub cannot be reached: every further model would fail alike, so the
+    download stops. ``str()`` is one sentence for the user.
 
     Attributes:
         done: the models downloaded before it happened.
@@ -61,8 +61,6 @@ def _hub_sentence(left: int, total: int) -> str:
     from huggingface_hub import constants
 
     missed = f"{left} of {total} models were not downloaded"
-    if constants.HF_HUB_OFFLINE:
-        return f"HF_HUB_OFFLINE is set, so the Hugging Face Hub is not asked and {missed}; unset it to download."
     parts = urlsplit(constants.ENDPOINT)
     where = urlunsplit((parts.scheme, (parts.hostname or "") + (f":{parts.port}" if parts.port else ""), "", "", ""))
     return f"The Hugging Face Hub at {where} cannot be reached, so {missed}; check the network, the proxy and HF_ENDPOINT."
@@ -91,7 +89,10 @@ def download(models: list[str], cache_dir: str | None = None) -> tuple[list[str]
         except RepositoryNotFoundError:
             failed.append((model, "the Hub has no such model (or it is gated: set HF_TOKEN)"))
         except (HfHubHTTPError, LocalEntryNotFoundError, OSError) as e:
-            if _unreachable(e) or constants.HF_HUB_OFFLINE:
+            if constants.HF_HUB_OFFLINE:  # the cached models are still found: each one is said
+                failed.append((model, "not in the Hugging Face cache, and HF_HUB_OFFLINE forbids downloading it"))
+                continue
+            if _unreachable(e):
                 log.warning("download of %s stopped: %s: %s", model, e.__class__.__name__, e)
                 raise HubUnreachable(_hub_sentence(len(models) - len(done), len(models)), done) from None
             failed.append((model, f"{e.__class__.__name__}: {str(e).splitlines()[0][:200]}"))
