@@ -44,6 +44,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from bot.errors import ConfigError, StorageError
 
+from .common import command_hint
+
 if TYPE_CHECKING:
     from bot.settings import InferenceSettings, LLMSettings, McpSettings, Settings, StorageSettings
     from pipeline.mcp_tools import McpServerConfig
@@ -355,14 +357,15 @@ async def check_ffmpeg(timeout: float) -> Check:
     return Check("ffmpeg", "ok", f"ffmpeg {version} at {exe}.")
 
 
-def check_disk(data: Path, min_free_mb: float) -> Check:
-    """Free space on the file system of the data dir (or of its nearest existing parent)."""
+def check_disk(data: Path, min_free_mb: float, prune: str = "hugginggpt store prune") -> Check:
+    """Free space on the file system of the data dir (or of its nearest existing parent); ``prune``
+    is the command that prunes, as the user runs the program (:func:`hugginggpt.common.command_hint`)."""
     existing = next(p for p in (data, *data.parents) if p.exists())
     free_mib = shutil.disk_usage(existing).free / 2**20
     said = f"{free_mib / 1024:.1f} GiB free for {data}"
     if free_mib < min_free_mb:
         return Check("disk", "FAIL", f"Only {said}, below {min_free_mb:g} MiB.",
-                     "free space, or set [storage] max_media_bytes and run `hugginggpt store prune`")
+                     f"free space, or set [storage] max_media_bytes and run `{prune}`")
     return Check("disk", "ok", said + ".")
 
 
@@ -421,8 +424,10 @@ async def _bounded(step: Step, loaded: asyncio.Future[BaseException | None], tim
         return Check(name, "FAIL", f"The check failed unexpectedly ({e.__class__.__name__}).", "run with -v for details")
 
 
-async def run_checks(settings: Settings, timeout: float, min_free_mb: float) -> list[Check]:
-    """Every check after the settings, concurrently, in the order of :data:`CHECKS`."""
+async def run_checks(settings: Settings, timeout: float, min_free_mb: float,
+                     prune: str = "hugginggpt store prune") -> list[Check]:
+    """Every check after the settings, concurrently, in the order of :data:`CHECKS` (``prune``: as
+    :func:`check_disk`)."""
     steps = [
         Step("controller", ("openai",), lambda: check_controller(settings.llm, timeout)),
         Step("hub", ("httpx2", "huggingface_hub"), lambda: check_hub(settings.inference, timeout)),
@@ -433,7 +438,7 @@ async def run_checks(settings: Settings, timeout: float, min_free_mb: float) -> 
     ]
     loaded = _load(steps, asyncio.get_running_loop())
     done = await asyncio.gather(*(_bounded(s, loaded[s.name], timeout) for s in steps))
-    return [*done, check_disk(settings.storage.data_dir, min_free_mb)]
+    return [*done, check_disk(settings.storage.data_dir, min_free_mb, prune)]
 
 
 def _quiet_logs(verbose: int) -> None:
@@ -456,7 +461,7 @@ async def main(args: argparse.Namespace, settings: Settings | None = None, out: 
     if loaded is None:
         checks += [Check(n, "skip", "Not checked: the settings did not load.") for n in CHECKS]
     else:
-        checks += await run_checks(loaded, args.timeout, args.min_free_mb)
+        checks += await run_checks(loaded, args.timeout, args.min_free_mb, command_hint(args, "store", "prune"))
     failed = any(c.status == "FAIL" for c in checks)
     if args.json:
         print(json.dumps({"ok": not failed, "checks": [asdict(c) for c in checks]}, indent=2, ensure_ascii=False), file=out)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -266,3 +267,10 @@ async def test_a_library_slow_to_import_does_not_fail_the_other_checks(setup):
     got = verdicts(text)
     assert status == 0 and all(s in ("ok", "skip") for s, _ in got.values()), text
     assert "lists sandbox-controller" in got["controller"][1]
+
+
+async def test_the_prune_hint_names_the_program_as_it_was_run(setup):
+    status, text = await setup.doctor("--min-free-mb", "1e12", "--json")
+    [disk] = [c for c in json.loads(text)["checks"] if c["name"] == "disk"]
+    command = shlex.split(disk["fix"].split("`")[1])
+    assert status == 1 and "python" in Path(command[0]).name and command[1:] == ["-m", "hugginggpt", "store", "prune"]
