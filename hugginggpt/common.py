@@ -146,8 +146,8 @@ def program_words() -> list[str]:
 
 def command_hint(args: argparse.Namespace, *words: str) -> str:
     """The shell command running ``words`` (a command and its options) the way the user ran
-    this one: :func:`program_words`, the ``--config`` they gave and, when they gave it and the
-    command takes it, ``--sandbox``; quoted for a POSIX shell."""
+    this one: :func:`program_words`, the ``--config`` they gave and the ``--sandbox`` they gave;
+    quoted for a POSIX shell."""
     config = ["--config", args.config] if getattr(args, "config", None) else []
     sandbox = ["--sandbox"] if getattr(args, "sandbox", False) else []
     return shlex.join([*program_words(), *config, *words, *sandbox])
