@@ -262,5 +262,5 @@ class KeepOrFail:
             return await self.sink.add(data, kind=kind, mime=mime, origin=origin, description=description, name=name)
         except StorageError as e:
             condition = storage_condition(e)
-            raise ExpertError(f"{condition[:1].lower()}{condition[1:]}, so its output could not be kept",
+            raise ExpertError(f"{condition}, so its output could not be kept.",
                               f"{len(data)} bytes of {mime} not kept: {e}", reason="too_large") from e

@@ -18,6 +18,12 @@ class InputError(HuggingGPTError):
     naming a resource the conversation does not have."""
 
 
+def unknown_conversation(conversation_id: str) -> InputError:
+    """The refusal of a conversation id the store does not hold (``chat --conversation``, ``store
+    forget``, the MCP server's ``conversation_id`` over stdio): one sentence for every front end."""
+    return InputError(f"There is no conversation {conversation_id}.")
+
+
 class StorageError(HuggingGPTError):
     """The conversation store or media directory is unusable: corrupt, locked, full."""
 

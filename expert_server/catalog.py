@@ -1,6 +1,7 @@
-"""What this server serves: the cached models the config allows, whose task has a local path, plus
-the ControlNet annotators whose backing is present. ControlNet checkpoints are served only when the
-Stable Diffusion base named by ``controlnet_base`` is cached too (they are charged both sizes)."""
+"""What this server serves: the cached models and the folders of ``local_models`` that the config
+allows, whose task has a local path, plus the ControlNet annotators whose backing is present.
+ControlNet checkpoints are served only when the Stable Diffusion base named by ``controlnet_base``
+is cached too (they are charged both sizes)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import fnmatch
 import logging
 from pathlib import Path
 
-from .cache import CachedModel, hub_cache_dir, scan, snapshots, weights_size
+from .cache import CachedModel, describe, hub_cache_dir, scan, snapshots, weights_size
 from .config import ServerConfig
 from .tasks import task_for
 from .tasks.annotators import AUX_FILES
@@ -56,6 +57,10 @@ def servable(config: ServerConfig) -> dict[str, CachedModel]:
     cache = hub_cache_dir(config.cache_dir)
     snaps = snapshots(cache)
     found = scan(cache, config.tasks)
+    for model_id, folder in config.local_models.items():  # the operator's own folders win over the cache
+        m = describe(model_id, folder, config.tasks)
+        if m is not None:
+            found[model_id] = m
     out: dict[str, CachedModel] = {}
     base = snaps.get(config.controlnet_base)
     for model_id, m in found.items():

@@ -26,6 +26,8 @@
     ray_actor_options = {num_gpus = 0.5}
     [tasks]                         # task of a cached model whose card and config say nothing
     "org/name" = "image-classification"
+    [local_models]                  # your own checkpoints: model id → folder (save_pretrained)
+    "my-team/vit-pets" = "/srv/models/vit-pets"
     [default_parameters.canny-text-to-image]   # parameters a request of this task leaves out
     num_inference_steps = 20                   # (fewer denoising steps: faster drawings on a CPU)
 
@@ -42,6 +44,8 @@ from typing import Any
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+_MODEL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?")
+"""A model id as the Hub spells them (``name`` or ``org/name``): what ``local_models`` may name."""
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
           "t": 10**12, "tb": 10**12, "p": 10**15, "pb": 10**15, "kib": 2**10, "mib": 2**20, "gib": 2**30,
           "tib": 2**40, "pib": 2**50}
@@ -101,6 +105,10 @@ class ServerConfig(BaseSettings):
     min_free_memory_for: dict[str, int] = {}
     ray: dict[str, dict] = {}
     cache_dir: str | None = None
+    local_models: dict[str, Path] = Field(
+        default_factory=dict, description="model id → a folder on disk holding a checkpoint (what save_pretrained "
+        "or a Trainer writes), served under that id beside the cache's models; only these configured folders are "
+        "read, never a path from a request")
     api_key: SecretStr | None = Field(
         None, description="bearer token every model request must carry ('Authorization: Bearer KEY'); "
                           "required when bound to an address other than loopback")
@@ -132,6 +140,21 @@ class ServerConfig(BaseSettings):
     @classmethod
     def _sizes(cls, v: Any) -> Any:
         return {k: parse_size(x) if isinstance(x, str) else x for k, x in v.items()} if isinstance(v, dict) else v
+
+    @field_validator("local_models")
+    @classmethod
+    def _folders(cls, v: dict[str, Path]) -> dict[str, Path]:
+        for model_id, folder in v.items():
+            if not _MODEL_ID.fullmatch(model_id) or ".." in model_id:
+                raise ValueError(f"{model_id!r} is not a model id (name or org/name: letters, digits, - _ .)")
+            if not folder.is_absolute():
+                raise ValueError(f"the folder of {model_id} must be an absolute path, not {str(folder)!r}")
+            if not folder.is_dir():
+                raise ValueError(f"the folder {folder} of {model_id} does not exist")
+            if not (folder / "config.json").is_file() and not (folder / "model_index.json").is_file():
+                raise ValueError(f"the folder {folder} of {model_id} holds no checkpoint (no config.json or "
+                                 "model_index.json)")
+        return v
 
     @field_validator("device")
     @classmethod

@@ -45,7 +45,7 @@ so ``--version`` imports none of them)."""
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every command."""
-    parser = argparse.ArgumentParser(prog="hugginggpt", description="HuggingGPT chat bot: plan, select, execute, respond.")
+    parser = CommandParser(prog="hugginggpt", description="HuggingGPT chat bot: plan, select, execute, respond.")
     parser.add_argument("--config", help="TOML config file (default: $HUGGINGGPT_CONFIG or ./hugginggpt.toml)")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log to stderr too (-vv: debug)")
     parser.add_argument("--version", action=_Version, nargs=0, help="show the version and the default data dir, then exit")
@@ -55,6 +55,22 @@ def build_parser() -> argparse.ArgumentParser:
     for p in sub.choices.values():  # -v also after the command: hugginggpt run -v ...
         p.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help="log to stderr too (-vv: debug)")
     return parser
+
+
+class CommandParser(argparse.ArgumentParser):
+    """An argument parser that refuses the words it does not know itself, with its own usage
+    (``hugginggpt experts serve --bogus`` prints the usage of ``experts serve``): argparse's
+    subcommand parsers otherwise hand unknown words up to the top-level parser, whose usage
+    names no option of the subcommand. Subcommand parsers inherit the class (argparse's
+    ``parser_class`` defaults to the parent's)."""
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[no-untyped-def]
+        """As :meth:`argparse.ArgumentParser.parse_known_args`, but an unknown word is this
+        parser's usage error (exit status 2, its usage on stderr)."""
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
 
 
 class _Version(argparse.Action):

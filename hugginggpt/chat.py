@@ -7,7 +7,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
-from .common import INTERRUPTED, add_sandbox_option
+from .common import INTERRUPTED, add_sandbox_option, command_hint
 
 if TYPE_CHECKING:
     from bot.settings import Settings
@@ -33,6 +33,6 @@ async def main(args: argparse.Namespace, settings: Settings, out: TextIO = sys.s
 
     service = await Service.create(settings)
     try:
-        return INTERRUPTED if await chat(service, args.conversation, out) else 0
+        return INTERRUPTED if await chat(service, args.conversation, out, resume=command_hint(args, "chat")) else 0
     finally:
         await service.close()

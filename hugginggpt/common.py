@@ -2,7 +2,8 @@
 and the exit status each error class means.
 
 Exit statuses (docs/command-line.md): 0 ok (every task succeeded);
-2 settings; 3 input (a file, an empty request, an unknown conversation); 4 controller; 5 plan; 6 answered, but some task failed or was skipped; 7 the
+2 settings; 3 input (a file, an empty request, an unknown conversation); 4 controller; 5 plan; 6 answered, but some task failed or was skipped
+(and a backend such as the Hub failed: ``catalog refresh``, ``experts download``); 7 the
 run's deadline passed; 8 storage; 130 interrupted (Ctrl-C).
 """
 
@@ -12,12 +13,16 @@ import argparse
 import contextlib
 import json
 import logging
+import os
+import shlex
+import shutil
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipeline.errors import CatalogError, ControllerError, DeadlineError, ExpertError, HuggingGPTError, PlanError
+from pipeline.errors import (CatalogError, ControllerError, DeadlineError, ExpertError, HubError, HuggingGPTError,
+                             PlanError)
 from pipeline.types import RunRecord
 
 from bot.errors import ConfigError, InputError, StorageError
@@ -35,6 +40,7 @@ EXIT_STATUS: dict[type[HuggingGPTError], int] = {
     ControllerError: 4,
     PlanError: 5,
     ExpertError: 6,
+    HubError: 6,
     DeadlineError: 7,
     StorageError: 8,
 }
@@ -116,6 +122,35 @@ def port_number(text: str) -> int:
     if not 0 <= port <= MAX_PORT:
         raise argparse.ArgumentTypeError(f"{text!r} is not a port: give a whole number from 0 to {MAX_PORT}")
     return port
+
+
+def program_words() -> list[str]:
+    """The words that start this program the way the user started it, for hints they can follow
+    as printed: ``python -m hugginggpt`` when run as a module (the interpreter by its bare name
+    when ``PATH`` finds that very interpreter, else by its path), else the script as invoked
+    (``hugginggpt`` when ``PATH`` finds that very script, else the path typed, such as
+    ``.venv/bin/hugginggpt``). Paths are compared unresolved: a virtual environment's ``python``
+    is a link to the system's, but runs with other packages."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name == f"{__package__}.__main__":
+        exe = sys.executable or "python3"
+        name = os.path.basename(exe)
+        found = shutil.which(name)
+        return [name if found and os.path.abspath(found) == os.path.abspath(exe) else exe, "-m", __package__]
+    script = sys.argv[0] if sys.argv and sys.argv[0] else __package__
+    name = os.path.basename(script)
+    found = shutil.which(name)
+    return [name if found and os.path.abspath(found) == os.path.abspath(script) else script]
+
+
+def command_hint(args: argparse.Namespace, *words: str) -> str:
+    """The shell command running ``words`` (a command and its options) the way the user ran
+    this one: :func:`program_words`, the ``--config`` they gave and the ``--sandbox`` they gave;
+    quoted for a POSIX shell."""
+    config = ["--config", args.config] if getattr(args, "config", None) else []
+    sandbox = ["--sandbox"] if getattr(args, "sandbox", False) else []
+    return shlex.join([*program_words(), *config, *words, *sandbox])
 
 
 @contextlib.asynccontextmanager

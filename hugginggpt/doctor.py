@@ -12,22 +12,30 @@ something is wrong, what to do:
 * ``store``: the conversation store opens (the SQLite file in the data dir, or the PostgreSQL
   database); nothing is migrated or written;
 * ``experts``: every ``[inference] experts_url`` answers ``GET /models``;
+* ``mcp``: every ``[mcp] servers`` entry starts (a stdio program) or answers (a URL) and lists
+  its tools;
 * ``ffmpeg``: the ``ffmpeg`` program runs (the sound of videos, media for Discord, the sandbox);
 * ``disk``: free space where the data dir lives.
 
-Checks run at once, each within ``--timeout`` seconds. No secret is printed: keys and tokens are
-never shown, URLs lose their user and password. Exit status 0 when nothing failed (warnings
-allowed), 1 when a check failed.
+Checks run at once, each within ``--timeout`` seconds of its own: the libraries a check needs
+are imported first, in a thread (within :data:`IMPORT_SECONDS`), and its deadline starts when they
+are there, so a machine slow to import one library does not fail the other checks. No secret is
+printed: keys and tokens are never shown, URLs lose their user and password. Exit status 0 when
+nothing failed (warnings allowed), 1 when a check failed.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import importlib
 import json
+import logging
 import os
 import shutil
 import sys
+import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -36,13 +44,26 @@ from urllib.parse import urlsplit, urlunsplit
 
 from bot.errors import ConfigError, StorageError
 
+from .common import command_hint
+
 if TYPE_CHECKING:
-    from bot.settings import InferenceSettings, LLMSettings, Settings, StorageSettings
+    from bot.settings import InferenceSettings, LLMSettings, McpSettings, Settings, StorageSettings
+    from pipeline.mcp_tools import McpServerConfig
 
 Status = Literal["ok", "warn", "FAIL", "skip"]
 INFERENCE_PERMISSION = "inference.serverless.write"
 """The fine-grained token permission "Make calls to Inference Providers" (``whoami-v2``)."""
 TOKENS_PAGE = "https://huggingface.co/settings/tokens"
+IMPORT_SECONDS = 60.0
+"""Seconds the libraries of one check may take to import before it counts as failed (a loaded
+machine takes seconds; a hung file system is reported after this). Its own ``--timeout`` starts
+after."""
+MCP_STOP_SECONDS = 10.0
+"""Seconds beyond ``--timeout`` the ``mcp`` check may take: stopping a tool server that did not
+start (the ``mcp`` SDK's stdio client closes its stdin, waits 2 s, then terminates and kills it:
+about 7 s). Cut short, the stop would leave the program running until it ends on its own."""
+CHECKS = ("controller", "hub", "store", "experts", "mcp", "ffmpeg", "disk")
+"""The checks after ``settings``, in the order they are printed."""
 
 
 @dataclass(frozen=True)
@@ -64,7 +85,7 @@ class Check:
 def add_parser(subparsers: Any) -> None:
     """Add ``doctor`` to the command line's subparsers."""
     p = subparsers.add_parser(
-        "doctor", help="check the settings, controller, Hub, store, expert servers, ffmpeg and disk space")
+        "doctor", help="check the settings, controller, Hub, store, expert servers, MCP tool servers, ffmpeg and disk space")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of lines")
     p.add_argument("--timeout", type=_positive, default=5.0, metavar="SECONDS", help="seconds per check (default 5)")
     p.add_argument("--min-free-mb", type=_positive, default=1024.0, metavar="MIB",
@@ -287,6 +308,38 @@ async def check_experts(inference: InferenceSettings, timeout: float) -> Check:
     return Check("experts", "ok", "; ".join(said) + ".")
 
 
+async def check_mcp(mcp: McpSettings, timeout: float) -> Check:
+    """Every ``[mcp] servers`` entry starts (stdio: its program exists and runs) or answers
+    (streamable HTTP), and lists its tools, within ``timeout`` seconds each; with the official
+    ``mcp`` client as the pipeline uses it (:class:`pipeline.mcp_tools.ToolServer`). A stdio
+    server's stderr is discarded here (``-v`` logs why a server failed)."""
+    if not mcp.servers:
+        return Check("mcp", "skip", "No MCP tool servers configured ([mcp] servers is empty).")
+    said = await asyncio.gather(*(_mcp_server(c, timeout) for c in mcp.configs()))
+    bad = "; ".join(s for ok, s in said if not ok)
+    if bad:
+        return Check("mcp", "FAIL", bad[:1].upper() + bad[1:] + ".",
+                     "correct or remove the server in [mcp.servers.NAME] (docs/mcp.md); with -v, doctor logs why")
+    return Check("mcp", "ok", "; ".join(s for _, s in said) + ".")
+
+
+async def _mcp_server(config: McpServerConfig, timeout: float) -> tuple[bool, str]:
+    """``(started, what to say)`` of one MCP server."""
+    from pipeline.mcp_tools import ToolServer
+
+    name = config.name
+    if config.command and shutil.which(config.command) is None:
+        return False, f"the MCP server {name} cannot start: its program {config.command} does not exist or cannot be run"
+    where = f"its program {os.path.basename(config.command)}" if config.command else safe_url(config.url or "")
+    server = ToolServer(dataclasses.replace(config, connect_timeout=timeout, errlog=Path(os.devnull)))
+    try:
+        if not await server.connect():
+            return False, f"the MCP server {name} ({where}) did not start and list its tools within {timeout:g} s"
+        return True, f"{name}: {len(server.tools)} tools ({where})"
+    finally:
+        await server.aclose()
+
+
 async def check_ffmpeg(timeout: float) -> Check:
     """``ffmpeg -version`` runs."""
     exe = shutil.which("ffmpeg")
@@ -304,50 +357,111 @@ async def check_ffmpeg(timeout: float) -> Check:
     return Check("ffmpeg", "ok", f"ffmpeg {version} at {exe}.")
 
 
-def check_disk(data: Path, min_free_mb: float) -> Check:
-    """Free space on the file system of the data dir (or of its nearest existing parent)."""
+def check_disk(data: Path, min_free_mb: float, prune: str = "hugginggpt store prune") -> Check:
+    """Free space on the file system of the data dir (or of its nearest existing parent); ``prune``
+    is the command that prunes, as the user runs the program (:func:`hugginggpt.common.command_hint`)."""
     existing = next(p for p in (data, *data.parents) if p.exists())
     free_mib = shutil.disk_usage(existing).free / 2**20
     said = f"{free_mib / 1024:.1f} GiB free for {data}"
     if free_mib < min_free_mb:
         return Check("disk", "FAIL", f"Only {said}, below {min_free_mb:g} MiB.",
-                     "free space, or set [storage] max_media_bytes and run `hugginggpt store prune`")
+                     f"free space, or set [storage] max_media_bytes and run `{prune}`")
     return Check("disk", "ok", said + ".")
 
 
-async def _bounded(name: str, check: Awaitable[Check], timeout: float) -> Check:
-    """``check`` within ``timeout`` (plus a second of grace); an unexpected error is a verdict too."""
+@dataclass(frozen=True)
+class Step:
+    """One check to run: its ``name``, the ``modules`` it imports (loaded first, off the event
+    loop), ``run``, which makes the check's coroutine, and ``grace``, seconds it may take beyond
+    ``--timeout`` (to give up on what did not answer)."""
+
+    name: str
+    modules: tuple[str, ...]
+    run: Callable[[], Awaitable[Check]]
+    grace: float = 1.0
+
+
+def _load(steps: list[Step], loop: asyncio.AbstractEventLoop) -> dict[str, asyncio.Future[BaseException | None]]:
+    """Import each step's modules in one thread, in order; each future is settled (``None``, or
+    the import's error) as soon as that step's modules are there, so its check starts then."""
+    loaded: dict[str, asyncio.Future[BaseException | None]] = {s.name: loop.create_future() for s in steps}
+
+    def settle(name: str, error: BaseException | None) -> None:
+        if not loaded[name].done():
+            loaded[name].set_result(error)
+
+    def work() -> None:
+        for step in steps:
+            error: BaseException | None = None
+            try:
+                for module in step.modules:
+                    importlib.import_module(module)
+            except Exception as e:  # noqa: BLE001 - a library that does not load is that check's verdict
+                error = e
+            loop.call_soon_threadsafe(settle, step.name, error)
+
+    threading.Thread(target=work, name="doctor-imports", daemon=True).start()
+    return loaded
+
+
+async def _bounded(step: Step, loaded: asyncio.Future[BaseException | None], timeout: float) -> Check:
+    """``step`` once its libraries are loaded (within :data:`IMPORT_SECONDS`), then within
+    ``timeout`` (plus its ``grace``) from its own start; an unexpected error is a verdict too."""
+    name = step.name
     try:
-        return await asyncio.wait_for(check, timeout + 1.0)
+        error = await asyncio.wait_for(asyncio.shield(loaded), IMPORT_SECONDS)
+    except TimeoutError:
+        return Check(name, "FAIL", f"Its libraries did not load within {IMPORT_SECONDS:g} s.",
+                     "the machine or its disk is overloaded; try again")
+    if error is not None:
+        return Check(name, "FAIL", f"Its libraries do not load ({error.__class__.__name__}: {str(error)[:120]}).",
+                     "reinstall the program (pip install --force-reinstall hugginggpt-bot)")
+    try:
+        return await asyncio.wait_for(step.run(), timeout + step.grace)
     except TimeoutError:
         return Check(name, "FAIL", f"The check took longer than {timeout:g} s.", "see the other lines; try --timeout")
     except Exception as e:  # noqa: BLE001 - one line per check, never a traceback
         return Check(name, "FAIL", f"The check failed unexpectedly ({e.__class__.__name__}).", "run with -v for details")
 
 
-async def run_checks(settings: Settings, timeout: float, min_free_mb: float) -> list[Check]:
-    """Every check after the settings, concurrently, in a fixed order."""
-    checks: dict[str, Callable[[], Awaitable[Check]]] = {
-        "controller": lambda: check_controller(settings.llm, timeout),
-        "hub": lambda: check_hub(settings.inference, timeout),
-        "store": lambda: check_store(settings.storage, timeout),
-        "experts": lambda: check_experts(settings.inference, timeout),
-        "ffmpeg": lambda: check_ffmpeg(timeout),
-    }
-    done = await asyncio.gather(*(_bounded(name, make(), timeout) for name, make in checks.items()))
-    return [*done, check_disk(settings.storage.data_dir, min_free_mb)]
+async def run_checks(settings: Settings, timeout: float, min_free_mb: float,
+                     prune: str = "hugginggpt store prune") -> list[Check]:
+    """Every check after the settings, concurrently, in the order of :data:`CHECKS` (``prune``: as
+    :func:`check_disk`)."""
+    steps = [
+        Step("controller", ("openai",), lambda: check_controller(settings.llm, timeout)),
+        Step("hub", ("httpx2", "huggingface_hub"), lambda: check_hub(settings.inference, timeout)),
+        Step("store", ("bot.store.sql.probes", "bot.store.sql.database"), lambda: check_store(settings.storage, timeout)),
+        Step("experts", ("httpx2", "pipeline.catalog.servers"), lambda: check_experts(settings.inference, timeout)),
+        Step("mcp", ("mcp", "pipeline.mcp_tools"), lambda: check_mcp(settings.mcp, timeout), 1.0 + MCP_STOP_SECONDS),
+        Step("ffmpeg", (), lambda: check_ffmpeg(timeout)),
+    ]
+    loaded = _load(steps, asyncio.get_running_loop())
+    done = await asyncio.gather(*(_bounded(s, loaded[s.name], timeout) for s in steps))
+    return [*done, check_disk(settings.storage.data_dir, min_free_mb, prune)]
+
+
+def _quiet_logs(verbose: int) -> None:
+    """The checks' own log lines (a server that failed, and why) on stderr with ``-v``; else
+    nowhere: the verdicts are the output (doctor writes no file)."""
+    from bot.logs import setup_logging
+
+    if verbose:
+        setup_logging(verbose=verbose)
+    elif not logging.getLogger().handlers:
+        logging.getLogger().addHandler(logging.NullHandler())
 
 
 async def main(args: argparse.Namespace, settings: Settings | None = None, out: TextIO = sys.stdout) -> int:
     """``hugginggpt doctor``: print the checks (lines or ``--json``); 0 when none failed, else 1.
     Loads the settings itself (a settings problem is a check, not an error)."""
+    _quiet_logs(getattr(args, "verbose", 0))
     first, loaded = check_settings(args.config)
     checks = [first]
     if loaded is None:
-        checks += [Check(n, "skip", "Not checked: the settings did not load.")
-                   for n in ("controller", "hub", "store", "experts", "ffmpeg", "disk")]
+        checks += [Check(n, "skip", "Not checked: the settings did not load.") for n in CHECKS]
     else:
-        checks += await run_checks(loaded, args.timeout, args.min_free_mb)
+        checks += await run_checks(loaded, args.timeout, args.min_free_mb, command_hint(args, "store", "prune"))
     failed = any(c.status == "FAIL" for c in checks)
     if args.json:
         print(json.dumps({"ok": not failed, "checks": [asdict(c) for c in checks]}, indent=2, ensure_ascii=False), file=out)

@@ -16,7 +16,9 @@ import sys
 from typing import Any
 
 from bot.errors import ConfigError
-from .common import port_number
+from pipeline.errors import HubError
+
+from .common import PARTIAL, port_number
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -39,17 +41,22 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def _download(args: argparse.Namespace) -> int:
-    from expert_server.download import download, preset_models
+    from expert_server.download import HubUnreachable, download, preset_models
 
     models = list(args.models) + (preset_models(args.preset) if args.preset else [])
     if not models:
         raise ConfigError("Name models to download, or a --preset (minimal, standard, full).")
-    done, failed = download(models)
+    try:
+        done, failed = download(models)
+    except HubUnreachable as e:
+        for model in e.done:
+            print(f"ok      {model}")
+        raise HubError(str(e)) from None
     for model in done:
         print(f"ok      {model}")
     for model, why in failed:
         print(f"failed  {model}: {why}", file=sys.stderr)
-    return 0 if not failed else 6
+    return 0 if not failed else PARTIAL  # some models failed: a backend, as a failed task
 
 
 async def main(args: argparse.Namespace, settings: Any) -> int:

@@ -13,7 +13,7 @@ import math
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
-from bot.errors import InputError
+from bot.errors import InputError, unknown_conversation
 
 if TYPE_CHECKING:
     from bot.settings import Settings
@@ -77,7 +77,7 @@ async def main(args: argparse.Namespace, settings: Settings, out: TextIO = sys.s
     try:
         if args.store_command == "forget":
             if not await store.forget(args.id):
-                raise InputError(f"There is no conversation {args.id}.")
+                raise unknown_conversation(args.id)
             print(f"Deleted conversation {args.id} and its files.", file=out)
             return 0
         age = args.max_age_days if args.max_age_days is not None else settings.storage.max_age_days

@@ -21,6 +21,12 @@ class CatalogError(HuggingGPTError):
     """The model catalog file is missing, unreadable or has an invalid record."""
 
 
+class HubError(CatalogError):
+    """The Hugging Face Hub could not be reached or answered with an error while the catalog was
+    rebuilt or models downloaded: a backend failed, not a setting (exit status: that of a failed
+    expert, :mod:`hugginggpt.common`)."""
+
+
 class ControllerError(HuggingGPTError):
     """The controller LLM is unreachable, refused the key, rate-limited or timed out."""
 

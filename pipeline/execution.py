@@ -172,7 +172,7 @@ class Executor:
         started = time.monotonic()
         runner = self.runners.get(selection.runner)
         if runner is None:
-            return TaskResult(task.id, "failed", error=f"{task.task} failed: no {selection.runner} runner is configured.",
+            return TaskResult(task.id, "failed", error=f"No {selection.runner} runner is configured.",
                               started=started, finished=time.monotonic())
         run_as, run_args = task.task, args
         if selection.runs_as is not None:  # a VLM standing in for a vision task: ask it the task's question
@@ -200,7 +200,7 @@ class Executor:
         return TaskResult(
             task.id,
             "failed",
-            error=f"{task.task} failed: {last_error}{tail}.",
+            error=f"{last_error}{tail}.",  # every front end names the task and says it failed
             model=tried[-1] if tried else None,
             attempts=tried,
             started=started,

@@ -9,12 +9,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pexpect
+import pytest
 
 from sandbox.faulty_controller import FaultyController
 
@@ -22,6 +24,7 @@ MEDIA = Path(__file__).parent / "fixtures" / "media"
 PROMPT = "you>"  # prompt_toolkit draws "you> " and moves the cursor instead of writing the space
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\r")
 UP, LEFT, ALT_ENTER = "\x1b[A", "\x1b[D", "\x1b\r"
+RESUME = r"\S*python\S* -m hugginggpt chat --sandbox --conversation"  # as these tests start it
 
 
 def drawn(text: str) -> str:
@@ -78,7 +81,7 @@ def test_ctrl_c_at_the_prompt_clears_the_line_and_only_two_within_two_seconds_le
     chat.sendintr()
     chat.expect("Line cleared")
     chat.sendintr()
-    chat.expect("Bye. Resume with: hugginggpt chat --conversation")
+    chat.expect("Bye. Resume with: " + RESUME)
     chat.expect(pexpect.EOF)
     chat.close()
     assert chat.exitstatus == 130
@@ -96,7 +99,7 @@ def test_a_pasted_text_keeps_its_lines_and_ctrl_d_leaves(tmp_path):
     chat.expect("Sandbox stand-in")
     chat.expect(PROMPT)
     chat.sendcontrol("d")
-    chat.expect("Bye. Resume with: hugginggpt chat --conversation")
+    chat.expect("Bye. Resume with: " + RESUME)
     chat.expect(pexpect.EOF)
     chat.close()
     assert chat.exitstatus == 0
@@ -220,9 +223,36 @@ def test_new_gives_a_resume_hint_and_resuming_lists_the_first_turn(tmp_path):
     p = subprocess.run([sys.executable, "-m", "hugginggpt", "chat", "--sandbox"], input=lines, cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
-    first = p.stdout.split("resume later with: hugginggpt chat --conversation ")[1].split(")")[0]
-    assert f"Resume the previous one with: hugginggpt chat --conversation {first}" in p.stdout
+    first = re.search(rf"resume later with: {RESUME} (\w+)\)", p.stdout).group(1)
+    assert re.search(rf"Resume the previous one with: {RESUME} {first}\)", p.stdout), p.stdout
     p = subprocess.run([sys.executable, "-m", "hugginggpt", "chat", "--sandbox", "--conversation", first], input="/quit\n",
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert "6 earlier turns" in p.stdout
     assert "[0] you: first, with a photo" in p.stdout and "[5] you: sixth" in p.stdout and "… 2 more" in p.stdout
+
+
+def _resume_hint(out: str) -> list[str]:
+    """The command of the chat's first resume hint, split as a shell splits it."""
+    return shlex.split(out.split("(resume later with: ")[1].split(")")[0])
+
+
+@pytest.mark.parametrize("how", ["module", "script on PATH", "script by path"])
+def test_the_resume_hint_is_the_command_the_user_ran_with_their_options_and_it_resumes(tmp_path, how):
+    """The hint names the program as the user ran it, with their --config and --sandbox, and
+    running it exactly as printed resumes the conversation."""
+    bin_dir = Path(sys.executable).parent
+    script = bin_dir / "hugginggpt"
+    if how != "module" and not script.is_file():
+        pytest.skip("the hugginggpt script is not installed beside this interpreter")
+    (tmp_path / "my config.toml").write_text('[inference]\ndeadline = 300\n')
+    env = _env(tmp_path, {"PATH": os.pathsep.join([str(bin_dir), os.environ["PATH"]]) if how == "script on PATH"
+                          else os.environ["PATH"].replace(str(bin_dir), "/nonexistent")})
+    start = {"module": [sys.executable, "-m", "hugginggpt"], "script on PATH": ["hugginggpt"],
+             "script by path": [str(script)]}[how]
+    p = subprocess.run([*start, "--config", "my config.toml", "chat", "--sandbox"], input="hello\n/quit\n",
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    hint = _resume_hint(p.stdout)
+    assert hint[:-1] == [*start, "--config", "my config.toml", "chat", "--sandbox", "--conversation"], hint
+    again = subprocess.run(hint, input="/quit\n", cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and f"Resuming conversation {hint[-1]}: 1 earlier turns" in again.stdout, again.stderr

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,9 @@ from tests.standins.hub import HubStandIn, whoami_body
 LLM_KEY = "sk-doctor-secret-1f2e"
 HF_TOKEN = "hf_doctor_secret_9a8b"
 PG_PASSWORD = "pg-doctor-secret-77"
-NAMES = ["settings", "controller", "hub", "store", "experts", "ffmpeg", "disk"]
+NAMES = ["settings", "controller", "hub", "store", "experts", "mcp", "ffmpeg", "disk"]
+ROOT = Path(__file__).resolve().parents[1]
+PLACEHOLDER = "/path/to/hugginggpt-bot/.venv/bin/python"  # docs/mcp.md's example, not edited
 
 
 class Setup:
@@ -37,6 +40,8 @@ class Setup:
         }
         self.env = {"PATH": os.environ["PATH"], "HOME": str(tmp), "HF_ENDPOINT": hub.url,
                     "HUGGINGGPT_CONFIG": str(tmp / "hugginggpt.toml")}
+        if os.environ.get("PYTHONPATH"):  # a checkout run without installing
+            self.env["PYTHONPATH"] = os.environ["PYTHONPATH"]
 
     def write_config(self) -> None:
         lines = []
@@ -81,13 +86,14 @@ async def test_all_ok_one_line_per_check_and_exit_0(setup):
     status, text = await setup.doctor()
     got = verdicts(text)
     assert status == 0 and list(got) == NAMES, text
-    assert all(s == "ok" for s, _ in got.values()), text
+    assert all(s == "ok" for n, (s, _) in got.items() if n != "mcp"), text
     assert f"Config file {setup.tmp / 'hugginggpt.toml'}; data dir {setup.tmp / 'data'}" in got["settings"][1]
     assert "lists sandbox-controller" in got["controller"][1]
     assert "token of ada (fineGrained); provider auto; billing: payment method on file" in got["hub"][1]
     assert "will be created at the first start" in got["store"][1]
     assert got["experts"][1].startswith(f"1 models at {setup.experts.url}")
     assert "ffmpeg" in got["ffmpeg"][1] and "GiB free" in got["disk"][1]
+    assert got["mcp"] == ("skip", "No MCP tool servers configured ([mcp] servers is empty).")
     assert text.rstrip().endswith("All checks passed.")
     assert not (setup.tmp / "data").exists()  # doctor looks, it does not create
     assert setup.hub.calls("/api/whoami-v2") and setup.experts.listing_calls == 1
@@ -146,6 +152,10 @@ def _expert_down(s: Setup) -> None:
     s.config["inference"]["experts_url"] = [s.experts.url, f"http://127.0.0.1:{free_port()}"]
 
 
+def _mcp_placeholder(s: Setup) -> None:
+    s.config["mcp.servers.standin"] = {"command": PLACEHOLDER, "args": ["-m", "sandbox.mcp_tools"]}
+
+
 def _no_ffmpeg(s: Setup) -> None:
     empty = s.tmp / "bin"
     empty.mkdir()
@@ -163,6 +173,8 @@ FAILURES = [
     ("store", _corrupt_database, [], "cannot be read as a conversation database"),
     ("store", _postgres_down, [], "postgresql://bot:***@127.0.0.1"),
     ("experts", _expert_down, [], "cannot be reached (ConnectError)"),
+    ("mcp", _mcp_placeholder, [], f"The MCP server standin cannot start: its program {PLACEHOLDER} does not "
+                                  "exist or cannot be run."),
     ("ffmpeg", _no_ffmpeg, [], "ffmpeg is not on PATH"),
     ("disk", lambda s: None, ["--min-free-mb", "1e12"], "below 1e+12 MiB"),
 ]
@@ -187,7 +199,7 @@ async def test_bad_settings_fail_first_and_skip_the_rest(setup):
     got = verdicts(text)
     assert status == 1 and got["settings"][0] == "FAIL"
     assert "[llm] modle" in got["settings"][1] and "did you mean model?" in got["settings"][1]
-    assert [s for s, _ in got.values()] == ["FAIL"] + ["skip"] * 6
+    assert [s for s, _ in got.values()] == ["FAIL"] + ["skip"] * 7
 
 
 async def test_free_credits_only_is_a_warning_not_a_failure(setup):
@@ -217,3 +229,48 @@ async def test_without_a_token_hybrid_mode_still_runs_the_expert_servers_models(
     status, text = await setup.doctor()
     got = verdicts(text)
     assert status == 0 and got["hub"][0] == "warn" and "only the expert servers' models can run" in got["hub"][1]
+
+
+async def test_mcp_servers_are_started_and_their_tools_listed(setup):
+    start = f"import runpy, sys; sys.path.insert(0, {str(ROOT)!r}); runpy.run_module('sandbox.mcp_tools', run_name='__main__')"
+    setup.config["mcp.servers.standin"] = {"command": sys.executable, "args": ["-c", start]}
+    status, text = await setup.doctor()
+    got = verdicts(text)
+    assert status == 0 and got["mcp"][0] == "ok", text
+    assert got["mcp"][1].startswith("standin: ") and " tools (its program python" in got["mcp"][1], text
+
+
+async def test_an_mcp_server_that_never_answers_fails_within_the_timeout_alone(setup):
+    setup.config["mcp.servers.mute"] = {"command": sys.executable, "args": ["-c", "import time; time.sleep(60)"]}
+    status, text = await setup.doctor("--timeout", "3")
+    got = verdicts(text)
+    assert status == 1 and got["mcp"][0] == "FAIL", text
+    assert "The MCP server mute (its program python" in got["mcp"][1] and "within 3 s." in got["mcp"][1], text
+    assert all(s in ("ok", "skip") for n, (s, _) in got.items() if n != "mcp"), text
+    assert len(text.strip().splitlines()) == len(NAMES) + 1  # the verdicts and the summary: no log lines
+
+
+async def test_a_library_slow_to_import_does_not_fail_the_other_checks(setup):
+    """The controller's client library takes 8 s to import (a loaded machine, a slow disk): with
+    3 s per check, every check still passes, because each deadline starts when its check does."""
+    slow = setup.tmp / "slow" / "openai"
+    slow.mkdir(parents=True)
+    (slow / "__init__.py").write_text(
+        "import importlib, os, sys, time\n"
+        "time.sleep(8)\n"
+        "_mine = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))\n"
+        "sys.path[:] = [p for p in sys.path if os.path.abspath(p or '.') != _mine]\n"
+        "del sys.modules['openai']\n"
+        "sys.modules['openai'] = importlib.import_module('openai')  # the real library, loaded late\n")
+    setup.env["PYTHONPATH"] = os.pathsep.join(p for p in (str(slow.parent), os.environ.get("PYTHONPATH")) if p)
+    status, text = await setup.doctor("--timeout", "3")
+    got = verdicts(text)
+    assert status == 0 and all(s in ("ok", "skip") for s, _ in got.values()), text
+    assert "lists sandbox-controller" in got["controller"][1]
+
+
+async def test_the_prune_hint_names_the_program_as_it_was_run(setup):
+    status, text = await setup.doctor("--min-free-mb", "1e12", "--json")
+    [disk] = [c for c in json.loads(text)["checks"] if c["name"] == "disk"]
+    command = shlex.split(disk["fix"].split("`")[1])
+    assert status == 1 and "python" in Path(command[0]).name and command[1:] == ["-m", "hugginggpt", "store", "prune"]

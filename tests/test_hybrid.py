@@ -318,7 +318,7 @@ async def test_local_mode_keeps_a_failing_model_off_the_providers_and_names_the_
         await service.close()
     [res] = doc["results"].values()
     assert res["status"] == "failed"
-    assert res["error"] == (f"depth-estimation failed: The model {DEPTH} is not available (HTTP 404) on the expert "
+    assert res["error"] == (f"The model {DEPTH} is not available (HTTP 404) on the expert "
                             f"server {experts.url}.")
     assert sandbox.inference.records == [] and experts.posted() == [DEPTH]
 

@@ -8,6 +8,8 @@ import asyncio
 import base64
 import contextlib
 import io
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -197,6 +199,26 @@ async def test_over_http_a_session_belongs_to_the_key_that_opened_it(api, caplog
         assert "plan" in {t.name for t in (await session.list_tools()).tools}
         result, _ = await ask(session, "plan", {"request": "Caption this photo", "files": [data_uri()]})
         assert not result.is_error
+
+
+async def test_over_stdio_an_unknown_conversation_id_is_refused_as_the_cli_refuses_it(tmp_path):
+    env = {"HUGGINGGPT_STORAGE__DATA_DIR": str(tmp_path / "data"), "PATH": os.environ["PATH"],
+           "PYTHONPATH": os.environ.get("PYTHONPATH", "")}  # the stdio client passes on no other variable
+    cli = subprocess.run([sys.executable, "-m", "hugginggpt", "chat", "--sandbox", "--conversation", "0badc0ffee"],
+                         cwd=tmp_path, env={**os.environ, **env}, capture_output=True, text=True, timeout=120, input="")
+    assert cli.returncode == 3 and cli.stderr.strip() == "Error: There is no conversation 0badc0ffee."
+    params = StdioServerParameters(command=sys.executable, args=["-m", "hugginggpt", "mcp", "--sandbox"],
+                                   cwd=str(tmp_path), env=env)
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        said = await refused(session, "hugginggpt", {"request": "Say hello", "conversation_id": "0badc0ffee"})
+        assert said == "There is no conversation 0badc0ffee."
+        # the id a call gives back is the one the CLI takes
+        first, _ = await ask(session, "hugginggpt", {"request": "Caption this photo", "files": [data_uri()]})
+        conversation = first.structured_content["conversation_id"]
+    again = subprocess.run([sys.executable, "-m", "hugginggpt", "chat", "--sandbox", "--conversation", conversation],
+                           cwd=tmp_path, env={**os.environ, **env}, capture_output=True, text=True, timeout=120, input="")
+    assert again.returncode == 0 and f"Resuming conversation {conversation}: 1 earlier turns, 1 files." in again.stdout
 
 
 async def test_over_http_a_photo_in_and_boxes_out_in_the_api_conversation_of_the_key(api):

@@ -171,7 +171,7 @@ async def test_bill_to_is_sent_and_no_credits_is_one_sentence_that_stops_every_f
     sel = Selection(1, "acme/paint", "top", ("acme/paint", "acme/sketch"), "top")
     result = await executor._run_models(task, sel, ["acme/paint", "acme/sketch"], prompt(), sink, lambda e: None, None)
     assert result.status == "failed"
-    assert result.error == ("text-to-image failed: Inference Providers refused the call because the organisation "
+    assert result.error == ("Inference Providers refused the call because the organisation "
                             "acme-research has no credits left (HTTP 402); top up the organisation acme-research at "
                             "https://huggingface.co/settings/billing or set [inference] bill_to to an organisation "
                             "with credits.")

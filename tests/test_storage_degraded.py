@@ -119,7 +119,7 @@ async def test_an_output_that_cannot_be_stored_fails_its_task_and_the_answer_sti
             notes, done = await turn(service, "Generate an image of a cat on a red sofa",
                                      on_start=lambda conv, n: fillers.append(fill_up(disk)))
             [result] = done.record.results.values()
-            assert result.status == "failed" and result.error.startswith("text-to-image failed: the server's storage is full")
+            assert result.status == "failed" and result.error.startswith("The server's storage is full")
             assert "could not be kept" in result.error and str(disk) not in result.error
             assert done.record.answered and done.record.response and notes == [UNSAVED]
             fillers[0].unlink()

@@ -48,6 +48,7 @@ class KeyAccess:
     """:class:`adapters.mcp.server.Access` by the HTTP API's keys and limits."""
 
     platform = PLATFORM
+    names_conversations = True
 
     def __init__(self, keys: Keys) -> None:
         self.keys = keys

@@ -34,7 +34,7 @@ from mcp.shared.exceptions import MCPError
 from adapters.progress import Progress as TurnProgress
 from adapters.turn import CRASHED, Outcome, follow
 from bot.direct import plan_only, run_task
-from bot.errors import InputError, StorageError
+from bot.errors import InputError, StorageError, unknown_conversation
 from bot.incoming import ConversationKey, IncomingFile, Message, Requester
 from bot.service import Service
 from pipeline.errors import HuggingGPTError
@@ -61,6 +61,10 @@ class Access(Protocol):
 
     platform: str
     """``ConversationKey.platform`` of the conversations made through it."""
+    names_conversations: bool
+    """Whether a ``conversation_id`` is the caller's own name, its conversation made on first use
+    (the HTTP API's names); else it must be a stored conversation's id, as ``hugginggpt chat
+    --conversation`` takes it, and an unknown one is refused."""
 
     async def caller(self, ctx: Any) -> str:
         """The caller's id (an API key id) for the request of ``ctx``.
@@ -83,6 +87,7 @@ class LocalAccess:
     """Over stdio: the local user who started the process; no keys, no limits."""
 
     platform = "mcp"
+    names_conversations = False
 
     async def caller(self, ctx: Any) -> str:
         """``"stdio"``."""
@@ -159,14 +164,32 @@ class Tools:
         release = await self.access.admit(caller)
         try:
             files = await self.service.check_files(a.files)
-            name = a.conversation_id or uuid.uuid4().hex
-            key = ConversationKey(self.access.platform, caller, "chat", name)
+            key, name = await self._conversation(caller, a.conversation_id)
             progress = Progress(ctx.session)
             await progress.say("Task planning: reading the request")
             record, notice = await self._drive(a.text, files, key, caller, progress)
         finally:
             release()
         return await run_result(record, name, self.service.settings.server.external_images, notice)
+
+    async def _conversation(self, caller: str, given: str | None) -> tuple[ConversationKey, str]:
+        """The conversation of a ``hugginggpt`` call and the id to give back with its answer
+        (:attr:`Access.names_conversations`).
+
+        Raises:
+            InputError: over stdio, ``given`` is no stored conversation (the CLI's sentence).
+            StorageError: the conversation store fails.
+        """
+        if self.access.names_conversations:
+            name = given or uuid.uuid4().hex
+            return ConversationKey(self.access.platform, caller, "chat", name), name
+        if given is None:
+            key = ConversationKey(self.access.platform, caller, "chat", uuid.uuid4().hex)
+            return key, await self.service.conversation_id(key)
+        found = await self.service.find_conversation(given)
+        if found is None:
+            raise unknown_conversation(given)
+        return found, given
 
     async def _drive(self, text: str, files: list[IncomingFile], key: ConversationKey, caller: str,
                      progress: Progress) -> tuple[RunRecord, str | None]:

@@ -25,7 +25,7 @@ import secrets
 import sys
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
-from bot.errors import InputError
+from bot.errors import unknown_conversation
 from bot.incoming import ConversationKey, IncomingFile, Message, Requester
 from pipeline.errors import HuggingGPTError
 
@@ -104,13 +104,16 @@ def _resume_listing(turns: list[dict[str, Any]]) -> list[str]:
     return [line(turns[0]), f"  … {len(turns) - 4} more", *(line(t) for t in turns[-3:])]
 
 
-async def chat(service: Service, conversation: str | None, out: TextIO = sys.stdout) -> bool:
+async def chat(service: Service, conversation: str | None, out: TextIO = sys.stdout,
+               resume: str = "hugginggpt chat") -> bool:
     """Hold the conversation until the user leaves.
 
     Args:
         service: the started service (its settings give the data dir for the prompt's history).
         conversation: a stored conversation's id to resume, or ``None`` for a new one.
         out: where the chat writes (a terminal, or a plain stream for scripts).
+        resume: the shell command that starts this chat again as the user started it; the
+            hints append ``--conversation ID`` to it.
 
     Returns:
         ``True`` when the user left with two Ctrl-C at the prompt, ``False`` after ``/quit`` or Ctrl-D.
@@ -125,7 +128,7 @@ async def chat(service: Service, conversation: str | None, out: TextIO = sys.std
         from .prompt import KEYS_HELP, ChatPrompt
 
         reader = ChatPrompt(service.settings.storage.data_dir / HISTORY_FILE, COMMANDS)
-    print(f"Conversation {conv} (resume later with: hugginggpt chat --conversation {conv}). {HELP}", file=out)
+    print(f"Conversation {conv} (resume later with: {resume} --conversation {conv}). {HELP}", file=out)
     if interactive:
         print(KEYS_HELP, file=out)
         if reader.notice:
@@ -133,7 +136,7 @@ async def chat(service: Service, conversation: str | None, out: TextIO = sys.std
     from . import terminal_renderer
 
     renderer = terminal_renderer(out, out, os.environ)
-    return await _loop(service, renderer, reader, key, conv, out, interactive)
+    return await _loop(service, renderer, reader, key, conv, out, interactive, resume)
 
 
 async def _open(service: Service, conversation: str | None, out: TextIO) -> tuple[ConversationKey, str]:
@@ -142,7 +145,7 @@ async def _open(service: Service, conversation: str | None, out: TextIO) -> tupl
         return key, await service.conversation_id(key)
     stored = await service.stored_conversation(conversation)
     if stored is None:
-        raise InputError(f"There is no conversation {conversation}.")
+        raise unknown_conversation(conversation)
     print(f"Resuming conversation {conversation}: {len(stored.turns)} earlier turns, {len(stored.files)} files.",
           file=out)
     for listed in _resume_listing(stored.turns):
@@ -151,13 +154,13 @@ async def _open(service: Service, conversation: str | None, out: TextIO) -> tupl
 
 
 async def _loop(service: Service, renderer: Renderer, reader: Reader, key: ConversationKey, conv: str, out: TextIO,
-                interactive: bool) -> bool:
+                interactive: bool, resume: str) -> bool:
     pending: list[IncomingFile] = []
     while True:
         line = await reader.read("you> ")
         if line is None:
             if interactive:
-                print(f"Bye. Resume with: hugginggpt chat --conversation {conv}", file=out)
+                print(f"Bye. Resume with: {resume} --conversation {conv}", file=out)
             return reader.interrupted
         line = clean_text(line).strip()
         if not line:
@@ -168,7 +171,7 @@ async def _loop(service: Service, renderer: Renderer, reader: Reader, key: Conve
             left, key = conv, _new_key()
             conv = await service.conversation_id(key)
             pending.clear()
-            print(f"New conversation {conv}. (Resume the previous one with: hugginggpt chat --conversation {left})", file=out)
+            print(f"New conversation {conv}. (Resume the previous one with: {resume} --conversation {left})", file=out)
         elif line == "/files":
             for r in await service.conversation_files(conv):
                 from .lines import printable

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import CatalogError
+from ..errors import CatalogError, HubError
 from ..tasks import CONTROLNET_CONDITIONS, TASKS, canonical_task
 from .models import Catalog, ModelCard, clean_tags, condense_description
 
@@ -110,8 +110,8 @@ def _hub_error(e: BaseException, endpoint: str) -> CatalogError:
                 f"The Hugging Face Hub at {endpoint} refused the token ({status}); check HF_TOKEN or [inference] token.",
                 str(e),
             )
-        return CatalogError(f"The Hugging Face Hub at {endpoint} answered {status}; try again later.", str(e))
-    return CatalogError(
+        return HubError(f"The Hugging Face Hub at {endpoint} answered {status}; try again later.", str(e))
+    return HubError(
         f"The Hugging Face Hub at {endpoint} cannot be reached ({e.__class__.__name__}); check the network and HF_ENDPOINT.",
         str(e),
     )
