@@ -180,9 +180,7 @@ class Pipeline:
             the further tasks' ``PlanReady`` and events; :mod:`pipeline.replanning`); then
             ``ResponseDelta`` pieces, and always a final ``Done`` whose record has ``status``
             ``"ok"`` (every task succeeded, or the last re-plan's tasks did),
-            ``"partial"`` (answered, but a task failed or was skipped, an attached file was not
-            used or nothing was planned while a backend was down: :mod:`pipeline.coverage`; or
-            the deadline passed) or
+            ``"partial"`` (answered; a task failed or was skipped, a part was left out, the deadline passed) or
             ``"error"`` (with the user's sentence in ``error``), and ``deadline_passed``/``stopped``.
 
         Cancellation (Ctrl-C, shutdown) propagates after in-flight tasks are cancelled.
@@ -322,7 +320,10 @@ class Pipeline:
                     yield event
             stopped = st.stopped_while_writing
         tail = _cut_answer_tail(st, bool(parts), stopped, self.limits.deadline)
-        covered = coverage_report(st.request, st.tasks, record.selections, record.results, st.available, st.down)
+        unfinished = unsettled(st.tasks, record.results, last_round_ids(record.rounds))
+        cut = stopped or record.deadline_passed  # the answer written here already lists what did not finish
+        covered = coverage_report(st.request, st.tasks, record.selections, record.results, st.available, st.down,
+                                  () if cut else unfinished)
         if parts or tail:  # an empty answer stays an error, not a list of what was left out
             tail += answer_tail(covered)
         if tail:
@@ -334,7 +335,6 @@ class Pipeline:
             raise ControllerError("The controller LLM returned an empty answer.")
         record.notes += covered.sentences
         record.left_out = covered.left_out
-        unfinished = unsettled(st.tasks, record.results, last_round_ids(record.rounds))
         partial = unfinished or record.deadline_passed or stopped or covered.skipped
         record.status = "partial" if partial else "ok"
 

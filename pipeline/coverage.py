@@ -11,7 +11,8 @@ does not rely on that. This module says it from the plan and the results:
   others (:func:`frame_sentences`);
 - a result that ran elsewhere than it was meant to (another model, or another place after the
   expert server failed) says where it really ran (:func:`route_sentences`);
-- a run in which nothing was planned while a backend was down says so (:func:`coverage_report`).
+- a step that could not run is said with its sentence, and a run in which nothing was planned
+  while a backend was down says so (:func:`coverage_report`).
 
 A file the user attached and no task read, or nothing run while a backend was down, makes the run
 ``partial`` (exit status 6), never ``ok``.
@@ -74,9 +75,7 @@ def plan_problem(tasks: Sequence[Task], request: Request, available: AbstractSet
     """The fact quoted to the controller in the repair round when the plan leaves an attached file
     unused that some served task could read; ``None`` when there is none.
 
-    Source of the rule: issue 32 ("every attached file is used by some task, or the answer says
-    which file was not used and why").
-    """
+    Source of the rule: docs/how-it-works.md, "Nothing silently dropped"."""
     readable = readable_kinds(available)
     missing = [f for f in unused_files(tasks, request) if f.kind in readable]
     if not missing:
@@ -90,10 +89,11 @@ def why_unused(f: Resource, available: AbstractSet[str], down: Sequence[str]) ->
     """One sentence: which attached file was not used, and why."""
     if f.kind not in readable_kinds(available):
         why = f"no task that reads {article(f.kind)} {f.kind} can run now"
-        if down:
-            why += " (" + " ".join(d.rstrip(".") + "." for d in down).rstrip(".") + ")"
-        return f"{_label(f)} was not used: {why}."
-    return f"{_label(f)} was not used: the plan had no task for it, even after the controller was asked to add one."
+    else:
+        why = "the plan had no task for it, even after the controller was asked to add one"
+    if down:
+        why += " (" + " ".join(d.rstrip(".") + "." for d in down).rstrip(".") + ")"
+    return f"{_label(f)} was not used: {why}."
 
 
 def frame_sentences(tasks: Iterable[Task], request: Request) -> list[str]:
@@ -166,8 +166,24 @@ class Coverage:
         return bool(self.left_out)
 
 
+def failed_sentences(tasks: Iterable[Task], results: dict[int, TaskResult], ids: Iterable[int]) -> list[str]:
+    """One sentence per task of ``ids`` that did not succeed: what and why (its result's error)."""
+    wanted = set(ids)
+    out = []
+    for t in tasks:
+        r = results.get(t.id)
+        if t.id not in wanted:
+            continue
+        what = "was skipped" if r is not None and r.status == "skipped" else "failed"
+        why = (r.error if r is not None and r.error else "it was not started.").rstrip(".")
+        why = why.removeprefix(f"{t.task} failed: ")  # the executor's sentence names the task already
+        out.append(f"Task {t.id} ({t.task}) {what}: {why}.")
+    return out
+
+
 def coverage_report(request: Request, tasks: Sequence[Task], selections: dict[int, Selection],
-                    results: dict[int, TaskResult], available: AbstractSet[str], down: Sequence[str]) -> Coverage:
+                    results: dict[int, TaskResult], available: AbstractSet[str], down: Sequence[str],
+                    unfinished: Sequence[int] = ()) -> Coverage:
     """The coverage of a finished execution.
 
     Args:
@@ -177,11 +193,13 @@ def coverage_report(request: Request, tasks: Sequence[Task], selections: dict[in
         available: the tasks the planner was offered.
         down: sentences about backends that could not be used (an expert server unreachable, an
             MCP server that did not start), as the run's notes say them.
+        unfinished: ids of the tasks whose failure the run did not get past (each said, with its
+            sentence: a step that could not run never vanishes).
 
     Returns:
         :class:`Coverage`.
     """
-    report = Coverage()
+    report = Coverage(left_out=failed_sentences(tasks, results, unfinished))
     unused = unused_files(tasks, request)
     report.left_out += [why_unused(f, available, down) for f in unused]
     if not tasks and down and not unused:
