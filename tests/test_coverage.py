@@ -100,45 +100,48 @@ def scan_pdf() -> bytes:
     return buf.getvalue()
 
 
-def test_this_pdf_is_the_attached_pdf_never_the_words(tmp_path):
+def test_this_pdf_is_the_attached_pdf_never_the_words(tmp_path, controller):
     report, scan = tmp_path / "report.pdf", tmp_path / "scan.pdf"
     report.write_bytes(text_page_pdf())
     scan.write_bytes(scan_pdf())
-    p, doc = hugginggpt(tmp_path, "--sandbox", "Summarize this PDF", "--file", str(report))
+    controller.plan = json.dumps({"tasks": [{"task": "summarization", "id": 0, "dep": [-1], "args": {"text": "this PDF"}}]})
+    p, doc = hugginggpt(tmp_path, "Summarize this PDF", "--file", str(report), env=scripted(controller))
     assert p.returncode == 0, p.stderr
-    [task] = doc["tasks"]
-    assert task["args"]["text"] == "text-1" and WORDS.split(":")[0] in doc["response"]
+    assert [t["args"] for t in doc["tasks"]] == [{"text": "text-1"}]
     assert "read 'this PDF' as text-1 (report.txt)" in doc["notes"]
+    [summarised] = [json.dumps(r["body"]) for r in controller.requests if r["stage"] == "controller-task"]
+    assert WORDS in summarised and "this PDF" not in summarised  # the PDF's words were summarised
 
-    p, doc = hugginggpt(tmp_path, "--sandbox", "Summarize this PDF", "--file", str(scan))
+    controller.requests.clear()
+    p, doc = hugginggpt(tmp_path, "Summarize this PDF", "--file", str(scan), env=scripted(controller))
     assert p.returncode == 5, p.stderr  # the page is an image: never "summarised" as the words 'this PDF'
     assert "which names the user's file, not its text: the file is image-1 (image: scan-page1.png)" in doc["error"]
+    assert not [r for r in controller.requests if r["stage"] == "controller-task"]
 
 
 # ---------------------------------------------------------------------------------------------
 # 3. a video read through frames says which frames were looked at, and offers the others
 
 
-def test_a_video_read_through_one_frame_says_which_and_offers_the_others(tmp_path):
-    p, doc = hugginggpt(tmp_path, "--sandbox", "What objects are in this video", "--file", str(MEDIA / "rocket_zoom.mp4"))
-    assert p.returncode == 0, p.stderr
-    [task] = doc["tasks"]
-    seen = task["args"]["image"]
-    [said] = [n for n in doc["notes"] if n.startswith("Of video-1 I looked only at")]
-    frames = {"image-1", "image-2", "image-3"}
-    others = sorted(frames - {seen})
-    assert f"I looked only at {seen} (frame of video-1 at " in said
-    assert f"ask about {others[0]} or {others[1]} to have them looked at too" in said
-    assert said in doc["response"]
+def test_a_video_read_through_one_frame_says_which_and_offers_the_others(tmp_path, controller):
+    controller.plan = canny("image-2")  # the middle one of the video's three frames
+    p, doc = hugginggpt(tmp_path, "Draw the edges of what is in this video", "--file", str(MEDIA / "rocket_zoom.mp4"),
+                        env=scripted(controller))
+    assert p.returncode == 0, p.stderr  # the video is used, through its frame
+    said = ("Of video-1 I looked only at image-2 (frame of video-1 at 1.0 s, 320x400 pixels); not at image-1 (frame of "
+            "video-1 at 0.4 s, 320x400 pixels), image-3 (frame of video-1 at 1.7 s, 320x400 pixels): ask about image-1 "
+            "or image-3 to have them looked at too.")
+    assert said in doc["notes"] and said in doc["response"]
 
 
 # ---------------------------------------------------------------------------------------------
 # 4. a step that could not run fails with a sentence, on every front end
 
 
-def test_an_mcp_server_that_does_not_start_is_said_and_the_run_is_partial(tmp_path):
+def test_an_mcp_server_that_does_not_start_is_said_and_the_run_is_partial(tmp_path, controller):
+    # the controller, offered no tool of the server, answers by itself (an empty plan)
     config = f'[mcp.servers.files]\ncommand = "{tmp_path / "no-such-server"}"\nconnect_timeout = 5\n'
-    p, doc = hugginggpt(tmp_path, "--sandbox", "List the files in my project folder", config=config)
+    p, doc = hugginggpt(tmp_path, "List the files in my project folder", env=scripted(controller), config=config)
     assert p.returncode == 6, p.stderr
     said = "The MCP server files could not be started or reached, so its tools are not offered."
     assert said in doc["notes"] and "Nothing was run for this request: " + said in doc["response"]
@@ -182,16 +185,18 @@ def test_the_answer_names_where_a_result_ran_after_the_expert_server_failed(tmp_
 # 6. a run in which nothing ran and nothing was answered never exits 0
 
 
-def test_local_mode_with_the_expert_server_down_never_exits_0(tmp_path):
+def test_local_mode_with_the_expert_server_down_never_exits_0(tmp_path, controller):
+    # the controller sees only the tasks it serves itself and canny edges: it answers by itself
     down = dead_url()
     config = f'[inference]\nmode = "local"\nexperts_url = "{down}"\n'
-    p, doc = hugginggpt(tmp_path, "--sandbox", "Describe this photo", "--file", str(MEDIA / "chelsea.png"), config=config)
+    p, doc = hugginggpt(tmp_path, "Describe this photo", "--file", str(MEDIA / "chelsea.png"),
+                        env=scripted(controller), config=config)
     assert p.returncode == 6, p.stderr
     said = (f"image-1 (chelsea.png) was not used: the plan had no task for it, even after the controller was asked "
             f"to add one (The expert server {down} could not be reached, so its models are not offered).")
     assert doc["tasks"] == [] and said in doc["response"] and said in doc["notes"]
 
-    p, doc = hugginggpt(tmp_path, "--sandbox", "Generate a picture of a lighthouse", config=config)
+    p, doc = hugginggpt(tmp_path, "Generate a picture of a lighthouse", env=scripted(controller), config=config)
     assert p.returncode == 6, p.stderr
     said = f"Nothing was run for this request: The expert server {down} could not be reached, so its models are not offered."
     assert doc["tasks"] == [] and said in doc["notes"] and said in doc["response"]
