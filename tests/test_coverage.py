@@ -119,6 +119,16 @@ def test_this_pdf_is_the_attached_pdf_never_the_words(tmp_path, controller):
     assert not [r for r in controller.requests if r["stage"] == "controller-task"]
 
 
+def test_both_photos_is_one_task_for_each_photo(tmp_path, controller):
+    controller.plan = json.dumps({"tasks": [{"task": "canny-control", "id": 0, "dep": [-1], "args": {"image": "both photos"}}]})
+    p, doc = hugginggpt(tmp_path, "Draw the edges of both photos", "--file", str(MEDIA / "chelsea.png"),
+                        "--file", str(MEDIA / "coffee.png"), env=scripted(controller))
+    assert p.returncode == 0, p.stderr
+    assert [(t["id"], t["args"]["image"]) for t in doc["tasks"]] == [(0, "image-1"), (1, "image-2")]
+    assert "read 'both photos' as image-1, image-2: one task each" in doc["notes"]
+    assert len([r for r in controller.requests if r["stage"] == "task-planning"]) == 1  # no repair round needed
+
+
 # ---------------------------------------------------------------------------------------------
 # 3. a video read through frames says which frames were looked at, and offers the others
 
