@@ -137,8 +137,8 @@ def route_sentences(tasks: Iterable[Task], selections: dict[int, Selection], res
         if not other_model and (where is None or s.where is None or where == s.where):
             continue
         tried = f"{s.model} on {_place(s.where)}" if s.where else s.model
-        ran = f"{r.model} on {_place(where)}" if other_model else _place(where)
-        out.append(f"Task {t.id} ({t.task}): tried {tried}, it failed; ran on {ran}.")
+        ran = f"ran {r.model} on {_place(where)}" if other_model else f"ran on {_place(where)}"
+        out.append(f"Task {t.id} ({t.task}): tried {tried}, it failed; {ran}.")
     return out
 
 
