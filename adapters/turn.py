@@ -114,8 +114,11 @@ def notice_of(record: RunRecord) -> tuple[Moment, str | None]:
                             "The time limit for this request passed while the answer was being written; it is cut short.")
     if record.status == "partial":
         tasks = _unfinished(record, why=True)
-        return "partial", (f"Part of this request failed: {tasks}. The answer covers what finished." if tasks else
-                           "Part of this request failed; the answer covers what finished.")
+        if tasks:
+            return "partial", f"Part of this request failed: {tasks}. The answer covers what finished."
+        if record.left_out:  # nothing failed, but part of the request was not done (pipeline.coverage)
+            return "partial", "Part of this request was not done: " + " ".join(record.left_out)
+        return "partial", "Part of this request failed; the answer covers what finished."
     return "answered", None
 
 

@@ -17,6 +17,7 @@ from dataclasses import replace
 from . import prompts
 from .decoding import Decoder
 from .catalog.availability import Availability
+from .coverage import answer_tail, coverage_report
 from .errors import ControllerError, DeadlineError, HuggingGPTError, StoppedError
 from .config import ExecutionLimits
 from .execution import ExecutionRun, Executor
@@ -181,7 +182,7 @@ class Pipeline:
             the further tasks' ``PlanReady`` and events; :mod:`pipeline.replanning`); then
             ``ResponseDelta`` pieces, and always a final ``Done`` whose record has ``status``
             ``"ok"`` (every task succeeded, or the last re-plan's tasks did),
-            ``"partial"`` (answered, but a task failed or was skipped or the deadline passed) or
+            ``"partial"`` (answered; a task failed or was skipped, a part was left out, the deadline passed) or
             ``"error"`` (with the user's sentence in ``error``), and ``deadline_passed``/``stopped``.
 
         Cancellation (Ctrl-C, shutdown) propagates after in-flight tasks are cancelled.
@@ -252,7 +253,8 @@ class Pipeline:
                 st.record.notes.append(HUB_UNREACHABLE)
                 yield Notice(HUB_UNREACHABLE)
             st.available, offered = self.selector.offered_tasks(st.available, st.request.text)
-            for note in [*self.selector.placement_notes(), *offered]:
+            st.down = self.selector.placement_notes()
+            for note in [*st.down, *offered]:
                 st.record.notes.append(note)
                 yield Notice(note)
         except TimeoutError:
@@ -320,6 +322,12 @@ class Pipeline:
                     yield event
             stopped = st.stopped_while_writing
         tail = _cut_answer_tail(st, bool(parts), stopped, self.limits.deadline)
+        unfinished = unsettled(st.tasks, record.results, last_round_ids(record.rounds))
+        cut = stopped or record.deadline_passed  # the answer written here already lists what did not finish
+        covered = coverage_report(st.request, st.tasks, record.selections, record.results, st.available, st.down,
+                                  () if cut else unfinished)
+        if parts or tail:  # an empty answer stays an error, not a list of what was left out
+            tail += answer_tail(covered)
         if tail:
             parts.append(tail)
             yield ResponseDelta(tail)
@@ -327,8 +335,10 @@ class Pipeline:
         record.timings_ms["response"] = (time.monotonic() - t2) * 1000
         if not record.response:
             raise ControllerError("The controller LLM returned an empty answer.")
-        unfinished = unsettled(st.tasks, record.results, last_round_ids(record.rounds))
-        record.status = "partial" if unfinished or record.deadline_passed or stopped else "ok"
+        record.notes += covered.sentences
+        record.left_out = covered.left_out
+        partial = unfinished or record.deadline_passed or stopped or covered.skipped
+        record.status = "partial" if partial else "ok"
 
     async def _stream_answer(self, st: RunState, parts: list[str]) -> AsyncIterator[Event]:
         """The controller's answer as ``ResponseDelta`` pieces (also appended to ``parts``) until it

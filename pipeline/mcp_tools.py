@@ -382,6 +382,13 @@ class ToolSelector(Selector):
         tools = {n for n in available if self.toolbox.tool(n) is not None}
         return offered_tools(self.offer, available, tools, request_text)
 
+    def placement_notes(self) -> list[str]:
+        """As the base class, and one sentence per MCP server that could not be started or
+        reached (the user is told as for an expert server that is down)."""
+        down = [name for name, s in self.toolbox.servers.items() if not s.connected and s.failed_at > float("-inf")]
+        return [*super().placement_notes(),
+                *(f"The MCP server {name} could not be started or reached, so its tools are not offered." for name in down)]
+
     async def served_tasks(self) -> set[str]:
         """The served registry tasks and the tools of the connected MCP servers."""
         served, tools = await asyncio.gather(super().served_tasks(), self.toolbox.task_names())

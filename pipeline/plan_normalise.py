@@ -3,8 +3,9 @@
 Real controllers write well-formed intentions in forms :func:`pipeline.planning.validate_plan`
 does not take: TaskBench's tool names (``"Sentiment Analysis"``), arguments by position
 (``["example.jpg", "What is in it?"]``) or under another key (``"image_path"``), a file name in
-quotes or behind a folder (``'example.jpg'``, ``image/example.jpg``, ``<user-input>``), or a task's
-own output (``<node-0>`` in task 0) for "the user's file". Each :data:`RULES` entry is one small
+quotes or behind a folder (``'example.jpg'``, ``image/example.jpg``, ``<user-input>``), a task's
+own output (``<node-0>`` in task 0) for "the user's file", or words naming the kind of file the user
+attached (``"this PDF"``, ``"the video"``; ``"both photos"`` becomes one task per photo). Each :data:`RULES` entry is one small
 rule that rewrites such a form into the plan's own form, only where the reading is unambiguous,
 and says what it did in a :class:`Note` (the run record's ``notes``). Anything it cannot read for
 certain is left as it is: validation then refuses it with the fact the controller must fix.
@@ -26,7 +27,7 @@ from .media import NAME_KINDS
 from .tasks import TASKS, TaskSpec, canonical_task
 from .types import MEDIA_MODALITIES, MODALITIES, PLACEHOLDER, Resource, placeholder_id
 
-__all__ = ["MAX_REFERENCE_CHARS", "Note", "Normalised", "RULES", "normalise_plan"]
+__all__ = ["MAX_REFERENCE_CHARS", "Note", "Normalised", "RULES", "named_kinds", "normalise_plan"]
 
 MAX_REFERENCE_CHARS = 200
 """Characters, longest argument value read as a file reference (a name with its decorations); a
@@ -106,7 +107,8 @@ def normalise_plan(raw_tasks: Sequence[Any], *, resources: Sequence[Resource]) -
         for pos, r in enumerate(records):
             if isinstance(r, dict):
                 notes += [Note(name, text) for text in rule(_tid(r, pos), r, plan)]
-    return Normalised(records, tuple(notes))
+    records, said = plural_phrase(records, plan)
+    return Normalised(records, tuple(notes) + tuple(Note("plural-phrase", text) for text in said))
 
 
 def _tid(record: dict[str, Any], pos: int) -> int:
@@ -344,11 +346,122 @@ def _means_a_file(name: str, kind: str) -> bool:
     return bool(words) and kinds <= {kind} and all(w in _GENERIC or w in _KIND_WORDS[kind] for w in words)
 
 
+_PHRASE_KINDS = {
+    **dict.fromkeys(("pdf", "document", "doc", "report", "paper", "article", "page", "scan"), "document"),
+    **dict.fromkeys(("photo", "picture", "image", "pic", "screenshot", "frame"), "image"),
+    **dict.fromkeys(("recording", "audio", "sound", "voice note"), "audio"),
+    **dict.fromkeys(("video", "clip", "movie"), "video"),
+    "text file": "text", "file": "any", "attachment": "any",
+}
+_PHRASE = re.compile(
+    r"(?:(?:this|that|the|my|our|your|attached|uploaded|given|provided|enclosed|above|same|both|these|those|all|"
+    r"two|three|user's|input)\s+)+(" + "|".join(sorted(_PHRASE_KINDS, key=len, reverse=True)) + r")(s?)",
+    re.IGNORECASE)
+_PLURAL = re.compile(r"\b(?:both|these|those|all|two|three)\b", re.IGNORECASE)
+_DOCUMENT_KINDS = ("text", "image")
+"""What a PDF becomes here (:mod:`bot.documents`): a text file of its text, images of its pages without text."""
+
+
+def named_kinds(value: str) -> tuple[str, ...] | None:
+    """The kinds of file ``value`` names when it is only a phrase naming an attached file ("this
+    PDF", "the video", "both photos"); ``None`` for anything else. A PDF or document is a text
+    file or page images (:data:`_DOCUMENT_KINDS`); "the file" is any kind."""
+    m = _PHRASE.fullmatch(value.strip().strip(_QUOTES).strip())
+    if m is None:
+        return None
+    kind = _PHRASE_KINDS[m.group(1).lower()]
+    return {"document": _DOCUMENT_KINDS, "any": MODALITIES}.get(kind, (kind,))
+
+
+def kind_phrase(tid: int, record: dict[str, Any], plan: _Plan) -> list[str]:
+    """An argument that is only a phrase naming a kind of file the user attached ("this PDF",
+    "the document", "the video", "the recording") becomes that file: the one user file of the
+    argument's kind the phrase can mean. A plural ("both photos") or several candidates is left
+    for validation (its repair hint lists the files)."""
+    args, spec = record.get("args"), _spec(record)
+    if not isinstance(args, dict) or spec is None:
+        return []
+    notes = []
+    for key, value in args.items():
+        kind = spec.allowed.get(str(key).strip().lower())
+        if kind is None or not isinstance(value, str) or _resolves(value, kind, plan):
+            continue
+        m = _PHRASE.fullmatch(value.strip().strip(_QUOTES).strip())
+        kinds = named_kinds(value)
+        if m is None or kinds is None or kind not in kinds or m.group(2) or _PLURAL.search(value):
+            continue
+        found = [r for r in plan.resources if r.kind == kind and r.origin == "user"]
+        if len(found) == 1:
+            args[key] = found[0].id
+            notes.append(f"read {value.strip()[:80]!r} as {found[0].id}" + (f" ({found[0].name})" if found[0].name else ""))
+    return notes
+
+
+def plural_phrase(records: list[Any], plan: _Plan) -> tuple[list[Any], list[str]]:
+    """A task whose one file argument is words naming several attached files of its kind ("both
+    photos", "these images", "all the recordings") becomes one task per such file (the user's files
+    of that kind, in order; new ids after the plan's highest), when no other task uses its output.
+
+    Returns:
+        The records (the same list when nothing changed) and one sentence per expanded task.
+    """
+    ids = [_tid(r, pos) for pos, r in enumerate(records) if isinstance(r, dict)]
+    next_id = max(ids, default=-1) + 1
+    out: list[Any] = []
+    said: list[str] = []
+    for pos, r in enumerate(records):
+        found = _plural_files(_tid(r, pos), r, records, plan) if isinstance(r, dict) else None
+        if found is None:
+            out.append(r)
+            continue
+        key, files = found
+        copies = [{**r, "args": {**r["args"], key: f.id}, "id": _tid(r, pos) if n == 0 else next_id + n - 1}
+                  for n, f in enumerate(files)]
+        next_id += len(files) - 1
+        out += copies
+        said.append(f"read {str(r['args'][key]).strip()[:80]!r} as {', '.join(f.id for f in files)}: one task each")
+    return out, said
+
+
+def _plural_files(tid: int, record: dict[str, Any], records: list[Any], plan: _Plan) -> tuple[str, list[Resource]] | None:
+    """``(argument, files)`` when ``record``'s file argument names several user files in the plural."""
+    args, spec = record.get("args"), _spec(record)
+    if not isinstance(args, dict) or spec is None:
+        return None
+    media = [(k, v) for k, v in args.items() if spec.allowed.get(str(k).strip().lower()) in MEDIA_MODALITIES]
+    if len(media) != 1 or not isinstance(media[0][1], str):
+        return None
+    key, value = media[0]
+    kind = spec.allowed[str(key).strip().lower()]
+    m = _PHRASE.fullmatch(value.strip().strip(_QUOTES).strip())
+    kinds = named_kinds(value)
+    if m is None or kinds is None or kind not in kinds or not (m.group(2) or _PLURAL.search(value)):
+        return None
+    files = [r for r in plan.resources if r.kind == kind and r.origin == "user"]
+    return (key, files) if len(files) >= 2 and not _used_by_others(tid, record, records) else None
+
+
+def _used_by_others(tid: int, record: dict[str, Any], records: list[Any]) -> bool:
+    """Whether another record depends on task ``tid`` or names its output."""
+    for other in records:
+        if not isinstance(other, dict) or other is record:
+            continue
+        dep = other.get("dep")
+        if tid in (dep if isinstance(dep, list) else [dep]):
+            return True
+        args = other.get("args")
+        values = args.values() if isinstance(args, dict) else args if isinstance(args, list) else []
+        if any(isinstance(v, str) and any(placeholder_id(m) == tid for m in PLACEHOLDER.finditer(v)) for v in values):
+            return True
+    return False
+
+
 RULES: tuple[tuple[str, Rule], ...] = (
     ("task-name", task_name),
     ("argument-list", argument_list),
     ("argument-key", argument_key),
     ("self-reference", self_reference),
     ("file-reference", file_reference),
+    ("kind-phrase", kind_phrase),
 )
 """The rules in the order they run (a later one reads what an earlier one wrote)."""

@@ -5,8 +5,9 @@ it is repaired (``json_repair``), then validated against the task vocabulary, th
 of each task, the dependency graph (``graphlib``: no cycles, no self or dangling dependencies),
 the placeholders (``<resource>-N`` must point at a dependency that produces that modality; a
 forgotten dependency is added) and the conversation's resources (file arguments may only name
-resources of this conversation: never a URL or a path). An invalid plan gets one repair round with
-the controller, quoting the problem; a second failure is a :class:`~pipeline.errors.PlanError`.
+resources of this conversation: never a URL or a path). An invalid plan, or one that leaves a file
+the user attached unused (:mod:`pipeline.coverage`), gets one repair round with the controller,
+quoting the problem; a second failure is a :class:`~pipeline.errors.PlanError`.
 Before validation, :mod:`pipeline.plan_normalise` reads the forms real controllers write for what
 they mean (tool names, arguments by position, decorated file names); :func:`read_plan` does both.
 
@@ -40,10 +41,10 @@ from typing import Any, NamedTuple, Union
 import jiter
 import json_repair
 
-from . import prompts
+from . import coverage, prompts
 from .errors import PlanError
 from .llm import Controller, Usage
-from .plan_normalise import Note, normalise_plan
+from .plan_normalise import Note, named_kinds, normalise_plan
 from .tasks import TASKS, canonical_task
 from .types import (
     MEDIA_MODALITIES, PLACEHOLDER, SUSPECT_REFERENCE, PlanDiscarded, PlanReady, Request, Resource, Task, TaskPlanned,
@@ -256,7 +257,9 @@ def validate_plan(
 
     Args:
         raw_tasks: records from :func:`parse_plan`.
-        available: canonical task names the configured backends can serve right now.
+        available: canonical task names the configured backends can serve right now (a registry
+            task not among them is kept, and fails at model selection with a sentence; an MCP tool
+            not among them is refused).
         resources: the conversation's resources; file arguments may only name these (by id, or by
             the user's file name when unique).
         request_text: the user's request; a task's optional arguments the plan leaves out are read
@@ -346,9 +349,11 @@ def _draft(pos: int, item: Any, available: AbstractSet[str], seen: set[int]) -> 
         hint = f" (the closest: {', '.join(close)})" if close else ""
         raise PlanInvalid(f"Task {tid} uses an unknown task {name_raw[:60]!r}; use one of the listed tasks{hint}.",
                           "unknown-task")
-    if name not in available:
+    if name not in available and TASKS[name].domain == "mcp":
         raise PlanInvalid(f"Task {tid} uses {name!r}, which cannot be served right now; use only the listed tasks.",
                           "not-served")
+    # A registry task no backend serves now stays in the plan: it fails at model selection with
+    # the sentence saying why (the expert server that is down, the mode), never vanishes.
     return _Draft(tid, name, _draft_deps(tid, item.get("dep", [])), _draft_args(tid, name, item.get("args", {})))
 
 
@@ -468,6 +473,7 @@ def _text_argument(tid: int, key: str, value: str, refs: list[int], plan: _PlanC
         return document.id
     if len(value) > MAX_TEXT_ARG:
         raise PlanInvalid(f'Argument "{key}" of task {tid} is longer than {MAX_TEXT_ARG} characters.', "too-long")
+    _refuse_file_as_text(tid, key, value, plan)
     odd = SUSPECT_REFERENCE.search(PLACEHOLDER.sub("", value))
     if odd:
         raise PlanInvalid(
@@ -476,6 +482,21 @@ def _text_argument(tid: int, key: str, value: str, refs: list[int], plan: _PlanC
             "bad-reference",
         )
     return PLACEHOLDER.sub(lambda m: f"<resource>-{placeholder_id(m)}", value)
+
+
+def _refuse_file_as_text(tid: int, key: str, value: str, plan: _PlanContext) -> None:
+    """Refuse a text argument that is only words naming a file the user attached ("this PDF"
+    for a PDF whose pages became images): the task would read those words, never the file."""
+    kinds = named_kinds(value)
+    files = [r for r in plan.resources if r.origin == "user" and kinds is not None and r.kind in kinds]
+    if not files:
+        return
+    named = ", ".join(f"{r.id} ({r.kind}{': ' + r.name if r.name else ''})" for r in files[:8])
+    raise PlanInvalid(
+        f'Argument "{key}" of task {tid} is {value[:80]!r}, which names the user\'s file, not its text: the file is {named}. '
+        "Have a task read it (image-to-text or document-question-answering for a page image, "
+        "automatic-speech-recognition for a recording) and pass its <resource>-N, or pass a text file's id.",
+        "file-as-text")
 
 
 def _check_acyclic(graph: dict[int, set[int]]) -> None:
@@ -488,7 +509,8 @@ def _check_acyclic(graph: dict[int, set[int]]) -> None:
 
 
 async def plan(controller: Controller, request: Request, available: AbstractSet[str], usage: Usage) -> list[Task]:
-    """Run task planning with one repair round.
+    """Run task planning with one repair round (for an invalid plan, or one that leaves a file the
+    user attached unused: :func:`pipeline.coverage.plan_problem`).
 
     Returns:
         The validated tasks (``[]``: the controller answers directly).
@@ -501,10 +523,13 @@ async def plan(controller: Controller, request: Request, available: AbstractSet[
     messages = planning_messages(request, available)
     raw = await controller.complete_json(messages, stage="task-planning", schema_name="task_plan", schema=schema, usage=usage)
     try:
-        return read_plan(parse_plan(raw), available=available, resources=request.resources, request_text=request.text).tasks
+        tasks = read_plan(parse_plan(raw), available=available, resources=request.resources, request_text=request.text).tasks
+        problem = coverage.plan_problem(tasks, request, available)  # an attached file no task reads
+        if problem is None:
+            return tasks
     except PlanInvalid as e:
         problem = e.problem
-        log.warning("plan rejected (%s); raw=%r", problem, raw[:500])
+    log.warning("plan rejected (%s); raw=%r", problem, raw[:500])
     usage.plan_repairs += 1
     repair = planning_messages(request, available, problem=problem)
     repair.insert(-1, {"role": "assistant", "content": raw[:4000]})
@@ -566,7 +591,10 @@ def complete_records(text: str) -> list[Any]:
 async def plan_stream(
     controller: Controller, request: Request, available: AbstractSet[str], usage: Usage
 ) -> AsyncIterator[PlanItem]:
-    """Run task planning with one repair round, handing out tasks while the plan streams.
+    """Run task planning with one repair round, handing out tasks while the plan streams. The
+    repair round is asked for an invalid plan, and for a valid one that leaves a file the user
+    attached unused (:func:`pipeline.coverage.plan_problem`; the repaired plan runs even if it
+    still does: the answer then says so).
 
     Yields:
         :class:`~pipeline.types.TaskPlanned` for each task that may start early,
@@ -604,6 +632,13 @@ async def plan_stream(
                     f"to fix it: {e.problem}",
                     f"plan invalid after repair: {e.problem}",
                 ) from None
+            continue
+        uncovered = coverage.plan_problem(tasks, request, available) if number == 1 else None
+        if uncovered:  # an attached file no task reads: the same repair round, with that fact
+            attempt.problem = uncovered
+            log.warning("plan leaves an attachment unused (%s); raw=%r", uncovered, attempt.raw[:500])
+            if attempt.started:
+                yield PlanDiscarded(uncovered, tuple(sorted(attempt.started)))
             continue
         changed = _changed(attempt.started, tasks)
         if changed:  # cannot happen for a prefix-valid plan, but never run a task the plan lost

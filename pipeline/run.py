@@ -28,6 +28,9 @@ class RunState:
     tasks: list[Task] = field(default_factory=list)
     run: ExecutionRun | None = None
     """The execution the plan's tasks joined; later rounds' tasks join it too."""
+    down: list[str] = field(default_factory=list)
+    """Sentences about backends that could not be used for this run (an expert server that could
+    not be reached, an MCP server that did not start)."""
     stage: str = "task planning"
     stopped_while_writing: bool = False
     t0: float = field(default_factory=time.monotonic)

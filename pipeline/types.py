@@ -414,7 +414,8 @@ class RunRecord:
         http_attempts: HTTP requests sent to the controller for them (SDK retries included).
         timings_ms: stage name to wall time in milliseconds.
         status: ``"ok"`` (every task succeeded and there is an answer), ``"partial"`` (there is an
-            answer, but a task failed or was skipped, or the deadline cut the run short) or
+            answer, but a task failed or was skipped, an attached file was not used, or the
+            deadline cut the run short) or
             ``"error"`` (no answer; ``error`` says why).
         deadline_passed: the run's deadline passed (the answer, if any, covers what finished).
         stopped: the user stopped the run (the answer, if any, covers what finished; the tasks
@@ -425,6 +426,9 @@ class RunRecord:
         notes: the :class:`Notice` sentences of the run and how its plan was read
             (:attr:`PlanReady.notes`), in order.
         rounds: the planning rounds (:class:`Round`): the first plan, then each re-plan.
+        left_out: the sentences of :mod:`pipeline.coverage` on the parts of the request not done
+            (an attached file no task read, nothing run while a backend was down); also in
+            ``notes`` and at the end of the answer; any makes ``status`` ``"partial"``.
         conversation_id, turn: the stored turn this run answers (``None`` outside a conversation).
     """
 
@@ -444,6 +448,7 @@ class RunRecord:
     stopped: bool = False
     notes: list[str] = field(default_factory=list)
     rounds: list[Round] = field(default_factory=list)
+    left_out: list[str] = field(default_factory=list)
     conversation_id: str | None = None
     turn: int | None = None
 

@@ -221,3 +221,19 @@ async def _serve(served: Served) -> None:
     served._task = asyncio.create_task(served._server.serve(sockets=[sock]))
     while not served._server.started:
         await asyncio.sleep(0.02)
+
+
+async def test_an_attachment_left_unused_is_said_on_the_terminal_and_over_http(tmp_path, controller):
+    # two photos, a plan (and its repair) reading only the first: pipeline.coverage says so on each front end
+    controller.plan = '{"tasks": [{"task": "canny-control", "id": 0, "dep": [-1], "args": {"image": "image-1"}}]}'
+    p = await asyncio.to_thread(run_cli, tmp_path, controller, "chelsea.png", "rocket.jpg")
+    assert p.returncode == 6, p.stderr
+    [terminal] = said(p.stderr, "Note:")
+    unused = re.compile(r"Part of this request was not done: image-2( \(rocket\.jpg\))? was not used: the plan had no "
+                        r"task for it, even after the controller was asked to add one\.")
+    assert unused.fullmatch(terminal), terminal
+    assert "- image-2 (rocket.jpg) was not used" in p.stdout  # in the answer itself
+    content = await ask_http(Backends(controller), tmp_path, "chelsea.png", "rocket.jpg", stream=True)
+    sentence = content.rsplit("> ⚠️ ", 1)[-1]
+    assert unused.fullmatch(sentence), content
+    assert "\n- image-2" in content and " was not used: " in content.split("> ⚠️ ")[0]
