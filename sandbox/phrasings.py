@@ -1,0 +1,148 @@
+"""Handlers of the keyword planner for other people's wording (issue 32): a request about several
+files gets a task per file, actions in a video go to video classification, removal and other
+edits of a picture go to image-to-image, and a request that names no file and no model task is
+text for the controller (``text-generation`` or ``conversational``). Pure functions, no I/O.
+
+:func:`decline` is the stand-in's answer when it finds no task: a sentence saying that it is the
+offline stand-in and what a real controller model would do, sent *instead of* a plan, so the
+product treats it as any controller that answers with prose instead of a plan (a planning
+failure, exit status 5; :func:`pipeline.planning.plan_error`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .planner import KIND_WORDS, Planner
+from .wording import SMALL_TALK
+
+Source = tuple[str, list[int]]
+
+_PLURAL = re.compile(
+    r"\b(?:both|each|every|all\s+(?:the\s+|these\s+|those\s+|of\s+the\s+|my\s+)?|these|those|the\s+two|two|three|several)\s*"
+    r"(?:of\s+(?:the|these|them)\s+)?(?:" + KIND_WORDS["image"] + r")s\b|\b(?:both|each)\s+(?:of\s+them|one)\b|\bboth\b",
+    re.I,
+)
+
+
+def image_sources(p: Planner, clause: str, ctx: str) -> list[Source]:
+    """The images a clause is about, one task each: every image it names by file name or id (in
+    the order named), all the user's images for "both photos" / "each image" / "these pictures",
+    else the one image :meth:`Planner.source` picks. ``[]`` when there is none."""
+    named = _named(p, clause, "image")
+    if len(named) >= 2:
+        return [(r["id"], []) for r in named]
+    if _PLURAL.search(clause) or (not named and _PLURAL.search(ctx)):
+        user = [r for r in p.of_kind("image") if r.get("origin", "user") == "user"]
+        if len(user) >= 2:
+            return [(r["id"], []) for r in user]
+    src = p.source("image", clause) or p.source("image", ctx)
+    return [src] if src else []
+
+
+def _named(p: Planner, span: str, kind: str) -> list[dict[str, Any]]:
+    """Resources of ``kind`` named in ``span`` by id or file name, in the order they appear."""
+    low = span.lower()
+    hits = []
+    for r in p.of_kind(kind):
+        for token in (r.get("id"), r.get("name")):
+            m = re.search(r"(?<![\w.-])" + re.escape(str(token).lower()) + r"(?![\w-])", low) if token else None
+            if m:
+                hits.append((m.start(), r))
+                break
+    return [r for _, r in sorted(hits, key=lambda h: h[0])]
+
+
+_VIDEO_WORDS = re.compile(r"\b(?:" + KIND_WORDS["video"] + r"|clip|scene)s?\b", re.I)
+
+
+def video_source(p: Planner, clause: str, ctx: str) -> Source | None:
+    """The video a clause is about: one named by file name or id, else the newest video when the
+    clause (or the request) speaks of a video, clip or footage; ``None`` when there is no video."""
+    if not p.of_kind("video"):
+        return None
+    named = _named(p, clause, "video") or _named(p, p.text, "video")
+    if named:
+        return named[0]["id"], []
+    if _VIDEO_WORDS.search(ctx) or _VIDEO_WORDS.search(p.text):
+        return p.source("video", clause)
+    return None
+
+
+def video_action(p: Planner, clause: str, ctx: str, s: int, e: int) -> None:
+    """``is the action in this video a high jump?``, ``which sport is played in the clip``: video
+    classification (names what happens in a video) of the video the request is about."""
+    src = video_source(p, clause, ctx)
+    if src:
+        p.add("video-classification", {"video": src[0]}, src[1], "text")
+
+
+_AUDIO_WORDS = re.compile(r"\b(?:" + KIND_WORDS["audio"] + r"|noise|\w+\.(?:wav|mp3|ogg|flac|m4a))\b", re.I)
+
+
+def edit_images(p: Planner, clause: str, ctx: str, s: int, e: int) -> None:
+    """``remove the umbrella from the photo``, ``replace the dog with a lion``: image-to-image of
+    each image the clause is about, with the clause as the instruction (no inpainting task is
+    served; image-to-image edits as a text says). Nothing when the clause is about a sound."""
+    if not (p.of_kind("image") or "image" in p.produced) or _AUDIO_WORDS.search(clause):
+        return
+    instruction = " ".join(clause.split()).strip(" .,")
+    for val, deps in image_sources(p, clause, ctx):
+        p.add("image-to-image", {"image": val, "text": instruction}, deps, "image")
+
+
+_MEDIA_WORDS = re.compile(
+    r"\b(?:" + "|".join(KIND_WORDS.values()) + r"|clip|footage)s?\b"
+    + r"|\b[\w-]+\.(?:png|jpe?g|gif|webp|bmp|wav|mp3|ogg|flac|m4a|mp4|webm|mov|avi|mkv|txt|csv|pdf)\b"
+    + r"|\b(?:image|audio|video|text)-\d+\b",
+    re.I,
+)
+_DEICTIC = re.compile(r"\b(?:this|that|these|those|here|it|he|she|they|him|her|them|the\s+speaker)\b", re.I)
+_WRITING = re.compile(
+    r"\b(?:write|compose|draft|create|generate|make|produce|build|code|come\s+up\s+with|brainstorm|suggest|"
+    r"list|outline|give\s+me|tell\s+me\s+(?:a|an|some|\d+)\s)",
+    re.I,
+)
+
+
+def text_for_the_controller(p: Planner) -> None:
+    """A request that names no file and found no model task is text the controller answers
+    itself: ``text-generation`` when it asks for something written ("write an email", "create an
+    HTML page"), else ``conversational`` (a question, a remark). Nothing when it speaks of a
+    file, a picture, a recording or a video: a real controller would have used one."""
+    if p.tasks or SMALL_TALK.search(p.text) or _MEDIA_WORDS.search(p.text):
+        return
+    if p.document(p.text) or (_DEICTIC.search(p.text) and any(r.get("origin", "user") == "user" for r in p.resources)):
+        return  # "summarize this document", "what's he saying?": about a file of the conversation
+    task = "text-generation" if _WRITING.search(p.text) else "conversational"
+    p.add(task, {"text": p.text.strip()}, [], "text")
+
+
+def _clip(s: str, n: int) -> str:
+    s = " ".join(str(s).split())
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def decline(request: str, resources: list[dict[str, Any]]) -> str:
+    """The stand-in's answer when its keywords find no task for ``request``: one sentence that it
+    is the offline stand-in and what a real controller model would do (sent instead of a plan).
+
+    Args:
+        request: the user's text.
+        resources: the conversation's files ``{"id", "kind", "name"?, ...}``.
+
+    Returns:
+        Prose with no JSON in it (no braces or brackets), at most about 450 characters (the
+        product quotes up to :data:`pipeline.planning.MAX_SAID`), so the product reads it as a
+        controller that declined to plan.
+    """
+    files = [str(r.get("name") or r.get("id")) for r in resources if r.get("origin", "user") == "user"][-3:]
+    with_files = f" with {_clip(', '.join(files), 60)}" if files else ""
+    sentence = (
+        f"The offline stand-in controller (--sandbox) plans with keywords, not a language model, and found no "
+        f"task for “{_clip(request, 80)}”{with_files}, so nothing was run; a real controller model would plan it "
+        "as tasks on the files it names. Plainer words work here, e.g. “how many cats are in photo.png”, "
+        "“remove the umbrella from the photo”."
+    )
+    return sentence.replace("{", "(").replace("}", ")").replace("[", "(").replace("]", ")")
