@@ -1,4 +1,4 @@
-"""Handlers of the keyword planner for other people's wording (issue 32): a request about several
+"""Handlers of the keyword planner for other people's wording: a request about several
 files gets a task per file, actions in a video go to video classification, removal and other
 edits of a picture go to image-to-image, and a request that names no file and no model task is
 text for the controller (``text-generation`` or ``conversational``). Pure functions, no I/O.
@@ -52,6 +52,16 @@ def _named(p: Planner, span: str, kind: str) -> list[dict[str, Any]]:
                 hits.append((m.start(), r))
                 break
     return [r for _, r in sorted(hits, key=lambda h: h[0])]
+
+
+def names_what_a_file_shows(p: Planner, text: str) -> bool:
+    """Whether ``text`` names what an image of the conversation is named after ("does the
+    astronaut hold a flag" with ``astronaut.png``): a word of four letters or more of its file name."""
+    for r in p.of_kind("image"):
+        words = [w for w in re.split(r"[\W\d_]+", str(r.get("name") or "").rsplit(".", 1)[0]) if len(w) >= 4]
+        if any(re.search(r"\b" + re.escape(w) + r"s?\b", text, re.I) for w in words):
+            return True
+    return False
 
 
 _VIDEO_WORDS = re.compile(r"\b(?:" + KIND_WORDS["video"] + r"|clip|scene)s?\b", re.I)

@@ -13,7 +13,9 @@ from typing import Any, Callable
 
 from .mcp_intents import plan_tools
 from .more_intents import about_an_image, deferred, similar_sentences
-from .phrasings import edit_images, image_sources, text_for_the_controller, video_action, video_source
+from .phrasings import (
+    edit_images, image_sources, names_what_a_file_shows, text_for_the_controller, video_action, video_source,
+)
 from .planner import KIND_WORDS, LANGUAGES, Planner
 from .wording import SMALL_TALK, clause_end, mask_quotes, quotes
 
@@ -356,7 +358,7 @@ def _h_qa(p, clause, ctx, s, e):
             question = question[wh.start() : wh.end()]
     passages = [q for q in qs if not q[2].rstrip().endswith("?") and len(q[2]) > 15]
     has_image = bool(p.of_kind("image")) or "image" in p.produced
-    if has_image and (_VISUAL_WORDS.search(question) or question_quotes) and not passages:
+    if has_image and (_VISUAL_WORDS.search(question) or question_quotes or names_what_a_file_shows(p, question)) and not passages:
         task = "document-question-answering" if re.search(r"\bdocument|\binvoice|\bform\b|\breceipt", text, re.I) else "visual-question-answering"
         for val, deps in image_sources(p, question, text):
             p.add(task, {"image": val, "text": question}, deps, "text")
