@@ -6,7 +6,7 @@
 requests and 91 gold records of both tool domains in ``tests/fixtures/taskbench``; TaskBench's full
 ``user_requests.json`` files work too). Each request is planned by :func:`sandbox.planning.plan_tasks`
 with the files it names attached as the conversation's resources (ids, kinds and names, as the
-planner sees them), every task of the registry available. A request with no task is one the
+planner sees them), every task of the registry available, as the first turn of a conversation. A request with no task is one the
 stand-in declines (``hugginggpt run --sandbox`` exits with status 5 and says so). Printed per
 file and in all: declined, planned with model tasks, planned as text for the controller only
 (``text-generation`` / ``conversational``), and the planning time per request.
@@ -49,7 +49,7 @@ def outcomes(requests: list[str]) -> dict[str, int]:
     counts = {"declined": 0, "model": 0, "controller": 0}
     available = sorted(TASKS)
     for text in requests:
-        plan = plan_tasks(text, [r.prompt_view() for r in resources_for(text)], available)
+        plan = plan_tasks(text, [r.prompt_view() for r in resources_for(text)], available, first_turn=True)
         if not plan:
             counts["declined"] += 1
         elif {t["task"] for t in plan} <= CONTROLLER_ONLY:

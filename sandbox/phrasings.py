@@ -19,26 +19,38 @@ from .wording import SMALL_TALK
 
 Source = tuple[str, list[int]]
 
-_PLURAL = re.compile(
-    r"\b(?:both|each|every|all\s+(?:the\s+|these\s+|those\s+|of\s+the\s+|my\s+)?|these|those|the\s+two|two|three|several)\s*"
-    r"(?:of\s+(?:the|these|them)\s+)?(?:" + KIND_WORDS["image"] + r")s\b|\b(?:both|each)\s+(?:of\s+them|one)\b|\bboth\b",
-    re.I,
-)
+def _plural(kind: str) -> re.Pattern[str]:
+    words = KIND_WORDS[kind] + (r"|clip" if kind != "image" else "")
+    return re.compile(
+        r"\b(?:both|each|every|all\s+(?:the\s+|these\s+|those\s+|of\s+the\s+|my\s+)?|these|those|the\s+two|two|three|"
+        r"several)\s*(?:of\s+(?:the|these|them)\s+)?(?:" + words + r")s\b|\b(?:both|each)\s+(?:of\s+them|one)\b"
+        r"|\bboth\b|\b(?:in|of|for|on)\s+each\b",
+        re.I,
+    )
+
+
+_PLURAL = {kind: _plural(kind) for kind in KIND_WORDS}
+
+
+def media_sources(p: Planner, clause: str, ctx: str, kind: str) -> list[Source]:
+    """The files of ``kind`` (``"image"``, ``"audio"``) a clause is about, one task each: every
+    one it names by file name or id (in the order named), all the user's files of that kind for
+    "both photos" / "each recording" / "these pictures", else the one :meth:`Planner.source`
+    picks. ``[]`` when there is none."""
+    named = _named(p, clause, kind)
+    if len(named) >= 2:
+        return [(r["id"], []) for r in named]
+    if _PLURAL[kind].search(clause) or (not named and _PLURAL[kind].search(ctx)):
+        user = [r for r in p.of_kind(kind) if r.get("origin", "user") == "user"]
+        if len(user) >= 2:
+            return [(r["id"], []) for r in user]
+    src = p.source(kind, clause) or p.source(kind, ctx)
+    return [src] if src else []
 
 
 def image_sources(p: Planner, clause: str, ctx: str) -> list[Source]:
-    """The images a clause is about, one task each: every image it names by file name or id (in
-    the order named), all the user's images for "both photos" / "each image" / "these pictures",
-    else the one image :meth:`Planner.source` picks. ``[]`` when there is none."""
-    named = _named(p, clause, "image")
-    if len(named) >= 2:
-        return [(r["id"], []) for r in named]
-    if _PLURAL.search(clause) or (not named and _PLURAL.search(ctx)):
-        user = [r for r in p.of_kind("image") if r.get("origin", "user") == "user"]
-        if len(user) >= 2:
-            return [(r["id"], []) for r in user]
-    src = p.source("image", clause) or p.source("image", ctx)
-    return [src] if src else []
+    """:func:`media_sources` of the images a clause is about."""
+    return media_sources(p, clause, ctx, "image")
 
 
 def _named(p: Planner, span: str, kind: str) -> list[dict[str, Any]]:
@@ -75,9 +87,23 @@ def video_source(p: Planner, clause: str, ctx: str) -> Source | None:
     named = _named(p, clause, "video") or _named(p, p.text, "video")
     if named:
         return named[0]["id"], []
-    if _VIDEO_WORDS.search(ctx) or _VIDEO_WORDS.search(p.text):
-        return p.source("video", clause)
+    if _VIDEO_WORDS.search(ctx) or _VIDEO_WORDS.search(p.text) or not _OTHER_MEDIA.search(p.text):
+        return p.source("video", clause)  # "identify the activity shown", with only a video at hand
     return None
+
+
+_OTHER_MEDIA = re.compile(r"\b(?:" + KIND_WORDS["image"] + "|" + KIND_WORDS["audio"] + r")s?\b", re.I)
+_MOTION = re.compile(  # what someone does: an action word a video answers better than one frame
+    r"\b(?:doing|happen\w*|(?!(?:some|any|no|every)thing\b|(?:build|morn|even|ceil|cloth|paint|draw|wedd|r|k|str|br|s|th)ing\b)\w{2,}ing)\b",
+    re.I,
+)
+
+
+def video_question(p: Planner, question: str) -> bool:
+    """``is anyone swimming in this video?``: a question about what is done in a video of the
+    conversation (video classification), rather than about what one frame shows."""
+    return bool(_MOTION.search(question)) and video_source(p, question, question) is not None \
+        and bool(_VIDEO_WORDS.search(question) or _named(p, question, "video"))
 
 
 def video_action(p: Planner, clause: str, ctx: str, s: int, e: int) -> None:
@@ -123,8 +149,8 @@ def text_for_the_controller(p: Planner) -> None:
     file, a picture, a recording or a video: a real controller would have used one."""
     if p.tasks or SMALL_TALK.search(p.text) or _MEDIA_WORDS.search(p.text):
         return
-    if p.document(p.text) or (_DEICTIC.search(p.text) and any(r.get("origin", "user") == "user" for r in p.resources)):
-        return  # "summarize this document", "what's he saying?": about a file of the conversation
+    if p.document(p.text) or (p.user_files() and (p.first_turn or _DEICTIC.search(p.text))):
+        return  # "summarize this document", "what's he saying?", a file sent with it: about a file
     task = "text-generation" if _WRITING.search(p.text) else "conversational"
     p.add(task, {"text": p.text.strip()}, [], "text")
 

@@ -14,7 +14,8 @@ from typing import Any, Callable
 from .mcp_intents import plan_tools
 from .more_intents import about_an_image, deferred, similar_sentences
 from .phrasings import (
-    edit_images, image_sources, names_what_a_file_shows, text_for_the_controller, video_action, video_source,
+    edit_images, image_sources, media_sources, names_what_a_file_shows, text_for_the_controller, video_action,
+    video_question, video_source,
 )
 from .planner import KIND_WORDS, LANGUAGES, Planner
 from .wording import SMALL_TALK, clause_end, mask_quotes, quotes
@@ -40,7 +41,7 @@ def _description(p: Planner, start: int, end: int) -> str:
 _INTENTS: list[tuple[str, str]] = [
     ("fill_mask", r"\[MASK\]|<mask>|\bfill(?:ing)?[- ]?(?:in\s+)?(?:the\s+|a\s+|this\s+)?(?:blanks?|gaps?|masks?|holes?)\b"
                   r"|\bmissing\s+word\b|\bwhat\s+word\s+(?:fits|goes)\b"),
-    ("video_action", r"\b(?:actions?|activit(?:y|ies)|sports?|happening|happens|going\s+on|taking\s+place|movements?|gestures?|dancing|exercis\w+)\b"),
+    ("video_action", r"\b(?:doing|actions?|activit(?:y|ies)|sports?|happening|happens|going\s+on|taking\s+place|movements?|gestures?|dancing|exercis\w+)\b"),
     ("remove", r"\b(?:remove|erase|delete|get\s+rid\s+of|inpaint\w*|retouch\w*|blur\s+out|cut\s+out|take\s+(?:\w+\s+){1,3}?out\s+of|replace\s+(?:\w+\s+){1,3}?with|swap\s+(?:\w+\s+){1,3}?(?:for|with)|(?:add|put|place|insert)\s+(?:\w+\s+){1,3}?(?:on|onto|to|into|in)\s+(?:the|this|my|her|his|its|their)|make\s+(?:the|her|his|its)\s+\w+\s+(?:look\s+)?(?:\w+er|red|blue|green|yellow|purple|pink|orange|black|white|gr[ae]y|brown|golden))\b"),
     ("canny_draw", r"\b(?:draw|generate|create|make|paint|render|produce)\b[^.?!;]{0,80}?\b(?:from|using|based on|following|with)\s+(?:the\s+|its\s+|their\s+|these\s+)?(?:edges?|outlines?|contours?|canny|edge\s+map)\b"),
     ("detail", r"\b(?:describe|tell me about|caption|analy[sz]e)\b[^.?!;]{0,60}?\b(?:as much detail|in (?:great |full |more |as much )?detail|everything|all you can|thorough\w*|exhaustive\w*)"),
@@ -51,7 +52,9 @@ _INTENTS: list[tuple[str, str]] = [
             r"|(?:generate|create|produce|synthesi[sz]e)\s+(?:an?\s+)?(?:natural[- ]sounding\s+)?(?:speech|audio|voice)\b|spoken\s+(?:version|aloud)|narrat\w+)"),
     ("edit", r"\b(?:make|turn)\s+(?:it|this|that|them|the\s+(?:" + KIND_WORDS["image"] + r")|this\s+(?:" + KIND_WORDS["image"] + r")|[\w.-]+\.(?:png|jpe?g|webp))\s+(?!into an? (?:speech|audio))"),
     ("edit", r"\b(?:edit|modify|transform|colou?ri[sz]e|recolou?r|black and white|grayscale|greyscale|sepia|stylize|cartoonify)\w*\b"),
-    ("edit", r"\b(?:change|replace|remove|add)\s+(?:the\s+|a\s+|an\s+)?(?:\w+\s+){0,2}(?:background|sky|colou?rs?|hair|style|weather|season|lighting)\b"),
+    ("edit", r"\b(?:paint|draw)\b(?!\s+(?:me\s+)?(?:an?\s+|the\s+)?(?:new\s+)?(?:picture|image|drawing|painting|sketch|version|copy)s?\b)"
+             r"[^.?!;]{0,40}?\b(?:in|on)\s+(?:this|the|my|that)\s+(?:" + KIND_WORDS["image"] + r")\b"),
+    ("edit", r"\b(?:change|replace|remove|add)\s+(?:the\s+|a\s+|an\s+)?(?:[\w']+\s+){0,2}(?:background|sky|colou?rs?|hair|style|weather|season|lighting)\b"),
     ("video", r"\b(?:generate|create|make|produce|render|animate)\b[^.?!;]{0,30}?\b(?:video|clip|animation|movie)s?\b"),
     ("generate", r"\b(?:generate|create|make|produce|render|design|give me|show me)\b\s+(?:me\s+)?(?:an?\s+|some\s+|the\s+|one\s+|two\s+|\d+\s+)?(?:new\s+|\w+\s+){0,2}?(?:image|picture|photo|photograph|drawing|painting|illustration|artwork|portrait|poster|logo|wallpaper|sketch)s?\b"),
     ("generate", r"\b(?:draw|paint|sketch|illustrate)\b(?!\s+(?:a\s+|the\s+)?(?:conclusion|attention|bounding|box(?:es)?|rectangles?|frames?|outlines?|labels?|circles?)\b)"),
@@ -76,7 +79,7 @@ _INTENTS: list[tuple[str, str]] = [
     ("write", r"\b(?:write|compose|continue)\b\s+(?:me\s+)?(?:an?\s+|the\s+|some\s+)?(?:\w+\s+)?(?:story|poem|text|paragraph|essay|letter|haiku|article|song|continuation|it)\b"),
     ("enhance", r"\b(?:denois\w*|noise|clearer|less\s+noisy|clean\s+up\s+(?:the\s+|this\s+|my\s+)?(?:audio|sound|recording)|enhance\s+(?:the\s+)?(?:audio|speech|sound|voice|recording)|separate)\b"),
     ("qa", r"\banswer\b|\?|\b(?:my|the|a)\s+question\b|^\s*(?:does|do|did|is|are|was|were|can|could|has|have|will|would)\s"
-           r"|\b(?:check|verify|confirm|find\s+out|see)\s+(?:whether|if)\b"),
+           r"|\b(?:check|verify|confirm|find\s+out|see|tell\s+me|know|wonder\w*|ask\w*)\s+(?:whether|if)\b"),
 ]
 _COMPILED = [(name, re.compile(p, re.I)) for name, p in _INTENTS]
 
@@ -116,7 +119,7 @@ def _intent_matches(text: str, skip: frozenset[str] = frozenset()) -> list[tuple
 
 
 def plan_tasks(text: str, resources: list[dict[str, Any]], available_tasks: list[str],
-               tools: dict[str, list[str]] | None = None) -> list[dict[str, Any]]:
+               tools: dict[str, list[str]] | None = None, *, first_turn: bool = False) -> list[dict[str, Any]]:
     """Plan ``text`` as a task graph with keywords (the sandbox's stand-in for §3.1 task planning).
 
     Args:
@@ -125,6 +128,8 @@ def plan_tasks(text: str, resources: list[dict[str, Any]], available_tasks: list
         available_tasks: task names that may appear in the plan; other tasks are left out.
         tools: MCP task name → argument keys (:func:`sandbox.mcp_intents.tool_args`); a tool
             the request names is planned first.
+        first_turn: the request opens the conversation (its planning prompt has no chat log), so
+            the user's files came with it and a question is about them.
 
     Returns:
         Tasks ``[{"task", "id", "dep", "args"}]`` with ids ``0..n-1`` in order, ``dep`` ``[-1]``
@@ -133,7 +138,7 @@ def plan_tasks(text: str, resources: list[dict[str, Any]], available_tasks: list
     """
     text = str(text or "")
     res = [r for r in resources if isinstance(r, dict) and r.get("id") and r.get("kind")]
-    p = Planner(text=text, resources=res, available=set(available_tasks))
+    p = Planner(text=text, resources=res, available=set(available_tasks), first_turn=first_turn)
     if not text.strip():
         return []
     plan_tools(p, tools or {})
@@ -287,9 +292,8 @@ def _h_canny_draw(p, clause, ctx, s, e):
 
 
 def _h_asr(p, clause, ctx, s, e):
-    src = p.source("audio", clause) or p.source("audio", ctx)
-    if src:
-        p.add("automatic-speech-recognition", {"audio": src[0]}, src[1], "text")
+    for val, deps in media_sources(p, clause, ctx, "audio"):
+        p.add("automatic-speech-recognition", {"audio": val}, deps, "text")
 
 
 def _h_tts(p, clause, ctx, s, e):
@@ -313,9 +317,8 @@ def _h_tts(p, clause, ctx, s, e):
 
 
 def _h_enhance(p, clause, ctx, s, e):
-    src = p.source("audio", clause) or p.source("audio", ctx)
-    if src:
-        p.add("audio-to-audio", {"audio": src[0]}, src[1], "audio")
+    for val, deps in media_sources(p, clause, ctx, "audio"):
+        p.add("audio-to-audio", {"audio": val}, deps, "audio")
 
 
 def _text_task(task: str, after: str | None = None, wrap: Callable[[str, str], str] | None = None):
@@ -345,10 +348,11 @@ def _h_qa(p, clause, ctx, s, e):
     else:
         sentences = re.findall(r"[^.!?]*\?", mask_quotes(text))
         if not sentences:  # "I would like to know which colour is more dominant in the image."
-            asked = re.search(r"\b(?:know|tell\s+me|find\s+out|wonder|check|verify|confirm|see)\s+((?:what|which|who|how|where|when|why|whether|if)\b[^.!?]*)"
+            asked = re.search(r"\b(?:know|tell\s+me|find\s+out|wonder\w*|ask\w*|check|verify|confirm|see)\s+((?:what|which|who|how|where|when|why|whether|if)\b[^.!?]*)"
                               r"|^\s*((?:does|do|did|is|are|was|were|can|could|has|have|will|would)\s[^.!?]*)", mask_quotes(text), re.I)
             group = next((g for g in (1, 2) if asked and asked.group(g)), None)
-            sentences = [text[asked.start(group):asked.end(group)].strip() + "?"] if group else []
+            asked_text = re.sub(r"^(?:whether|if)\s+", "", text[asked.start(group):asked.end(group)].strip(), flags=re.I) if group else ""
+            sentences = [asked_text + "?"] if asked_text else []
         if not sentences:
             return
         m = re.search(re.escape(sentences[0].strip()), mask_quotes(text))
@@ -358,7 +362,12 @@ def _h_qa(p, clause, ctx, s, e):
             question = question[wh.start() : wh.end()]
     passages = [q for q in qs if not q[2].rstrip().endswith("?") and len(q[2]) > 15]
     has_image = bool(p.of_kind("image")) or "image" in p.produced
-    if has_image and (_VISUAL_WORDS.search(question) or question_quotes or names_what_a_file_shows(p, question)) and not passages:
+    if video_question(p, question) and not passages:
+        video = video_source(p, question, text)
+        p.add("video-classification", {"video": video[0]}, video[1], "text")
+        return
+    about = _VISUAL_WORDS.search(question) or names_what_a_file_shows(p, question) or (p.first_turn and p.user_files())
+    if has_image and (about or question_quotes) and not passages:
         task = "document-question-answering" if re.search(r"\bdocument|\binvoice|\bform\b|\breceipt", text, re.I) else "visual-question-answering"
         for val, deps in image_sources(p, question, text):
             p.add(task, {"image": val, "text": question}, deps, "text")

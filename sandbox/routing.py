@@ -131,7 +131,7 @@ def _plan(user: str, msgs: list[Any], headers: Mapping[str, str] | None) -> str:
     resources = _json_tag(user, "resources", list)
     available = _json_tag(user, "available_tasks", list)
     plan = followups.redo_with_other_file(request, resources, tag(user, "chat_log")) or heuristics.plan_tasks(
-        request, resources, [str(a) for a in available], tool_args(msgs))
+        request, resources, [str(a) for a in available], tool_args(msgs), first_turn=tag(user, "chat_log") is None)
     if not plan and not SMALL_TALK.search(request):
         return decline(request, [r for r in resources if isinstance(r, dict)])
     return json.dumps({"tasks": plan}, ensure_ascii=False)

@@ -237,7 +237,7 @@ async def test_chit_chat_needs_no_tool(ctl, text):
 
 
 async def test_a_general_question_is_for_the_controller(ctl):
-    assert await plan_via(ctl, "What is the capital of France?", [CHELSEA]) == [
+    assert await plan_via(ctl, "What is the capital of France?", []) == [
         {"task": "conversational", "id": 0, "dep": [-1], "args": {"text": "What is the capital of France?"}}
     ]
 

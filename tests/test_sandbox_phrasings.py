@@ -53,6 +53,7 @@ def planned(record: dict) -> list[str]:
         ("Any sign of a capuchin monkey in this shot?", ["chelsea.png"], ["visual-question-answering"]),
         ("check if there's a mug on the table", ["coffee.png"], ["visual-question-answering"]),
         ("Does the astronaut hold a flag", ["astronaut.png"], ["visual-question-answering"]),
+        ("Can you tell if the mug is full?", ["coffee.png"], ["visual-question-answering"]),  # sent with it
         # how many: object detection boxes and counts them
         ("Give me the number of cups you can find in coffee.png", ["coffee.png"], ["object-detection"]),
         ("count up the cats, please", ["chelsea.png"], ["object-detection"]),
@@ -65,10 +66,13 @@ def planned(record: dict) -> list[str]:
         ("Which sport is the person in the clip doing?", ["rocket_zoom.mp4"], ["video-classification"]),
         ("is the action in this footage a rocket launch or a high jump", ["rocket_zoom.mp4"], ["video-classification"]),
         ("Tell me what is going on in the video", ["rocket_zoom.mp4"], ["video-classification"]),
+        ("Is anybody climbing in this video?", ["rocket_zoom.mp4"], ["video-classification"]),
         # several files named in one request: a task each
         ("Write a caption for each of these pictures", ["chelsea.png", "coffee.png"], ["image-to-text", "image-to-text"]),
         ("How many objects are in rocket.jpg and in astronaut.png?", ["rocket.jpg", "astronaut.png"],
          ["object-detection", "object-detection"]),
+        ("Transcribe both recordings", ["speech_weather.wav", "speech_cat_request.wav"],
+         ["automatic-speech-recognition", "automatic-speech-recognition"]),
         # no file and no model task: the controller writes or answers it itself
         ("Create an HTML page that tells a story about a lighthouse keeper", [], ["text-generation"]),
         ("draft a short thank-you note for my neighbour", [], ["text-generation"]),
@@ -79,8 +83,9 @@ def test_other_peoples_wording_gets_the_task(tmp_path, text, files, expected):
     status, record = run_sandbox(tmp_path, text, *files)
     assert planned(record) == expected, record.get("error")
     assert status == 0 and record["status"] == "ok", record.get("error")
-    images = [t["args"]["image"] for t in record["tasks"] if "image" in t["args"]]
-    assert len(set(images)) == len(images)  # one task per file, never the same file twice
+    for kind in ("image", "audio"):
+        used = [t["args"][kind] for t in record["tasks"] if kind in t["args"]]
+        assert len(set(used)) == len(used)  # one task per file, never the same file twice
 
 
 @pytest.mark.parametrize(
