@@ -11,8 +11,9 @@ stand-in declines (``hugginggpt run --sandbox`` exits with status 5 and says so)
 file and in all: declined, planned with model tasks, planned as text for the controller only
 (``text-generation`` / ``conversational``), and the planning time per request.
 
-To compare with another version of the planner, run the same command with ``PYTHONPATH`` on that
-checkout (the figures in docs/benchmarks.md were taken that way).
+To compare with another version of the planner, run the script with ``PYTHONPATH`` on that
+checkout (a planner older than ``first_turn``: this script as of commit ed7a099; the "before"
+figures in docs/benchmarks.md were taken that way).
 """
 
 from __future__ import annotations
