@@ -19,6 +19,7 @@ from .wording import SMALL_TALK
 
 Source = tuple[str, list[int]]
 
+
 def _plural(kind: str) -> re.Pattern[str]:
     words = KIND_WORDS[kind] + (r"|clip" if kind != "image" else "")
     return re.compile(
