@@ -20,7 +20,7 @@ import pytest
 
 from pipeline.errors import PlanError
 from pipeline.llm import Controller, Usage
-from pipeline.planning import plan_stream
+from pipeline.planning import MAX_SAID, plan_stream
 from pipeline.types import Request
 from sandbox.controller import ControllerStandIn
 
@@ -121,3 +121,19 @@ async def test_a_controller_that_answers_in_prose_is_a_planning_failure_quoting_
             await controller.aclose()
     assert len(ctl.requests) == 2  # one repair round, then the failure
     assert "“I'm sorry, but I can't help with that request.”" in caught.value.user_message
+
+
+async def test_a_long_prose_answer_is_quoted_only_up_to_the_bound():
+    said = "I would rather not plan this. " * 400  # 12,000 characters of prose, twice
+    async with ControllerStandIn(script=[{"content": said}, {"content": said}]) as ctl:
+        controller = Controller(model="m", base_url=ctl.base_url, api_key="k", max_retries=0)
+        try:
+            with pytest.raises(PlanError) as caught:
+                async for _ in plan_stream(controller, Request("Book me a flight"), {"text-generation"}, Usage()):
+                    pass
+        finally:
+            await controller.aclose()
+    message = caught.value.user_message
+    assert message.endswith("…”") and len(message) <= MAX_SAID + 100
+    problem = ctl.requests[1].body["messages"][-1]["content"]  # the repair round quotes it cut too
+    assert "I would rather not plan this." in problem and len(problem) < len(said)
