@@ -160,12 +160,37 @@ class PlanInvalid(ValueError):
             argument, what exists instead).
         reason: a short code for counting (``"unknown-task"``, ``"unknown-file"``,
             ``"self-reference"``, ... ``eval plans`` reports them by code).
+        said: the controller's own words when it answered in prose instead of a plan (a
+            controller that declines to plan says why), whitespace collapsed and cut to
+            :data:`MAX_SAID` characters; ``None`` otherwise.
     """
 
-    def __init__(self, problem: str, reason: str = "invalid") -> None:
+    def __init__(self, problem: str, reason: str = "invalid", said: str | None = None) -> None:
         super().__init__(problem)
         self.problem = problem
         self.reason = reason
+        self.said = said
+
+
+MAX_SAID = 500
+"""Characters of a prose reply quoted back (to the controller in the repair round, then to the user)."""
+
+
+def _said(text: str) -> str:
+    words = " ".join(text.split())
+    return words if len(words) <= MAX_SAID else words[: MAX_SAID - 1] + "…"
+
+
+def plan_error(e: PlanInvalid) -> PlanError:
+    """The user's sentence for a plan still invalid after the repair round: the controller's own
+    words when it answered in prose (it declined to plan), else the problem with its plan."""
+    if e.said:
+        return PlanError(f"I could not turn your request into a plan of tasks; the controller answered: “{e.said}”",
+                         f"plan invalid after repair: the reply was prose, not a plan: {e.said!r}")
+    return PlanError(
+        f"I could not turn your request into a valid plan of tasks, even after asking the controller to fix it: {e.problem}",
+        f"plan invalid after repair: {e.problem}",
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -198,8 +223,10 @@ def parse_plan(raw: str) -> list[Any]:
             data = [data]
         else:
             raise PlanInvalid('The reply is a JSON object without a "tasks" list.', "not-a-plan")
-    if data == "" or data is None:
-        raise PlanInvalid('The reply is not JSON; it must be a JSON object {"tasks": [...]}.', "not-a-plan")
+    if data == "" or data is None:  # prose: a controller declining to plan says why
+        said = _said(text)
+        raise PlanInvalid(f'The reply is text, not JSON: “{said}”; it must be a JSON object {{"tasks": [...]}}.',
+                          "not-a-plan", said)
     if not isinstance(data, list):
         raise PlanInvalid('"tasks" must be a JSON list of task objects.', "not-a-plan")
     return data
@@ -538,10 +565,7 @@ async def plan(controller: Controller, request: Request, available: AbstractSet[
         return read_plan(parse_plan(raw2), available=available, resources=request.resources, request_text=request.text).tasks
     except PlanInvalid as e:
         log.warning("plan rejected after repair (%s); raw=%r", e.problem, raw2[:500])
-        raise PlanError(
-            f"I could not turn your request into a valid plan of tasks, even after asking the controller to fix it: {e.problem}",
-            f"plan invalid after repair: {e.problem}",
-        ) from None
+        raise plan_error(e) from None
 
 
 # -- the plan as a stream, with eager dispatch -----------------------------------------------------
@@ -627,11 +651,7 @@ async def plan_stream(
             if attempt.started:
                 yield PlanDiscarded(e.problem, tuple(sorted(attempt.started)))
             if number == 2:
-                raise PlanError(
-                    "I could not turn your request into a valid plan of tasks, even after asking the controller "
-                    f"to fix it: {e.problem}",
-                    f"plan invalid after repair: {e.problem}",
-                ) from None
+                raise plan_error(e) from None
             continue
         uncovered = coverage.plan_problem(tasks, request, available) if number == 1 else None
         if uncovered:  # an attached file no task reads: the same repair round, with that fact

@@ -158,24 +158,10 @@ def _direct_answer(request: str) -> str:
             f"You asked: “{_clip(req, 200)}”. There is no sound to work on here, so nothing was run: send "
             "the video itself (its sound track is read from it) or the recording as a file."
         )
-    if _TASK_WORDS.search(req):
-        return (
-            f"You asked: “{_clip(req, 200)}”. The sandbox plans with keywords, not with a language model, "
-            "and it found no task it can run for these words, so nothing was run; a real controller model "
-            "would plan this. Try plainer words (\"describe this picture\", \"transcribe this recording\", "
-            "\"read this text aloud\"), or name the file."
-        )
     return (
         f"You asked: “{_clip(req, 200)}”. No model task was needed for this, and the sandbox stand-in "
         "cannot answer general questions itself; a real controller model would answer here."
     )
-
-
-_TASK_WORDS = re.compile(
-    r"\b(?:generat|creat|convert|transcri|translat|summari|classif|detect|segment|edit|transform|enhanc|"
-    r"draw|paint|make|turn|extract|identify|recogni|analy[sz]|speak|read|answer|compare)\w*|\.(?:jpe?g|png|wav|mp3|mp4|txt)\b",
-    re.I,
-)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -45,6 +45,8 @@ class Planner:
         tasks: the plan so far, ``[{"task", "id", "dep", "args"}]`` with ids ``0..n-1``.
         produced: kind (``"image"``, ``"audio"``, ``"video"``, ``"text"``) to the id of the newest
             task of this plan that outputs it.
+        first_turn: the request opens the conversation (no chat log), so every user file came
+            with it: a question is about them.
     """
 
     text: str
@@ -52,11 +54,16 @@ class Planner:
     available: set[str]
     tasks: list[dict[str, Any]] = field(default_factory=list)
     produced: dict[str, int] = field(default_factory=dict)
+    first_turn: bool = False
 
     # -- resources -------------------------------------------------------------------------
     def of_kind(self, kind: str) -> list[dict[str, Any]]:
         """The resources of ``kind`` (``"image"``, ``"audio"``, ``"video"``), oldest first."""
         return [r for r in self.resources if r.get("kind") == kind]
+
+    def user_files(self) -> list[dict[str, Any]]:
+        """The files the user sent (not made by a task), of any kind."""
+        return [r for r in self.resources if not str(r.get("origin", "user")).startswith("task:")]
 
     def explicit(self, span: str, kind: str) -> dict[str, Any] | None:
         """A resource of ``kind`` named in ``span`` by id (``image-2``) or file name (``chelsea.png``)."""

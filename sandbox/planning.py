@@ -13,6 +13,10 @@ from typing import Any, Callable
 
 from .mcp_intents import plan_tools
 from .more_intents import about_an_image, deferred, similar_sentences
+from .phrasings import (
+    edit_images, image_sources, media_sources, names_what_a_file_shows, text_for_the_controller, video_action,
+    video_question, video_source,
+)
 from .planner import KIND_WORDS, LANGUAGES, Planner
 from .wording import SMALL_TALK, clause_end, mask_quotes, quotes
 
@@ -37,6 +41,8 @@ def _description(p: Planner, start: int, end: int) -> str:
 _INTENTS: list[tuple[str, str]] = [
     ("fill_mask", r"\[MASK\]|<mask>|\bfill(?:ing)?[- ]?(?:in\s+)?(?:the\s+|a\s+|this\s+)?(?:blanks?|gaps?|masks?|holes?)\b"
                   r"|\bmissing\s+word\b|\bwhat\s+word\s+(?:fits|goes)\b"),
+    ("video_action", r"\b(?:doing|actions?|activit(?:y|ies)|sports?|happening|happens|going\s+on|taking\s+place|movements?|gestures?|dancing|exercis\w+)\b"),
+    ("remove", r"\b(?:remove|erase|delete|get\s+rid\s+of|inpaint\w*|retouch\w*|blur\s+out|cut\s+out|take\s+(?:\w+\s+){1,3}?out\s+of|replace\s+(?:\w+\s+){1,3}?with|swap\s+(?:\w+\s+){1,3}?(?:for|with)|(?:add|put|place|insert)\s+(?:\w+\s+){1,3}?(?:on|onto|to|into|in)\s+(?:the|this|my|her|his|its|their)|make\s+(?:the|her|his|its)\s+\w+\s+(?:look\s+)?(?:\w+er|red|blue|green|yellow|purple|pink|orange|black|white|gr[ae]y|brown|golden))\b"),
     ("canny_draw", r"\b(?:draw|generate|create|make|paint|render|produce)\b[^.?!;]{0,80}?\b(?:from|using|based on|following|with)\s+(?:the\s+|its\s+|their\s+|these\s+)?(?:edges?|outlines?|contours?|canny|edge\s+map)\b"),
     ("detail", r"\b(?:describe|tell me about|caption|analy[sz]e)\b[^.?!;]{0,60}?\b(?:as much detail|in (?:great |full |more |as much )?detail|everything|all you can|thorough\w*|exhaustive\w*)"),
     ("detail", r"\b(?:tell me )?everything (?:about|in) (?:this|the|that|it)\b"),
@@ -46,7 +52,9 @@ _INTENTS: list[tuple[str, str]] = [
             r"|(?:generate|create|produce|synthesi[sz]e)\s+(?:an?\s+)?(?:natural[- ]sounding\s+)?(?:speech|audio|voice)\b|spoken\s+(?:version|aloud)|narrat\w+)"),
     ("edit", r"\b(?:make|turn)\s+(?:it|this|that|them|the\s+(?:" + KIND_WORDS["image"] + r")|this\s+(?:" + KIND_WORDS["image"] + r")|[\w.-]+\.(?:png|jpe?g|webp))\s+(?!into an? (?:speech|audio))"),
     ("edit", r"\b(?:edit|modify|transform|colou?ri[sz]e|recolou?r|black and white|grayscale|greyscale|sepia|stylize|cartoonify)\w*\b"),
-    ("edit", r"\b(?:change|replace|remove|add)\s+(?:the\s+|a\s+|an\s+)?(?:\w+\s+){0,2}(?:background|sky|colou?rs?|hair|style|weather|season|lighting)\b"),
+    ("edit", r"\b(?:paint|draw)\b(?!\s+(?:me\s+)?(?:an?\s+|the\s+)?(?:new\s+)?(?:picture|image|drawing|painting|sketch|version|copy)s?\b)"
+             r"[^.?!;]{0,40}?\b(?:in|on)\s+(?:this|the|my|that)\s+(?:" + KIND_WORDS["image"] + r")\b"),
+    ("edit", r"\b(?:change|replace|remove|add)\s+(?:the\s+|a\s+|an\s+)?(?:[\w']+\s+){0,2}(?:background|sky|colou?rs?|hair|style|weather|season|lighting)\b"),
     ("video", r"\b(?:generate|create|make|produce|render|animate)\b[^.?!;]{0,30}?\b(?:video|clip|animation|movie)s?\b"),
     ("generate", r"\b(?:generate|create|make|produce|render|design|give me|show me)\b\s+(?:me\s+)?(?:an?\s+|some\s+|the\s+|one\s+|two\s+|\d+\s+)?(?:new\s+|\w+\s+){0,2}?(?:image|picture|photo|photograph|drawing|painting|illustration|artwork|portrait|poster|logo|wallpaper|sketch)s?\b"),
     ("generate", r"\b(?:draw|paint|sketch|illustrate)\b(?!\s+(?:a\s+|the\s+)?(?:conclusion|attention|bounding|box(?:es)?|rectangles?|frames?|outlines?|labels?|circles?)\b)"),
@@ -58,8 +66,8 @@ _INTENTS: list[tuple[str, str]] = [
     ("pose", r"\b(?:pose|poses|skeleton|keypoints?)\b"),
     ("depth", r"\bdepth\b"),
     ("segment", r"\b(?:segment\w*|masks?|panoptic)\b"),
-    ("detect", r"\b(?:detect\w*|locate|count|bounding\s+box(?:es)?|object\s+detection|how\s+many|what\s+objects|which\s+objects|(?:find|identify|label|list)\s+(?:all\s+)?(?:the\s+)?(?:objects|things|items|people|persons))\b"),
-    ("classify", r"\b(?:what|which)\s+(?:breed|kind|type|species|sort|category|class|model|make)\b|\bbreed\b|\bclassif\w+(?!\s+(?:the\s+)?(?:tokens|entities|words))|\bcategori[sz]\w*|\bsentiment|\bemotions?\b"),
+    ("detect", r"\b(?:detect\w*|locate|count\w*|number\s+of|tally|(?:find|spot|locate|point\s+out|highlight|mark)\b[^.?!;]{0,40}?\bin\s+(?:the|this|that|my)\s+(?:" + KIND_WORDS["image"] + r")|bounding\s+box(?:es)?|object\s+detection|how\s+many|what\s+objects|which\s+objects|(?:find|identify|label|list)\s+(?:all\s+)?(?:the\s+)?(?:objects|things|items|people|persons))\b"),
+    ("classify", r"\b(?:what|which)\s+(?:breed|kind|type|species|sort|category|class|model|make)\b|\bbreed\b|\bclassif\w+(?!\s+(?:the\s+)?(?:tokens|entities|words))|\bcategori[sz]\w*|\bsentiment|\bemotions?\b|\bmood\b"),
     ("caption", r"\b(?:describe|caption\w*|what(?:'s| is)\s+(?:in|on|shown\s+in)\b|what\s+do\s+you\s+see|what\s+does\s+(?:this|the|that|it)\s+(?:\w+\s+)?(?:show|depict)|tell\s+me\s+about\s+(?:this|the|that)\s+(?:" + KIND_WORDS["image"] + r")|extract\s+(?:the\s+)?text|read\s+the\s+text|ocr)\b"),
     ("summarize", r"\b(?:summari[sz]\w*|summary|tl;?dr|shorten|(?:main|key)\s+points|gist)\b"),
     ("similar", r"\b(?:how\s+similar|similarity|similar\s+(?:they|these|the\s+two)|same\s+meaning|semantically\s+(?:similar|close)|compare\s+(?:these|the|two)\s+(?:two\s+)?sentences)\b"),
@@ -69,14 +77,15 @@ _INTENTS: list[tuple[str, str]] = [
     ("rewrite", r"\b(?:paraphrase|rewrite|rephrase|grammar|proofread|correct)\w*\b"),
     ("write", r"\b(?:generate|create|come\s+up\s+with|need|give\s+me|suggest)\s+(?:me\s+)?(?:an?\s+|some\s+)?(?:new\s+|\w+\s+){0,3}?(?:slogan|tagline|headline|story|poem|sentence|paragraph|essay|tweet|title)s?\b"),
     ("write", r"\b(?:write|compose|continue)\b\s+(?:me\s+)?(?:an?\s+|the\s+|some\s+)?(?:\w+\s+)?(?:story|poem|text|paragraph|essay|letter|haiku|article|song|continuation|it)\b"),
-    ("enhance", r"\b(?:denois\w*|noise|enhance\s+(?:the\s+)?(?:audio|speech|sound|voice|recording)|separate)\b"),
-    ("qa", r"\banswer\b|\?|\b(?:my|the|a)\s+question\b"),
+    ("enhance", r"\b(?:denois\w*|noise|clearer|less\s+noisy|clean\s+up\s+(?:the\s+|this\s+|my\s+)?(?:audio|sound|recording)|enhance\s+(?:the\s+)?(?:audio|speech|sound|voice|recording)|separate)\b"),
+    ("qa", r"\banswer\b|\?|\b(?:my|the|a)\s+question\b|^\s*(?:does|do|did|is|are|was|were|can|could|has|have|will|would)\s"
+           r"|\b(?:check|verify|confirm|find\s+out|see|tell\s+me|know|wonder\w*|ask\w*)\s+(?:whether|if)\b"),
 ]
 _COMPILED = [(name, re.compile(p, re.I)) for name, p in _INTENTS]
 
 _VISUAL_WORDS = re.compile(
     r"\b(?:doing|wearing|holding|colou?r|see|seen|shown|visible|look|looks|background|foreground|left|right|"
-    r"there|sitting|standing|picture|photo|image|pic|this|it|he|she|they|in it)\b",
+    r"there|here|sitting|standing|picture|photo|image|pic|this|it|he|she|they|in it)\b",
     re.I,
 )
 
@@ -110,7 +119,7 @@ def _intent_matches(text: str, skip: frozenset[str] = frozenset()) -> list[tuple
 
 
 def plan_tasks(text: str, resources: list[dict[str, Any]], available_tasks: list[str],
-               tools: dict[str, list[str]] | None = None) -> list[dict[str, Any]]:
+               tools: dict[str, list[str]] | None = None, *, first_turn: bool = False) -> list[dict[str, Any]]:
     """Plan ``text`` as a task graph with keywords (the sandbox's stand-in for §3.1 task planning).
 
     Args:
@@ -119,6 +128,8 @@ def plan_tasks(text: str, resources: list[dict[str, Any]], available_tasks: list
         available_tasks: task names that may appear in the plan; other tasks are left out.
         tools: MCP task name → argument keys (:func:`sandbox.mcp_intents.tool_args`); a tool
             the request names is planned first.
+        first_turn: the request opens the conversation (its planning prompt has no chat log), so
+            the user's files came with it and a question is about them.
 
     Returns:
         Tasks ``[{"task", "id", "dep", "args"}]`` with ids ``0..n-1`` in order, ``dep`` ``[-1]``
@@ -127,13 +138,13 @@ def plan_tasks(text: str, resources: list[dict[str, Any]], available_tasks: list
     """
     text = str(text or "")
     res = [r for r in resources if isinstance(r, dict) and r.get("id") and r.get("kind")]
-    p = Planner(text=text, resources=res, available=set(available_tasks))
+    p = Planner(text=text, resources=res, available=set(available_tasks), first_turn=first_turn)
     if not text.strip():
         return []
     plan_tools(p, tools or {})
     # An intent whose only task is unavailable must not hide the others (a fill-in-the-blank
     # request still gets its question answered when no fill-mask model is offered).
-    matches = _intent_matches(text, _unavailable_intents(p.available))
+    matches = _intent_matches(text, _unavailable_intents(p.available) | _no_file_for(p))
     others = [m for m in matches if m[0] != "qa"]
     if SMALL_TALK.search(text) and not others:
         return []
@@ -161,6 +172,7 @@ def plan_tasks(text: str, resources: list[dict[str, Any]], available_tasks: list
             handler(p, clause, ctx, s, e)
     for handler, clause, ctx, s, e in waiting:  # what they need is planned now
         handler(p, clause, ctx, s, e)
+    text_for_the_controller(p)  # no file, no model task: the controller answers it
     return p.tasks
 
 
@@ -185,10 +197,10 @@ def _h_detail(p, clause, ctx, s, e):
 
 
 def _single_image(task: str, produces: str | None):
+    """A handler adding ``task`` for each image the clause is about (:func:`image_sources`)."""
     def h(p, clause, ctx, s, e):
-        src = _image(p, clause, ctx)
-        if src:
-            p.add(task, {"image": src[0]}, src[1], produces)
+        for val, deps in image_sources(p, clause, ctx):
+            p.add(task, {"image": val}, deps, produces)
 
     return h
 
@@ -201,13 +213,16 @@ def _h_caption(p, clause, ctx, s, e):
 
 def _h_classify(p, clause, ctx, s, e):
     word = p.text[s:e].lower()
-    if ("sentiment" in word or "emotion" in word) and p.of_kind("audio") and re.search(r"audio|speech|voice|recording", ctx, re.I):
+    if re.search(r"sentiment|emotion|mood", word) and p.of_kind("audio") and re.search(r"audio|speech|voice|recording|speaker", ctx, re.I):
         src = p.source("audio", clause) or p.source("audio", ctx)
         if src:
             p.add("audio-classification", {"audio": src[0]}, src[1], "text")
         return
     text_words = re.search(r"\b(?:text|sentence|review|sentiment|tweet|comment|message|paragraph)\b", ctx, re.I)
-    if (p.of_kind("image") or "image" in p.produced) and not (text_words and quotes(ctx)):
+    video = video_source(p, clause, ctx) if not text_words else None
+    if video:  # "classify the action in the clip": the video, not one of its frames
+        p.add("video-classification", {"video": video[0]}, video[1], "text")
+    elif (p.of_kind("image") or "image" in p.produced) and not (text_words and quotes(ctx)):
         _single_image("image-classification", "text")(p, clause, ctx, s, e)
     elif p.of_kind("audio") and re.search(r"audio|sound|recording|speech", ctx, re.I):
         src = p.source("audio", clause) or p.source("audio", ctx)
@@ -249,14 +264,12 @@ def _h_video(p, clause, ctx, s, e):
 
 
 def _h_edit(p, clause, ctx, s, e):
-    if not (p.of_kind("image") or "image" in p.produced):
-        return
-    src = _image(p, clause, ctx)
-    if not src:
-        return
     q = quotes(clause)
-    instruction = q[0][2] if q else " ".join(clause.split()).strip(" .,")
-    p.add("image-to-image", {"image": src[0], "text": instruction}, src[1], "image")
+    if not q:
+        edit_images(p, clause, ctx, s, e)
+    elif p.of_kind("image") or "image" in p.produced:
+        for val, deps in image_sources(p, clause, ctx):
+            p.add("image-to-image", {"image": val, "text": q[0][2]}, deps, "image")
 
 
 def _h_canny_draw(p, clause, ctx, s, e):
@@ -279,9 +292,8 @@ def _h_canny_draw(p, clause, ctx, s, e):
 
 
 def _h_asr(p, clause, ctx, s, e):
-    src = p.source("audio", clause) or p.source("audio", ctx)
-    if src:
-        p.add("automatic-speech-recognition", {"audio": src[0]}, src[1], "text")
+    for val, deps in media_sources(p, clause, ctx, "audio"):
+        p.add("automatic-speech-recognition", {"audio": val}, deps, "text")
 
 
 def _h_tts(p, clause, ctx, s, e):
@@ -305,9 +317,8 @@ def _h_tts(p, clause, ctx, s, e):
 
 
 def _h_enhance(p, clause, ctx, s, e):
-    src = p.source("audio", clause) or p.source("audio", ctx)
-    if src:
-        p.add("audio-to-audio", {"audio": src[0]}, src[1], "audio")
+    for val, deps in media_sources(p, clause, ctx, "audio"):
+        p.add("audio-to-audio", {"audio": val}, deps, "audio")
 
 
 def _text_task(task: str, after: str | None = None, wrap: Callable[[str, str], str] | None = None):
@@ -337,9 +348,11 @@ def _h_qa(p, clause, ctx, s, e):
     else:
         sentences = re.findall(r"[^.!?]*\?", mask_quotes(text))
         if not sentences:  # "I would like to know which colour is more dominant in the image."
-            asked = re.search(r"\b(?:know|tell\s+me|find\s+out|wonder)\s+((?:what|which|who|how|where|when|why|whether)\b[^.!?]*)",
-                              mask_quotes(text), re.I)
-            sentences = [text[asked.start(1):asked.end(1)] + "?"] if asked else []
+            asked = re.search(r"\b(?:know|tell\s+me|find\s+out|wonder\w*|ask\w*|check|verify|confirm|see)\s+((?:what|which|who|how|where|when|why|whether|if)\b[^.!?]*)"
+                              r"|^\s*((?:does|do|did|is|are|was|were|can|could|has|have|will|would)\s[^.!?]*)", mask_quotes(text), re.I)
+            group = next((g for g in (1, 2) if asked and asked.group(g)), None)
+            asked_text = re.sub(r"^(?:whether|if)\s+", "", text[asked.start(group):asked.end(group)].strip(), flags=re.I) if group else ""
+            sentences = [asked_text + "?"] if asked_text else []
         if not sentences:
             return
         m = re.search(re.escape(sentences[0].strip()), mask_quotes(text))
@@ -349,11 +362,15 @@ def _h_qa(p, clause, ctx, s, e):
             question = question[wh.start() : wh.end()]
     passages = [q for q in qs if not q[2].rstrip().endswith("?") and len(q[2]) > 15]
     has_image = bool(p.of_kind("image")) or "image" in p.produced
-    if has_image and (_VISUAL_WORDS.search(question) or question_quotes) and not passages:
-        src = p.source("image", question) or p.source("image", text)
-        if src:
-            task = "document-question-answering" if re.search(r"\bdocument|\binvoice|\bform\b|\breceipt", text, re.I) else "visual-question-answering"
-            p.add(task, {"image": src[0], "text": question}, src[1], "text")
+    if video_question(p, question) and not passages:
+        video = video_source(p, question, text)
+        p.add("video-classification", {"video": video[0]}, video[1], "text")
+        return
+    about = _VISUAL_WORDS.search(question) or names_what_a_file_shows(p, question) or (p.first_turn and p.user_files())
+    if has_image and (about or question_quotes) and not passages:
+        task = "document-question-answering" if re.search(r"\bdocument|\binvoice|\bform\b|\breceipt", text, re.I) else "visual-question-answering"
+        for val, deps in image_sources(p, question, text):
+            p.add(task, {"image": val, "text": question}, deps, "text")
         return
     doc = p.document(text)
     if passages:
@@ -371,6 +388,12 @@ _INTENT_TASK = {"fill_mask": "fill-mask"}  # intents served by exactly one task
 
 def _unavailable_intents(available: set[str]) -> frozenset[str]:
     return frozenset(name for name, task in _INTENT_TASK.items() if task not in available)
+
+
+def _no_file_for(p: Planner) -> frozenset[str]:
+    """Intents whose words mean something else without their file: "the action" of a story with
+    no video, "remove the last sentence" with no picture."""
+    return frozenset(name for name, kind in (("video_action", "video"), ("remove", "image")) if not p.of_kind(kind))
 _BEFORE_HOLE = re.compile(r"[.!?:;](?=\s)|\n")
 
 
@@ -414,6 +437,8 @@ _HANDLERS: dict[str, Callable[..., None]] = {
     "generate": _h_generate,
     "video": _h_video,
     "edit": _h_edit,
+    "remove": edit_images,
+    "video_action": video_action,
     "asr": _h_asr,
     "tts": _h_tts,
     "enhance": _h_enhance,

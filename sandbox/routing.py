@@ -18,6 +18,8 @@ from pipeline.llm import STAGE_HEADER, TASK_HEADER
 
 from . import followups, heuristics, replanning
 from .mcp_intents import tool_args
+from .phrasings import decline
+from .wording import SMALL_TALK
 
 STAGES: tuple[str, ...] = ("task-planning", "task-replanning", "model-selection", "response-generation", "controller-task")
 """Stage names accepted in the ``X-HuggingGPT-Stage`` header (HuggingGPT §3 stages plus
@@ -120,14 +122,18 @@ def answer_for(body: dict[str, Any], headers: Mapping[str, str] | None) -> tuple
 
 def _plan(user: str, msgs: list[Any], headers: Mapping[str, str] | None) -> str:
     """Task planning: the keyword plan as ``{"tasks": [...]}`` (a ``<problem>`` block of a repair
-    round gets the same deterministic plan: it is already valid)."""
+    round gets the same deterministic plan: it is already valid); ``{"tasks": []}`` for small talk.
+    When the keywords find no task for anything else, the stand-in declines in prose
+    (:func:`sandbox.phrasings.decline`), as a controller does that cannot plan a request."""
     request = tag(user, "request")
     if request is None:
         raise ProtocolError("the last user message has no <request> block")
     resources = _json_tag(user, "resources", list)
     available = _json_tag(user, "available_tasks", list)
     plan = followups.redo_with_other_file(request, resources, tag(user, "chat_log")) or heuristics.plan_tasks(
-        request, resources, [str(a) for a in available], tool_args(msgs))
+        request, resources, [str(a) for a in available], tool_args(msgs), first_turn=tag(user, "chat_log") is None)
+    if not plan and not SMALL_TALK.search(request):
+        return decline(request, [r for r in resources if isinstance(r, dict)])
     return json.dumps({"tasks": plan}, ensure_ascii=False)
 
 

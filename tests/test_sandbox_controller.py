@@ -231,9 +231,15 @@ async def test_keyword_planner_covers_common_requests(ctl, text, resources, expe
     assert_valid_plan(plan, resources, ALL_TASKS)
 
 
-@pytest.mark.parametrize("text", ["Hello!", "thanks a lot", "What is the capital of France?", "Who are you?"])
+@pytest.mark.parametrize("text", ["Hello!", "thanks a lot", "Who are you?"])
 async def test_chit_chat_needs_no_tool(ctl, text):
     assert await plan_via(ctl, text, [CHELSEA]) == []
+
+
+async def test_a_general_question_is_for_the_controller(ctl):
+    assert await plan_via(ctl, "What is the capital of France?", []) == [
+        {"task": "conversational", "id": 0, "dep": [-1], "args": {"text": "What is the capital of France?"}}
+    ]
 
 
 async def test_plan_uses_only_available_tasks(ctl):
@@ -241,9 +247,11 @@ async def test_plan_uses_only_available_tasks(ctl):
     plan = await plan_via(ctl, "Describe this picture in as much detail as you can", [CHELSEA], available)
     assert [t["task"] for t in plan] == ["object-detection", "image-classification"]
     assert [t["id"] for t in plan] == [0, 1]
-    # the generator is missing: the breed question falls back to nothing rather than a dangling dep
-    plan = await plan_via(ctl, "Generate an image of a cat, then tell me what breed it is", [], ["image-classification"])
-    assert plan == []
+    # the generator is missing: no plan with a dangling dep; the stand-in declines in prose instead
+    assert plan_tasks("Generate an image of a cat, then tell me what breed it is", [], ["image-classification"]) == []
+    r = await client_for(ctl).chat.completions.create(
+        model="m", **planning("Generate an image of a cat, then tell me what breed it is", [], ["image-classification"]))
+    assert r.choices[0].message.content.startswith("The offline stand-in controller (--sandbox)")
 
 
 async def test_repair_round_returns_a_valid_plan(ctl):

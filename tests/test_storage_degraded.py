@@ -194,7 +194,7 @@ async def test_slack_thread_is_told_once_and_answered_while_the_disk_is_full(sla
                 assert len(told) == 1 and "I'll still answer this message on its own" in told[0].text, \
                     [m.text for m in replies]
                 assert str(disk) not in " ".join(m.text for m in replies)
-                answers = [m for m in replies if "You asked" in m.text]
+                answers = [m for m in replies if "Sandbox stand-in controller" in m.text]
                 assert len(answers) == 2, [m.text for m in replies]  # both turns answered
                 filler.unlink()
             finally:
