@@ -14,8 +14,10 @@ does not rely on that. This module says it from the plan and the results:
 - a step that could not run is said with its sentence, and a run in which nothing was planned
   while a backend was down says so (:func:`coverage_report`).
 
-A file the user attached and no task read, or nothing run while a backend was down, makes the run
-``partial`` (exit status 6), never ``ok``.
+A file no task could read (no task that reads its kind can run now, or a backend was down), or
+nothing run while a backend was down, makes the run ``partial`` (exit status 6), never ``ok``. A
+file the controller chose not to use, although a task could read it, is said with the answer and
+the run stays ``ok`` (small talk with a photo attached; "caption my second photo" with two).
 """
 
 from __future__ import annotations
@@ -147,9 +149,10 @@ class Coverage:
     """What the answer adds about what was left out or ran elsewhere.
 
     Attributes:
-        left_out: one sentence per part of the request not done (a file unused, nothing run while
-            a backend was down): any makes the run ``partial``.
-        said: the other sentences (the frames looked at, where results really ran).
+        left_out: one sentence per part of the request not done (a step that failed, a file no
+            task could read, nothing run while a backend was down): any makes the run ``partial``.
+        said: the other sentences (a file the plan chose not to use, the frames looked at, where
+            results really ran).
     """
 
     left_out: list[str] = field(default_factory=list)
@@ -201,7 +204,9 @@ def coverage_report(request: Request, tasks: Sequence[Task], selections: dict[in
     """
     report = Coverage(left_out=failed_sentences(tasks, results, unfinished))
     unused = unused_files(tasks, request)
-    report.left_out += [why_unused(f, available, down) for f in unused]
+    for f in unused:  # unread because nothing could read it: a part not done; by the controller's choice: said
+        cannot = f.kind not in readable_kinds(available) or bool(down)
+        (report.left_out if cannot else report.said).append(why_unused(f, available, down))
     if not tasks and down and not unused:
         report.left_out.append("Nothing was run for this request: " + " ".join(d.rstrip(".") + "." for d in down))
     report.said += frame_sentences(tasks, request)

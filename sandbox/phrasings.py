@@ -1,12 +1,23 @@
-"""Handlers of the keyword planner for other people's wording: a request about several
-files gets a task per file, actions in a video go to video classification, removal and other
-edits of a picture go to image-to-image, and a request that names no file and no model task is
-text for the controller (``text-generation`` or ``conversational``). Pure functions, no I/O.
+"""Handlers of the keyword planner (:mod:`sandbox.planning`) for phrasings that need more than one
+keyword. Pure functions, no I/O.
+
+Other people's wording: a request about several files gets a task per file, actions in a video go to
+video classification, removal and other edits of a picture go to image-to-image, and a request that
+names no file and no model task is text for the controller (``text-generation`` or
+``conversational``).
 
 :func:`decline` is the stand-in's answer when it finds no task: a sentence saying that it is the
-offline stand-in and what a real controller model would do, sent *instead of* a plan, so the
-product treats it as any controller that answers with prose instead of a plan (a planning
-failure, exit status 5; :func:`pipeline.planning.plan_error`).
+offline stand-in and what a real controller model would do, sent *instead of* a plan, so the product
+treats it as any controller that answers with prose instead of a plan (a planning failure, exit
+status 5; :func:`pipeline.planning.plan_error`).
+
+TaskBench's plain phrasings: sentence similarity between two quoted sentences, and which intents
+wait for the rest of the request (read aloud "a description of the image": the description comes
+later in the sentence).
+
+MCP tools: a tool (task ``mcp.<server>.<tool>``) is planned when the request names it ("stamp",
+"count words"), with the arguments its line in the planning prompt lists (``- NAME: DESCRIPTION;
+args image, text?``).
 """
 
 from __future__ import annotations
@@ -15,7 +26,7 @@ import re
 from typing import Any
 
 from .planner import KIND_WORDS, Planner
-from .wording import SMALL_TALK
+from .wording import SMALL_TALK, clause_end, mask_quotes, quotes
 
 Source = tuple[str, list[int]]
 
@@ -183,3 +194,79 @@ def decline(request: str, resources: list[dict[str, Any]]) -> str:
         "“remove the umbrella from the photo”."
     )
     return sentence.replace("{", "(").replace("}", ")").replace("[", "(").replace("]", ")")
+
+
+def similar_sentences(p: Planner, clause: str, ctx: str, s: int, e: int) -> None:
+    """``how similar are 'A' and 'B'``: sentence similarity of the first quoted sentence (text)
+    against the others (context, one per line)."""
+    q = [t[2] for t in quotes(p.text) if t[2].strip()]
+    if len(q) >= 2:
+        p.add("sentence-similarity", {"text": q[0], "context": "\n".join(q[1:])}, [], "text")
+
+
+def deferred(name: str, p: Planner, clause: str) -> bool:
+    """Whether intent ``name`` should run after the others: text-to-speech with nothing to read
+    yet ("an audio file describing what is in the image": the description is planned later)."""
+    return name == "tts" and not quotes(clause) and "text" not in p.produced
+
+
+_ABOUT_IMAGE = re.compile(
+    r"\b(?:describ\w*|about|showing|of)\b[^.?!;]{0,40}?\b(?:(?:the|this|that|my|an?)\s+(?:\w+\s+)?"
+    r"(?:image|photo|picture|pic)|[\w-]+\.(?:jpe?g|png|webp|gif))\b",
+    re.I,
+)
+
+
+def about_an_image(p: Planner, clause: str) -> tuple[str, list[int]] | None:
+    """``a video that describes the content of the image``: what the image shows, as the
+    text of a generated video or speech (image classification of that image, then
+    ``<resource>-N``); ``None`` when the clause is not about an image of the conversation."""
+    if quotes(clause) or not _ABOUT_IMAGE.search(clause):
+        return None
+    src = p.source("image", clause) or p.source("image", p.text)
+    if src is None:
+        return None
+    tid = p.add("image-classification", {"image": src[0]}, src[1], "text")
+    return (f"<resource>-{tid}", [tid]) if tid is not None else None
+
+
+_TOOL_LINE = re.compile(r"^- (mcp\.[a-z0-9][a-z0-9.-]*): .*; args (.*)$", re.M)
+_MEDIA = ("image", "audio", "video")
+
+
+def tool_args(messages: list[Any]) -> dict[str, list[str]]:
+    """MCP task name → its argument keys (``"text?"`` when optional), read from the planning
+    prompt's task list (the system message)."""
+    system = next((m.get("content") for m in messages if isinstance(m, dict) and m.get("role") == "system"), "")
+    text = system if isinstance(system, str) else ""
+    return {m.group(1): [a.strip() for a in m.group(2).split(",") if a.strip()] for m in _TOOL_LINE.finditer(text)}
+
+
+def plan_tools(p: Planner, tools: dict[str, list[str]]) -> None:
+    """Add the tools the request names, in the order it names them, each taking its files from
+    what the clause refers to and its text from a quoted passage (else the request)."""
+    masked = mask_quotes(p.text)
+    found = []
+    for task, keys in tools.items():
+        words = task.rsplit(".", 1)[-1].split("-")
+        m = re.search(r"\b" + r"[-_ ]".join(re.escape(w) for w in words) + r"(?:s|ed|ing)?\b", masked, re.I)
+        if m and task in p.available:
+            found.append((m.start(), m.end(), task, keys))
+    for start, end, task, keys in sorted(found):
+        clause = p.text[start:clause_end(p.text, end)]
+        args: dict[str, str] = {}
+        deps: list[int] = []
+        usable = True
+        for key in keys:
+            name, optional = key.rstrip("?"), key.endswith("?")
+            if name in _MEDIA:
+                src = p.source(name, clause) or p.source(name, p.text)
+                if src is None:
+                    usable = usable and optional
+                    continue
+                args[name], deps = src[0], deps + src[1]
+            elif not optional:
+                q = quotes(clause) or quotes(p.text)
+                args[name] = q[0][2] if q else p.text.strip()
+        if usable:
+            p.add(task, args, deps, next((k for k in _MEDIA if k in args), "text"))

@@ -11,11 +11,9 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-from .mcp_intents import plan_tools
-from .more_intents import about_an_image, deferred, similar_sentences
 from .phrasings import (
-    edit_images, image_sources, media_sources, names_what_a_file_shows, text_for_the_controller, video_action,
-    video_question, video_source,
+    about_an_image, deferred, edit_images, image_sources, media_sources, names_what_a_file_shows, plan_tools,
+    similar_sentences, text_for_the_controller, video_action, video_question, video_source,
 )
 from .planner import KIND_WORDS, LANGUAGES, Planner
 from .wording import SMALL_TALK, clause_end, mask_quotes, quotes
@@ -126,7 +124,7 @@ def plan_tasks(text: str, resources: list[dict[str, Any]], available_tasks: list
         text: the user's request.
         resources: files of the conversation, ``{"id", "kind", "name"?, "origin", ...}``, newest last.
         available_tasks: task names that may appear in the plan; other tasks are left out.
-        tools: MCP task name → argument keys (:func:`sandbox.mcp_intents.tool_args`); a tool
+        tools: MCP task name → argument keys (:func:`sandbox.phrasings.tool_args`); a tool
             the request names is planned first.
         first_turn: the request opens the conversation (its planning prompt has no chat log), so
             the user's files came with it and a question is about them.

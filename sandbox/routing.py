@@ -17,8 +17,7 @@ from typing import Any
 from pipeline.llm import STAGE_HEADER, TASK_HEADER
 
 from . import followups, heuristics, replanning
-from .mcp_intents import tool_args
-from .phrasings import decline
+from .phrasings import decline, tool_args
 from .wording import SMALL_TALK
 
 STAGES: tuple[str, ...] = ("task-planning", "task-replanning", "model-selection", "response-generation", "controller-task")

@@ -158,6 +158,6 @@ def test_a_pdf_is_summarised_by_a_sandbox_run(tmp_path):
     p = hugginggpt(["run", "--sandbox", "Summarise this report", "--file", str(pdf)], tmp_path)
     no_traceback(p)
     assert f"**summarization**: “[sandbox] [page 1] {WORDS}”" in p.stdout
-    # the scanned page is an image no task read: said, and the run is partial (pipeline.coverage)
-    assert p.returncode == 6, p.stderr
+    # the scanned page is an image no task read: said (pipeline.coverage); the plan chose so, the run is ok
+    assert p.returncode == 0, p.stderr
     assert "- image-1 (report-page2.png) was not used: the plan had no task for it" in p.stdout

@@ -18,11 +18,18 @@ from pathlib import Path
 
 import pytest
 
+from bot.backends import build_controller
+from bot.settings import Settings
 from pipeline.errors import PlanError
 from pipeline.llm import Controller, Usage
 from pipeline.planning import MAX_SAID, plan_stream
 from pipeline.types import Request
 from sandbox.controller import ControllerStandIn
+
+
+def controller_at(base_url: str) -> Controller:
+    """The product's controller client, as the settings build it, pointed at a stand-in, no retries."""
+    return build_controller(Settings(llm={"base_url": base_url, "api_key": "k", "model": "m", "max_retries": 0}))
 
 ROOT = Path(__file__).resolve().parent.parent
 MEDIA = ROOT / "tests" / "fixtures" / "media"
@@ -112,7 +119,7 @@ def test_small_talk_is_still_answered_directly(tmp_path):
 async def test_a_controller_that_answers_in_prose_is_a_planning_failure_quoting_it():
     said = "I'm sorry, but I can't help with   that request."
     async with ControllerStandIn(script=[{"content": said}, {"content": said}]) as ctl:
-        controller = Controller(model="m", base_url=ctl.base_url, api_key="k", max_retries=0)
+        controller = controller_at(ctl.base_url)
         try:
             with pytest.raises(PlanError) as caught:
                 async for _ in plan_stream(controller, Request("Book me a flight"), {"text-generation"}, Usage()):
@@ -126,7 +133,7 @@ async def test_a_controller_that_answers_in_prose_is_a_planning_failure_quoting_
 async def test_a_long_prose_answer_is_quoted_only_up_to_the_bound():
     said = "I would rather not plan this. " * 400  # 12,000 characters of prose, twice
     async with ControllerStandIn(script=[{"content": said}, {"content": said}]) as ctl:
-        controller = Controller(model="m", base_url=ctl.base_url, api_key="k", max_retries=0)
+        controller = controller_at(ctl.base_url)
         try:
             with pytest.raises(PlanError) as caught:
                 async for _ in plan_stream(controller, Request("Book me a flight"), {"text-generation"}, Usage()):

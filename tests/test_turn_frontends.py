@@ -224,16 +224,13 @@ async def _serve(served: Served) -> None:
 
 
 async def test_an_attachment_left_unused_is_said_on_the_terminal_and_over_http(tmp_path, controller):
-    # two photos, a plan (and its repair) reading only the first: pipeline.coverage says so on each front end
+    # two photos, a plan (and its repair) reading only the first: pipeline.coverage says so on each front end,
+    # in the answer itself; the controller chose so although a task could read it, so the run is ok
     controller.plan = '{"tasks": [{"task": "canny-control", "id": 0, "dep": [-1], "args": {"image": "image-1"}}]}'
     p = await asyncio.to_thread(run_cli, tmp_path, controller, "chelsea.png", "rocket.jpg")
-    assert p.returncode == 6, p.stderr
-    [terminal] = said(p.stderr, "Note:")
-    unused = re.compile(r"Part of this request was not done: image-2( \(rocket\.jpg\))? was not used: the plan had no "
-                        r"task for it, even after the controller was asked to add one\.")
-    assert unused.fullmatch(terminal), terminal
-    assert "- image-2 (rocket.jpg) was not used" in p.stdout  # in the answer itself
+    assert p.returncode == 0, p.stderr
+    unused = re.compile(r"- image-2( \(rocket\.jpg\))? was not used: the plan had no task for it, even after the "
+                        r"controller was asked to add one\.")
+    assert unused.search(p.stdout), p.stdout
     content = await ask_http(Backends(controller), tmp_path, "chelsea.png", "rocket.jpg", stream=True)
-    sentence = content.rsplit("> ⚠️ ", 1)[-1]
-    assert unused.fullmatch(sentence), content
-    assert "\n- image-2" in content and " was not used: " in content.split("> ⚠️ ")[0]
+    assert unused.search(content), content
