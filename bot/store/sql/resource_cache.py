@@ -57,8 +57,8 @@ class ResourceCache:
 
         Returns:
             Every resource of the conversation with its tokens, oldest first; ``None`` when the
-            rows do not continue the kept ones (the conversation was deleted: its entry is
-            dropped, read it again from 0).
+            rows do not continue the kept ones (the conversation was deleted, or another load
+            kept newer rows meanwhile: the entry is dropped, read it again from 0).
         """
         entry = self._entries.get(conversation_id) if since else None
         kept: tuple[tuple[Resource, int], ...] = ()

@@ -391,8 +391,9 @@ class SQLStore:
         """See :meth:`Conversations.context` (paper §3.1): finished turns newest first within
         ``budget_tokens`` (:func:`bot.tokens.select_history`), every resource. Turns are read
         newest first in pages (:data:`FIRST_PAGE`, then 4 times as many) only while the budget has
-        room, so the time does not grow with the conversation's length; the first page and the
-        resources come in one read.
+        room, and resources only from the last one this process kept
+        (:mod:`bot.store.sql.resource_cache`), so the time does not grow with the conversation's
+        length; the first page and the new resources come in one read.
 
         Raises:
             StorageError: the database failed.
@@ -402,7 +403,7 @@ class SQLStore:
         turn_rows, res_rows = await self.database.read("loading the chat log", _NEWEST, resource_cache.SINCE,
                                                        params={"cid": cid, "n": n, "since": since})
         with_tokens = self._resources.update(cid, since, res_rows)
-        if with_tokens is None:  # the conversation was deleted since its resources were kept
+        if with_tokens is None:  # deleted since its resources were kept (or kept anew meanwhile)
             rows = await self.database.read("loading the chat log", resource_cache.SINCE, params={"cid": cid, "since": 0})
             with_tokens = self._resources.update(cid, 0, rows) or []
         fill = HistoryFill(with_tokens, budget_tokens)
