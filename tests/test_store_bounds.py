@@ -22,8 +22,9 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
 from bot.incoming import ConversationKey
+from bot.store.sql.resource_cache import ResourceCache
 from bot.tokens import count_json_tokens, count_tokens, select_history
-from pipeline.types import RunRecord
+from pipeline.types import Resource, RunRecord
 from tests.test_store import KEY_A, KEY_B, media, on_writer, q
 from tests.test_store import sqlite_store, store  # noqa: F401  (fixtures)
 
@@ -193,3 +194,25 @@ async def test_kept_resources_follow_other_processes(new_store):
     finally:
         await a.close()
         await b.close()
+
+
+def test_kept_resources_are_bounded_in_number():
+    """A process keeps at most ``most`` resources (least recently loaded conversations dropped
+    first) and never a conversation with more: they are read whole again."""
+    def rows(n: int, start: int = 1) -> list[tuple]:
+        return [(f"image-{i}", "image", f"media/{i}.png", "image/png", 10, "user", "", i, None, 20, i)
+                for i in range(start, start + n)]
+
+    def build(row) -> Resource:
+        return Resource(*row[:4], int(row[4]), *row[5:9])
+
+    cache = ResourceCache(build, size=3, most=10)
+    assert [r.id for r, _ in cache.update("a", 0, rows(6))] == [f"image-{i}" for i in range(1, 7)]
+    assert cache.since("a") == 6
+    assert len(cache.update("a", 6, rows(2, start=6))) == 7  # row 6 again, then the new one
+    assert len(cache.update("b", 0, rows(3))) == 3
+    assert (cache.since("a"), cache.since("b")) == (7, 3)
+    cache.update("c", 0, rows(4))  # 7 + 3 + 4 > 10: the least recently loaded ("a") goes
+    assert (cache.since("a"), cache.since("b"), cache.since("c")) == (0, 3, 4)
+    assert len(cache.update("d", 0, rows(11))) == 11 and cache.since("d") == 0  # too many to keep
+    assert cache.update("b", 3, []) is None and cache.since("b") == 0  # deleted meanwhile

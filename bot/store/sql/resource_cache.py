@@ -25,6 +25,9 @@ from .schema import resources as R
 
 CACHED_CONVERSATIONS = 256
 """Conversations whose resources a process keeps (least recently loaded dropped first)."""
+CACHED_RESOURCES = 20_000
+"""Resources a process keeps in all (about 800 bytes each, measured with ``tracemalloc``: 16 MB);
+a conversation with more is read whole every time."""
 
 SINCE = (select(*RESOURCE_COLUMNS, R.c.tokens, R.c.n)
          .where(R.c.conversation_id == bindparam("cid"), R.c.n >= bindparam("since")).order_by(R.c.n))
@@ -40,19 +43,23 @@ class ResourceCache:
 
     Args:
         build: makes a :class:`Resource` of a row's :data:`RESOURCE_COLUMNS`.
-        size: conversations kept (:data:`CACHED_CONVERSATIONS`).
+        size: conversations kept (:data:`CACHED_CONVERSATIONS`); most: resources kept in all
+            (:data:`CACHED_RESOURCES`).
     """
 
-    def __init__(self, build: Callable[[Sequence[Any]], Resource], size: int = CACHED_CONVERSATIONS) -> None:
-        self._build, self._size = build, size
+    def __init__(self, build: Callable[[Sequence[Any]], Resource], size: int = CACHED_CONVERSATIONS,
+                 most: int = CACHED_RESOURCES) -> None:
+        self._build, self._size, self._most = build, size, most
         self._entries: OrderedDict[str, Entry] = OrderedDict()
+        self._held = 0  # resources in the entries
 
     def since(self, conversation_id: str) -> int:
         """The number to read :data:`SINCE` from: the last one kept (0: none kept)."""
         entry = self._entries.get(conversation_id)
         return entry[0] if entry is not None else 0
 
-    def update(self, conversation_id: str, since: int, rows: Sequence[Sequence[Any]]) -> list[tuple[Resource, int]] | None:
+    def update(self, conversation_id: str, since: int, rows: Sequence[Sequence[Any]]
+               ) -> list[tuple[Resource, int]] | None:
         """Add the rows :data:`SINCE` returned for ``since`` (:meth:`since` when it was read).
 
         Returns:
@@ -64,7 +71,7 @@ class ResourceCache:
         kept: tuple[tuple[Resource, int], ...] = ()
         if since:
             if entry is None or entry[0] != since or not rows or (rows[0][10], (rows[0][0], rows[0][2])) != entry[:2]:
-                self._entries.pop(conversation_id, None)
+                self._drop(conversation_id)
                 return None
             kept, rows = entry[2], rows[1:]
         if rows:
@@ -72,8 +79,20 @@ class ResourceCache:
             last = rows[-1]
             entry = (int(last[10]), (last[0], last[2]), kept)
         if entry is not None:
-            self._entries[conversation_id] = entry
-            self._entries.move_to_end(conversation_id)
-            while len(self._entries) > self._size:
-                self._entries.popitem(last=False)
+            self._keep(conversation_id, entry)
         return list(kept)
+
+    def _keep(self, conversation_id: str, entry: Entry) -> None:
+        """Keep ``entry`` as the most recent, dropping the least recent ones beyond the bounds."""
+        self._drop(conversation_id)
+        if len(entry[2]) > self._most:
+            return
+        self._entries[conversation_id] = entry
+        self._held += len(entry[2])
+        while len(self._entries) > self._size or self._held > self._most:
+            self._held -= len(self._entries.popitem(last=False)[1][2])
+
+    def _drop(self, conversation_id: str) -> None:
+        entry = self._entries.pop(conversation_id, None)
+        if entry is not None:
+            self._held -= len(entry[2])

@@ -404,7 +404,8 @@ class SQLStore:
                                                        params={"cid": cid, "n": n, "since": since})
         with_tokens = self._resources.update(cid, since, res_rows)
         if with_tokens is None:  # deleted since its resources were kept (or kept anew meanwhile)
-            rows = await self.database.read("loading the chat log", resource_cache.SINCE, params={"cid": cid, "since": 0})
+            rows = await self.database.read("loading the chat log", resource_cache.SINCE,
+                                            params={"cid": cid, "since": 0})
             with_tokens = self._resources.update(cid, 0, rows) or []
         fill = HistoryFill(with_tokens, budget_tokens)
         while fill.take(turn_rows) and len(turn_rows) == n and fill.room() > 0:
