@@ -7,6 +7,12 @@ for random conversations through the real async API.
 
 Run: ``python -m benchmarks.bench_store [--conversations N] [--turns T] [--samples S] [--dir D]``
 
+Also (bounded conversation reads): ``context()`` p50/p99 on conversations of 5 and of 320 turns
+(``--lengths``; ``--long-conversations`` of each, in a store of their own), warm and on each
+conversation's first load in a process, and ``store prune`` with nothing to do on the
+N-conversation file, by media size and by age (``--quick``: only these; ``--no-media-rows``: the
+file without the media ledger's rows, as this benchmark built it before).
+
 With ``--postgres`` (a throwaway PostgreSQL server from the Debian packages, benchmarks/harness/realparts.py) or
 ``--database-url URL`` (an empty database), the same rows are copied there and
 the same store's ``context()`` on PostgreSQL is timed too, over TCP on 127.0.0.1.
@@ -92,8 +98,10 @@ def run_record(text: str, answer: str, rid: str, gen: Resource) -> str:
     return json.dumps(rec.to_json(), ensure_ascii=False)
 
 
-def build(path: Path, conversations: int, turns: int, seed: int = 7) -> None:
-    """Fill the (already migrated) database with bulk inserts in one transaction."""
+def build(path: Path, conversations: int, turns: int, seed: int = 7, media: bool = True) -> None:
+    """Fill the (already migrated) database with bulk inserts in one transaction (``media``: with
+    the media ledger's rows, as the store records them; without, as this benchmark built it
+    before)."""
     rng = random.Random(seed)
     texts = requests()
     tok = functools.cache(count_tokens)  # requests repeat: count each text once
@@ -117,6 +125,9 @@ def build(path: Path, conversations: int, turns: int, seed: int = 7) -> None:
         db.executemany(
             "INSERT INTO resources(conversation_id, n, id, kind, path, mime, size, origin, description, turn, seq,"
             " name, tokens, created) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", res_rows)
+        if media:  # the ledger's row of each file, as add_resource records it (the quota counts them)
+            db.executemany("INSERT OR IGNORE INTO media(path, size, created, used) VALUES (?,?,?,?)",
+                           [(r[4], r[6], r[13], r[13]) for r in res_rows])
         conv_rows.clear(), turn_rows.clear(), res_rows.clear()
 
     images = [0] * conversations
@@ -193,9 +204,67 @@ async def measure_writes(data_dir: Path, conversations: int, samples: int) -> tu
             await store.finish_turn(cid, turn, RunRecord("Now make the cat in image-1 wear a hat.",
                                                          response="Here is the cat with a hat."))
             times.append((time.perf_counter() - t) * 1000)
+        return times, (await prune_nothing(store))[0]
+    finally:
+        await store.close()
+
+
+async def prune_nothing(store: SQLStore) -> tuple[float, float]:
+    """Seconds of a prune pass that deletes nothing: by media size (a quota far above the media),
+    then by age (nothing is older than ten years)."""
+    out = []
+    for age, quota in ((None, 1 << 62), (3650.0, None)):
         t = time.perf_counter()
-        await store.prune(max_age_days=None, max_media_bytes=1 << 62)
-        return times, time.perf_counter() - t
+        report = await store.prune(max_age_days=age, max_media_bytes=quota)
+        out.append(time.perf_counter() - t)
+        assert report.conversations == 0 and report.files == 0, report
+    return out[0], out[1]
+
+
+async def prune_only(data_dir: Path, repeat: int = 3) -> tuple[list[float], list[float]]:
+    """Prune passes with nothing to do on the built file (``repeat`` of each kind)."""
+    store = sqlite_store(data_dir)
+    await store.open()
+    try:
+        runs = [await prune_nothing(store) for _ in range(repeat)]
+        return [r[0] for r in runs], [r[1] for r in runs]
+    finally:
+        await store.close()
+
+
+def bench_lengths(lengths: list[int], conversations: int, samples: int, budget: int) -> None:
+    """``context()`` p50/p99 on conversations of each length (a store of their own per length)."""
+    for turns in lengths:
+        with tempfile.TemporaryDirectory(prefix=f"bench-store-{turns}-") as tmp:
+            store = sqlite_store(Path(tmp))
+
+            async def create() -> None:
+                await store.open()
+                await store.close()
+
+            asyncio.run(create())
+            build(store.path, conversations, turns)
+            os.sync()
+            gc.collect()
+            cold = asyncio.run(measure_first(sqlite_store(Path(tmp)), conversations, budget))
+            times = asyncio.run(measure(sqlite_store(Path(tmp)), conversations, samples, budget))
+            print(f"context(budget={budget} tokens) at {turns} turns, {len(times)} random of {conversations}"
+                  f" conversations: p50 {statistics.median(times):.3f} ms, p99 {pct(times, 99):.3f} ms,"
+                  f" max {max(times):.3f} ms; a conversation's first load in a process: p50"
+                  f" {statistics.median(cold):.3f} ms, p99 {pct(cold, 99):.3f} ms", flush=True)
+
+
+async def measure_first(store: SQLStore, conversations: int, budget: int) -> list[float]:
+    """Time the first ``context()`` of each conversation in a freshly opened store (nothing of it
+    kept in the process yet; the file's pages are in the OS cache)."""
+    await store.open()
+    try:
+        times = []
+        for c in range(conversations):
+            t = time.perf_counter()
+            await store.context(f"{c:010x}", budget)
+            times.append((time.perf_counter() - t) * 1000)
+        return times
     finally:
         await store.close()
 
@@ -240,7 +309,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", type=Path, default=None, help="data directory (default: a temporary one)")
     ap.add_argument("--postgres", action="store_true", help="also time PostgreSQL (a throwaway server)")
     ap.add_argument("--database-url", default=None, help="also time PostgreSQL on this empty database")
+    ap.add_argument("--lengths", default="5,320", help="conversation lengths (turns) to time context() at")
+    ap.add_argument("--long-conversations", type=int, default=40,
+                    help="conversations of each length (40 x 320 turns: 19,200 resources, within what a process keeps)")
+    ap.add_argument("--no-media-rows", action="store_true", help="build without the media table's rows")
+    ap.add_argument("--quick", action="store_true", help="only context() by length and prune with nothing to do")
     args = ap.parse_args(argv)
+    bench_lengths([int(n) for n in args.lengths.split(",") if n], args.long_conversations, args.samples, args.budget)
 
     with tempfile.TemporaryDirectory(prefix="bench-store-") as tmp:
         data_dir = args.dir or Path(tmp)
@@ -252,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
 
         asyncio.run(create())
         t = time.perf_counter()
-        build(store.path, args.conversations, args.turns)
+        build(store.path, args.conversations, args.turns, media=not args.no_media_rows)
         build_s = time.perf_counter() - t
         n_turns = args.conversations * args.turns
         size = store.path.stat().st_size
@@ -268,6 +343,12 @@ def main(argv: list[str] | None = None) -> int:
         db.close()
         print(f"built {args.conversations} conversations x {args.turns} turns ({n_turns} turns, {n_res} resources)"
               f" in {build_s:.1f} s")
+        if args.quick:
+            by_size, by_age = asyncio.run(prune_only(data_dir))
+            print(f"store prune with nothing to do on {args.conversations} conversations: by media size"
+                  f" {min(by_size) * 1000:.1f} ms (worst {max(by_size) * 1000:.1f}), by age {min(by_age) * 1000:.1f} ms"
+                  f" (worst {max(by_age) * 1000:.1f}); {len(by_size)} passes each")
+            return 0
         print(f"database size: {size / 1e6:.1f} MB = {size / n_turns:.0f} bytes per turn"
               " (turn row with full run record JSON + its resource rows + indexes);"
               f" of which run record JSON {rec_bytes:.0f} bytes")

@@ -114,17 +114,51 @@ def select_history(
         :class:`Turn` objects newest first, each with its resources; the list stops at the first
         turn that no longer fits (so the kept turns are always the newest, contiguous).
     """
-    by_turn: dict[int | None, list[Resource]] = {}
-    cost_of_files: dict[int | None, int] = {}
-    for r, tokens in resources:
-        by_turn.setdefault(r.turn, []).append(r)
-        cost_of_files[r.turn] = cost_of_files.get(r.turn, 0) + tokens
-    history: list[Turn] = []
-    used = 0
-    for idx, user_text, summary, status, tokens in turns:
-        cost = tokens + cost_of_files.get(idx, 0) + TURN_OVERHEAD_TOKENS
-        if used + cost > budget_tokens:
-            break
-        used += cost
-        history.append(Turn(idx, user_text, summary, tuple(by_turn.get(idx, ())), status))
-    return history
+    fill = HistoryFill(resources, budget_tokens)
+    fill.take(turns)
+    return fill.history
+
+
+class HistoryFill:
+    """:func:`select_history` fed in pages, newest first, for a reader that fetches turns only
+    until the budget is full (:meth:`bot.store.sql.store.SQLStore.context`).
+
+    Args:
+        resources: the conversation's resources with their token counts, oldest first.
+        budget_tokens: the budget (``[storage] context_tokens``), tokens.
+
+    Attributes:
+        history: the turns kept so far, newest first; full: whether a turn did not fit (then
+            no older turn is taken).
+    """
+
+    def __init__(self, resources: Sequence[tuple[Resource, int]], budget_tokens: int) -> None:
+        self.by_turn: dict[int | None, list[Resource]] = {}
+        self.cost_of_files: dict[int | None, int] = {}
+        for r, tokens in resources:
+            self.by_turn.setdefault(r.turn, []).append(r)
+            self.cost_of_files[r.turn] = self.cost_of_files.get(r.turn, 0) + tokens
+        self.left = budget_tokens
+        self.history: list[Turn] = []
+        self.full = budget_tokens < TURN_OVERHEAD_TOKENS  # no turn costs less
+
+    def room(self) -> int:
+        """How many more turns could fit at most (each costs :data:`TURN_OVERHEAD_TOKENS` or more)."""
+        return 0 if self.full else self.left // TURN_OVERHEAD_TOKENS
+
+    def take(self, turns: Iterable[TurnRow]) -> bool:
+        """Keep the next ``turns`` (newest first, older than those taken) while they fit.
+
+        Returns:
+            Whether older turns could still fit (``False`` once one did not).
+        """
+        for idx, user_text, summary, status, tokens in turns:
+            if self.full:
+                break
+            cost = tokens + self.cost_of_files.get(idx, 0) + TURN_OVERHEAD_TOKENS
+            if cost > self.left:
+                self.full = True
+                break
+            self.left -= cost
+            self.history.append(Turn(idx, user_text, summary, tuple(self.by_turn.get(idx, ())), status))
+        return not self.full

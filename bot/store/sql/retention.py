@@ -54,11 +54,16 @@ async def record_media(conn: Tx, rel: str, size: int, now: float, me: str | None
 
 async def prune(db: Database, paths: MediaPaths, *, now: float, me: str | None, max_age_days: float | None,
                 max_media_bytes: int | None) -> PruneReport:
-    """See :meth:`bot.store.protocol.Upkeep.prune` (rules: :mod:`bot.store.retention`)."""
+    """See :meth:`bot.store.protocol.Upkeep.prune` (rules: :mod:`bot.store.retention`): when
+    :func:`~bot.store.sql.upkeep.idle_total` finds nothing due by indexed ranges, only the media
+    sizes are read; otherwise the whole :func:`~bot.store.retention.plan`."""
+    limits = {"max_age_days": max_age_days, "max_media_bytes": max_media_bytes}
     async with db.tx("pruning") as conn:
         await advisory_lock(conn, RETENTION_LOCK)
-        p = plan(*await upkeep.snapshot(conn, now=now, me=me), now=now, max_age_days=max_age_days,
-                 max_media_bytes=max_media_bytes)
+        total = await upkeep.idle_total(conn, now=now, me=me, **limits)
+        if total is not None:  # nothing to delete: no conversation or resource row was read
+            return PruneReport(0, 0, 0, total)
+        p = plan(*await upkeep.snapshot(conn, now=now, me=me), now=now, **limits)
         await upkeep.delete_rows(conn, p)
     nfiles, freed = await upkeep.unlink_unrecorded(db, p.files, paths.resolve)
     report = PruneReport(len(p.conversations), nfiles, freed, await upkeep.media_bytes(db))

@@ -39,16 +39,15 @@ from pipeline.types import MODALITIES, Modality, Resource, ResourceSink, RunReco
 
 from ...errors import StorageError
 from ...incoming import ConversationKey
-from ...tokens import count_json_tokens, count_tokens
+from ...tokens import TURN_OVERHEAD_TOKENS, HistoryFill, count_json_tokens, count_tokens
 from .. import lease
-from ...tokens import select_history
 from ..chatlog import turn_views
 from ..handover import Handover
 from ..lease import RECENT_SECONDS, new_owner_id
 from ...stored import Order, Origin, StoredFile
 from ..protocol import MediaWriter, PruneReport, TurnSink
 from ..text import clip_summary, valid_utf8
-from . import listing, retention, turns, upkeep
+from . import listing, resource_cache, retention, turns, upkeep
 from .database import Database
 from .dialect import greatest, insert, lock_conversation, upsert
 from .schema import conversations as C, deliveries as D, feedback as F, resources as R, run_slots as S
@@ -56,11 +55,13 @@ from .schema import turn_records as TR, turns as T
 
 log = logging.getLogger(__name__)
 
-_CONTEXT = (  # the chat log's two queries, built once (the hot path of every turn)
-    select(T.c.idx, T.c.user_text, T.c.summary, T.c.status, T.c.tokens)
-    .where(T.c.conversation_id == bindparam("cid"), T.c.status != "running").order_by(T.c.idx.desc()),
-    select(*listing.RESOURCE_COLUMNS, R.c.tokens).where(R.c.conversation_id == bindparam("cid")).order_by(R.c.n),
-)
+_NEWEST = (select(T.c.idx, T.c.user_text, T.c.summary, T.c.status, T.c.tokens)
+           .where(T.c.conversation_id == bindparam("cid"), T.c.status != "running")
+           .order_by(T.c.idx.desc()).limit(bindparam("n")))
+_OLDER = _NEWEST.where(T.c.idx < bindparam("before"))  # the next page, when the first left room in the budget
+FIRST_PAGE = 16
+"""Turns the chat log's first read takes (more follow, 4 times as many each time, while the budget
+has room: a read never takes more turns than ``[storage] context_tokens`` could hold)."""
 _TURNS = (select(T.c.idx, T.c.user, T.c.user_text, func.coalesce(TR.c.answer, ""), T.c.summary, T.c.status,
                  T.c.error, T.c.created, T.c.finished, TR.c.record)
           .select_from(T.outerjoin(TR, (TR.c.conversation_id == T.c.conversation_id) & (TR.c.idx == T.c.idx)))
@@ -103,6 +104,7 @@ class SQLStore:
         self.upgrade = upgrade
         self.owner_id: str | None = None
         self._heartbeat: asyncio.Task[None] | None = None
+        self._resources = resource_cache.ResourceCache(self._resource)
 
     # -- life cycle ------------------------------------------------------------------------------
 
@@ -386,12 +388,31 @@ class SQLStore:
         return [StoredFile(r[0], self._resource(r[1:10]), float(r[10])) for r in rows]
 
     async def context(self, conversation_id: str, budget_tokens: int) -> tuple[list[Turn], list[Resource]]:
-        """See :meth:`Conversations.context` (paper §3.1; both queries on one connection): finished
-        turns newest first within ``budget_tokens`` (:func:`bot.tokens.select_history`), every resource."""
-        turn_rows, res_rows = await self.database.read("loading the chat log", *_CONTEXT,
-                                                       params={"cid": conversation_id})
-        with_tokens = [(self._resource(row[:-1]), row[-1]) for row in res_rows]
-        return select_history([tuple(r) for r in turn_rows], with_tokens, budget_tokens), [r for r, _ in with_tokens]
+        """See :meth:`Conversations.context` (paper §3.1): finished turns newest first within
+        ``budget_tokens`` (:func:`bot.tokens.select_history`), every resource. Turns are read
+        newest first in pages (:data:`FIRST_PAGE`, then 4 times as many) only while the budget has
+        room, and resources only from the last one this process kept
+        (:mod:`bot.store.sql.resource_cache`), so the time does not grow with the conversation's
+        length; the first page and the new resources come in one read.
+
+        Raises:
+            StorageError: the database failed.
+        """
+        n, cid = min(FIRST_PAGE, max(budget_tokens, 0) // TURN_OVERHEAD_TOKENS), conversation_id
+        since = self._resources.since(cid)
+        turn_rows, res_rows = await self.database.read("loading the chat log", _NEWEST, resource_cache.SINCE,
+                                                       params={"cid": cid, "n": n, "since": since})
+        with_tokens = self._resources.update(cid, since, res_rows)
+        if with_tokens is None:  # deleted since its resources were kept (or kept anew meanwhile)
+            rows = await self.database.read("loading the chat log", resource_cache.SINCE,
+                                            params={"cid": cid, "since": 0})
+            with_tokens = self._resources.update(cid, 0, rows) or []
+        fill = HistoryFill(with_tokens, budget_tokens)
+        while fill.take(turn_rows) and len(turn_rows) == n and fill.room() > 0:
+            n = min(fill.room(), 4 * n)
+            turn_rows = await self.database.read("loading the chat log", _OLDER,
+                                                 params={"cid": cid, "n": n, "before": turn_rows[-1][0]})
+        return fill.history, [r for r, _ in with_tokens]
 
     # -- shared limits -------------------------------------------------------------------------------
 

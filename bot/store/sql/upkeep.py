@@ -20,7 +20,7 @@ from sqlalchemy import and_, delete, exists, func, literal, select, update, unio
 
 from .. import lease
 from ..lease import INTERRUPTED, RECENT_SECONDS
-from ..retention import Activity, MediaFile, Plan
+from ..retention import SECONDS_PER_DAY, Activity, MediaFile, Plan
 from .database import Database
 from .dialect import Tx, advisory_lock, insert, lock_rows, skip_locked, upsert
 from .schema import conversations as C, deliveries as D, media as M, owners as O, rate_limits as RL
@@ -102,6 +102,32 @@ async def snapshot(conn: Tx, *, now: float, me: str | None
         refs.append((cid, path))
         files.setdefault(path, MediaFile(size, 0.0, False))
     return conversations, refs, files
+
+
+async def idle_total(conn: Tx, *, now: float, me: str | None, max_age_days: float | None,
+                     max_media_bytes: int | None) -> int | None:
+    """Whether :func:`bot.store.retention.plan` has anything to delete, found by indexed ranges
+    (``conversations_updated``, ``media_used``, ``resources_path``) instead of a whole snapshot:
+    with ``max_age_days``, an unprotected conversation idle past the cutoff, or an unreferenced,
+    unpinned file unused past it; with ``max_media_bytes``, recorded files over the quota (the
+    ``media`` table, which records every referenced file: revision 0003, ``add_resource``).
+    Removes gone owners first (:func:`sweep`).
+
+    Returns:
+        Bytes of the recorded media files when nothing is due; ``None`` when something may be.
+    """
+    await sweep(conn, now=now, me=me)
+    if max_age_days is not None:
+        cutoff = min(now - max_age_days * SECONDS_PER_DAY, now - RECENT_SECONDS)
+        running = exists().where(T.c.conversation_id == C.c.id, T.c.status == "running")
+        if (await conn.execute(select(C.c.id).where(C.c.updated < cutoff, ~running).limit(1))).first():
+            return None
+        pinned = and_(M.c.owner.is_not(None), M.c.owner.in_(select(O.c.id)))
+        stale = select(M.c.path).where(M.c.used < cutoff, ~pinned, ~exists().where(R.c.path == M.c.path)).limit(1)
+        if (await conn.execute(stale)).first():
+            return None
+    total = int((await conn.execute(select(func.coalesce(func.sum(M.c.size), 0)))).scalar())
+    return None if max_media_bytes is not None and total > max_media_bytes else total
 
 
 async def delete_rows(conn: Tx, p: Plan) -> None:
