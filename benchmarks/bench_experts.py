@@ -13,6 +13,12 @@ real server (``python -m expert_server``) and prints:
   in turn under a budget of 2 models' size (target: never above the budget + 10 %), and which
   models are still loaded afterwards (the others were evicted, least recently used first).
 
+``--batching`` (issue 35) instead prints, for a tiny ViT and a tiny BERT classifier, and for both
+at 6 layers of 384 (where inference, not HTTP, is most of a request's cost), the requests
+per second of the server at 16 concurrent clients against the items per second of the same
+pipeline called in process on lists of 16 (``batch_size=16``), their ratio (target >= 0.8), and the
+batches the server ran (its ``/models`` counters).
+
 ``--flood`` (issue 39) instead floods one server at once with large bodies (text over its limits),
 many large images and long audio clips, each retrying its 503s for a minute as the bot would,
 and prints its peak RSS growth (over its RSS with the models loaded and each library's code
@@ -54,12 +60,14 @@ REPOS = {"tiny/vit": (tinymodels.vit, "image-classification"),
          **{f"mid/vit-{i}": (_mid_vit, "image-classification") for i in range(5)}}
 
 
-def start(cache: Path, config: str, tmp: Path) -> tuple[subprocess.Popen, str, float]:
-    """Start ``python -m expert_server``; (process, URL, seconds until ``/readyz`` answered 200)."""
+def start(cache: Path, config: str, tmp: Path, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str, float]:
+    """Start ``python -m expert_server`` (``env``: more environment variables); (process, URL,
+    seconds until ``/readyz`` answered 200)."""
     port = free_port()
     cfg = tmp / f"server-{port}.toml"
     cfg.write_text(config)
-    env = {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
+    env = {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1",
+           **(env or {})}
     proc = subprocess.Popen([sys.executable, "-m", "expert_server", "--port", str(port), "--device", "cpu", "--config",
                              str(cfg)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
@@ -266,11 +274,114 @@ def flood(tmp: Path) -> list[tuple[str, str]]:
     return rows
 
 
+BATCH = 16  # concurrent requests, and the in-process batch they are compared with
+
+
+def _mid_bert(out: Path) -> None:
+    """A BERT classifier of 6 layers of 384 (about 40 MB) with the word tokenizer: inference, not
+    HTTP, is most of a request's cost."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    cfg = BertConfig(vocab_size=len(tinymodels.SPECIAL) + len(tinymodels.WORDS), hidden_size=384, num_hidden_layers=6,
+                     num_attention_heads=6, intermediate_size=1536, max_position_embeddings=64,
+                     id2label={0: "negative", 1: "positive"}, label2id={"negative": 0, "positive": 1})
+    BertForSequenceClassification(cfg).save_pretrained(out)
+    tinymodels.word_tokenizer().save_pretrained(out)
+
+
+BATCH_REPOS = {"tiny/vit": REPOS["tiny/vit"], "tiny/bert-cls": REPOS["tiny/bert-cls"],
+               "mid/vit": (_mid_vit, "image-classification"), "mid/bert-cls": (_mid_bert, "text-classification")}
+BATCH_LABELS = {"tiny/vit": "tiny ViT", "tiny/bert-cls": "tiny BERT", "mid/vit": "ViT 6x384", "mid/bert-cls": "BERT 6x384"}
+
+
+def _batch_inputs(model: str) -> tuple[list, dict]:
+    """``BATCH`` distinct request bodies for ``model`` (bytes or JSON) and their headers."""
+    if model.endswith("vit"):
+        return [png()] * BATCH, {"Content-Type": "image/png"}
+    return [{"inputs": " ".join(tinymodels.WORDS[i: i + 6])} for i in range(BATCH)], {}
+
+
+def in_process(snap: Path, task: str, model: str, seconds: float, threads: int) -> float:
+    """Items per second of ``pipeline(task)`` called on lists of ``BATCH`` inputs (images decoded
+    from their PNG bytes in the loop, as the server decodes each request's), torch on ``threads``."""
+    import torch
+    from PIL import Image
+    from transformers import pipeline
+
+    torch.set_num_threads(threads)
+    pipe = pipeline(task, model=str(snap), device="cpu")
+    bodies, _ = _batch_inputs(model)
+
+    def one() -> None:
+        if model.endswith("vit"):
+            pipe([Image.open(io.BytesIO(b)).convert("RGB") for b in bodies], batch_size=BATCH)
+        else:
+            pipe([b["inputs"] for b in bodies], batch_size=BATCH, truncation=True)
+    for _ in range(5):
+        one()
+    n, t = 0, time.perf_counter()
+    while time.perf_counter() - t < seconds:
+        one()
+        n += BATCH
+    return n / (time.perf_counter() - t)
+
+
+async def concurrent(url: str, model: str, seconds: float) -> float:
+    """Requests per second of ``BATCH`` clients each sending one request after another."""
+    bodies, headers = _batch_inputs(model)
+    async with httpx2.AsyncClient(timeout=60, limits=httpx2.Limits(max_connections=BATCH)) as http:
+        async def client(i: int, end: float) -> int:
+            body, n = bodies[i], 0
+            while time.perf_counter() < end:
+                r = await (http.post(f"{url}/models/{model}", content=body, headers=headers) if isinstance(body, bytes)
+                           else http.post(f"{url}/models/{model}", json=body))
+                r.raise_for_status()
+                n += 1
+            return n
+        await asyncio.gather(*(client(i, time.perf_counter() + 1) for i in range(BATCH)))  # warm up
+        t = time.perf_counter()
+        counts = await asyncio.gather(*(client(i, t + seconds) for i in range(BATCH)))
+        return sum(counts) / (time.perf_counter() - t)
+
+
+def batching(tmp: Path, seconds: float, threads: int) -> list[tuple[str, str]]:
+    """The ``--batching`` rows: torch on ``threads`` threads in both places (on a shared machine,
+    its OpenMP threads spinning against other processes otherwise decide the figure)."""
+    snaps = tinymodels.build_cache(tmp / "cache", BATCH_REPOS)
+    rows = []
+    for model, label in BATCH_LABELS.items():
+        task = BATCH_REPOS[model][1]
+        local = in_process(snaps[model], task, model, seconds, threads)
+        proc, url, _ = start(tmp / "cache", f"max_batch_size = {BATCH}\n", tmp, {"OMP_NUM_THREADS": str(threads)})
+        try:
+            remote = asyncio.run(concurrent(url, model, seconds))
+            row = next(m for m in httpx2.get(f"{url}/models").json()["models"] if m["id"] == model)
+        finally:
+            proc.terminate()
+            proc.wait(10)
+        stats = row.get("batches")
+        shown = (f"{stats['items']} requests in {stats['runs']} runs (mean {stats['items'] / max(1, stats['runs']):.1f}, "
+                 f"largest {stats['largest']})" if stats else "not reported")
+        rows += [(f"{label}: in process, lists of {BATCH}", f"{local:.0f} items/s"),
+                 (f"{label}: server, {BATCH} concurrent", f"{remote:.0f} req/s"),
+                 (f"{label}: ratio server / in process", f"{remote / local:.2f} (target >= 0.8)"),
+                 (f"{label}: server batches", shown)]
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=200)
     ap.add_argument("--flood", action="store_true", help="flood one server and print its memory against its budget")
+    ap.add_argument("--batching", action="store_true",
+                    help=f"the server at {BATCH} concurrent against in-process batches of {BATCH}")
+    ap.add_argument("--seconds", type=float, default=10.0, help="seconds each --batching figure is measured over")
+    ap.add_argument("--threads", type=int, default=1, help="torch's threads in process and in the server (--batching)")
     args = ap.parse_args(argv)
+    if args.batching:
+        with tempfile.TemporaryDirectory() as d:
+            _print(batching(Path(d), args.seconds, args.threads))
+        return 0
     if args.flood:
         with tempfile.TemporaryDirectory() as d:
             _print(flood(Path(d)))

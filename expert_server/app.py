@@ -1,6 +1,7 @@
 """The ASGI app: the Hugging Face inference wire format over the models of the local cache.
 
     GET  /models                  what can be served: loaded, on_disk, refused (and why), with tasks
+                                  and the batches each model ran (runs, items, largest, retried)
     POST /models/{model_id}       run the model (the id may contain "/"); body and answer as
                                   huggingface_hub's client sends and parses them for a URL model
     GET  /healthz, GET /readyz    the process runs / the cache was scanned
@@ -23,7 +24,7 @@ import contextlib
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -36,7 +37,7 @@ from .config import ServerConfig
 from .errors import BadPayload, ClientClosed, DeadlineExceeded, ExpertError, NotReady, Refused, UnknownModel, shown
 from .payload import Limits, parse_body
 from .pool import Pool
-from .queues import ModelQueue
+from .queues import BatchStats, ModelQueue
 from .tasks import Binary, body_limit, task_for
 
 THREAD_PREFIX = "expert"
@@ -164,7 +165,8 @@ async def _list(request: Request) -> dict:
         slot = state.pool.slots[model_id]
         rows.append({"id": model_id, "task": m.task, "state": state.pool.state(model_id), "reason": slot.refused,
                      "size_bytes": m.size_bytes, "library": m.library,
-                     "loaded_bytes": slot.loaded.charged if slot.loaded else None, "loads": slot.loads})
+                     "loaded_bytes": slot.loaded.charged if slot.loaded else None, "loads": slot.loads,
+                     "batches": asdict(q.stats) if (q := state.queues.get(model_id)) else asdict(BatchStats())})
     return {"models": rows, "device": state.device, "memory_budget_bytes": state.budget,
             "memory_used_bytes": state.pool.used if state.pool else 0,
             "memory_inputs_bytes": state.pool.inputs if state.pool else 0}

@@ -2,12 +2,16 @@
 
 A request becomes a :class:`Job` (its prepared input, a future, its deadline, and the function
 that gives back the memory its input holds in the pool: called once the job leaves the queue
-unrun, or once its batch has run, so a decoded input counts until nothing references it). The model's worker
-takes the next job and, for tasks whose pipelines batch, the jobs behind it (up to
-``max_batch_size``, waiting at most ``batch_window`` seconds for more), skips those whose caller
-gave up (cancelled, deadline passed: their slot is free at once), loads the model through the
-pool (once, however many requests wait) and runs the batch in the executor. An out-of-memory error
-unloads the model and fails the batch's jobs with :class:`~expert_server.errors.OutOfMemory`.
+unrun, or once its batch has run, so a decoded input counts until nothing references it). The
+model's worker takes the next job and, for tasks whose pipelines batch, the jobs behind it (up to
+``max_batch_size``, waiting at most ``batch_window_ms`` from the first for more), skips those whose
+caller gave up (cancelled, deadline passed: their slot is free at once, and they are skipped again
+once the model is loaded, just before the run), loads the model through the pool (once, however
+many requests wait) and runs the batch in the executor: one call of the task's pipeline on the
+list. When that call raises, the batch's items are run again one by one, so an input that fails
+fails alone (500, one log line) and the others are answered. An out-of-memory error unloads the
+model and fails the batch's jobs with :class:`~expert_server.errors.OutOfMemory`.
+:class:`BatchStats` counts the runs and their sizes (``GET /models`` lists them per model).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import Any
 
 from . import memory
 from .config import format_size
-from .errors import Busy, ExpertError, ModelFailed, OutOfMemory
+from .errors import Busy, ExpertError, ModelFailed, OutOfMemory, shown
 from .pool import Pool
 
 log = logging.getLogger(__name__)
@@ -51,6 +55,22 @@ class Job:
 Run = Callable[[Any, list[Any]], list[Any]]
 
 
+@dataclass
+class BatchStats:
+    """What a model's worker ran: ``runs`` (calls of the task on a batch, retries one by one not
+    counted), ``items`` (requests in them), ``largest`` (items of the largest), ``retried``
+    (batches whose call raised and were run again one by one)."""
+
+    runs: int = 0
+    items: int = 0
+    largest: int = 0
+    retried: int = 0
+
+    def add(self, size: int) -> None:
+        """Count one run of ``size`` items."""
+        self.runs, self.items, self.largest = self.runs + 1, self.items + size, max(self.largest, size)
+
+
 def is_oom(e: BaseException) -> bool:
     """Whether ``e`` is running out of memory: ``torch.OutOfMemoryError`` (CUDA, and CPU in recent
     torch), ``MemoryError``, or torch's CPU allocator failure (a ``RuntimeError``)."""
@@ -58,6 +78,14 @@ def is_oom(e: BaseException) -> bool:
         return True
     text = str(e)
     return isinstance(e, RuntimeError) and ("can't allocate memory" in text or "not enough memory" in text)
+
+
+def _live(jobs: list[Job]) -> list[Job]:
+    """The jobs of ``jobs`` whose caller still waits; the others are done with (their memory given back)."""
+    for j in jobs:
+        if not j.live:
+            j.done()
+    return [j for j in jobs if j.item is not None]
 
 
 class ModelQueue:
@@ -77,7 +105,7 @@ class ModelQueue:
         self.max_batch = max_batch if batch else 1
         self.window, self.min_free = window, min_free
         self.queue: asyncio.Queue[Job] = asyncio.Queue(maxsize=limit)
-        self.batches: list[int] = []  # sizes of the last batches (for the benchmark and /models)
+        self.stats = BatchStats()
         self._worker: asyncio.Task | None = None
 
     def submit(self, item: Any, deadline: float, release: Callable[[], None] | None = None) -> asyncio.Future:
@@ -110,10 +138,7 @@ class ModelQueue:
                     jobs.append(await asyncio.wait_for(self.queue.get(), left))
                 except TimeoutError:
                     break
-        for j in jobs:
-            if not j.live:
-                j.done()
-        return [j for j in jobs if j.item is not None]
+        return _live(jobs)
 
     async def _work(self) -> None:
         while True:
@@ -121,7 +146,7 @@ class ModelQueue:
             if not jobs:
                 continue
             try:
-                results = await self._run(jobs)
+                jobs, results = await self._run(jobs)
             except OutOfMemory as e:
                 self.pool.unload(self.model_id)
                 results = [e] * len(jobs)
@@ -135,7 +160,6 @@ class ModelQueue:
             except Exception as e:  # noqa: BLE001 - one model's bug must not stop its worker
                 log.exception("%s failed on a batch of %d", self.model_id, len(jobs))
                 results = [ModelFailed(f"The model {self.model_id} failed on this input ({e.__class__.__name__}).")] * len(jobs)
-            self.batches = (self.batches + [len(jobs)])[-1000:]
             for job, result in zip(jobs, results, strict=True):
                 job.done()
                 if job.future.done():
@@ -145,18 +169,23 @@ class ModelQueue:
                 else:
                     job.future.set_result(result)
 
-    async def _run(self, jobs: list[Job]) -> list[Any]:
+    async def _run(self, jobs: list[Job]) -> tuple[list[Job], list[Any]]:
+        """``(the jobs run, their results)``: those of ``jobs`` whose caller still waits once the
+        model is loaded (a load can take seconds; the others are answered by their deadline)."""
         # the loaded model is referenced only for the run: once evicted, its memory can go
         runner = (await self.pool.get(self.model_id)).runner
-        return await asyncio.get_running_loop().run_in_executor(self.executor, self._run_batch, runner,
-                                                                 [j.item for j in jobs])
+        jobs = _live(jobs)
+        if not jobs:
+            return [], []
+        return jobs, await asyncio.get_running_loop().run_in_executor(self.executor, self._run_batch, runner,
+                                                                       [j.item for j in jobs])
 
     def _run_batch(self, runner: Any, items: list[Any]) -> list[Any]:
         """Runs in the executor. Out of memory → :class:`OutOfMemory` (the worker then unloads)."""
         reason = None
         try:
             self._check_free_memory()
-            return self.run(runner, items)
+            return self._run_or_split(runner, items)
         except ExpertError:
             raise
         except BaseException as e:
@@ -168,6 +197,36 @@ class ModelQueue:
         log.warning("%s ran out of memory on a batch of %d (%s); unloading it", self.model_id, len(items), reason)
         raise OutOfMemory(f"The server ran out of memory running {self.model_id}; the model was unloaded, "
                           "try a smaller input or again later.")
+
+    def _run_or_split(self, runner: Any, items: list[Any]) -> list[Any]:
+        """The results of the task on ``items`` in one call; when it raises (not out of memory),
+        of each item alone: an item that fails gets its own :class:`ModelFailed` (one log line,
+        no traceback) or the task's :class:`ExpertError`. Out of memory is raised."""
+        self.stats.add(len(items))
+        if len(items) == 1:
+            return [self._run_one(runner, items[0], 0, 1)]
+        try:
+            return self.run(runner, items)
+        except Exception as e:  # noqa: BLE001 - which input failed is found below
+            if is_oom(e):
+                raise
+            name = e.__class__.__name__
+        log.warning("%s failed on a batch of %d (%s); running its inputs one by one", self.model_id, len(items), name)
+        self.stats.retried += 1
+        return [self._run_one(runner, item, i, len(items)) for i, item in enumerate(items)]
+
+    def _run_one(self, runner: Any, item: Any, index: int, size: int) -> Any:
+        """The task's result for ``item`` alone, or the error its caller gets (out of memory is raised)."""
+        try:
+            return self.run(runner, [item])[0]
+        except ExpertError as e:
+            return e.with_traceback(None)  # its frames would keep the model and the input alive
+        except Exception as e:  # noqa: BLE001 - this input's failure, answered to its caller alone
+            if is_oom(e):
+                raise
+            log.warning("%s failed on input %d of a batch of %d: %s: %s", self.model_id, index + 1, size,
+                        e.__class__.__name__, shown(str(e)))
+            return ModelFailed(f"The model {self.model_id} failed on this input ({e.__class__.__name__}).")
 
     def _check_free_memory(self) -> None:
         if not self.min_free or not self.pool.device.startswith("cpu"):

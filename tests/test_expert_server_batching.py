@@ -1,0 +1,117 @@
+"""Batching in the expert server (issue 35): requests for one model that arrive together run as one
+call of its pipeline, at most ``max_batch_size`` of them, an input that fails fails alone, and a
+request whose deadline passes while it waits for its batch is answered 504 and never run. Tiny
+random checkpoints in a real cache, the real server (``python -m expert_server``) and real HTTP
+clients; the batches are read from the server's own ``GET /models`` counters."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+import httpx2  # noqa: E402
+
+from benchmarks.harness import tinymodels  # noqa: E402
+from tests.test_expert_server import Server  # noqa: E402
+
+REPOS = {m: tinymodels.REPOS[m] for m in ("tiny/bert-sentiment", "tiny/bert-mlm", "tiny/vit-classifier")}
+MAX_BATCH = 8
+WINDOW_MS = 1000  # long enough that requests sent together meet in one batch on a busy machine
+TEXTS = [" ".join(tinymodels.WORDS[i: i + 5]) for i in range(16)]
+
+
+@pytest.fixture(scope="module")
+def snaps(tmp_path_factory) -> tuple[Path, dict[str, Path]]:
+    cache = tmp_path_factory.mktemp("hf-cache")
+    return cache, tinymodels.build_cache(cache, REPOS)
+
+
+@pytest.fixture(scope="module")
+def server(snaps, tmp_path_factory):
+    srv = Server(snaps[0], f"max_batch_size = {MAX_BATCH}\nbatch_window_ms = {WINDOW_MS}\n",
+                 tmp_path_factory.mktemp("srv") / "server.log")
+    yield srv
+    srv.stop()
+
+
+async def _post_all(server: Server, model: str, bodies: list[dict], headers: dict | None = None) -> list[httpx2.Response]:
+    async with httpx2.AsyncClient(timeout=60, limits=httpx2.Limits(max_connections=len(bodies))) as http:
+        return await asyncio.gather(*(http.post(f"{server.url}/models/{model}", json=b, headers=headers)
+                                      for b in bodies))
+
+
+def _batches(server: Server, model: str) -> dict:
+    return server.models()[model]["batches"]
+
+
+def test_sixteen_concurrent_requests_run_in_batches_of_at_most_max_batch_size(server, snaps):
+    from transformers import pipeline
+
+    before = _batches(server, "tiny/bert-sentiment")
+    replies = asyncio.run(_post_all(server, "tiny/bert-sentiment", [{"inputs": t} for t in TEXTS]))
+    assert [r.status_code for r in replies] == [200] * len(TEXTS)
+    local = pipeline("text-classification", model=str(snaps[1]["tiny/bert-sentiment"]), device="cpu")
+    wanted = [local(text)[0] for text in TEXTS]
+    assert len({round(w["score"], 6) for w in wanted}) > 1  # the answers differ (random weights: by 1e-6 and more)
+    for want, reply in zip(wanted, replies, strict=True):  # each caller gets its own input's answer
+        got = reply.json()
+        while isinstance(got, list):  # [[{label, score}]]: huggingface_hub's shape
+            got = got[0]
+        assert got["label"] == want["label"] and got["score"] == pytest.approx(want["score"], abs=1e-6)
+    after = _batches(server, "tiny/bert-sentiment")
+    runs, items = after["runs"] - before["runs"], after["items"] - before["items"]
+    assert items == len(TEXTS) and runs < len(TEXTS)  # fewer pipeline calls than requests
+    assert after["largest"] == MAX_BATCH and runs >= len(TEXTS) // MAX_BATCH  # and none larger than the bound
+
+
+def test_an_input_that_fails_the_batch_fails_alone(server):
+    bodies = [{"inputs": f"the {w} [MASK] on the mat"} for w in ("cat", "dog", "city", "photo", "mat", "capital", "red")]
+    bodies.insert(3, {"inputs": "no mask token in this text"})  # the pipeline raises on it, in a batch or alone
+    before = _batches(server, "tiny/bert-mlm")
+    replies = asyncio.run(_post_all(server, "tiny/bert-mlm", bodies))
+    statuses = [r.status_code for r in replies]
+    assert statuses == [200, 200, 200, 500, 200, 200, 200, 200]
+    assert all(isinstance(r.json(), list) and r.json()[0]["token_str"] for i, r in enumerate(replies) if i != 3)
+    assert replies[3].json() == {"error": "The model tiny/bert-mlm failed on this input (PipelineException)."}
+    after = _batches(server, "tiny/bert-mlm")
+    assert after["runs"] - before["runs"] < len(bodies) and after["retried"] - before["retried"] >= 1
+    log = server.log.read_text()
+    assert "tiny/bert-mlm failed on a batch of 8 (PipelineException); running its inputs one by one" in log
+    assert re.search(r"tiny/bert-mlm failed on input \d of a batch of 8: PipelineException: No mask_token", log)
+    assert "Traceback" not in log
+
+
+def test_a_deadline_that_passes_while_waiting_for_a_batch_is_504_and_never_runs(server):
+    t = time.monotonic()
+    (reply,) = asyncio.run(_post_all(server, "tiny/bert-sentiment", [{"inputs": "the cat"}],
+                                     {"X-Request-Timeout": "0.3"}))
+    waited = time.monotonic() - t
+    assert reply.status_code == 504 and reply.json() == {
+        "error": "The request to tiny/bert-sentiment did not finish before its deadline."}
+    assert waited < WINDOW_MS / 1000  # answered at its deadline, not when the batch's window closed
+    before = _batches(server, "tiny/bert-sentiment")
+    time.sleep(WINDOW_MS / 1000)  # the window closes: the expired request is dropped, not run
+    assert _batches(server, "tiny/bert-sentiment") == before
+
+
+def test_a_model_whose_only_request_expired_is_not_even_loaded(server):
+    from PIL import Image
+
+    png = io.BytesIO()
+    Image.new("RGB", (64, 48), (200, 40, 40)).save(png, "PNG")
+
+    async def one() -> httpx2.Response:
+        async with httpx2.AsyncClient(timeout=60) as http:
+            return await http.post(f"{server.url}/models/tiny/vit-classifier", content=png.getvalue(),
+                                   headers={"Content-Type": "image/png", "X-Request-Timeout": "0.3"})
+    assert asyncio.run(one()).status_code == 504
+    time.sleep(WINDOW_MS / 1000 + 0.5)
+    row = server.models()["tiny/vit-classifier"]
+    assert row["state"] == "on_disk" and row["loads"] == 0 and row["batches"]["items"] == 0
