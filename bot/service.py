@@ -82,8 +82,8 @@ class Service:
         Args:
             settings: the settings.
             conversations: open the conversation store (``False``: requests without a
-                conversation key only, as ``hugginggpt run``: the store is then opened only if a
-                media file is written, to record it and keep the media quota,
+                conversation key only, as ``hugginggpt run``: the store is then opened in the
+                background, only to record media files and keep the media quota,
                 :class:`bot.store.deferred.DeferredLedger`).
 
         Raises:
@@ -104,8 +104,9 @@ class Service:
             closers = [*closers, store.close]
         else:
             media.ledger = ledger = DeferredLedger(settings.storage, media)
+            ledger.start()  # ready before a run's first file: off the path between two tasks
             closers = [*closers, ledger.close]
-            log.info("no conversation is kept by this command; the store under %s is opened only to record a file",
+            log.info("no conversation is kept by this command; the store under %s is opened only to record files",
                      settings.storage.data_dir)
         pipeline.refresh_served_tasks()  # Hub look-ups start now, not when the first request arrives
         return cls(settings, pipeline, media, store, [*closers, events.close], events)
