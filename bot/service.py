@@ -36,6 +36,7 @@ from .store import ConversationStore, Handover, LocalResourceSink, MediaStore, o
 from .store.deferred import DeferredLedger
 from .stored import Order, Origin, StoredConversation, StoredFile
 from .uploads import Inspected, inspect_upload
+from .warmup import start_first_use_imports
 
 
 log = logging.getLogger(__name__)
@@ -91,6 +92,7 @@ class Service:
             StorageError: the conversation database is corrupt, locked or not writable.
         """
         pipeline, closers = build_pipeline(settings)
+        closers = [*closers, start_first_use_imports()]  # paid now, not in a user's first run
         media = MediaStore(settings.storage.data_dir)
         events = Handover()  # turns of gone processes found while opening wait there for a front end
         store = None
