@@ -16,12 +16,40 @@ from pathlib import Path
 from ..settings import StorageSettings
 from .media import MediaStore
 from .protocol import ConversationStore
+from .sql.probes import DB_NAME
 
 log = logging.getLogger(__name__)
 
-_STORE_MODULES = ("bot.store.sql.store",)
+_STORE_MODULES = ("bot.store.sql.store", "sqlalchemy.dialects.sqlite")
 """What opening the store imports (SQLAlchemy among them): imported on a worker thread, so that the
 event loop goes on reading the plan meanwhile."""
+_SCHEMA_MODULES = ("bot.store.sql.migrate",)
+"""What creating the schema imports (Alembic): also, when the SQLite file does not exist yet."""
+
+_importing: dict[tuple[str, ...], asyncio.Future[None]] = {}
+
+
+def _import_all(names: tuple[str, ...]) -> None:
+    for name in names:
+        importlib.import_module(name)
+
+
+def begin_store_imports(storage: StorageSettings) -> asyncio.Future[None]:
+    """Start importing what opening the store of ``storage`` needs, on a worker thread, at once
+    (not at the event loop's next turn) and once per process (call it from a running event loop;
+    ``hugginggpt run`` calls it before it loads the pipeline, so the two overlap). Returns the
+    future (awaiting it raises the import's error).
+
+    Args:
+        storage: the ``[storage]`` settings (a new SQLite file needs Alembic as well).
+    """
+    names = _STORE_MODULES
+    if storage.database_url is None and not (storage.data_dir / DB_NAME).exists():
+        names += _SCHEMA_MODULES
+    future, loop = _importing.get(names), asyncio.get_running_loop()
+    if future is None or future.get_loop() is not loop:  # (a test runs several loops in one process)
+        future = _importing[names] = loop.run_in_executor(None, _import_all, names)  # submitted now
+    return future
 
 
 class DeferredLedger:
@@ -54,8 +82,7 @@ class DeferredLedger:
         """
         if self.store is not None:
             return
-        for name in _STORE_MODULES:
-            await asyncio.to_thread(importlib.import_module, name)
+        await asyncio.shield(begin_store_imports(self.storage))
         from . import open_store
 
         try:
