@@ -156,9 +156,9 @@ def exit_now(status: int) -> None:
     Args:
         status: the exit status.
     """
-    import logging
-
-    logging.shutdown()  # flushes and closes the log files
+    logging = sys.modules.get("logging")
+    if logging is not None:  # (--version never imports it)
+        logging.shutdown()  # flushes and closes the log files
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

@@ -51,3 +51,15 @@ def test_a_first_run_imports_none_of_the_first_use_modules(tmp_path):
     assert doc["statuses"] and doc["statuses"][-1] in ("ok", "partial")
     late = [m for m in doc["new"] if m in FIRST_USE_MODULES or m.startswith(("PIL.", "encodings.", "anyio._backends"))]
     assert late == [], f"imported during the user's first run: {late}"
+
+
+def test_version_and_help_import_only_what_they_print(tmp_path):
+    """``--version`` imports no asyncio, json or logging; ``--help`` loads no pipeline, settings
+    model or version lookup (``-X importtime`` lists every module a process imports)."""
+    for flag, never in (("--version", ("asyncio", "json", "logging", "pipeline.core")),
+                        ("--help", ("importlib.metadata", "pipeline.core", "pydantic", "openai"))):
+        p = subprocess.run([sys.executable, "-X", "importtime", "-m", "hugginggpt", flag], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0 and p.stdout, p.stderr[-2000:]
+        imported = {line.rsplit("|", 1)[-1].strip() for line in p.stderr.splitlines() if line.startswith("import time:")}
+        assert not imported & set(never), (flag, sorted(imported & set(never)))
