@@ -194,7 +194,9 @@ def main() -> None:
     parser.add_argument("--e2e", action="store_true",
                         help="end to end: stand-ins in their own process, the real CLI per plan shape (benchmarks/bench_e2e.py)")
     parser.add_argument("--plan-seconds", type=float, default=1.0, help="--e2e: seconds the controller takes to write a plan")
-    parser.add_argument("--conversations", type=int, default=1000, help="--e2e: conversations at once for the event-loop lag")
+    parser.add_argument("--conversations", type=int, default=1000, help="--e2e: conversations at once for the event-loop lag (0: skip)")
+    parser.add_argument("--only", default="", help="--e2e: only the shapes whose name contains this (e.g. 'chain')")
+    parser.add_argument("--code", default=str(ROOT), help="--e2e: the checkout whose `hugginggpt run` is timed (e.g. the main branch)")
     args = parser.parse_args()
     if args.e2e:
         from benchmarks import bench_e2e

@@ -4,9 +4,10 @@ Prints the median (and min/max) wall time over ``--repeat`` runs of:
 
 * ``hugginggpt --version`` and ``hugginggpt --help`` (whole commands: they load no pipeline);
 * ``hugginggpt run TEXT`` with its output redirected: time until its first progress line on stderr;
-* ``hugginggpt run --sandbox TEXT``: whether it opened the store (it stores no turn; a run that
-  writes no media file must not even create the database file) and its whole time (mostly the
-  sandbox's simulated model latency, so only a sanity figure);
+* the floors: ``python -c pass`` (the interpreter's start) and ``python -c "import openai"``;
+* ``hugginggpt run --sandbox TEXT``: time until its first line on stderr (it says it is starting
+  before the stand-ins load) and its whole time (mostly the sandbox's simulated model latency, so
+  a sanity figure, and the process's exit);
 * ``hugginggpt chat --sandbox``: time until its first line ("Conversation ...") is printed, with a
   new data directory (the store is created) and with a current one (the store only opened);
 * a bot start's store: a fresh interpreter that imports :mod:`bot.store`, opens the store of
@@ -104,6 +105,32 @@ def time_first_progress(data_dir: Path) -> tuple[float, float]:
     return took, children_cpu() - c
 
 
+def time_floor(code: str) -> tuple[float, float]:
+    """Wall and CPU seconds of ``python -c CODE``: ``pass`` (the interpreter's start) or ``import
+    openai`` (the floor of anything that talks to the controller)."""
+    t, c = time.perf_counter(), children_cpu()
+    subprocess.run([sys.executable, "-c", code], env=_env(Path(tempfile.gettempdir())), cwd=CODE, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+    return time.perf_counter() - t, children_cpu() - c
+
+
+def time_sandbox_first_line(data_dir: Path) -> tuple[float, float]:
+    """Wall seconds until ``hugginggpt run --sandbox`` with its output redirected prints its first
+    line on stderr (the process is stopped there), and the CPU seconds until then."""
+    t, c = time.perf_counter(), children_cpu()
+    p = subprocess.Popen([*HG, "run", "--sandbox", "Say hello"], env=_env(data_dir), cwd=CODE,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        line = p.stderr.readline()
+        took = time.perf_counter() - t
+        if not line.strip():
+            raise RuntimeError("run --sandbox printed nothing")
+    finally:
+        p.kill()
+        p.wait(timeout=60)
+    return took, children_cpu() - c
+
+
 def time_chat(data_dir: Path) -> tuple[float, float]:
     """Wall seconds until ``hugginggpt chat --sandbox`` prints its first line (then its input is
     closed and it leaves), and the CPU seconds of the whole process."""
@@ -147,12 +174,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"code: {CODE}")
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
         base = Path(tmp)
+        floors = {code: [time_floor(code) for _ in range(args.repeat)] for code in ("pass", "import openai")}
+        show("python -c pass (the interpreter's start)", floors["pass"])
+        show("python -c 'import openai' (the openai import floor)", floors["import openai"])
         for flag in ("--version", "--help"):
             show(f"hugginggpt {flag}", [time_command(base / "flags", flag) for _ in range(args.repeat)])
         show("hugginggpt run, first progress line (stderr)",
              [time_first_progress(base / f"first-{i}") for i in range(args.repeat)])
-        show("hugginggpt run --sandbox (whole command)", [time_run(base / "run")])
-        print(f"hugginggpt run opened the conversation store: {(base / 'run' / 'conversations.sqlite3').exists()}")
+        show("hugginggpt run --sandbox, first line (stderr)",
+             [time_sandbox_first_line(base / f"sandbox-{i}") for i in range(args.repeat)])
+        show("hugginggpt run --sandbox (whole command)", [time_run(base / "run") for _ in range(args.repeat)])
         show("hugginggpt chat --sandbox, first line, new data dir",
              [time_chat(base / f"chat-new-{i}") for i in range(args.repeat)])
         time_chat(base / "chat")

@@ -36,6 +36,7 @@ from .store import ConversationStore, Handover, LocalResourceSink, MediaStore, o
 from .store.deferred import DeferredLedger
 from .stored import Order, Origin, StoredConversation, StoredFile
 from .uploads import Inspected, inspect_upload
+from .warmup import start_first_use_imports
 
 
 log = logging.getLogger(__name__)
@@ -82,8 +83,8 @@ class Service:
         Args:
             settings: the settings.
             conversations: open the conversation store (``False``: requests without a
-                conversation key only, as ``hugginggpt run``: the store is then opened only if a
-                media file is written, to record it and keep the media quota,
+                conversation key only, as ``hugginggpt run``: the store is then opened in the
+                background, only to record media files and keep the media quota,
                 :class:`bot.store.deferred.DeferredLedger`).
 
         Raises:
@@ -91,6 +92,7 @@ class Service:
             StorageError: the conversation database is corrupt, locked or not writable.
         """
         pipeline, closers = build_pipeline(settings)
+        closers = [*closers, start_first_use_imports()]  # paid now, not in a user's first run
         media = MediaStore(settings.storage.data_dir)
         events = Handover()  # turns of gone processes found while opening wait there for a front end
         store = None
@@ -104,8 +106,9 @@ class Service:
             closers = [*closers, store.close]
         else:
             media.ledger = ledger = DeferredLedger(settings.storage, media)
+            ledger.start()  # ready before a run's first file: off the path between two tasks
             closers = [*closers, ledger.close]
-            log.info("no conversation is kept by this command; the store under %s is opened only to record a file",
+            log.info("no conversation is kept by this command; the store under %s is opened only to record files",
                      settings.storage.data_dir)
         pipeline.refresh_served_tasks()  # Hub look-ups start now, not when the first request arrives
         return cls(settings, pipeline, media, store, [*closers, events.close], events)

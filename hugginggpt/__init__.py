@@ -23,11 +23,7 @@ class (:mod:`hugginggpt.common`); details go to ``<data_dir>/logs/hugginggpt.log
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib
-import importlib.metadata
-import json
-import logging
 import os
 import sys
 
@@ -35,8 +31,6 @@ import sys
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 from bot.paths import default_data_dir
-
-log = logging.getLogger("hugginggpt")
 
 COMMANDS = ("run", "chat", "store", "db", "catalog", "discord", "slack", "serve", "mcp", "experts", "eval", "doctor")
 """The command modules of this package, in ``--help``'s order (imported when the parser is built,
@@ -86,6 +80,9 @@ def _print_version() -> None:
 
 
 def package_version() -> str:
+    """The installed distribution's version; ``"unknown"`` in a source tree that is not installed."""
+    import importlib.metadata  # here: only --version and the servers print it
+
     try:
         return importlib.metadata.version("hugginggpt-bot")
     except importlib.metadata.PackageNotFoundError:  # running from a source tree without installing
@@ -119,15 +116,25 @@ def main(argv: list[str] | None = None) -> int:
     if (sys.argv[1:] if argv is None else argv) == ["--version"]:  # answered before any command is imported
         _print_version()
         return 0
-    from pipeline.errors import HuggingGPTError
-
-    from .common import BROKEN_PIPE, INTERRUPTED, exit_status
-
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 0
+    return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the parsed command; a failure is one sentence on stderr and its exit status."""
+    import asyncio
+    import json
+    import logging
+
+    from pipeline.errors import HuggingGPTError
+
+    from .common import BROKEN_PIPE, INTERRUPTED, exit_status
+
+    log = logging.getLogger("hugginggpt")
     try:
         return asyncio.run(_main(args)) or 0
     except HuggingGPTError as e:
@@ -156,5 +163,25 @@ def _print_quietly(text: str) -> None:
         pass
 
 
+def exit_now(status: int) -> None:
+    """Leave the process with ``status`` once its output is flushed, without the interpreter's
+    teardown (freeing every module and object, which takes a noticeable share of a short run's
+    wall time). Called by ``python -m hugginggpt`` after :func:`main` returned: by then every
+    store, client and server is closed and asyncio's worker threads are joined.
+
+    Args:
+        status: the exit status.
+    """
+    logging = sys.modules.get("logging")
+    if logging is not None:  # (--version never imports it)
+        logging.shutdown()  # flushes and closes the log files
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe or stream: nothing more to say there
+            pass
+    os._exit(status)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    exit_now(main())

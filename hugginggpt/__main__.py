@@ -1,7 +1,6 @@
-"""``python -m hugginggpt``: the same as the ``hugginggpt`` command."""
+"""``python -m hugginggpt``: the same as the ``hugginggpt`` command, leaving without the
+interpreter's teardown once everything is closed (:func:`hugginggpt.exit_now`)."""
 
-import sys
+from . import exit_now, main
 
-from . import main
-
-sys.exit(main())
+exit_now(main())

@@ -163,6 +163,8 @@ async def open_settings(args: argparse.Namespace) -> AsyncIterator[Settings]:
     overrides: dict[str, dict[str, Any]] = {}
     sandbox = None
     if getattr(args, "sandbox", False):
+        if getattr(args, "before_sandbox", None) is not None:  # run: says it is starting before the stand-ins load
+            args.before_sandbox(args)
         from sandbox import Sandbox
 
         sandbox = await Sandbox().start()

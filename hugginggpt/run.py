@@ -34,7 +34,33 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--file", action="append", default=[], metavar="PATH", help="attach a file (repeatable)")
     p.add_argument("--json", action="store_true", help="print the machine-readable record of the run")
     add_sandbox_option(p)
-    p.set_defaults(handler=main)
+    p.set_defaults(handler=main, before_sandbox=say_starting)
+
+
+def say_starting(args: argparse.Namespace) -> None:
+    """Refuse a request over ``[planning] max_request_chars`` (before anything is said or loaded),
+    then say, once, that the run is starting: called by ``main`` and, with ``--sandbox``, before
+    the stand-ins load (they take a moment too).
+
+    Raises:
+        InputError: the request is too long (exit status 3); ConfigError: the settings are invalid.
+    """
+    if getattr(args, "said_starting", False):
+        return
+    from adapters.terminal.files import clean_text
+    from bot.limits import check_request_size
+    from bot.settings import load_settings  # the stand-ins change only the backends' addresses
+
+    args.text = clean_text(args.text)
+    check_request_size(args.text, load_settings(args.config).planning.max_request_chars)
+    _starting_line(args)
+
+
+def _starting_line(args: argparse.Namespace) -> None:
+    args.said_starting = True
+    if not args.json or args.verbose:  # said at once: loading the pipeline and its clients takes a moment
+        print("Starting: loading the planner and the model clients…", file=sys.stdout if sys.stdout.isatty() and
+              not args.json else sys.stderr, flush=True)
 
 
 async def main(args: argparse.Namespace, settings: Settings) -> int:
@@ -47,14 +73,16 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
     """
     from adapters.terminal.files import clean_text, read_user_file
 
-    args.text = clean_text(args.text)
-    files = [await read_user_file(p, settings) for p in args.file]
-    from bot.limits import check_request_size
+    from bot.store.deferred import begin_store_imports
 
-    check_request_size(args.text, settings.planning.max_request_chars)  # before anything is said or loaded
-    if not args.json or args.verbose:  # said at once: loading the pipeline and its clients takes a moment
-        print("Starting: loading the planner and the model clients…", file=sys.stdout if sys.stdout.isatty() and
-              not args.json else sys.stderr, flush=True)
+    begin_store_imports(settings.storage)  # on a thread while the pipeline loads: the media ledger opens sooner
+    files = [await read_user_file(p, settings) for p in args.file]
+    if not getattr(args, "said_starting", False):
+        from bot.limits import check_request_size
+
+        args.text = clean_text(args.text)
+        check_request_size(args.text, settings.planning.max_request_chars)  # before anything is said or loaded
+        _starting_line(args)
     from adapters.terminal import TerminalView, terminal_renderer  # the pipeline and its clients load now
     from adapters.terminal.lines import TerminalRenderer
     from adapters.turn import follow

@@ -95,6 +95,10 @@ async def next_or_stop(stream: AsyncIterator[str], timeout: float, stop: asyncio
     stopping = asyncio.ensure_future(stop.wait())
     try:
         done, _ = await asyncio.wait({getting, stopping}, timeout=max(0.0, timeout), return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:  # cancelled (shutdown): the stream's step ends here, so that it can be closed
+        getting.cancel()
+        await asyncio.gather(getting, return_exceptions=True)
+        raise
     finally:
         stopping.cancel()
     if getting in done:

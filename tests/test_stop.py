@@ -109,3 +109,34 @@ def test_ctrl_c_once_stops_hugginggpt_run_with_what_finished(tmp_path):
         assert "task 0 (image-to-text): Stopped before it finished." in out
     finally:
         c.close()
+
+
+async def test_closing_the_service_while_an_answer_streams_cancels_the_run_cleanly(service, sandbox):
+    """Shutdown cancels a run waiting on its answer stream: the run ends cancelled (not with
+    ``RuntimeError: aclose(): asynchronous generator is already running``) and its turn is stored
+    as interrupted, so the thread's next turn sees it."""
+    sandbox.controller.script += [_plan(("image-classification", {"image": "image-1"})), {"delay": 5}]
+    key = ConversationKey("test", "w", "c", "close-while-answering")
+    stop = asyncio.Event()  # a front end with a Stop button passes one: the answer is awaited beside it
+
+    async def consume() -> list:
+        return [e async for e in service.handle(Message("classify", [media_file("chelsea.png")], key=key,
+                                                        who=Requester("terminal", "u1"), stop=stop))]
+
+    run = asyncio.create_task(consume())
+    for _ in range(300):  # the answer request has reached the controller: the run awaits its stream
+        if len(sandbox.controller.requests) >= 2:
+            break
+        await asyncio.sleep(0.05)
+    assert len(sandbox.controller.requests) >= 2
+    conv = await service.conversation_id(key)
+    await asyncio.sleep(0.1)
+    await service.close()
+    outcome = (await asyncio.gather(run, return_exceptions=True))[0]
+    assert isinstance(outcome, asyncio.CancelledError), repr(outcome)
+    again = await Service.create(service.settings)
+    try:
+        turns = await again.store.turns(conv)
+    finally:
+        await again.close()
+    assert turns[-1]["status"] == "error" and turns[-1]["error"] == "This turn was interrupted before it finished."

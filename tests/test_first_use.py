@@ -1,0 +1,65 @@
+"""A long-running bot pays its first-use imports when it starts, not in a user's first run
+(:mod:`bot.warmup`). In a fresh interpreter (the test process has imported everything already):
+the service starts on the sandbox stand-ins with a store, waits a moment as a bot would before
+its first message, then answers a request that generates an image and reads a photo; the modules
+first imported during that run are listed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from bot.warmup import FIRST_USE_MODULES
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SCRIPT = """
+import asyncio, json, sys
+from pathlib import Path
+from bot.incoming import ConversationKey, Message, Requester
+from bot.service import Service
+from bot.settings import load_settings
+from sandbox import Sandbox
+from tests.conftest import media_file
+
+async def main():
+    sandbox = await Sandbox().start()
+    overrides = sandbox.overrides(Path(sys.argv[1]))
+    overrides.setdefault("inference", {})["selection"] = "top"
+    service = await Service.create(load_settings(env={}, overrides=overrides))
+    await asyncio.sleep(2)  # a bot waits for its first message
+    before = set(sys.modules)
+    message = Message("draw a cat, then describe this photo", [media_file("chelsea.png")],
+                      key=ConversationKey("test", "w", "c", "first"), who=Requester("terminal", "u1"))
+    statuses = [e.record.status async for e in service.handle(message) if hasattr(e, "record")]
+    new = sorted(set(sys.modules) - before)
+    await service.close()
+    await sandbox.close()
+    print(json.dumps({"statuses": statuses, "new": new}))
+
+asyncio.run(main())
+"""
+
+
+def test_a_first_run_imports_none_of_the_first_use_modules(tmp_path):
+    p = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "data")], cwd=ROOT, capture_output=True,
+                       text=True, timeout=180)
+    assert p.returncode == 0, p.stderr[-3000:]
+    doc = json.loads(p.stdout.strip().splitlines()[-1])
+    assert doc["statuses"] and doc["statuses"][-1] in ("ok", "partial")
+    late = [m for m in doc["new"] if m in FIRST_USE_MODULES or m.startswith(("PIL.", "encodings.", "anyio._backends"))]
+    assert late == [], f"imported during the user's first run: {late}"
+
+
+def test_version_and_help_import_only_what_they_print(tmp_path):
+    """``--version`` imports no asyncio, json or logging; ``--help`` loads no pipeline, settings
+    model or version lookup (``-X importtime`` lists every module a process imports)."""
+    for flag, never in (("--version", ("asyncio", "json", "logging", "pipeline.core")),
+                        ("--help", ("importlib.metadata", "pipeline.core", "pydantic", "openai"))):
+        p = subprocess.run([sys.executable, "-X", "importtime", "-m", "hugginggpt", flag], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0 and p.stdout, p.stderr[-2000:]
+        imported = {line.rsplit("|", 1)[-1].strip() for line in p.stderr.splitlines() if line.startswith("import time:")}
+        assert not imported & set(never), (flag, sorted(imported & set(never)))
