@@ -20,7 +20,7 @@ from pipeline.core import Pipeline
 from pipeline.followup import work_summary
 from pipeline.types import Done, Event, Notice, Request, Resource, ResourceSink, RunRecord, Turn
 
-from .backends import build_pipeline
+from .backends import build_pipeline, start_first_use_imports
 from .degraded import (KeepOrFail, ScratchSpace, ToldThreads, UnsavedTurns, lost_context_sentence,
                        unsaved_sentence, without_memory_sentence)
 from .documents import expand_documents
@@ -36,7 +36,6 @@ from .store import ConversationStore, Handover, LocalResourceSink, MediaStore, o
 from .store.deferred import DeferredLedger
 from .stored import Order, Origin, StoredConversation, StoredFile
 from .uploads import Inspected, inspect_upload
-from .warmup import start_first_use_imports
 
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,5 @@
 """A long-running bot pays its first-use imports when it starts, not in a user's first run
-(:mod:`bot.warmup`). In a fresh interpreter (the test process has imported everything already):
+(:func:`bot.backends.start_first_use_imports`). In a fresh interpreter (the test process has imported everything already):
 the service starts on the sandbox stand-ins with a store, waits a moment as a bot would before
 its first message, then answers a request that generates an image and reads a photo; the modules
 first imported during that run are listed."""
@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bot.warmup import FIRST_USE_MODULES
+from bot.backends import FIRST_USE_MODULES
 
 ROOT = Path(__file__).resolve().parent.parent
 
