@@ -440,6 +440,23 @@ class StreamError(Exception):
     """The server reported an error inside the stream; ``args[0]`` is its message."""
 
 
+async def _whole_content(response: Any, ctype: str, on_usage: Callable[[dict[str, Any]], None] | None) -> str | None:
+    """The message of a whole ``chat.completion`` body sent instead of a stream (its usage
+    reported to ``on_usage``).
+
+    Raises:
+        NotChatStream: the body is not a chat completion.
+    """
+    body = await response.read()
+    try:
+        whole = ChatCompletion.model_validate_json(body)
+    except ValueError:
+        raise NotChatStream(ctype.split(";")[0] or "an empty body") from None
+    if on_usage is not None and whole.usage is not None:
+        on_usage(whole.usage.model_dump())
+    return whole.choices[0].message.content if whole.choices else None
+
+
 async def content_deltas(
     response: Any, *, on_usage: Callable[[dict[str, Any]], None] | None = None
 ) -> AsyncIterator[str]:
@@ -463,14 +480,7 @@ async def content_deltas(
     """
     ctype = response.headers.get("content-type", "")
     if "text/event-stream" not in ctype.lower():
-        body = await response.read()
-        try:
-            whole = ChatCompletion.model_validate_json(body)
-        except ValueError:
-            raise NotChatStream(ctype.split(";")[0] or "an empty body") from None
-        if on_usage is not None and whole.usage is not None:
-            on_usage(whole.usage.model_dump())
-        content = whole.choices[0].message.content if whole.choices else None
+        content = await _whole_content(response, ctype, on_usage)
         if content:
             yield content
         return
