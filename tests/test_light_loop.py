@@ -62,3 +62,21 @@ async def test_calls_one_after_another_reuse_one_connection(controller):
         await llm.aclose()
     peers = {r["peer"] for r in controller.requests}
     assert len(controller.requests) == 4 and len(peers) == 1, peers
+
+
+async def test_a_slack_answer_reuses_connections_to_the_web_api(slack, tmp_path):
+    from benchmarks.harness.slack import make_service, start_harness
+
+    async with make_service(tmp_path) as service:
+        h = await start_harness(slack, service, tmp_path)
+        try:
+            body, _, ts = h.mention("draw a picture of a red fox")
+            assert (await h.deliver(body))[0] == 200
+            await h.settle()
+            (reply,) = h.replies(ts)
+            assert reply.text.strip()
+        finally:
+            await h.close()
+    calls = len(slack.peers)
+    # each call opened its own connection before (a new aiohttp session per call)
+    assert calls >= 5 and len(set(slack.peers)) <= calls // 2, (calls, len(set(slack.peers)))
