@@ -126,7 +126,7 @@ async def overhead_phase(n: int) -> tuple[list[float], list[float]]:
     import aiohttp
 
     from adapters.http.content import parse_messages
-    from adapters.http.models import Message
+    from adapters.http.models import Message as ChatMessage
     from bot.incoming import ConversationKey, Message
     from sandbox import Sandbox
     from benchmarks.harness.http_server import Served
@@ -142,7 +142,7 @@ async def overhead_phase(n: int) -> tuple[list[float], list[float]]:
                     for i in range(n + 3):
                         msg = message(i)
                         t0 = time.perf_counter()  # the service alone, with the same decoded input
-                        turn = await parse_messages([Message.model_validate(msg)], allowed_hosts=[], max_file_bytes=1 << 26,
+                        turn = await parse_messages([ChatMessage.model_validate(msg)], allowed_hosts=[], max_file_bytes=1 << 26,
                                                     url_timeout=5, budget_tokens=1500)
                         files = await service.check_files(turn.files)
                         key = ConversationKey("bench", "w", "c", uuid.uuid4().hex)

@@ -144,7 +144,8 @@ class FaultyController:
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         stage = request.headers.get("X-HuggingGPT-Stage", "")
-        self.requests.append({"stage": stage, "body": body, "at": time.monotonic()})
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        self.requests.append({"stage": stage, "body": body, "at": time.monotonic(), "peer": peer})
         n = len(self.requests)
         if self.fail_first and n <= self.fail_first:
             return web.json_response({"error": {"message": "try again"}}, status=500)

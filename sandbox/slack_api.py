@@ -155,6 +155,8 @@ class SlackStandIn:
         messages: every message by ``(channel, ts)``, users' and the bot's.
         files: uploaded and user files by id.
         calls: ``(method, args)`` for each Web API call, in order.
+        peers: the client ``(host, port)`` of each Web API call, in order (calls over one
+            connection share it).
         acks: Socket Mode ``envelope_id`` -> seconds between sending the envelope and the ack.
         scopes: the scopes the bot token has (remove one to test ``missing_scope``).
         update_limit_per_minute: ``chat.update`` calls allowed per minute per message before 429.
@@ -180,6 +182,7 @@ class SlackStandIn:
         self.deleted: list[Message] = []  # messages removed with chat.delete
         self.files: dict[str, StoredFile] = {}
         self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.peers: list[Any] = []  # the client address of each Web API call (one per connection)
         self.acks: dict[str, float] = {}
         self.fail_methods: dict[str, str] = {}  # method -> error code to answer on every call
         self.ratelimit_once: set[str] = set()  # methods answered once with 429 + Retry-After: 0
@@ -348,6 +351,7 @@ class SlackStandIn:
         args = await self._args(request)
         token = self._token(request, args)
         self.calls.append((method, {k: v for k, v in args.items() if k != "token"}))
+        self.peers.append(request.transport.get_extra_info("peername") if request.transport else None)
         try:
             return await self._dispatch(method, args, token)
         finally:

@@ -210,6 +210,7 @@ class SlackBot:
         extra = {o for o in map(slack_web.origin_of, file_hosts) if o is not None}
         self.file_origins = set(slack_web.DEFAULT_FILE_ORIGINS) | extra | ({api} if api and api[1] != "slack.com" else set())
         self.session: aiohttp.ClientSession | None = None
+        self.web_session = slack_web.keep_alive(client)  # closed by close()
 
     # ------------------------------------------------------------------ entry from the listeners
 
@@ -384,6 +385,8 @@ class SlackBot:
                 await asyncio.wait(still, timeout=5.0)
         if self.session is not None:
             await self.session.close()
+        if self.web_session is not None:
+            await self.web_session.close()
 
 
 

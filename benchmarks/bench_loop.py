@@ -1,0 +1,145 @@
+"""Event-loop CPU per request, by stage (issue 35, "a light loop"): ``python -m benchmarks.bench_loop``.
+
+The stand-ins of the end-to-end benchmark run in their own process (:mod:`benchmarks.e2e_standins`:
+a controller streaming each plan over ``--plan-seconds``, experts with no added latency); in this
+process ``--conversations`` runs at once go through the real ``Service`` on one event loop, after
+two warm-up runs. It prints:
+
+- the loop thread's CPU per conversation (``time.thread_time`` of the loop thread: the stand-ins,
+  worker threads and the store's writer thread are not counted) and the loop lag (how late a
+  10 ms timer wakes), p99 and max, in a run without a profiler;
+- then the same run under ``cProfile`` (loop thread only), and the cumulative time of each stage's
+  functions per conversation. A profiler slows Python code about 2–4×, so read the stage figures
+  against each other, not as absolute times; stages overlap where one calls another.
+
+``--plan`` chooses what the controller plans: ``none`` (planning and the answer only) or ``chain``
+(text-to-image, then image-to-text and image-classification on its output: expert calls and a
+generated file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import os
+import pstats
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.bench_e2e import _http
+
+ROOT = Path(__file__).resolve().parent.parent
+PLANS = {
+    "none": [],
+    "chain": [
+        {"task": "text-to-image", "id": 0, "dep": [-1], "args": {"text": "a red bicycle"}},
+        {"task": "image-to-text", "id": 1, "dep": [0], "args": {"image": "<resource>-0"}},
+        {"task": "image-classification", "id": 2, "dep": [0], "args": {"image": "<resource>-0"}},
+    ],
+}
+STAGES = {
+    "controller call built (SDK request, body)": [("openai/_utils/_transform.py", "async_maybe_transform"),
+                                                  ("openai/_base_client.py", "_build_request")],
+    "prompt messages": [("pipeline/planning.py", "planning_messages"), ("pipeline/response.py", "response_messages")],
+    "controller request sent, head read": [("httpcore2/_async/connection_pool.py", "handle_async_request")],
+    "streamed body → text deltas": [("pipeline/llm.py", "content_deltas")],
+    "plan parsed as it streams (deltas included)": [("pipeline/planning.py", "_early_tasks")],
+    "expert calls (files saved included)": [("pipeline/experts/hub.py", "run")],
+    "media files written": [("bot/store/media.py", "put")],
+    "store: turn opened, turn stored": [("bot/service.py", "_open_turn"), ("bot/service.py", "_stored_turn")],
+    "connection liveness probes (getpeername)": [("~", "<method 'getpeername' of '_socket.socket' objects>")],
+    "new TCP connections": [("~", "<method 'connect' of '_socket.socket' objects>")],
+}
+
+
+async def conversations(urls: dict[str, str], data_dir: Path, n: int, plan: list, plan_seconds: float,
+                        profile: cProfile.Profile | None) -> dict[str, float]:
+    """``n`` conversations at once; returns loop CPU per conversation (ms) and lag p99/max (ms)."""
+    from bot.incoming import ConversationKey, Message, Requester
+    from bot.service import Service
+    from bot.settings import load_settings
+
+    _http(urls["base"], "/_reset", {"plan": plan, "plan_seconds": plan_seconds, "answer_seconds": 1.0})
+    service = await Service.create(load_settings(env={}, overrides={
+        "llm": {"base_url": urls["controller"], "api_key": "bench", "model": "bench", "max_retries": 0},
+        "inference": {"base_url": urls["inference"], "provider": None, "token": None, "selection": "top"},
+        "storage": {"data_dir": str(data_dir)}}))
+    lags: list[float] = []
+    done = asyncio.Event()
+
+    async def ticker() -> None:
+        while not done.is_set():
+            t = time.perf_counter()
+            await asyncio.sleep(0.01)
+            lags.append(time.perf_counter() - t - 0.01)
+
+    async def one(i: int) -> None:
+        key = ConversationKey("bench", "w", "c", f"thread-{i}")
+        async for _ in service.handle(Message(f"hello number {i}", key=key, who=Requester("terminal", f"u{i % 50}"))):
+            pass
+
+    try:
+        await one(-1)
+        await one(-2)  # warm: imports, database, connection pools
+        c0 = time.thread_time()
+        if profile is not None:
+            profile.enable()
+        tick = asyncio.create_task(ticker())
+        await asyncio.gather(*(one(i) for i in range(n)))
+        done.set()
+        await tick
+        if profile is not None:
+            profile.disable()
+        cpu = time.thread_time() - c0
+    finally:
+        await service.close()
+    lags.sort()
+    return {"cpu_ms": cpu / n * 1000, "p99_ms": lags[int(len(lags) * 0.99) - 1] * 1000, "max_ms": lags[-1] * 1000}
+
+
+def stage_rows(profile: cProfile.Profile, n: int) -> list[tuple[str, float, float]]:
+    """``(stage, cumulative ms per conversation, calls per conversation)`` from a profile."""
+    stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+    rows = []
+    for stage, functions in STAGES.items():
+        ms = calls = 0.0
+        for (file, _line, name), (_cc, nc, _tt, ct, _callers) in stats.items():
+            if any(file.replace(os.sep, "/").endswith(f) and name == fn for f, fn in functions):
+                ms, calls = ms + ct * 1000, calls + nc
+        rows.append((stage, ms / n, calls / n))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--conversations", type=int, default=100)
+    parser.add_argument("--plan", choices=sorted(PLANS), default="none")
+    parser.add_argument("--plan-seconds", type=float, default=1.0)
+    args = parser.parse_args()
+    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.e2e_standins", "--latency", "{}"], stdout=subprocess.PIPE,
+                            text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        urls = json.loads(proc.stdout.readline())  # type: ignore[union-attr]
+        plan, n = PLANS[args.plan], args.conversations
+        with tempfile.TemporaryDirectory() as tmp:
+            plain = asyncio.run(conversations(urls, Path(tmp) / "a", n, plan, args.plan_seconds, None))
+            profile = cProfile.Profile()
+            asyncio.run(conversations(urls, Path(tmp) / "b", n, plan, args.plan_seconds, profile))
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    print(f"{n} conversations at once, plan {args.plan!r}, {os.cpu_count()} CPUs: loop CPU {plain['cpu_ms']:.1f} ms "
+          f"per conversation; loop lag p99 {plain['p99_ms']:.1f} ms (max {plain['max_ms']:.1f} ms); "
+          f"target p99 < 20 ms at 100: {'met' if plain['p99_ms'] < 20 else 'NOT met'}")
+    print("\n| stage (under cProfile) | ms per conversation | calls per conversation |\n|---|---:|---:|")
+    for stage, ms, calls in stage_rows(profile, n):
+        print(f"| {stage} | {ms:.2f} | {calls:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
