@@ -323,7 +323,7 @@ class ExecutionRun:
             if bad:
                 selecting.cancel()
                 first = bad[0]
-                result = TaskResult(task.id, "skipped", error=f"Skipped because task {first.task_id} did not succeed.")
+                result = TaskResult(task.id, "skipped", error=f"Task {first.task_id}, whose output it needs, did not succeed.")
                 emit(TaskSkipped(result))
                 return
             try:

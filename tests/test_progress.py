@@ -40,7 +40,7 @@ EVENTS = [
     TaskStarted(3, "facebook/detr-resnet-50"),
     TaskFinished(TaskResult(1, "ok", output=Output(text="a cat on a sofa"), model="Salesforce/blip-image-captioning-large")),
     TaskFailed(TaskResult(3, "failed", error="The model facebook/detr-resnet-50 is still loading.", model="facebook/detr-resnet-50")),
-    TaskSkipped(TaskResult(4, "skipped", error="Skipped because task 3 did not succeed.")),
+    TaskSkipped(TaskResult(4, "skipped", error="Task 3, whose output it needs, did not succeed.")),
 ]
 # task 2 is still waiting when the sequence is cut (to compare a mid-run view too)
 FINAL_STATES = {1: "done", 3: "failed", 4: "skipped"}

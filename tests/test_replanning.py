@@ -150,7 +150,7 @@ def _setting():
              Task(2, "text-to-speech", (1,), {"text": "<resource>-1"})]
     results = {0: TaskResult(0, "ok", output=Output(text="a cat on a sofa")),
                1: TaskResult(1, "failed", error="object-detection failed: gone."),
-               2: TaskResult(2, "skipped", error="Skipped because task 1 did not succeed.")}
+               2: TaskResult(2, "skipped", error="Task 1, whose output it needs, did not succeed.")}
     available = {"image-to-text", "object-detection", "text-to-speech", "image-classification"}
     return Request("what is it?", files=[image, other]), available, tasks, results
 

@@ -33,7 +33,7 @@ def test_after_a_run_the_tasks_with_states_and_seconds_then_the_answer_stay():
     final = text[text.rindex("[1] image-to-text"):]  # what stays after the live region is cleared
     assert "[1] image-to-text  done by Salesforce/blip-image-captioning-large  1.5 s"  # started at 101.0, done at 102.5 in final
     assert "[3] object-detection  failed  1.0 s: The model facebook/detr-resnet-50 is still loading." in final
-    assert "[4] image-classification  skipped: Skipped because task 3 did not succeed." in final
+    assert "[4] image-classification  skipped: Task 3, whose output it needs, did not succeed." in final
     assert "[2] text-to-speech  stopped" in final  # never ran: the run ended without it
     assert "A cat on a sofa." in final and "**" not in final
     assert final.rstrip().endswith("Done in 6.0 s.")
