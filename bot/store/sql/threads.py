@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import threading
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -63,7 +64,12 @@ class SQLiteWriter:
         Raises:
             sqlalchemy.exc.DBAPIError: the driver failed (locked, full, corrupt...).
         """
-        conn = await self.call(_begin, self.engine)
+        handover = _Handover(self.engine)
+        try:
+            conn = await self.call(handover.begin)
+        except asyncio.CancelledError:  # the thread may still be beginning it (waiting for another process's lock)
+            handover.abandon()
+            raise
         try:
             yield ThreadConnection(conn, self)
         except BaseException:
@@ -182,6 +188,38 @@ def _begin(engine: Engine) -> Connection:
         conn.close()
         raise
     return conn
+
+
+class _Handover:
+    """A transaction begun on the writer thread for a caller that may leave (be cancelled) while
+    the thread still waits for another process's lock. Left open it would hold the one pooled
+    connection (every later write would wait for the pool) or go back to the pool inside its
+    transaction ("cannot start a transaction within a transaction"): whichever of the two sides
+    comes second ends it, the thread at once, or the caller on its own thread (the writer thread is
+    then at most waiting for that pooled connection, not using it)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._lock = threading.Lock()
+        self._left = False
+        self._conn: Connection | None = None
+
+    def begin(self) -> Connection:
+        """On the writer thread: begin, and hand the connection over unless the caller left."""
+        conn = _begin(self.engine)
+        with self._lock:
+            if not self._left:
+                self._conn = conn
+                return conn
+        _end(conn, commit=False)
+        return conn
+
+    def abandon(self) -> None:
+        """The caller left: end a transaction already handed over (else the thread ends it)."""
+        with self._lock:
+            self._left, conn = True, self._conn
+        if conn is not None:
+            _end(conn, commit=False)
 
 
 def _end(conn: Connection, *, commit: bool) -> None:
