@@ -32,6 +32,9 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 from bot.paths import default_data_dir
 
+__version__ = "0.1.0"
+"""The program's version (the distribution's, read from here by the build: pyproject.toml)."""
+
 COMMANDS = ("run", "chat", "store", "db", "catalog", "discord", "slack", "serve", "mcp", "experts", "eval", "doctor")
 """The command modules of this package, in ``--help``'s order (imported when the parser is built,
 so ``--version`` imports none of them)."""
@@ -80,13 +83,8 @@ def _print_version() -> None:
 
 
 def package_version() -> str:
-    """The installed distribution's version; ``"unknown"`` in a source tree that is not installed."""
-    import importlib.metadata  # here: only --version and the servers print it
-
-    try:
-        return importlib.metadata.version("hugginggpt-bot")
-    except importlib.metadata.PackageNotFoundError:  # running from a source tree without installing
-        return "unknown"
+    """The program's version (:data:`__version__`, which the build gives the distribution)."""
+    return __version__
 
 
 def _forgiving_streams() -> None:
