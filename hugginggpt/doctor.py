@@ -47,8 +47,8 @@ from bot.errors import ConfigError, StorageError
 from .common import command_hint
 
 if TYPE_CHECKING:
-    from bot.settings import InferenceSettings, LLMSettings, McpSettings, Settings, StorageSettings
-    from pipeline.mcp_tools import McpServerConfig
+    from bot.settings import InferenceSettings, LLMSettings, Settings, StorageSettings
+    from pipeline.config import McpServerConfig
 
 Status = Literal["ok", "warn", "FAIL", "skip"]
 INFERENCE_PERMISSION = "inference.serverless.write"
@@ -308,14 +308,16 @@ async def check_experts(inference: InferenceSettings, timeout: float) -> Check:
     return Check("experts", "ok", "; ".join(said) + ".")
 
 
-async def check_mcp(mcp: McpSettings, timeout: float) -> Check:
+async def check_mcp(settings: Settings, timeout: float) -> Check:
     """Every ``[mcp] servers`` entry starts (stdio: its program exists and runs) or answers
     (streamable HTTP), and lists its tools, within ``timeout`` seconds each; with the official
     ``mcp`` client as the pipeline uses it (:class:`pipeline.mcp_tools.ToolServer`). A stdio
     server's stderr is discarded here (``-v`` logs why a server failed)."""
-    if not mcp.servers:
+    from bot.backends import mcp_servers
+
+    if not settings.mcp.servers:
         return Check("mcp", "skip", "No MCP tool servers configured ([mcp] servers is empty).")
-    said = await asyncio.gather(*(_mcp_server(c, timeout) for c in mcp.configs()))
+    said = await asyncio.gather(*(_mcp_server(c, timeout) for c in mcp_servers(settings)))
     bad = "; ".join(s for ok, s in said if not ok)
     if bad:
         return Check("mcp", "FAIL", bad[:1].upper() + bad[1:] + ".",
@@ -433,7 +435,7 @@ async def run_checks(settings: Settings, timeout: float, min_free_mb: float,
         Step("hub", ("httpx2", "huggingface_hub"), lambda: check_hub(settings.inference, timeout)),
         Step("store", ("bot.store.sql.probes", "bot.store.sql.database"), lambda: check_store(settings.storage, timeout)),
         Step("experts", ("httpx2", "pipeline.catalog.servers"), lambda: check_experts(settings.inference, timeout)),
-        Step("mcp", ("mcp", "pipeline.mcp_tools"), lambda: check_mcp(settings.mcp, timeout), 1.0 + MCP_STOP_SECONDS),
+        Step("mcp", ("mcp", "pipeline.mcp_tools", "bot.backends"), lambda: check_mcp(settings, timeout), 1.0 + MCP_STOP_SECONDS),
         Step("ffmpeg", (), lambda: check_ffmpeg(timeout)),
     ]
     loaded = _load(steps, asyncio.get_running_loop())
