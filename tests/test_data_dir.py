@@ -25,7 +25,7 @@ def test_a_conversation_resumes_from_another_directory(tmp_path):
     env = _env(tmp_path)
     p = _chat(tmp_path / "one", env, "remember the word lighthouse\n/new\n/quit\n")
     assert p.returncode == 0, p.stderr
-    first = p.stdout.split("hugginggpt chat --conversation ")[1].split(")")[0].split()[0]
+    first = p.stdout.split("(Resume the previous one with: ")[1].split(")")[0].split("--conversation ")[1].split()[0]
     p = _chat(tmp_path / "two", env, "/quit\n", "--conversation", first)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "remember the word lighthouse" in p.stdout
