@@ -44,7 +44,8 @@ MiB = 1024 * 1024
 def storage_sentence(error: BaseException) -> str:
     """One sentence for a client about a storage failure, naming no path (the store's own
     sentence names its file): full, busy, corrupt, or unavailable."""
-    text = f"{getattr(error, 'user_message', '')} {error}".lower()
+    said = f"{getattr(error, 'user_message', '')} {error}".lower()
+    text = " ".join(word for word in said.split() if "/" not in word and "\\" not in word)  # not a path's words
     if "full" in text or "no space" in text:
         return "The server's storage is full; try again later (the operator has been told)."
     if "locked" in text or "busy" in text:

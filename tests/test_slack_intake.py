@@ -84,3 +84,13 @@ async def test_readyz_says_whether_the_store_answers_and_nothing_else(slack, san
         await front.bot.close(timeout=1)
         await service.close()
     assert [r for r in caplog.records if r.exc_info] == []
+
+
+def test_a_storage_sentence_reads_the_failure_not_the_paths_it_names():
+    from bot.errors import StorageError
+    from bot.readiness import storage_sentence
+
+    closed = StorageError("The conversation database /srv/disk-full/locked-busy/corrupt.sqlite3 is closed.")
+    assert storage_sentence(closed) == "The server's conversation store is unavailable; try again later."
+    full = StorageError("The conversation database /srv/data/conversations.sqlite3 cannot be written: the disk is full.")
+    assert storage_sentence(full) == "The server's storage is full; try again later (the operator has been told)."
