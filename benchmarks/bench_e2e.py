@@ -38,7 +38,6 @@ import time
 import urllib.request
 from pathlib import Path
 from typing import Any
-from bot.incoming import Requester
 
 ROOT = Path(__file__).resolve().parent.parent
 CODE = ROOT
@@ -170,32 +169,45 @@ def measure_shape(urls: dict[str, str], plan: list[dict[str, Any]], files: list[
     return {k: statistics.median(v) for k, v in rows.items()}
 
 
-async def loop_lag(urls: dict[str, str], data_dir: Path, conversations: int, plan_seconds: float) -> dict[str, float]:
-    """Event-loop lag and memory with ``conversations`` runs in flight in this process."""
-    from bot.incoming import ConversationKey, Message
+async def stand_in_service(urls: dict[str, str], data_dir: Path, plan: list, plan_seconds: float) -> Any:
+    """The real service on the stand-ins, their controller reset to answer ``plan`` after ``plan_seconds``."""
     from bot.service import Service
     from bot.settings import load_settings
 
-    _http(urls["base"], "/_reset", {"plan": [], "plan_seconds": plan_seconds, "answer_seconds": 1.0})
+    _http(urls["base"], "/_reset", {"plan": plan, "plan_seconds": plan_seconds, "answer_seconds": 1.0})
     overrides = {
         "llm": {"base_url": urls["controller"], "api_key": "bench", "model": "bench", "max_retries": 0},
         "inference": {"base_url": urls["inference"], "provider": None, "token": None, "selection": "top"},
         "storage": {"data_dir": str(data_dir)},
     }
-    service = await Service.create(load_settings(env={}, overrides=overrides))
+    return await Service.create(load_settings(env={}, overrides=overrides))
+
+
+async def one_conversation(service: Any, i: int) -> None:
+    """One turn of conversation ``i`` (its own thread; 50 users share the conversations)."""
+    from bot.incoming import ConversationKey, Message, Requester
+
+    key = ConversationKey("bench", "w", "c", f"thread-{i}")
+    async for _ in service.handle(Message(f"hello number {i}", key=key, who=Requester("terminal", f"u{i % 50}"))):
+        pass
+
+
+async def tick(done: asyncio.Event, lags: list[float]) -> None:
+    """Sleep 10 ms at a time until ``done``, adding each wake-up's lateness (seconds) to ``lags``."""
+    while not done.is_set():
+        t = time.perf_counter()
+        await asyncio.sleep(0.01)
+        lags.append(time.perf_counter() - t - 0.01)
+
+
+async def loop_lag(urls: dict[str, str], data_dir: Path, conversations: int, plan_seconds: float) -> dict[str, float]:
+    """Event-loop lag and memory with ``conversations`` runs in flight in this process."""
+    service = await stand_in_service(urls, data_dir, [], plan_seconds)
     lags: list[float] = []
     done = asyncio.Event()
 
-    async def ticker() -> None:
-        while not done.is_set():
-            t = time.perf_counter()
-            await asyncio.sleep(0.01)
-            lags.append(time.perf_counter() - t - 0.01)
-
     async def one(i: int) -> None:
-        key = ConversationKey("bench", "w", "c", f"thread-{i}")
-        async for _ in service.handle(Message(f"hello number {i}", key=key, who=Requester("terminal", f"u{i % 50}"))):
-            pass
+        await one_conversation(service, i)
 
     def rss() -> int:
         for line in Path("/proc/self/status").read_text().splitlines():
@@ -206,13 +218,13 @@ async def loop_lag(urls: dict[str, str], data_dir: Path, conversations: int, pla
     try:
         await one(-1)  # warm: imports, database, HTTP pool
         before = rss()
-        tick = asyncio.create_task(ticker())
+        ticking = asyncio.create_task(tick(done, lags))
         runs = [asyncio.create_task(one(i)) for i in range(conversations)]
         await asyncio.sleep(plan_seconds * 0.8)
         peak = rss()
         await asyncio.gather(*runs)
         done.set()
-        await tick
+        await ticking
     finally:
         await service.close()
     lags.sort()

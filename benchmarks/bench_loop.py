@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.bench_e2e import _http
+from benchmarks.bench_e2e import one_conversation, stand_in_service, tick
 
 ROOT = Path(__file__).resolve().parent.parent
 PLANS = {
@@ -60,28 +60,12 @@ STAGES = {
 async def conversations(urls: dict[str, str], data_dir: Path, n: int, plan: list, plan_seconds: float,
                         profile: cProfile.Profile | None) -> dict[str, float]:
     """``n`` conversations at once; returns loop CPU per conversation (ms) and lag p99/max (ms)."""
-    from bot.incoming import ConversationKey, Message, Requester
-    from bot.service import Service
-    from bot.settings import load_settings
-
-    _http(urls["base"], "/_reset", {"plan": plan, "plan_seconds": plan_seconds, "answer_seconds": 1.0})
-    service = await Service.create(load_settings(env={}, overrides={
-        "llm": {"base_url": urls["controller"], "api_key": "bench", "model": "bench", "max_retries": 0},
-        "inference": {"base_url": urls["inference"], "provider": None, "token": None, "selection": "top"},
-        "storage": {"data_dir": str(data_dir)}}))
+    service = await stand_in_service(urls, data_dir, plan, plan_seconds)
     lags: list[float] = []
     done = asyncio.Event()
 
-    async def ticker() -> None:
-        while not done.is_set():
-            t = time.perf_counter()
-            await asyncio.sleep(0.01)
-            lags.append(time.perf_counter() - t - 0.01)
-
     async def one(i: int) -> None:
-        key = ConversationKey("bench", "w", "c", f"thread-{i}")
-        async for _ in service.handle(Message(f"hello number {i}", key=key, who=Requester("terminal", f"u{i % 50}"))):
-            pass
+        await one_conversation(service, i)
 
     try:
         await one(-1)
@@ -89,10 +73,10 @@ async def conversations(urls: dict[str, str], data_dir: Path, n: int, plan: list
         c0 = time.thread_time()
         if profile is not None:
             profile.enable()
-        tick = asyncio.create_task(ticker())
+        ticking = asyncio.create_task(tick(done, lags))
         await asyncio.gather(*(one(i) for i in range(n)))
         done.set()
-        await tick
+        await ticking
         if profile is not None:
             profile.disable()
         cpu = time.thread_time() - c0

@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ from PIL import Image
 
 from benchmarks.harness.crafted_files import WORDS, text_page_pdf
 from sandbox.faulty_controller import FaultyController
+from tests.test_hybrid import dead_url
 
 MEDIA = Path(__file__).parent / "fixtures" / "media"
 
@@ -57,12 +57,6 @@ def canny(*images: str) -> str:
                                  for n, i in enumerate(images)]})
 
 
-def dead_url() -> str:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return f"http://127.0.0.1:{port}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -166,7 +160,7 @@ def test_a_task_no_backend_serves_in_local_mode_fails_with_a_sentence(tmp_path, 
                         env=scripted(controller), config=config)
     assert p.returncode == 6, p.stderr
     assert doc["status"] == "partial" and doc["results"]["0"]["status"] == "failed"
-    said = f"Task 0 (depth-estimation) failed: No model that can run depth-estimation is available right now"
+    said = "Task 0 (depth-estimation) failed: No model that can run depth-estimation is available right now"
     assert said in doc["response"] and any(n.startswith(said) for n in doc["notes"])
     assert f"the expert server {down} could not be reached" in doc["results"]["0"]["error"]
 

@@ -116,8 +116,9 @@ def test_small_talk_is_still_answered_directly(tmp_path):
     assert status == 0 and record["status"] == "ok" and record["tasks"] == [] and record["response"]
 
 
-async def test_a_controller_that_answers_in_prose_is_a_planning_failure_quoting_it():
-    said = "I'm sorry, but I can't help with   that request."
+async def plan_with_prose(said: str) -> tuple[PlanError, ControllerStandIn]:
+    """Plan "Book me a flight" with a controller that answers ``said`` (words, no plan) twice: the
+    planning error, and the stand-in with the requests it got."""
     async with ControllerStandIn(script=[{"content": said}, {"content": said}]) as ctl:
         controller = controller_at(ctl.base_url)
         try:
@@ -126,21 +127,19 @@ async def test_a_controller_that_answers_in_prose_is_a_planning_failure_quoting_
                     pass
         finally:
             await controller.aclose()
+    return caught.value, ctl
+
+
+async def test_a_controller_that_answers_in_prose_is_a_planning_failure_quoting_it():
+    error, ctl = await plan_with_prose("I'm sorry, but I can't help with   that request.")
     assert len(ctl.requests) == 2  # one repair round, then the failure
-    assert "“I'm sorry, but I can't help with that request.”" in caught.value.user_message
+    assert "“I'm sorry, but I can't help with that request.”" in error.user_message
 
 
 async def test_a_long_prose_answer_is_quoted_only_up_to_the_bound():
     said = "I would rather not plan this. " * 400  # 12,000 characters of prose, twice
-    async with ControllerStandIn(script=[{"content": said}, {"content": said}]) as ctl:
-        controller = controller_at(ctl.base_url)
-        try:
-            with pytest.raises(PlanError) as caught:
-                async for _ in plan_stream(controller, Request("Book me a flight"), {"text-generation"}, Usage()):
-                    pass
-        finally:
-            await controller.aclose()
-    message = caught.value.user_message
+    error, ctl = await plan_with_prose(said)
+    message = error.user_message
     assert message.endswith("…”") and len(message) <= MAX_SAID + 100
     problem = ctl.requests[1].body["messages"][-1]["content"]  # the repair round quotes it cut too
     assert "I would rather not plan this." in problem and len(problem) < len(said)
