@@ -238,7 +238,7 @@ def test_an_endless_device_is_refused_at_the_limit_in_bounded_memory(tmp_path):
     assert status == 3 and "The file /dev/null is empty." in err, err  # the baseline: the same run, nothing read
     status, err, peak = _peak_rss(["run", "--sandbox", "Describe", "--file", "/dev/zero"], tmp_path, extra=SMALL_LIMITS)
     assert "Traceback" not in err
-    assert status == 3 and "The file /dev/zero is larger than that; the limit is 2 MiB." in err, err
+    assert status == 3 and "The file /dev/zero goes on past the limit of 2 MiB." in err, err
     assert peak - empty_peak < LIMIT + 16 * 1024 * 1024, (peak, empty_peak)
 
 
@@ -251,7 +251,7 @@ def test_an_endless_pipe_is_refused_at_the_limit(tmp_path):
         yes.kill()
         yes.wait()
     assert "Traceback" not in err
-    assert status == 3 and "The file /dev/stdin is larger than that; the limit is 2 MiB." in err, err
+    assert status == 3 and "The file /dev/stdin goes on past the limit of 2 MiB." in err, err
 
 
 def test_a_regular_file_over_the_limit_is_refused_before_it_is_read(tmp_path):

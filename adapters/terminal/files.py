@@ -82,8 +82,10 @@ def _too_large(shown: str, max_bytes: int, size: int | None) -> InputError:
     """The refusal of a file larger than ``max_bytes`` (``size``: its size when known, in bytes)."""
     from bot.settings import MiB  # loaded with the settings already
 
-    what = f"is {size / MiB:.1f} MiB" if size is not None else "is larger than that"
-    return InputError(f"The file {shown} {what}; the limit is {max_bytes / MiB:g} MiB.",
+    if size is None:  # a stream (a device, a pipe): read up to the limit and past it
+        return InputError(f"The file {shown} goes on past the limit of {max_bytes / MiB:g} MiB.",
+                          f"read of {shown} stopped past max_bytes {max_bytes}")
+    return InputError(f"The file {shown} is {size / MiB:.1f} MiB; the limit is {max_bytes / MiB:g} MiB.",
                       f"read of {shown} stopped past max_bytes {max_bytes}")
 
 
