@@ -84,3 +84,22 @@ class Sandbox:
         if data_dir is not None:
             out["storage"] = {"data_dir": str(data_dir)}
         return out
+
+
+async def serve_loopback(app: Any, **runner_options: Any) -> tuple[Any, int]:
+    """Serve the ``aiohttp.web.Application`` ``app`` on 127.0.0.1 at a free port, as every
+    stand-in does.
+
+    Args:
+        app: the application.
+        runner_options: for ``aiohttp.web.AppRunner`` (default: no access log).
+
+    Returns:
+        The started ``AppRunner`` (``await runner.cleanup()`` stops it) and the port.
+    """
+    from aiohttp import web
+
+    runner = web.AppRunner(app, **{"access_log": None, **runner_options})
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    return runner, runner.addresses[0][1]

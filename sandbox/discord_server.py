@@ -47,6 +47,7 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
+from . import serve_loopback
 from .discord_messages import BOT_PERMISSIONS, DISCORD_EPOCH_MS, IS_COMPONENTS_V2, Call, StoredMessage, now_iso
 from .discord_rest import DiscordRest
 
@@ -122,11 +123,7 @@ class StandinDiscord:
     async def start(self) -> None:
         app = web.Application(client_max_size=200 * 1024 * 1024)
         app.add_routes([web.get("/gw", self._gateway), *DiscordRest(self).routes()])
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._runner, self.port = await serve_loopback(app)
 
     async def stop(self) -> None:
         for ws in list(self._sockets):

@@ -34,6 +34,8 @@ from typing import Any
 
 from aiohttp import web
 
+from . import serve_loopback
+
 
 class FaultyController:
     def __init__(self) -> None:
@@ -74,11 +76,7 @@ class FaultyController:
             app = web.Application(client_max_size=64 << 20)
             app.router.add_post("/v1/chat/completions", self._chat)
             app.router.add_route("*", "/models/{model:.*}", self._expert)
-            self._runner = web.AppRunner(app, shutdown_timeout=0.5)
-            self._loop.run_until_complete(self._runner.setup())
-            site = web.TCPSite(self._runner, "127.0.0.1", 0)
-            self._loop.run_until_complete(site.start())
-            self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            self._runner, self.port = self._loop.run_until_complete(serve_loopback(app, shutdown_timeout=0.5))
             self.url = f"http://127.0.0.1:{self.port}/v1"
             ready.set()
             self._loop.run_forever()

@@ -33,6 +33,8 @@ from typing import Any, Callable
 
 from aiohttp import WSMsgType, web
 
+from . import serve_loopback
+
 ALL_SCOPES = frozenset(
     {
         "app_mentions:read", "assistant:write", "chat:write", "files:read", "files:write", "channels:history",
@@ -215,11 +217,7 @@ class SlackStandIn:
         app.router.add_post("/upload/{file_id}", self._upload)
         app.router.add_get("/files-pri/{team_file}/{name}", self._download)
         app.router.add_get("/link", self._link)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._runner, self.port = await serve_loopback(app)
         return self
 
     async def __aexit__(self, *exc: Any) -> None:

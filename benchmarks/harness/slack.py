@@ -22,6 +22,7 @@ from bot.settings import Settings, SlackSettings, load_settings
 from sandbox import Sandbox
 from benchmarks.harness.realparts import free_port
 from sandbox.slack_api import SlackStandIn, signed_headers
+from sandbox import serve_loopback
 
 SECRET = "test-signing-secret"
 MEDIA = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "media"
@@ -145,11 +146,7 @@ async def start_harness(slack: SlackStandIn, service, tmp_path: Path, **slack_se
         service = Service(settings, service.pipeline, service.media, service.store, closers=(), events=service.events)
     client = AsyncWebClient(token=slack.bot_token, base_url=slack.api_url)
     front = create_bolt_app(settings, service, client, update_interval=0.05)
-    runner = web.AppRunner(front.app.web_app(path="/slack/events"), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]
+    runner, port = await serve_loopback(front.app.web_app(path="/slack/events"))
     return Harness(slack, front, runner, port, service)
 
 

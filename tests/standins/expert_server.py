@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 from aiohttp import web
 from PIL import Image, ImageFilter
+from sandbox import serve_loopback
 
 
 @dataclass
@@ -80,11 +81,7 @@ class ExpertServerStandIn:
             app = web.Application(client_max_size=64 * 1024 * 1024)
             app.router.add_get("/models", self._list)
             app.router.add_post("/models/{model_id:.+}", self._infer)
-            self._runner = web.AppRunner(app, access_log=None)
-            loop.run_until_complete(self._runner.setup())
-            site = web.TCPSite(self._runner, "127.0.0.1", 0)
-            loop.run_until_complete(site.start())
-            port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            self._runner, port = loop.run_until_complete(serve_loopback(app))
             self.url = f"http://127.0.0.1:{port}"
             ready.set()
             loop.run_forever()

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from sandbox import serve_loopback
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "catalog" / "p0_models.jsonl"
 
@@ -180,11 +181,7 @@ class HubStandIn:
         app.router.add_get("/api/whoami-v2", self._whoami)
         app.router.add_get(r"/api/models/{repo_id:.+}", self._info)
         app.router.add_get(r"/{repo_id:.+}/resolve/{revision}/{filename}", self._resolve)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._runner, port = await serve_loopback(app)
         self.url = f"http://127.0.0.1:{port}"
         return self
 
