@@ -39,7 +39,10 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("hugginggpt", "pipeline", "bot", "adapters", "prompts", "expert_server", "sandbox")
 MAX_LINES = 800
 MAX_FUNCTION_LINES = 60
-MAX_MODULES = 218
+NEW_CONCEPTS: tuple[str, ...] = ()
+"""Modules added since the bound below was set, each for a concept the product did not have (cost,
+telemetry, ...): a module is added by naming it here, never to cut an existing concept to a size."""
+MAX_MODULES = 218 + len(NEW_CONCEPTS)
 """Product modules besides the schema's revisions (one file per released migration, which only
 grows): rooms are cut by concept, and the count does not grow back (225 with the 7 revisions when
 this bound was set, 244 before that shape step)."""
@@ -172,6 +175,7 @@ def test_no_product_module_over_the_size_limit() -> None:
 def test_the_product_does_not_grow_in_modules() -> None:
     found = {name: path for name, path in modules().items() if ".alembic.versions." not in name}
     assert len(found) <= MAX_MODULES, f"{len(found)} product modules: merge by concept before adding one"
+    assert set(NEW_CONCEPTS) <= set(found), set(NEW_CONCEPTS) - set(found)
     small = {}
     for name, path in found.items():
         tree = ast.parse(path.read_text(encoding="utf-8"))
