@@ -30,7 +30,7 @@ from pipeline.decoding import Decoder
 from pipeline.experts.controller import ControllerRunner
 from pipeline.experts.hub import HubRunner
 from pipeline.experts.local import LocalRunner
-from pipeline.experts.providers import ProviderPolicy
+from pipeline.experts.providers import ProviderPolicy, watch_providers
 from pipeline.experts.routing import RoutingRunner
 from pipeline.experts.mcp import McpRunner
 from pipeline.llm import Controller
@@ -179,6 +179,7 @@ def build_pipeline(settings: Settings) -> tuple[Pipeline, list[Callable[[], Awai
         ttl=settings.catalog.availability_ttl,
         policy=ProviderPolicy(inf.provider, dict(inf.providers)),
     )
+    watch = start_provider_watch(availability, settings) if availability.policy is not None else None
     config = pipeline_config(settings)
     hub = HubRunner(config)
     servers = expert_servers(settings)
@@ -197,13 +198,39 @@ def build_pipeline(settings: Settings) -> tuple[Pipeline, list[Callable[[], Awai
     decoder = Decoder(max_pixels=config.output.max_image_pixels, workers=docs.decode_workers,
                       memory_bytes=docs.decode_memory_bytes, timeout=docs.decode_timeout)
     pipeline = Pipeline(controller, selector, runners, config.execution, decoder)
-    closers = [pipeline.aclose, hub.aclose, controller.aclose, toolbox.aclose]
+    closers = [pipeline.aclose, hub.aclose, controller.aclose, toolbox.aclose, *([watch] if watch else [])]
     if servers is not None:
         closers.append(servers.aclose)
     return pipeline, closers
 
 
 log = logging.getLogger(__name__)
+
+
+def start_provider_watch(availability: Availability, settings: Settings) -> Callable[[], Awaitable[None]] | None:
+    """Check the provider settings against the live provider list now (a warning line per
+    removed or unknown provider, :func:`pipeline.experts.providers.watch_providers`) and again
+    every ``[catalog] availability_ttl`` seconds, while a loop runs (``None`` without one, or in
+    ``mode = "local"`` or behind a gateway, where no provider is used).
+
+    Returns:
+        An async closer that stops the checks.
+    """
+    if settings.inference.mode == "local" or settings.inference.base_url or availability.policy is None:
+        return None
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+    task = loop.create_task(watch_providers(availability.policy, availability.live_of,
+                                            settings.catalog.availability_ttl), name="provider checks")
+
+    async def stop() -> None:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    return stop
+
 
 FIRST_USE_MODULES = (
     "encodings.idna",  # host names in URLs (httpx)

@@ -11,6 +11,9 @@ something is wrong, what to do:
   Providers, and whether the account can pay beyond the free monthly credits;
 * ``store``: the conversation store opens (the SQLite file in the data dir, or the PostgreSQL
   database); nothing is migrated or written;
+* ``providers``: every provider the settings name (``[inference] provider``, each
+  ``[inference.providers]`` override and ``model:provider`` pin) is one Hugging Face still routes
+  to (not removed, known to the installed client or live on the Hub; a pin's model live there);
 * ``experts``: every ``[inference] experts_url`` answers ``GET /models``;
 * ``mcp``: every ``[mcp] servers`` entry starts (a stdio program) or answers (a URL) and lists
   its tools;
@@ -62,7 +65,7 @@ MCP_STOP_SECONDS = 10.0
 """Seconds beyond ``--timeout`` the ``mcp`` check may take: stopping a tool server that did not
 start (the ``mcp`` SDK's stdio client closes its stdin, waits 2 s, then terminates and kills it:
 about 7 s). Cut short, the stop would leave the program running until it ends on its own."""
-CHECKS = ("controller", "hub", "store", "experts", "mcp", "ffmpeg", "disk")
+CHECKS = ("controller", "hub", "providers", "store", "experts", "mcp", "ffmpeg", "disk")
 """The checks after ``settings``, in the order they are printed."""
 
 
@@ -223,6 +226,31 @@ def _hub_account(body: dict[str, Any], provider: str | None) -> Check:
         return Check("hub", "ok", f"{said}; billing: {'PRO' if body.get('isPro') else 'payment method on file'}.")
     return Check("hub", "warn", f"{said}; billing: free monthly credits only (calls fail with HTTP 402 once spent).",
                  "add a payment method or PRO at https://huggingface.co/settings/billing")
+
+
+async def check_providers(inference: InferenceSettings, timeout: float) -> Check:
+    """The provider settings against the live provider list (the installed client's table, and
+    the Hub's ``inferenceProviderMapping`` of pinned models):
+    :meth:`pipeline.experts.providers.ProviderPolicy.problems`, one sentence each."""
+    if inference.mode == "local":
+        return Check("providers", "skip", "[inference] mode is local: no provider is used.")
+    if inference.base_url:
+        return Check("providers", "skip", f"expert calls go to the gateway {safe_url(inference.base_url)}.")
+    from pipeline.catalog.availability import Availability
+    from pipeline.experts.providers import ENABLED_PAGE, ProviderPolicy
+
+    policy = ProviderPolicy(inference.provider, dict(inference.providers))
+    token = inference.token.get_secret_value() if inference.token else None
+    hub = Availability(provider=inference.provider, base_url=None, endpoints={}, token=token, timeout=timeout,
+                       policy=policy)
+    problems = await policy.problems(hub.live_of)
+    if problems:
+        return Check("providers", "FAIL", " ".join(problems), f"see the providers your account enables at {ENABLED_PAGE}")
+    named = sorted({p for _, _, p, _ in policy.configured()})
+    if not named:
+        return Check("providers", "skip", "No provider is configured ([inference] provider is none).")
+    return Check("providers", "ok", f"The provider settings ({', '.join(named)}) name providers Hugging Face "
+                                    "routes to today.")
 
 
 async def check_store(storage: StorageSettings, timeout: float) -> Check:
@@ -433,6 +461,8 @@ async def run_checks(settings: Settings, timeout: float, min_free_mb: float,
     steps = [
         Step("controller", ("openai",), lambda: check_controller(settings.llm, timeout)),
         Step("hub", ("httpx2", "huggingface_hub"), lambda: check_hub(settings.inference, timeout)),
+        Step("providers", ("huggingface_hub", "pipeline.catalog.availability"),
+             lambda: check_providers(settings.inference, timeout)),
         Step("store", ("bot.store.sql.probes", "bot.store.sql.database"), lambda: check_store(settings.storage, timeout)),
         Step("experts", ("httpx2", "pipeline.catalog.servers"), lambda: check_experts(settings.inference, timeout)),
         Step("mcp", ("mcp", "pipeline.mcp_tools", "bot.backends"), lambda: check_mcp(settings, timeout), 1.0 + MCP_STOP_SECONDS),

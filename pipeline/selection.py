@@ -88,7 +88,13 @@ class Selector:
         return await self.placement.candidates(task, self.top_k)
 
     def _none_left(self, task: str) -> LookupError:
-        """The sentence for a task with no candidate, naming expert servers that are down."""
+        """The sentence for a task with no candidate: the provider setting it would use when that
+        provider is removed or unknown
+        (:meth:`pipeline.experts.providers.ProviderPolicy.problem_for`), else naming expert
+        servers that are down."""
+        policy = getattr(self.availability, "policy", None)
+        if policy is not None and self.placement.uses_providers and (problem := policy.problem_for(task)):
+            return LookupError(problem)
         down = self.placement.unreachable()
         if down:
             servers = " and ".join(down)
@@ -132,10 +138,15 @@ class Selector:
 
     async def served_tasks(self) -> set[str]:
         """Task names that can run now: local ones, controller-served ones, and those with at
-        least one available candidate model."""
+        least one available candidate model; also those whose provider setting names a removed or
+        unknown provider, so that a request for one is planned and fails with the sentence that
+        says which setting to change (:meth:`_none_left`), not with silence."""
         names = [n for n, s in TASKS.items() if not s.local and n not in self.controller_tasks]
         found = await asyncio.gather(*(self.candidates(n) for n in names))
         served = {n for n, c in zip(names, found) if c}
+        policy = getattr(self.availability, "policy", None)
+        if policy is not None and self.placement.uses_providers:
+            served |= {n for n in names if policy.problem_for(n)}
         if VLM_TASK in served:  # a VLM answers these when no model of theirs is live
             served |= set(STANDS_IN_FOR)
         served |= {n for n, s in TASKS.items() if s.local}

@@ -23,7 +23,7 @@ from tests.standins.hub import HubStandIn, whoami_body
 LLM_KEY = "sk-doctor-secret-1f2e"
 HF_TOKEN = "hf_doctor_secret_9a8b"
 PG_PASSWORD = "pg-doctor-secret-77"
-NAMES = ["settings", "controller", "hub", "store", "experts", "mcp", "ffmpeg", "disk"]
+NAMES = ["settings", "controller", "hub", "providers", "store", "experts", "mcp", "ffmpeg", "disk"]
 ROOT = Path(__file__).resolve().parents[1]
 PLACEHOLDER = "/path/to/hugginggpt-bot/.venv/bin/python"  # docs/mcp.md's example, not edited
 
@@ -106,7 +106,7 @@ async def test_json_document(setup):
     doc = json.loads(text)
     assert status == 1 and doc["ok"] is False
     assert [c["name"] for c in doc["checks"]] == NAMES
-    store = doc["checks"][3]
+    store = doc["checks"][NAMES.index("store")]
     assert store["status"] == "FAIL" and "is a file, not a directory" in store["message"] and store["fix"]
 
 
@@ -137,6 +137,14 @@ def _hub_down(s: Setup) -> None:
 def _no_hub_token(s: Setup) -> None:
     del s.config["inference"]["token"]
     s.config["inference"]["mode"] = "providers"
+
+
+def _removed_provider(s: Setup) -> None:
+    s.config["inference"]["provider"] = "nebius"
+
+
+def _unknown_override(s: Setup) -> None:
+    s.config["inference.providers"] = {"text-to-image": "acme-cloud"}
 
 
 def _corrupt_database(s: Setup) -> None:
@@ -170,6 +178,11 @@ FAILURES = [
     ("hub", _hub_without_permission, [], "The token of ada may not call Inference Providers"),
     ("hub", _hub_down, [], "cannot be reached (ConnectError)"),
     ("hub", _no_hub_token, [], "No Hugging Face token"),
+    ("providers", _removed_provider, [], '[inference] provider = "nebius" names nebius, which Hugging Face removed '
+                                        "from Inference Providers on 2026-07-01; set it to \"auto\" or to a provider "
+                                        "enabled at https://huggingface.co/settings/inference-providers."),
+    ("providers", _unknown_override, [], '[inference.providers] "text-to-image" = "acme-cloud" names acme-cloud, which '
+                                         "is not a provider the Hugging Face router knows"),
     ("store", _corrupt_database, [], "cannot be read as a conversation database"),
     ("store", _postgres_down, [], "postgresql://bot:***@127.0.0.1"),
     ("experts", _expert_down, [], "cannot be reached (ConnectError)"),
@@ -199,7 +212,7 @@ async def test_bad_settings_fail_first_and_skip_the_rest(setup):
     got = verdicts(text)
     assert status == 1 and got["settings"][0] == "FAIL"
     assert "[llm] modle" in got["settings"][1] and "did you mean model?" in got["settings"][1]
-    assert [s for s, _ in got.values()] == ["FAIL"] + ["skip"] * 7
+    assert [s for s, _ in got.values()] == ["FAIL"] + ["skip"] * (len(NAMES) - 1)
 
 
 async def test_free_credits_only_is_a_warning_not_a_failure(setup):

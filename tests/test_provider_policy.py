@@ -91,11 +91,11 @@ async def test_auto_takes_the_hubs_order_and_moves_across_providers_before_anoth
 
 async def test_a_provider_name_and_a_per_task_override(world, sink):
     make, standin = world
-    routing, selector = make("together", providers={"image-text-to-text": "nebius"})
-    # together for text-to-image: only the model it serves; nebius for the VLM (the router's route)
-    assert [c.id for c in await selector.candidates("text-to-image")] == ["acme/paint"]
+    routing, selector = make("hf-inference", providers={"image-text-to-text": "together"})
+    # hf-inference for text-to-image: the two models it serves; together for the VLM
+    assert [c.id for c in await selector.candidates("text-to-image")] == ["acme/paint", "acme/sketch"]
     [vlm] = await selector.candidates("image-text-to-text")
-    assert [r.label for r in vlm.routes] == ["provider nebius"]
+    assert [r.label for r in vlm.routes] == ["provider together"]
     routing2, selector2 = make("auto", providers={"text-to-image": "hf-inference"})
     assert [[r.label for r in c.routes] for c in await selector2.candidates("text-to-image")] == [
         ["provider hf-inference"], ["provider hf-inference"]]

@@ -10,7 +10,7 @@ from typing import Any
 
 from cachetools import LRUCache, TLRUCache
 
-from ..experts.providers import ProviderPolicy
+from ..experts.providers import ProviderPolicy, routable
 from .models import LIVE, ModelCard
 
 log = logging.getLogger(__name__)
@@ -122,8 +122,14 @@ class Availability:
         cached = self._cache.get(model_id)
         return None if cached is None else tuple(sorted(cached[0]))
 
+    async def live_of(self, model_id: str) -> tuple[str, ...] | None:
+        """``model_id``'s live providers in the Hub's order (a cached answer, else a look-up), or
+        ``None`` when the Hub never answered for it (the provider checks then trust the names)."""
+        live = await self._live_providers(model_id)
+        return live if model_id in self._last_known else None
+
     def _serves(self, card: ModelCard, providers: Iterable[str]) -> bool:
-        providers = tuple(providers)
+        providers = tuple(routable(providers))
         if self.policy is not None:
             return self.policy.serves(card.task, card.id, providers)
         if self.provider == "auto":
@@ -207,6 +213,8 @@ class Availability:
             )
             return self._last_known.get(model_id, ()), self.error_ttl
         live = self._last_known[model_id] = live_in_order(info)
+        if self.policy is not None:
+            self.policy.seen_live.update(live)
         return live, self.ttl
 
 

@@ -28,7 +28,7 @@ import logging
 import re
 import statistics
 from collections import defaultdict, deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 log = logging.getLogger(__name__)
@@ -38,6 +38,14 @@ POLICIES = ("auto", "fastest", "cheapest", "preferred")
 
 CHAT_TASKS = frozenset({"conversational", "image-text-to-text"})
 """Tasks served through chat completion (the router picks a provider for policies)."""
+
+REMOVED = frozenset({"black-forest-labs", "clarifai", "hyperbolic", "nebius", "nvidia", "sambanova"})
+"""Providers Hugging Face removed from the Inference Providers router on 2026-07-01 (their helpers
+are gone from ``huggingface_hub.inference._providers``). Never routed to, whatever a model's
+``inferenceProviderMapping`` still says."""
+REMOVED_ON = "2026-07-01"
+ENABLED_PAGE = "https://huggingface.co/settings/inference-providers"
+"""Where an account enables and orders its Inference Providers."""
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,40}$")
 
@@ -100,6 +108,64 @@ def client_knows(provider: str) -> bool:
     return provider in PROVIDERS
 
 
+def routable(providers: Iterable[str]) -> list[str]:
+    """``providers`` (in order, once each) without the :data:`REMOVED` ones: what may be sent to."""
+    return [p for p in dict.fromkeys(providers) if p not in REMOVED]
+
+
+def provider_problem(setting: str, provider: str, seen_live: Iterable[str] = (), value: str | None = None) -> str | None:
+    """The one sentence for a configured provider that cannot be used, or ``None``.
+
+    Args:
+        setting: how the user names the setting (``"[inference] provider"``,
+            ``"[inference.providers] \"text-to-image\""``).
+        provider: the provider it names (a policy is never a problem).
+        seen_live: providers the Hub listed as live for some model (the router knows providers the
+            installed client has no helper for).
+        value: the setting's value as written (a ``model:provider`` pin), default ``provider``.
+
+    Returns:
+        A sentence saying the provider was removed (:data:`REMOVED`) or is unknown (neither in the
+        installed client's table nor seen live on the Hub), and what to do (:data:`ENABLED_PAGE`).
+    """
+    if provider in POLICIES:
+        return None
+    if provider in REMOVED:
+        why = f"names {provider}, which Hugging Face removed from Inference Providers on {REMOVED_ON}"
+    elif client_knows(provider) or provider in set(seen_live):
+        return None
+    else:
+        why = f"names {provider}, which is not a provider the Hugging Face router knows"
+    return f"{setting} = \"{value or provider}\" {why}; set it to \"auto\" or to a provider enabled at {ENABLED_PAGE}."
+
+
+async def watch_providers(policy: ProviderPolicy, live_of: Callable[[str], Awaitable[tuple[str, ...] | None]],
+                          interval: float) -> None:
+    """Log :meth:`ProviderPolicy.problems` now and again every ``interval`` seconds (``0``: once),
+    each sentence when it first appears (a warning) and when it is gone (info). Runs until cancelled.
+
+    Args:
+        policy: the provider policy of the settings.
+        live_of: model id → its live providers from the Hub (``None`` when the Hub did not answer).
+        interval: seconds between checks (``[catalog] availability_ttl``).
+    """
+    said: set[str] = set()
+    while True:
+        try:
+            now = set(await policy.problems(live_of))
+        except Exception as exc:  # noqa: BLE001 - a check that failed is tried again at the next tick
+            log.warning("provider check failed (%r); trying again in %g s", exc, interval)
+            now = said
+        for sentence in sorted(now - said):
+            log.warning("provider settings: %s", sentence)
+        for sentence in sorted(said - now):
+            log.info("provider settings: resolved: %s", sentence)
+        said = now
+        if interval <= 0:
+            return
+        await asyncio.sleep(interval)
+
+
 async def warm_mapping(provider: str | None, task: str, model: str) -> None:
     """Do the client's Hub look-ups for ``model`` on ``provider`` ahead, in a worker thread.
 
@@ -158,6 +224,45 @@ class ProviderPolicy:
     default: str | None = "auto"
     per_task: Mapping[str, str] = field(default_factory=dict)
     latency: LatencyBook = field(default_factory=LatencyBook)
+    seen_live: set[str] = field(default_factory=set)
+    """Providers the Hub listed as live for a model this process looked up (filled by
+    :class:`pipeline.catalog.availability.Availability`)."""
+
+    def configured(self) -> list[tuple[str, str, str, str | None]]:
+        """Every provider the settings name: ``(setting, value as written, provider, pinned model
+        or None)``; policies included."""
+        out = [] if self.default is None else [("[inference] provider", self.default, self.default, None)]
+        for task, value in sorted(self.per_task.items()):
+            model, pinned = split_pin(value)
+            out.append((f'[inference.providers] "{task}"', value, pinned or value, model if pinned else None))
+        return out
+
+    def problem_for(self, task: str) -> str | None:
+        """The sentence for the provider setting ``task`` would use (its override, else the
+        default) when that provider is removed or unknown (:func:`provider_problem`), else ``None``."""
+        override = self.per_task.get(task)
+        if override is not None:
+            pinned = split_pin(override)[1]
+            return provider_problem(f'[inference.providers] "{task}"', pinned or override, self.seen_live, override)
+        return None if self.default is None else provider_problem("[inference] provider", self.default, self.seen_live)
+
+    async def problems(self, live_of: Callable[[str], Awaitable[tuple[str, ...] | None]]) -> list[str]:
+        """One sentence per provider setting that cannot be used: a removed or unknown provider
+        (:func:`provider_problem`), or a ``model:provider`` pin whose model the Hub does not list
+        as live on that provider (``live_of(model)``: its live providers, ``None`` when the Hub
+        did not answer; then only the provider name is checked)."""
+        out = []
+        for setting, value, provider, model in self.configured():
+            sentence = provider_problem(setting, provider, self.seen_live, value)
+            if sentence is None and model is not None and provider not in POLICIES:
+                live = await live_of(model)
+                if live is not None and provider not in routable(live):
+                    listed = ", ".join(routable(live)) or "no live provider"
+                    sentence = (f'{setting} = "{value}" pins {model} to {provider}, which does not serve it now '
+                                f'(the Hub lists {listed}); pin one of those or a provider enabled at {ENABLED_PAGE}.')
+            if sentence is not None:
+                out.append(sentence)
+        return out
 
     def choice(self, task: str, model: str | None = None) -> str | None:
         """The policy or provider for ``task`` (and ``model``): a pin of that model wins, then the
@@ -198,7 +303,7 @@ class ProviderPolicy:
         choice = self.choice(task, model)
         if choice is None:
             return []
-        live = list(dict.fromkeys(live))
+        live = routable(live)  # a mapping may still list a removed provider: never sent to
         if choice in POLICIES:
             if task in CHAT_TASKS:
                 return ["auto"] if choice == "auto" and live else ([f"auto:{choice}"] if live else [])
