@@ -154,6 +154,7 @@ def build_controller(settings: Settings) -> Controller:
         structured_output=llm.structured_output,
         temperature=llm.temperature,
         max_reply_bytes=llm.max_reply_bytes,
+        api=llm.api,
     )
 
 

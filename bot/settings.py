@@ -154,6 +154,10 @@ class LLMSettings(Section):
         None, description="the controller's key (OPENAI_API_KEY); any string for a local server",
     )
     model: str = Field("gpt-4o-mini", description="the controller model's name on that server")
+    api: Literal["chat", "responses"] = Field(
+        "chat", description="the protocol the controller is asked in: chat (POST /chat/completions) or responses "
+        "(POST /responses, OpenAI's Responses API, spoken by the Hugging Face router and most servers now)",
+    )
     timeout: float = Field(60.0, gt=0, le=DAY, description="seconds per controller call")
     max_retries: int = Field(2, ge=0, le=20, description="openai SDK retries (429, 5xx, connection)")
     structured_output: Literal["auto", "json_schema", "json_object", "off"] = Field(

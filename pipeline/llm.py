@@ -1,4 +1,5 @@
-"""The controller LLM: any OpenAI-compatible chat completions server, through the ``openai`` SDK.
+"""The controller LLM: any OpenAI-compatible chat completions server, or a server of the
+Responses API (``[llm] api = "responses"``), through the ``openai`` SDK.
 
 The SDK retries 408/409/429/5xx and connection errors itself (``max_retries``, honouring
 ``Retry-After``), so no retry layer is stacked on top here; the run's deadline (``pipeline.core``)
@@ -19,7 +20,12 @@ read.
 
 Wire format: OpenAI API reference, "Create chat completion" with ``stream: true``: ``data:``
 events holding ``chat.completion.chunk`` objects, then ``data: [DONE]``; an error while streaming
-arrives as an event whose data is ``{"error": {...}}``.
+arrives as an event whose data is ``{"error": {...}}``. With ``api = "responses"``: "Create a
+model response" (``client.responses.create``, ``input`` the same role/content messages,
+``text.format`` for structured output) with ``stream: true``: semantic events whose data has a
+``type``; the text is in ``response.output_text.delta`` events, the token counts in
+``response.completed``; ``response.failed`` and ``error`` events report an error
+(:func:`response_deltas`).
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ import openai
 from httpx_sse import EventSource
 from openai import AsyncOpenAI
 from openai.types.chat import ChatCompletion
+from openai.types.responses import Response
 
 from .bounded import bound_body
 from .errors import ControllerError
@@ -145,9 +152,14 @@ class BoundedTransport(httpx2.AsyncBaseTransport):
         await self._inner.aclose()
 
 
-def _response_format(mode: str, schema_name: str, schema: dict[str, Any]) -> dict[str, Any]:
+def _response_format(mode: str, schema_name: str, schema: dict[str, Any], api: str = "chat") -> dict[str, Any]:
     """The ``response_format`` argument of a structured-output ``mode`` (OpenAI chat completions
-    API: ``json_schema``, ``json_object``; ``off``: none)."""
+    API: ``json_schema``, ``json_object``; ``off``: none); for ``api="responses"`` the same as the
+    Responses API's ``text.format``."""
+    if api == "responses":
+        if mode == "json_schema":
+            return {"text": {"format": {"type": "json_schema", "name": schema_name, "schema": schema, "strict": False}}}
+        return {"text": {"format": {"type": "json_object"}}} if mode == "json_object" else {}
     if mode == "json_schema":
         return {"response_format": {"type": "json_schema", "json_schema": {"name": schema_name, "schema": schema, "strict": False}}}
     if mode == "json_object":
@@ -170,6 +182,7 @@ class Controller:
         temperature: sampling temperature (``[llm] temperature``).
         max_reply_bytes: bytes, largest reply body read (``[llm] max_reply_bytes``).
         client: an ``AsyncOpenAI`` to use instead of building one.
+        api: ``"chat"`` (Chat Completions) or ``"responses"`` (the Responses API) (``[llm] api``).
     """
 
     def __init__(
@@ -184,8 +197,10 @@ class Controller:
         temperature: float,
         max_reply_bytes: int,
         client: AsyncOpenAI | None = None,
+        api: str = "chat",
     ) -> None:
         self.model = model
+        self.api = api
         self.timeout = timeout
         self.temperature = temperature
         self.structured_output = structured_output
@@ -199,7 +214,7 @@ class Controller:
         )
         # The SDK imports its chat resources on first use (about 0.1 s of CPU): do it now, at
         # start-up, not inside the first run.
-        _ = self._client.chat.completions
+        _ = self._client.responses if api == "responses" else self._client.chat.completions
         # "auto" learns once per process what the server accepts.
         self._modes = {
             "auto": ["json_schema", "json_object", "off"],
@@ -251,13 +266,11 @@ class Controller:
         """
         last: Exception | None = None
         for mode in list(self._modes):
-            kwargs = _response_format(mode, schema_name, schema)
+            kwargs = _response_format(mode, schema_name, schema, self.api)
             usage.calls += 1
             _CURRENT_USAGE.set(usage)
             try:
-                resp = await self._client.chat.completions.create(
-                    **self._request(messages), extra_headers=stage_headers(stage), **kwargs
-                )
+                return await self._create(messages, stage_headers(stage), usage, **kwargs)
             except openai.BadRequestError as e:
                 last = e
                 if len(self._modes) > 1 and mode != "off":
@@ -267,8 +280,6 @@ class Controller:
                 raise self._error(e) from None
             except openai.OpenAIError as e:
                 raise self._error(e) from None
-            usage.count_tokens(resp)
-            return self._content(resp)
         raise self._error(last or RuntimeError("no mode left"))
 
     async def stream_json(
@@ -284,7 +295,7 @@ class Controller:
             ControllerError: as :meth:`complete_json`, also mid-stream.
         """
         for mode in list(self._modes):
-            kwargs = _response_format(mode, schema_name, schema)
+            kwargs = _response_format(mode, schema_name, schema, self.api)
             usage.calls += 1
             _CURRENT_USAGE.set(usage)
             try:
@@ -314,11 +325,23 @@ class Controller:
         usage.calls += 1
         _CURRENT_USAGE.set(usage)
         try:
-            resp = await self._client.chat.completions.create(
-                **self._request(messages), extra_headers=stage_headers(stage, task),
-            )
+            return await self._create(messages, stage_headers(stage, task), usage)
         except openai.OpenAIError as e:
             raise self._error(e) from None
+
+    async def _create(self, messages: list[dict[str, Any]], headers: dict[str, str], usage: Usage,
+                      **kwargs: Any) -> str:
+        """One whole answer of ``[llm] api`` (its tokens added to ``usage``); returns its text.
+
+        Raises:
+            openai.OpenAIError: as the SDK's ``create``, unchanged.
+            ControllerError: the reply is not an answer of that API, or a Responses API answer
+                says it failed.
+        """
+        if self.api == "responses":
+            resp = await self._client.responses.create(**self._request(messages), extra_headers=headers, **kwargs)
+            return self._output_text(resp, usage)
+        resp = await self._client.chat.completions.create(**self._request(messages), extra_headers=headers, **kwargs)
         usage.count_tokens(resp)
         return self._content(resp)
 
@@ -350,7 +373,8 @@ class Controller:
         Raises:
             openai.OpenAIError: as ``chat.completions.create``.
         """
-        return await self._client.chat.completions.with_streaming_response.create(
+        api = self._client.responses if self.api == "responses" else self._client.chat.completions
+        return await api.with_streaming_response.create(
             **self._request(messages), stream=True, extra_headers=stage_headers(stage), **kwargs
         ).__aenter__()
 
@@ -362,7 +386,10 @@ class Controller:
         ``TypedDict`` of each message kind, about 3 ms of event-loop CPU for a planning prompt
         (16 messages, 17 kB), and changes nothing in plain text messages. ``extra_body`` is the
         SDK's documented way to send JSON fields as they are; the body on the wire is the same.
+        The Responses API takes the same messages as ``input`` (its "easy input messages").
         """
+        if self.api == "responses":
+            return {"model": self.model, "temperature": self.temperature, "extra_body": {"input": messages}}
         return {"model": self.model, "messages": [], "temperature": self.temperature,
                 "extra_body": {"messages": messages}}
 
@@ -374,8 +401,9 @@ class Controller:
             ControllerError: the reply is too large, not a chat completion, reports an error, or
                 breaks off.
         """
+        deltas = response_deltas if self.api == "responses" else content_deltas
         try:
-            async for delta in content_deltas(response, on_usage=usage.add_reported):
+            async for delta in deltas(response, on_usage=usage.add_reported):
                 yield delta
         except NotChatStream as e:
             raise self._not_chat(str(e)) from None
@@ -391,12 +419,30 @@ class Controller:
             await response.close()
 
     def _not_chat(self, what: str) -> ControllerError:
-        log.warning("controller answered with %s, not a chat completion", what)
+        kind = "a Responses API response" if self.api == "responses" else "a chat completion"
+        log.warning("controller answered with %s, not %s", what, kind)
         return ControllerError(
-            f"The controller LLM at {self._host} answered with something that is not a chat completion "
+            f"The controller LLM at {self._host} answered with something that is not {kind} "
             "(is [llm] base_url the server's /v1 address?).",
             f"reply was {what}",
         )
+
+    def _output_text(self, resp: Any, usage: Usage) -> str:
+        """The text of a Responses API ``response`` object (its tokens added to ``usage``).
+
+        Raises:
+            ControllerError: not a response object, or one whose ``status`` is ``failed``.
+        """
+        if not isinstance(resp, Response) or not isinstance(getattr(resp, "output", None), list):
+            raise self._not_chat(type(resp).__name__)
+        if resp.usage is not None:
+            usage.add_reported(chat_usage(resp.usage.model_dump()))
+        if resp.status == "failed" or resp.error is not None:
+            message = resp.error.message if resp.error is not None else "failed"
+            log.warning("controller reported an error: %s", mask_credentials(message))
+            raise ControllerError(f"The controller LLM at {self._host} reported an error while answering.",
+                                  mask_credentials(message))
+        return resp.output_text or ""
 
     def _content(self, resp: Any) -> str:
         """The message text of a chat completion.
@@ -511,3 +557,76 @@ async def content_deltas(
             content = delta.get("content") if isinstance(delta, dict) else None
             if isinstance(content, str) and content:
                 yield content
+
+
+def chat_usage(reported: Any) -> dict[str, Any]:
+    """A Responses API ``usage`` (``input_tokens``, ``output_tokens``) in the chat completions'
+    names (``prompt_tokens``, ``completion_tokens``); ``{}`` when it is not a mapping."""
+    if not isinstance(reported, dict):
+        return {}
+    return {"prompt_tokens": reported.get("input_tokens"), "completion_tokens": reported.get("output_tokens")}
+
+
+def _whole_response_text(body: bytes, ctype: str, on_usage: Callable[[dict[str, Any]], None] | None) -> str:
+    """The text of a whole Responses API ``response`` body sent instead of a stream.
+
+    Raises:
+        NotChatStream: the body is not a response object.
+    """
+    try:
+        whole = Response.model_validate_json(body)
+    except ValueError:
+        raise NotChatStream(ctype.split(";")[0] or "an empty body") from None
+    if on_usage is not None and whole.usage is not None:
+        on_usage(chat_usage(whole.usage.model_dump()))
+    return whole.output_text
+
+
+async def response_deltas(
+    response: Any, *, on_usage: Callable[[dict[str, Any]], None] | None = None
+) -> AsyncIterator[str]:
+    """Yield the ``delta`` of each ``response.output_text.delta`` event (non-empty ``str``, in
+    order) of a streamed Responses API reply, until ``response.completed`` (or ``incomplete``).
+
+    Args:
+        response: the SDK's ``AsyncAPIResponse`` from ``responses.with_streaming_response``.
+        on_usage: called with the final ``usage`` in the chat names (:func:`chat_usage`).
+
+    Other events (``response.created``, ``response.output_item.added``, the ``.done`` events …)
+    carry nothing more for a text answer and are passed over. A server that ignored ``stream``
+    and sent a whole ``response`` gives its text as one delta.
+
+    Raises:
+        NotChatStream: the body is neither Responses API events nor a response object.
+        StreamError: a ``response.failed`` or ``error`` event.
+        Exception: whatever reading the body raises, unchanged (as :func:`content_deltas`).
+    """
+    ctype = response.headers.get("content-type", "")
+    if "text/event-stream" not in ctype.lower():
+        if text := _whole_response_text(await response.read(), ctype, on_usage):
+            yield text
+        return
+    events = EventSource(response.http_response).aiter_sse()
+    async for event in events:
+        if not event.data or event.data.startswith("[DONE]"):
+            continue
+        try:
+            data = jiter.from_json(event.data.encode())
+        except ValueError:
+            raise NotChatStream("an event that is not JSON") from None
+        kind = data.get("type") if isinstance(data, dict) else None
+        if not isinstance(kind, str):
+            raise NotChatStream("an event that is not a Responses API event")
+        if kind == "response.output_text.delta" and isinstance(data.get("delta"), str) and data["delta"]:
+            yield data["delta"]
+            continue
+        whole = data.get("response") if isinstance(data.get("response"), dict) else {}
+        if kind in ("response.completed", "response.incomplete"):
+            if on_usage is not None:
+                on_usage(chat_usage(whole.get("usage")))
+            await _drain(events)
+            return
+        if kind in ("response.failed", "error"):
+            error = whole.get("error") if kind == "response.failed" else data
+            message = error.get("message") if isinstance(error, dict) else None
+            raise StreamError(message if isinstance(message, str) and message else "an error while streaming")

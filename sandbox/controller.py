@@ -3,7 +3,12 @@
 It speaks the Chat Completions wire format (https://platform.openai.com/docs/api-reference/chat)
 closely enough for the real ``openai`` SDK: ``POST /v1/chat/completions`` (JSON
 ``chat.completion`` or SSE ``chat.completion.chunk`` lines ending with ``data: [DONE]``) and
-``GET /v1/models``. Answers come from the deterministic rules in :mod:`sandbox.heuristics`,
+``GET /v1/models``; and the Responses API (https://platform.openai.com/docs/api-reference/responses):
+``POST /v1/responses`` with ``input`` a string or message items (``input_text`` parts),
+``instructions``, ``text.format`` (``json_schema`` / ``json_object``), answered with a ``response``
+object, or with ``stream: true`` the semantic events (``event: response.created`` …
+``response.output_text.delta`` … ``response.completed``, no ``[DONE]``); see
+:mod:`sandbox.responses_api`. Answers come from the deterministic rules in :mod:`sandbox.heuristics`,
 chosen by :mod:`sandbox.routing`.
 
 Routing (set by :func:`pipeline.llm.stage_headers`): every request carries the HTTP header
@@ -57,6 +62,7 @@ class Recorded:
         end: ``time.monotonic()`` when the answer (or error) was fully sent, seconds; ``None``
             while still running or when the connection was dropped before the end.
         task: the ``X-HuggingGPT-Task`` header as sent, or ``None`` when it had none.
+        api: ``"chat"`` (``/v1/chat/completions``) or ``"responses"`` (``/v1/responses``).
     """
 
     stage: str | None
@@ -64,6 +70,7 @@ class Recorded:
     start: float
     end: float | None = None
     task: str | None = None
+    api: str = "chat"
 
 
 def _error_body(message: str, type_: str, code: str | None = None, param: str | None = None) -> dict[str, Any]:
@@ -143,6 +150,7 @@ class ControllerStandIn:
             return self.base_url
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/v1/responses", self._responses)
         app.router.add_get("/v1/models", self._models)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
@@ -187,6 +195,12 @@ class ControllerStandIn:
         )
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._handle(request, "chat")
+
+    async def _responses(self, request: web.Request) -> web.StreamResponse:
+        return await self._handle(request, "responses")
+
+    async def _handle(self, request: web.Request, api: str) -> web.StreamResponse:
         start = time.monotonic()
         try:
             body = await request.json()
@@ -197,17 +211,17 @@ class ControllerStandIn:
                 Recorded(stage_of(request.headers), {}, start, time.monotonic(), header(request.headers, TASK_HEADER))
             )
             return self._error(400, "The request body is not a JSON object.")
-        rec = Recorded(stage_of(request.headers), body, start, task=header(request.headers, TASK_HEADER))
+        rec = Recorded(stage_of(request.headers), body, start, task=header(request.headers, TASK_HEADER), api=api)
         self.requests.append(rec)
         try:
-            response = await self._respond(request, body)
+            response = await self._respond(request, body if api == "chat" else as_chat(body), api)
         except ConnectionResetError:
             return web.Response(status=499)
         if response is not None and rec.end is None and not isinstance(response, _Dropped):
             rec.end = time.monotonic()
         return response
 
-    async def _respond(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
+    async def _respond(self, request: web.Request, body: dict[str, Any], api: str = "chat") -> web.StreamResponse:
         if self.latency:
             await asyncio.sleep(self.latency)
         if not self._authorized(request):
@@ -244,6 +258,9 @@ class ControllerStandIn:
             if action.get("truncate"):
                 content = content[: len(content) // 2]
                 finish = "length"
+        if api == "responses":
+            reply = Reply(str(body.get("model") or self.model), content, finish == "length", self._usage(body, content))
+            return await (reply.stream(request) if body.get("stream") else reply.whole())
         if body.get("stream"):
             return await self._stream(request, body, content, finish)
         return web.json_response(self._completion(body, content, finish))
@@ -314,6 +331,102 @@ class ControllerStandIn:
             final["usage"] = self._usage(body, content)
             await resp.write(f"data: {json.dumps(final)}\n\n".encode())
         await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+
+def as_chat(body: dict[str, Any]) -> dict[str, Any]:
+    """A Responses API request body as the chat completions body it asks the same as:
+    ``instructions`` → a system message, ``input`` (a string, or message items whose content is a
+    string or ``input_text`` / ``output_text`` / ``input_image`` parts) → ``messages``,
+    ``text.format`` → ``response_format``; ``model`` and ``stream`` kept."""
+    items = body.get("input")
+    items = [{"role": "user", "content": items}] if isinstance(items, str) else items if isinstance(items, list) else []
+    messages = [{"role": "system", "content": body["instructions"]}] if isinstance(body.get("instructions"), str) else []
+    for item in items:
+        if not isinstance(item, dict) or item.get("type", "message") != "message":
+            continue
+        content = item.get("content")
+        if isinstance(content, list):
+            content = [{"type": "text", "text": p.get("text", "")} if p.get("type") in ("input_text", "output_text")
+                       else {"type": "image_url", "image_url": {"url": p.get("image_url")}}
+                       for p in content if isinstance(p, dict)]
+        messages.append({"role": item.get("role"), "content": content})
+    out = {"model": body.get("model"), "messages": messages, "stream": bool(body.get("stream"))}
+    fmt = (body.get("text") or {}).get("format") if isinstance(body.get("text"), dict) else None
+    if isinstance(fmt, dict):
+        out["response_format"] = fmt
+    return out
+
+
+@dataclass
+class Reply:
+    """One answer in the Responses API's shapes (the ``response`` object and its stream events).
+
+    Attributes:
+        model: the request's model; content: the answer's text; cut: it was cut short
+            (``status: "incomplete"``); usage: chat-style token counts.
+    """
+
+    model: str
+    content: str
+    cut: bool
+    usage: dict[str, int]
+
+    def __post_init__(self) -> None:
+        self.id, self.item = f"resp_sandbox{uuid.uuid4().hex[:16]}", f"msg_sandbox{uuid.uuid4().hex[:16]}"
+        self.created = int(time.time())
+
+    def part(self, text: str) -> dict[str, Any]:
+        return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+    def message(self, status: str, parts: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"id": self.item, "type": "message", "status": status, "role": "assistant", "content": parts}
+
+    def response(self, status: str, output: list[dict[str, Any]]) -> dict[str, Any]:
+        """The ``response`` object (OpenAI's fields; ``usage`` once done)."""
+        done = status != "in_progress"
+        usage = {"input_tokens": self.usage["prompt_tokens"], "input_tokens_details": {"cached_tokens": 0},
+                 "output_tokens": self.usage["completion_tokens"], "output_tokens_details": {"reasoning_tokens": 0},
+                 "total_tokens": self.usage["total_tokens"]}
+        return {"id": self.id, "object": "response", "created_at": self.created, "status": status,
+                "background": False, "error": None,
+                "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
+                "instructions": None, "max_output_tokens": None, "metadata": {}, "model": self.model, "output": output,
+                "parallel_tool_calls": True, "previous_response_id": None, "reasoning": {"effort": None, "summary": None},
+                "store": False, "temperature": 1.0, "text": {"format": {"type": "text"}}, "tool_choice": "auto",
+                "tools": [], "top_p": 1.0, "truncation": "disabled", "usage": usage if done else None, "user": None}
+
+    async def whole(self) -> web.Response:
+        status = "incomplete" if self.cut else "completed"
+        return web.json_response(self.response(status, [self.message(status, [self.part(self.content)])]))
+
+    async def stream(self, request: web.Request) -> web.StreamResponse:
+        """The semantic events, as ``event: <type>`` / ``data: <json>`` pairs."""
+        resp = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        seq = 0
+
+        async def send(kind: str, **fields: Any) -> None:
+            nonlocal seq
+            data = {"type": kind, "sequence_number": seq, **fields}
+            seq += 1
+            await resp.write(f"event: {kind}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode())
+
+        at = {"item_id": self.item, "output_index": 0, "content_index": 0}
+        await send("response.created", response=self.response("in_progress", []))
+        await send("response.in_progress", response=self.response("in_progress", []))
+        await send("response.output_item.added", output_index=0, item=self.message("in_progress", []))
+        await send("response.content_part.added", **at, part=self.part(""))
+        for piece in _chunks(self.content):
+            await send("response.output_text.delta", **at, delta=piece, logprobs=[])
+            await asyncio.sleep(0)
+        status = "incomplete" if self.cut else "completed"
+        await send("response.output_text.done", **at, text=self.content, logprobs=[])
+        await send("response.content_part.done", **at, part=self.part(self.content))
+        item = self.message(status, [self.part(self.content)])
+        await send("response.output_item.done", output_index=0, item=item)
+        await send(f"response.{status}", response=self.response(status, [item]))
         await resp.write_eof()
         return resp
 

@@ -73,9 +73,10 @@ async def test_chat_on_a_provider_of_the_client(replay_provider, sink):
 
 @pytest.mark.parametrize("provider", ["nebius", "sambanova"])
 async def test_chat_on_a_provider_the_client_dropped_goes_through_the_router(replay_provider, sink, provider):
-    """huggingface_hub 2.4 has no helper for nebius or sambanova any more; the router still serves
-    them: the model is pinned (``model:provider``) on its auto route, and the provider's recorded
-    answer comes back through it."""
+    """The way to a provider the installed client has no helper for but the router serves: the
+    model is pinned (``model:provider``) on the router's auto route, and the provider's recorded
+    answer comes back through it. (Recorded from nebius and sambanova before Hugging Face removed
+    them on 2026-07-01; the policy no longer routes to those two, tests/test_provider_churn.py.)"""
     name = f"providers/chat_completion_no_stream--{provider}"
     it = post(name)
     question = it.request_json()["messages"][-1]["content"]

@@ -39,7 +39,7 @@ def model(mid: str, task: str, live: list[str], downloads: int = 100) -> dict:
 
 HUB_MODELS = [
     model("acme/captioner", "image-to-text", []),  # in the catalog, live nowhere
-    model("acme/vlm", "image-text-to-text", ["nebius"], 700),
+    model("acme/vlm", "image-text-to-text", ["together"], 700),
     model("acme/paint", "text-to-image", ["hf-inference"], 900),
 ]
 
@@ -100,7 +100,7 @@ async def test_a_vlm_captions_when_no_captioning_model_is_live_and_a_later_task_
 
 async def test_without_a_vlm_the_task_fails_with_one_sentence(executor, sink):
     ex, _ = executor
-    ex.selector.placement.availability.policy.per_task = {"image-text-to-text": "together"}  # the VLM is not there
+    ex.selector.placement.availability.policy.per_task = {"image-text-to-text": "groq"}  # the VLM is not there
     photo = media_file("chelsea.png")
     image = await stored_upload(sink, photo.data, photo.name, None)
     _, results = await ex.execute([Task(1, "image-to-text", [], {"image": image.id})],
