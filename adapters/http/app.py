@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse
 from bot.service import Service
 from bot.settings import Settings
 
-from . import openai_api, reference
+from . import openai_api, reference, responses
 from .auth import Keys
 from .common import CONVERSATION_HEADER, OPEN_WEBUI_CHAT_HEADER, State, state_of
 from .errors import install_error_handlers
@@ -44,7 +44,7 @@ def create_app(settings: Settings, service: Service, *, version: str = "unknown"
     """
     app = FastAPI(
         title="HuggingGPT", version=version,
-        description="HuggingGPT (Shen et al., NeurIPS 2023) behind an OpenAI-compatible Chat Completions API "
+        description="HuggingGPT (Shen et al., NeurIPS 2023) behind an OpenAI-compatible Chat Completions API and Responses API "
                     "(model `hugginggpt`) and the reference implementation's `/hugginggpt`, `/tasks`, `/results`. "
                     "Send `Authorization: Bearer KEY`; name a conversation with the `X-HuggingGPT-Conversation` header.",
         docs_url="/docs", redoc_url=None,
@@ -60,6 +60,7 @@ def create_app(settings: Settings, service: Service, *, version: str = "unknown"
                        allowed_hosts=server.allowed_hosts or default_hosts(server, bound_host or server.host))
     install_error_handlers(app)
     app.include_router(openai_api.router, tags=["OpenAI-compatible"])
+    app.include_router(responses.router, tags=["OpenAI-compatible"])
     app.include_router(reference.router)
 
     @app.get("/healthz", summary="Liveness", tags=["operations"])

@@ -1,6 +1,7 @@
 """Request bodies of the HTTP API as typed models (what ``/openapi.json`` describes).
 
-The chat request follows the OpenAI Chat Completions reference (``POST /v1/chat/completions``):
+The chat request follows the OpenAI Chat Completions reference (``POST /v1/chat/completions``),
+the responses request the Responses API reference (``POST /v1/responses``):
 fields this server does not use (``temperature``, ``max_tokens``, ``tools`` ...) are accepted and
 ignored, as OpenAI-compatible servers do, so any client's defaults pass.
 """
@@ -65,6 +66,43 @@ class ChatCompletionRequest(BaseModel):
     messages: list[Message] = Field(min_length=1)
     stream: bool = False
     stream_options: StreamOptions | None = None
+    user: str | None = None
+
+
+class InputPart(BaseModel):
+    """One part of a Responses API message's content: ``input_text`` / ``output_text`` (``text``)
+    or ``input_image`` (``image_url``: a ``data:`` URL or an https URL; ``file_id`` is refused)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    text: str | None = None
+    image_url: str | None = None
+    file_id: str | None = None
+    detail: str | None = None
+
+
+class InputItem(BaseModel):
+    """One item of a Responses API ``input`` list: a message (``type`` ``"message"`` or absent)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str = "message"
+    role: Literal["system", "developer", "user", "assistant"] | None = None
+    content: str | list[InputPart] | None = None
+
+
+class ResponsesRequest(BaseModel):
+    """``POST /v1/responses`` (OpenAI Responses API): ``input`` is the request (a string) or the
+    conversation (message items, the last ``user`` one the request); ``instructions`` is ignored
+    like a system message; tools, reasoning and sampling fields are accepted and ignored."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str
+    input: str | list[InputItem]
+    instructions: str | None = None
+    stream: bool = False
     user: str | None = None
 
 
