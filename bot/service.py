@@ -436,7 +436,7 @@ class Service:
         ]
         if message.on_start is not None:
             message.on_start(None, 0)
-        request = Request(text=text, files=stored, history=list(message.chat_log))
+        request = Request(text=text, files=stored, history=list(message.chat_log), context=message.context)
         async for event in self.pipeline.run(request, sink, stop=message.stop):
             yield event
 
@@ -509,7 +509,8 @@ class Service:
             failed = RunRecord(request=text, status="error", error="This turn could not start.")
             await asyncio.shield(self._finish(key, conv, turn, failed))
             raise
-        return Request(text=text, files=stored, resources=earlier, history=history, conversation_id=conv, turn=turn)
+        return Request(text=text, files=stored, resources=earlier, history=history, conversation_id=conv, turn=turn,
+                       context=message.context)
 
     async def _stored_turn(self, message: Message, request: Request) -> AsyncIterator[Event]:
         """Run a begun turn and save it; with ``memoryless_fallback``, an output that cannot be
@@ -566,7 +567,7 @@ class Service:
         note = without_memory_sentence(error)
         if told:
             yield Notice(note)
-        request = Request(text=text, files=stored, history=list(message.chat_log))
+        request = Request(text=text, files=stored, history=list(message.chat_log), context=message.context)
         async for event in self._tracked(self.pipeline.run(request, KeepOrFail(sink), stop=message.stop)):
             if isinstance(event, Done) and told:
                 event.record.notes.insert(0, note)
