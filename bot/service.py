@@ -17,6 +17,7 @@ from dataclasses import replace
 from collections.abc import AsyncIterator, Sequence
 
 from pipeline.core import Pipeline
+from pipeline.coverage import readable_kinds
 from pipeline.followup import work_summary
 from pipeline.types import Done, Event, Notice, Request, Resource, ResourceSink, RunRecord, Turn
 
@@ -161,6 +162,12 @@ class Service:
                                               decoder=self.pipeline.decoder)
             for f in files
         ]
+
+    async def readable_kinds(self) -> set[str]:
+        """The kinds of file (``"image"``, ``"audio"``, ``"video"``, ``"text"``) some task served
+        now reads (:func:`pipeline.coverage.readable_kinds` of the served tasks), for front ends
+        that filter what users may attach; the first call may wait for the Hub."""
+        return readable_kinds(await self.pipeline.served_tasks())
 
     async def conversation_id(self, key: ConversationKey) -> str:
         """The stored conversation id of ``key`` (created on first use)."""
