@@ -89,6 +89,20 @@ async def test_the_channel_a_user_views_reaches_their_next_request(slack, tmp_pa
         assert "<context>" not in second and "<!channel>" not in second
 
 
+async def test_the_documented_event_shape_names_the_viewer_in_its_authorization(slack, tmp_path):
+    """Slack's reference example of ``app_context_changed`` has no ``user`` in the event: the
+    viewer is the envelope's one human authorization."""
+    async with bot_with_controller(slack, tmp_path) as (h, sb):
+        changed = slack.event_body({"type": "app_context_changed", "context": channel_entity("C0DOCS")})
+        changed["authorizations"] = [{"team_id": slack.team_id, "user_id": "U1", "is_bot": False,
+                                      "is_enterprise_install": False}]
+        assert (await h.deliver(changed))[0] == 200
+        body, _ = h.user_message("draw a picture of a red fox", channel=DM, channel_type="im")
+        await h.deliver(body)
+        await h.settle()
+        assert "<context>The user is viewing in Slack: channel C0DOCS.</context>" in planning_prompts(sb)[-1]
+
+
 async def test_the_older_assistant_view_still_greets_and_gives_context(slack, tmp_path):
     """An app installed with ``assistant_view``: ``assistant_thread_started`` greets in the
     assistant thread with prompts there; ``assistant_thread_context_changed`` is the context of the

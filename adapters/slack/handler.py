@@ -483,9 +483,12 @@ async def assistant_started(bot: SlackBot, body: dict[str, Any], event: dict[str
 def context_changed(bot: SlackBot, body: dict[str, Any], event: dict[str, Any]) -> None:
     """What the user views changed (``app_context_changed`` of the agent view, or
     ``assistant_thread_context_changed`` of the older assistant view): remembered for the user's
-    next request (:class:`adapters.slack.logic.Viewing`)."""
+    next request (:class:`adapters.slack.logic.Viewing`). The user is the event's ``user`` (or the
+    assistant thread's ``user_id``), else the envelope's human authorization (Slack's example event
+    names the viewer only there: docs.slack.dev/reference/events/app_context_changed)."""
     thread = event.get("assistant_thread") or {}
-    user = str(event.get("user") or thread.get("user_id") or "")
+    humans = [a.get("user_id") for a in body.get("authorizations") or [] if isinstance(a, dict) and a.get("is_bot") is False]
+    user = str(event.get("user") or thread.get("user_id") or (humans[0] if len(humans) == 1 else "") or "")
     if not user:
         log.debug("%s without a user: ignored", event.get("type"))
         return
