@@ -138,6 +138,9 @@ class Message:
             turn starts (the chat bots), instead of raising :class:`bot.errors.StorageError`.
         on_start: called with ``(conversation_id, turn)`` (``None``, 0 outside a conversation) once
             the checks passed and the pipeline starts.
+        context: what the platform says about where the user is (Slack's agent view: the channel
+            they view), one untrusted line given to the controller beside the request
+            (:attr:`pipeline.types.Request.context`), never stored as the user's words; ``""``: none.
     """
 
     text: str
@@ -150,6 +153,7 @@ class Message:
     chat_log: Sequence[Turn] = ()
     memoryless_fallback: bool = False
     on_start: Callable[[str | None, int], None] | None = field(default=None, compare=False)
+    context: str = ""
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from dataclasses import replace
 from collections.abc import AsyncIterator, Sequence
 
 from pipeline.core import Pipeline
+from pipeline.coverage import readable_kinds
 from pipeline.followup import work_summary
 from pipeline.types import Done, Event, Notice, Request, Resource, ResourceSink, RunRecord, Turn
 
@@ -161,6 +162,12 @@ class Service:
                                               decoder=self.pipeline.decoder)
             for f in files
         ]
+
+    async def readable_kinds(self) -> set[str]:
+        """The kinds of file (``"image"``, ``"audio"``, ``"video"``, ``"text"``) some task served
+        now reads (:func:`pipeline.coverage.readable_kinds` of the served tasks), for front ends
+        that filter what users may attach; the first call may wait for the Hub."""
+        return readable_kinds(await self.pipeline.served_tasks())
 
     async def conversation_id(self, key: ConversationKey) -> str:
         """The stored conversation id of ``key`` (created on first use)."""
@@ -436,7 +443,7 @@ class Service:
         ]
         if message.on_start is not None:
             message.on_start(None, 0)
-        request = Request(text=text, files=stored, history=list(message.chat_log))
+        request = Request(text=text, files=stored, history=list(message.chat_log), context=message.context)
         async for event in self.pipeline.run(request, sink, stop=message.stop):
             yield event
 
@@ -509,7 +516,8 @@ class Service:
             failed = RunRecord(request=text, status="error", error="This turn could not start.")
             await asyncio.shield(self._finish(key, conv, turn, failed))
             raise
-        return Request(text=text, files=stored, resources=earlier, history=history, conversation_id=conv, turn=turn)
+        return Request(text=text, files=stored, resources=earlier, history=history, conversation_id=conv, turn=turn,
+                       context=message.context)
 
     async def _stored_turn(self, message: Message, request: Request) -> AsyncIterator[Event]:
         """Run a begun turn and save it; with ``memoryless_fallback``, an output that cannot be
@@ -566,7 +574,7 @@ class Service:
         note = without_memory_sentence(error)
         if told:
             yield Notice(note)
-        request = Request(text=text, files=stored, history=list(message.chat_log))
+        request = Request(text=text, files=stored, history=list(message.chat_log), context=message.context)
         async for event in self._tracked(self.pipeline.run(request, KeepOrFail(sink), stop=message.stop)):
             if isinstance(event, Done) and told:
                 event.record.notes.insert(0, note)

@@ -126,6 +126,7 @@ def planning_messages(request: Request, available: AbstractSet[str], problem: st
                     "content": prompts.render(
                         "planning.user",
                         history="",
+                        context="",
                         request=demo["request"],
                         resources=json.dumps(demo["resources"]),
                         available=json.dumps(sorted(available)),
@@ -140,6 +141,7 @@ def planning_messages(request: Request, available: AbstractSet[str], problem: st
             "content": prompts.render(
                 "planning.user",
                 history=chat_log_text(request.history),
+                context=request.context,
                 request=request.text,
                 resources=json.dumps([r.prompt_view() for r in request.resources], ensure_ascii=False),
                 available=json.dumps(sorted(available)),

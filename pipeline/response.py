@@ -68,6 +68,7 @@ def response_messages(
     user = prompts.render(
         "response.user",
         history=chat_log_text(request.history),
+        context=request.context,
         request=request.text,
         plan=json.dumps([t.to_json() for t in tasks], ensure_ascii=False),
         selections=json.dumps(

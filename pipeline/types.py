@@ -246,6 +246,8 @@ class Request:
         history: earlier turns, newest first, already trimmed to the context budget.
         conversation_id: the conversation's id, or ``None`` for a one-off run.
         turn: this turn's index within the conversation (0 for a one-off run).
+        context: where the user is, as the front end says it (Slack's agent view), untrusted; shown
+            to the controller beside the request when planning and answering; ``""``: none.
     """
 
     text: str
@@ -254,6 +256,7 @@ class Request:
     history: list[Turn] = field(default_factory=list)
     conversation_id: str | None = None
     turn: int = 0
+    context: str = ""
 
     def __post_init__(self) -> None:
         known = {r.id for r in self.resources}

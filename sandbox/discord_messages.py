@@ -92,6 +92,63 @@ def component_problem(body: dict[str, Any], flags: int, filenames: set[str]) -> 
                 return f"{url} refers to no attachment of this message"
     return None
 
+
+FILE_TYPE_KINDS = {"image", "video", "audio"}
+LABEL_CHILDREN = {3, 4, 5, 6, 7, 8, 19, 21, 22, 23}  # selects, text input, file upload, radio/checkbox
+
+
+def file_types_problem(types: Any) -> str | None:
+    """Why Discord would refuse a ``file_types`` filter (``"image"``, ``"video"``, ``"audio"`` or
+    dot-prefixed extensions, 1 to 10 entries), or ``None``."""
+    if not isinstance(types, list) or not 1 <= len(types) <= 10:
+        return "file_types holds 1 to 10 entries"
+    bad = [t for t in types if not (t in FILE_TYPE_KINDS or (isinstance(t, str) and re.fullmatch(r"\.[A-Za-z0-9]{1,16}", t)))]
+    return f"file_types entries {bad} are neither image, video, audio nor .extensions" if bad else None
+
+
+def modal_problem(data: dict[str, Any]) -> str | None:
+    """Why Discord would refuse this modal (interaction callback type 9), or ``None``.
+
+    Rules (Discord API docs, "Interactions > Modal" and "Components > Label / File Upload"):
+    ``custom_id`` up to 100 characters, ``title`` up to 45; 1 to 5 top-level components, each a
+    Label (type 18; label up to 45 characters, description up to 100) around one input; a File
+    Upload (type 19) takes ``min_values`` 0-10 and ``max_values`` 1-10 files, its ``file_types``
+    as :func:`file_types_problem`; a text input inside a Label has no ``label`` of its own.
+    """
+    if not 1 <= len(str(data.get("custom_id") or "")) <= 100 or not 1 <= len(str(data.get("title") or "")) <= 45:
+        return "a modal needs a custom_id (up to 100 characters) and a title (up to 45)"
+    comps = data.get("components") or []
+    if not 1 <= len(comps) <= 5:
+        return f"a modal holds 1 to 5 components, not {len(comps)}"
+    for c in comps:
+        inner = c.get("component") or {}
+        if c.get("type") != 18 or inner.get("type") not in LABEL_CHILDREN:
+            return "a modal's components are labels around one input"
+        if not 1 <= len(c.get("label") or "") <= 45 or len(c.get("description") or "") > 100:
+            return "a label's text is 1-45 characters, its description up to 100"
+        if inner.get("type") == 4 and inner.get("label"):
+            return "a text input inside a label has no label of its own"
+        if inner.get("type") == 19:
+            if not 0 <= int(inner.get("min_values", 1)) <= 10 or not 1 <= int(inner.get("max_values", 1)) <= 10:
+                return "a file upload takes min_values 0-10 and max_values 1-10"
+            if "file_types" in inner and (problem := file_types_problem(inner["file_types"])):
+                return problem
+    return None
+
+
+def command_problem(command: dict[str, Any]) -> str | None:
+    """Why Discord would refuse this command in a bulk overwrite, or ``None``: ``file_types``
+    only on attachment options (type 11), as :func:`file_types_problem`."""
+    for option in command.get("options") or []:
+        if "file_types" not in option:
+            continue
+        if option.get("type") != 11:
+            return f"option {option.get('name')!r}: file_types only go on attachment options"
+        if problem := file_types_problem(option["file_types"]):
+            return f"option {option.get('name')!r}: {problem}"
+    return None
+
+
 # Permission bits (Discord API docs, "Permissions > Bitwise Permission Flags").
 VIEW_CHANNEL = 1 << 10
 SEND_MESSAGES = 1 << 11

@@ -7,7 +7,9 @@ JSON bodies are answered with ``Content-Type: application/json`` exactly (discor
 nothing else). Every request is recorded in ``StandinDiscord.calls``; messages the bot creates
 are echoed over the gateway (MESSAGE_CREATE, THREAD_CREATE) as Discord does. Component
 interactions are answered with callback type 6 (deferred update), 7 (update the message) or 4 (a
-new message). Knobs read from the server: ``forbid_threads`` (403, code 50013),
+new message); a command or component interaction may be answered with a modal (type 9, checked by
+:func:`sandbox.discord_messages.modal_problem`, kept in ``StandinDiscord.modals``), a modal
+submission may not. Commands synced with an invalid ``file_types`` are refused. Knobs read from the server: ``forbid_threads`` (403, code 50013),
 ``attachment_size_limit`` (413, code 40005), ``token_ttl`` (an interaction token's life, seconds).
 """
 
@@ -19,8 +21,8 @@ from typing import Any
 
 from aiohttp import web
 
-from .discord_messages import (IS_COMPONENTS_V2, JSON, Call, StoredMessage, UploadedFile, component_problem,
-                               now_iso)
+from .discord_messages import (IS_COMPONENTS_V2, JSON, Call, StoredMessage, UploadedFile, command_problem,
+                               component_problem, modal_problem, now_iso)
 
 
 class DiscordRest:
@@ -116,6 +118,9 @@ class DiscordRest:
 
     async def _sync_commands(self, request: web.Request) -> web.Response:
         call = await self._record(request)
+        problem = next((p for p in map(command_problem, call.json or []) if p), None)
+        if problem:
+            return self._error(400, 50035, f"Invalid Form Body: {problem}")
         self.discord.command_syncs += 1
         self.discord.commands = [{**c, "id": str(self.discord.snowflake()), "application_id": str(self.discord.app_id), "version": "1",
                           "default_member_permissions": c.get("default_member_permissions")} for c in call.json]
@@ -145,6 +150,8 @@ class DiscordRest:
         kind = body.get("type")
         data = body.get("data") or {}
         flags = int(data.get("flags") or 0)
+        if kind == 9:
+            return await self._modal(iid, info, body)
         if kind in (6, 7):  # a component interaction: (deferred) update of the message it came from
             if info.get("message") is None:
                 return self._error(400, 50035, "Invalid Form Body: not a component interaction")
@@ -181,6 +188,17 @@ class DiscordRest:
                             "response_message_loading": kind == 5, "response_message_ephemeral": bool(flags & 64)},
             "resource": {"type": kind, "message": msg},
         })
+
+    async def _modal(self, iid: int, info: dict[str, Any], body: dict[str, Any]) -> web.Response:
+        """A modal as the response (callback type 9): not to a modal submission, and checked."""
+        problem = "a modal submission cannot be answered with a modal" if info.get("type") == 5 else (
+            modal_problem(body.get("data") or {}))
+        if problem:
+            return self._error(400, 50035, f"Invalid Form Body: {problem}")
+        self.discord.callbacks[iid] = body
+        self.discord.modals[iid] = body["data"]
+        await self.discord.notify()
+        return self._json({"interaction": {"id": str(iid), "type": 2}, "resource": {"type": 9}})
 
     def _metadata(self, iid: int) -> dict[str, Any]:
         info = next((i for i in self.discord.interactions.values() if i["id"] == iid), None)

@@ -93,6 +93,7 @@ class StandinDiscord:
         self.commands: list[dict[str, Any]] = []
         self.deferrals: dict[int, float] = {}
         self.callbacks: dict[int, dict[str, Any]] = {}  # interaction id → callback JSON
+        self.modals: dict[int, dict[str, Any]] = {}  # interaction id → the modal it was answered with
         self.injected: dict[int, float] = {}
         self.identifies = 0
         self.resumes = 0
@@ -450,7 +451,7 @@ class StandinDiscord:
 
     def interaction_payload(
         self,
-        prompt: str,
+        prompt: str | None,
         *,
         files: list[str] | None = None,
         attachments: list[dict[str, Any]] | None = None,
@@ -460,14 +461,15 @@ class StandinDiscord:
         command: str = "ask",
         interaction_id: int | None = None,
     ) -> dict[str, Any]:
-        """An APPLICATION_COMMAND interaction for ``/command prompt:<prompt> file1..fileN``."""
+        """An APPLICATION_COMMAND interaction for ``/command prompt:<prompt> file1..fileN`` (no
+        ``prompt`` option when ``prompt`` is ``None``)."""
         user = user or self.user
         cid = channel_id or self.channel_id
         channel = self.channels[cid]
         iid = interaction_id or self.snowflake()
         token = f"itoken-{iid}"
         atts = list(attachments or []) + [self.attachment(f, channel_id=cid) for f in files or []]
-        options: list[dict[str, Any]] = [{"name": "prompt", "type": 3, "value": prompt}]
+        options: list[dict[str, Any]] = [] if prompt is None else [{"name": "prompt", "type": 3, "value": prompt}]
         resolved: dict[str, Any] = {}
         for i, att in enumerate(atts, start=1):
             options.append({"name": f"file{i}", "type": 11, "value": att["id"]})
@@ -509,7 +511,7 @@ class StandinDiscord:
         """Deliver INTERACTION_CREATE (again, for a replay; to every gateway session with
         ``everywhere``) and remember its token."""
         self.interactions.setdefault(payload["token"], {"id": int(payload["id"]), "channel_id": int(payload["channel_id"]),
-                                                         "original": None})
+                                                         "original": None, "type": payload["type"]})
         self.injected.setdefault(int(payload["id"]), time.monotonic())
         await self.dispatch("INTERACTION_CREATE", payload, everywhere=everywhere)
         return payload
@@ -517,6 +519,31 @@ class StandinDiscord:
     async def interact(self, prompt: str, **kw: Any) -> dict[str, Any]:
         """Build and deliver an ``/ask`` interaction; returns its payload."""
         return await self.send_interaction(self.interaction_payload(prompt, **kw))
+
+    async def submit_form(self, iid: int, text: str, *, files: list[str] | None = None,
+                          attachments: list[dict[str, Any]] | None = None, custom_id: str | None = None) -> int:
+        """The user fills in and submits the modal interaction ``iid`` was answered with
+        (INTERACTION_CREATE, type 5 MODAL_SUBMIT): ``text`` in its text input, the files in its
+        File Upload, as Discord sends them (ids in ``values``, the attachments under
+        ``resolved``). Nothing checks the count or ``file_types``, as a modified client would not;
+        ``custom_id`` replaces the modal's own (a stale or forged form). Returns the new interaction id."""
+        modal = self.modals[iid]
+        original = self.interaction_payload(None, channel_id=next(
+            i["channel_id"] for i in self.interactions.values() if i["id"] == iid))
+        atts = list(attachments or []) + [self.attachment(f, channel_id=int(original["channel_id"])) for f in files or []]
+        filled = []
+        for label in modal["components"]:
+            inner = dict(label["component"])
+            answer = {"type": inner["type"], "id": inner.get("id", 0), "custom_id": inner["custom_id"]}
+            answer.update({"value": text} if inner["type"] == 4 else {"values": [a["id"] for a in atts]})
+            filled.append({"type": 18, "id": label.get("id", 0), "component": answer})
+        data: dict[str, Any] = {"custom_id": custom_id or modal["custom_id"], "components": filled}
+        if atts:
+            data["resolved"] = {"attachments": {a["id"]: a for a in atts}}
+        new = self.snowflake()
+        payload = {**original, "id": str(new), "type": 5, "token": f"itoken-{new}", "data": data}
+        await self.send_interaction(payload)
+        return new
 
     def dm_channel(self, user: dict[str, Any] | None = None) -> int:
         """The id of the DM channel between the bot and ``user`` (default: alice), opened on first use."""

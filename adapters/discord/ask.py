@@ -106,9 +106,10 @@ class NotDeferred(Exception):
 
 
 async def on_ask(bot: Any, interaction: discord.Interaction, prompt: str,
-                 attachments: list[discord.Attachment]) -> None:
-    """Handle ``/ask``: refuse privately what Discord's side refuses, or start the run in the
-    background (the service admits it, :func:`_ask_run`)."""
+                 attachments: list[discord.Attachment], *, max_files: int | None = None) -> None:
+    """Handle ``/ask`` (or its upload form, :mod:`adapters.discord.upload`): refuse privately what
+    Discord's side refuses, or start the run in the background (the service admits it,
+    :func:`_ask_run`). ``max_files``: a lower count of files than ``[storage] max_files`` (the form's)."""
     if not bot.seen_events.first_time(("interaction", interaction.id)):
         log.info("ignored replayed interaction %s", interaction.id)
         return
@@ -116,7 +117,8 @@ async def on_ask(bot: Any, interaction: discord.Interaction, prompt: str,
         refusal: str | None = "Please tell me what you want in the prompt."
     else:
         refusal = bot.precheck(attachments, in_thread=isinstance(interaction.channel, discord.Thread),
-                               permissions=interaction.app_permissions if interaction.guild_id is not None else None)
+                               permissions=interaction.app_permissions if interaction.guild_id is not None else None,
+                               max_files=max_files)
     if refusal is not None:
         log.info("refused /%s from user %s in channel %s: %s", bot.cfg.command_name, interaction.user.id,
                  interaction.channel_id, refusal)

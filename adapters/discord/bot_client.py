@@ -6,7 +6,9 @@ What a user sees:
 1. ``/ask prompt:<text> [file1..file3]``: the bot defers at once ("is thinking…"), then turns its
    response into a message "<user> asked: …" with a public thread named after the request (or, in
    an existing thread or a DM, works right there); that message says at the end how the run
-   ended (:mod:`adapters.discord.ask`).
+   ended (:mod:`adapters.discord.ask`). ``/ask`` with neither a prompt nor a file opens a form
+   with a File Upload of up to 10 files; the attachment options and the form offer the kinds of
+   file the served tasks read (``file_types``, :mod:`adapters.discord.upload`).
 2. In the thread: a Components V2 message (a container with the plan's tasks, their models and
    states, and a Stop button), edited at most about once per second (Discord rate limits); then
    generated images in a media gallery and audio/video as files (shrunk to the upload limit,
@@ -63,9 +65,10 @@ from discord.shard import Shard
 from bot.admission import Requester
 from bot.limits import SeenKeys
 from bot.settings import Settings
+from pipeline.errors import HuggingGPTError
 from adapters.turn import INTERRUPTED_ELSEWHERE as INTERRUPTED, RESTARTED
 
-from . import ask, conversation
+from . import ask, conversation, upload
 from .delivery import tell_privately
 from .policy import REQUIRED_IN_CHANNEL, AttachmentInfo, attachment_refusal, missing_permission
 from .render import missing_permission_sentence
@@ -81,6 +84,8 @@ log = logging.getLogger("hugginggpt.discord")
 INTERACTION_TOKEN_LIFETIME = timedelta(minutes=14)
 """Interaction tokens are valid for 15 minutes (Discord API docs, "Interactions"); the bot stops
 using one a minute before, and posts only into the thread after that."""
+FILE_TYPES_WAIT = 10.0
+"""Seconds the start waits for the served tasks to know the ``file_types`` of ``/ask``."""
 REFUSAL_QUIET_SECONDS = 600.0
 """After refusing a follow-up, the same refusal to the same member in the same thread stays
 silent this long (seconds): told once, not once per message."""
@@ -157,30 +162,31 @@ class HuggingGPTBot(discord.AutoShardedClient):
         self._closing = False
         self.start_error: BaseException | None = None  # why the first gateway connection failed
         self._start_failed = asyncio.Event()
-        self._add_command()
+        self.forms = upload.Forms()  # the upload forms of /ask open now
+        self.ask_command = self._add_command()
 
     # ------------------------------------------------------------------------------------------
     # setup
 
-    def _add_command(self) -> None:
+    def _add_command(self) -> upload.AskCommand:
         bot = self
 
         async def ask(
             interaction: discord.Interaction,
-            prompt: str,
+            prompt: Optional[str] = None,
             file1: Optional[discord.Attachment] = None,
             file2: Optional[discord.Attachment] = None,
             file3: Optional[discord.Attachment] = None,
         ) -> None:
-            await bot.on_ask(interaction, prompt, [f for f in (file1, file2, file3) if f is not None])
+            await bot.on_ask(interaction, prompt or "", [f for f in (file1, file2, file3) if f is not None])
 
-        command = app_commands.Command(
+        command = upload.AskCommand(
             name=self.cfg.command_name,
             description="Ask HuggingGPT: it plans AI tasks, runs Hugging Face models and answers with files.",
             callback=ask,
         )
         app_commands.describe(
-            prompt="What you want, e.g. 'describe this photo and read the answer aloud'",
+            prompt="What you want, e.g. 'describe this photo'; leave it out for a form taking up to 10 files",
             file1="An image, audio or video file", file2="Another file", file3="Another file",
         )(command)
 
@@ -194,15 +200,28 @@ class HuggingGPTBot(discord.AutoShardedClient):
             app_commands.allowed_installs(guilds=True, users=True)(cmd)
             app_commands.allowed_contexts(guilds=True, dms=True, private_channels=True)(cmd)
             self.tree.add_command(cmd)
+        return command
 
     async def setup_hook(self) -> None:
         """Sync the slash command once per process start (``setup_hook`` runs once, before the
         gateway connects; ``on_ready`` runs again after every reconnect)."""
         self.add_dynamic_items(StopButton)  # Stop presses, also on messages from before a restart
         self.service.events.on_interrupted(self._tell_interrupted)  # logged in now: threads of dead processes can be told
+        self.ask_command.file_types = tuple(await self._file_types())
         await self.tree.sync()
         self.command_syncs += 1
         log.info("synced /%s", self.cfg.command_name)
+
+    async def _file_types(self) -> list[str]:
+        """The ``file_types`` filter of ``/ask`` and its form (:func:`adapters.discord.upload.file_types`)
+        from the kinds of file the served tasks read; no filter when they cannot be known within
+        :data:`FILE_TYPES_WAIT` seconds (logged)."""
+        try:
+            kinds = await asyncio.wait_for(self.service.readable_kinds(), FILE_TYPES_WAIT)
+        except (asyncio.TimeoutError, HuggingGPTError, OSError) as e:
+            log.warning("the served tasks are not known (%r): /%s offers every kind of file", e, self.cfg.command_name)
+            kinds = set()
+        return upload.file_types(kinds)
 
     async def _tell_interrupted(self, marked: list[tuple[ConversationKey, int]]) -> None:
         """Tell each Discord thread (or DM) whose turn a dead process left running that it stopped
@@ -282,12 +301,13 @@ class HuggingGPTBot(discord.AutoShardedClient):
     # helpers
 
     def precheck(self, attachments: list[Any], *, permissions: discord.Permissions | None = None,
-                 in_thread: bool = True) -> str | None:
+                 in_thread: bool = True, max_files: int | None = None) -> str | None:
         """Discord's own refusals of ``/ask`` and follow-ups, in order, before the service is asked
         (access, rate and concurrency are the service's): shutting down, the bot's permissions
         (``/ask`` in a guild: ``permissions``), the attachments' declared size and type
-        (:func:`adapters.discord.policy.attachment_refusal`). Returns the user's sentence, or
-        ``None`` when the request may go to the service."""
+        (:func:`adapters.discord.policy.attachment_refusal`; at most ``max_files`` files when given
+        and lower than ``[storage] max_files``). Returns the user's sentence, or ``None`` when the
+        request may go to the service."""
         if self._closing:
             return RESTARTED
         if permissions is not None:
@@ -296,7 +316,8 @@ class HuggingGPTBot(discord.AutoShardedClient):
                 return missing_permission_sentence(missing, "this thread" if in_thread else "this channel")
         return attachment_refusal([AttachmentInfo(a.filename, a.size, a.content_type) for a in attachments],
                                   max_bytes=self.settings.storage.max_file_bytes,
-                                  max_files=self.settings.storage.max_files)
+                                  max_files=min(max_files or self.settings.storage.max_files,
+                                                self.settings.storage.max_files))
 
     @staticmethod
     def requester(user: Any, guild_id: int | None, channel_ids: list[int]) -> Requester:
@@ -337,8 +358,24 @@ class HuggingGPTBot(discord.AutoShardedClient):
     # events and runs
 
     async def on_ask(self, interaction: discord.Interaction, prompt: str, attachments: list[discord.Attachment]) -> None:
-        """Handle ``/ask`` (:func:`adapters.discord.ask.on_ask`)."""
-        await ask.on_ask(self, interaction, prompt, attachments)
+        """Handle ``/ask`` (:func:`adapters.discord.ask.on_ask`); without a prompt and files, open
+        its upload form (:mod:`adapters.discord.upload`) unless Discord's side refuses first."""
+        if prompt.strip() or attachments:
+            await ask.on_ask(self, interaction, prompt, attachments)
+            return
+        if not self.seen_events.first_time(("interaction", interaction.id)):
+            return
+        refusal = self.precheck([], in_thread=isinstance(interaction.channel, discord.Thread),
+                                permissions=interaction.app_permissions if interaction.guild_id is not None else None)
+        if refusal is not None:
+            await tell_privately(interaction, refusal)
+            return
+        await self.forms.open(self, interaction, self.ask_command.file_types)
+
+    async def on_interaction(self, interaction: discord.Interaction) -> None:
+        """Every interaction (discord.py dispatches them after routing): a submission of an upload
+        form the bot no longer holds gets one private sentence (:meth:`adapters.discord.upload.Forms.answer_stale`)."""
+        await self.forms.answer_stale(interaction, self.cfg.command_name)
 
     async def on_new(self, interaction: discord.Interaction) -> None:
         """Handle ``/new``: in the bot's DM, start the DM conversation over; elsewhere say how

@@ -51,7 +51,7 @@ from pipeline.errors import HuggingGPTError
 from pipeline.types import Event, RunRecord
 
 from . import web as slack_web
-from .logic import (DM_THREAD, EventContext, classify_message, escape_slack, strip_mentions, unescape_slack,
+from .logic import (DM_THREAD, EventContext, Viewing, classify_message, escape_slack, strip_mentions, unescape_slack,
                     wants_new_conversation)
 from .web import FEEDBACK_ACTION, LiveReply, STOP_ACTION, answer_messages
 
@@ -211,6 +211,8 @@ class SlackBot:
         self.file_origins = set(slack_web.DEFAULT_FILE_ORIGINS) | extra | ({api} if api and api[1] != "slack.com" else set())
         self.session: aiohttp.ClientSession | None = None
         self.web_session = slack_web.keep_alive(client)  # closed by close()
+        self.viewing = Viewing()  # what each user views (agent view), for their next request
+        self.greeted = SeenKeys(ttl=GREETED_SECONDS)  # users greeted when they opened the bot's DM
 
     # ------------------------------------------------------------------ entry from the listeners
 
@@ -298,7 +300,7 @@ class SlackBot:
             text, download=Download(len(files), lambda max_bytes: self.download_files(ctx, max_bytes)) if files else None,
             who=Requester("slack", ctx.user, (ctx.channel,), ctx.team, is_dm=ctx.is_dm), key=ctx.key,
             delivery=Delivery((ctx.delivery, ctx.message_key), view.payload, claimed=ctx.adopted),
-            stop=stop, memoryless_fallback=True)
+            stop=stop, memoryless_fallback=True, context=self.viewing.line_for(ctx.team, ctx.user, ctx.event))
         try:
             outcome = await follow(self.service.handle(message), view, progress=ctx.progress,
                                    where=f"slack {ctx.channel}/{ctx.thread_ts}")
@@ -399,6 +401,11 @@ SUGGESTED_PROMPTS = [
     {"title": "Start over", "message": "new"},
 ]
 """Shown when a user opens the bot's DM: its file tasks, and how to start a new conversation."""
+GREETING = ("Hi! I plan your request as AI tasks and run Hugging Face models for them. Attach an image, a "
+            "recording or a video, or just ask; the prompts below are a start.")
+"""Posted when a user first opens the bot's DM (agent view) or an assistant thread (assistant view)."""
+GREETED_SECONDS = 24 * 3600.0
+"""A user who opens the bot's DM again within this many seconds gets the prompts, not the greeting again."""
 
 
 async def stop_pressed(bot: SlackBot, body: dict[str, Any]) -> None:
@@ -436,16 +443,56 @@ async def feedback_pressed(bot: SlackBot, body: dict[str, Any]) -> None:
     await whisper(bot.client, channel, user, "Thanks for the feedback." if saved else ALREADY_ENDED)
 
 
-async def home_opened(client: AsyncWebClient, event: dict[str, Any]) -> None:
-    """The bot's DM opened (``app_home_opened``, ``tab == "messages"``): suggested prompts that
-    show what it can do with files (``assistant.threads.setSuggestedPrompts``)."""
-    if event.get("tab") != "messages" or not event.get("channel"):
-        return
+async def suggest(bot: SlackBot, channel: str, thread_ts: str | None = None, *, greeting: bool = False) -> None:
+    """The suggested prompts that show what the bot can do with files
+    (``assistant.threads.setSuggestedPrompts``, in the assistant thread ``thread_ts`` if any),
+    after the greeting if ``greeting``; a refusal is logged, never raised."""
+    if greeting:
+        await bot.say(channel, thread_ts, GREETING)
     try:
-        await client.assistant_threads_setSuggestedPrompts(
-            channel_id=event["channel"], title="Attach a file, or just ask:", prompts=SUGGESTED_PROMPTS)
+        await bot.client.assistant_threads_setSuggestedPrompts(
+            channel_id=channel, thread_ts=thread_ts, title="Attach a file, or just ask:", prompts=SUGGESTED_PROMPTS)
     except SlackApiError as e:
-        log.info("suggested prompts refused in %s: %s", event["channel"], e.response.get("error"))
+        log.info("suggested prompts refused in %s: %s", channel, e.response.get("error"))
+
+
+async def home_opened(bot: SlackBot, body: dict[str, Any], event: dict[str, Any]) -> None:
+    """The bot's DM opened (``app_home_opened``, ``tab == "messages"``; the agent view's start,
+    docs.slack.dev/ai/developing-agents): the suggested prompts each time, the greeting the first
+    time a user opens it (within :data:`GREETED_SECONDS`); the context it carries is remembered."""
+    channel, user = event.get("channel"), str(event.get("user") or "")
+    if event.get("tab") != "messages" or not channel:
+        return
+    team = str(body.get("team_id") or "")
+    if "context" in event:
+        bot.viewing.remember(team, user, event.get("context"))
+    await suggest(bot, channel, greeting=bot.greeted.first_time((team, user)))
+
+
+async def assistant_started(bot: SlackBot, body: dict[str, Any], event: dict[str, Any]) -> None:
+    """An assistant thread opened (``assistant_thread_started``: apps installed with the older
+    ``assistant_view``): the greeting and suggested prompts in that thread; its context is remembered."""
+    thread = event.get("assistant_thread") or {}
+    channel, thread_ts = thread.get("channel_id"), thread.get("thread_ts")
+    if not channel or not thread_ts:
+        return
+    bot.viewing.remember(str(body.get("team_id") or ""), str(thread.get("user_id") or ""), thread.get("context"))
+    await suggest(bot, channel, thread_ts, greeting=True)
+
+
+def context_changed(bot: SlackBot, body: dict[str, Any], event: dict[str, Any]) -> None:
+    """What the user views changed (``app_context_changed`` of the agent view, or
+    ``assistant_thread_context_changed`` of the older assistant view): remembered for the user's
+    next request (:class:`adapters.slack.logic.Viewing`). The user is the event's ``user`` (or the
+    assistant thread's ``user_id``), else the envelope's human authorization (Slack's example event
+    names the viewer only there: docs.slack.dev/reference/events/app_context_changed)."""
+    thread = event.get("assistant_thread") or {}
+    humans = [a.get("user_id") for a in body.get("authorizations") or [] if isinstance(a, dict) and a.get("is_bot") is False]
+    user = str(event.get("user") or thread.get("user_id") or (humans[0] if len(humans) == 1 else "") or "")
+    if not user:
+        log.debug("%s without a user: ignored", event.get("type"))
+        return
+    bot.viewing.remember(str(body.get("team_id") or ""), user, event.get("context", thread.get("context")))
 
 
 async def whisper(client: AsyncWebClient, channel: str, user: str, text: str) -> None:
@@ -509,8 +556,10 @@ def register_listeners(app: AsyncApp, bot: SlackBot) -> None:
     """Register the listeners on ``app`` (the same for Socket Mode and HTTP mode).
 
     Events: ``app_mention`` and ``message`` (channels, groups, im) both go through
-    :meth:`SlackBot.on_event`, which deduplicates them; ``app_home_opened`` and the Stop and
-    feedback buttons go to the button listeners below.
+    :meth:`SlackBot.on_event`, which deduplicates them; ``app_home_opened`` (greeting, prompts)
+    and ``app_context_changed`` of the agent view, ``assistant_thread_started`` and
+    ``assistant_thread_context_changed`` of the older assistant view, and the Stop and feedback
+    buttons go to the listeners below.
     """
 
     @app.event("app_mention")
@@ -522,8 +571,21 @@ def register_listeners(app: AsyncApp, bot: SlackBot) -> None:
         bot.on_event(body, event, context.get("bot_user_id"), context.get("bot_id"))
 
     @app.event("app_home_opened")
-    async def on_home_opened(event: dict) -> None:
-        await home_opened(bot.client, event)
+    async def on_home_opened(body: dict, event: dict) -> None:
+        await home_opened(bot, body, event)
+
+    @app.event("app_context_changed")
+    async def on_context_changed(body: dict, event: dict) -> None:
+        context_changed(bot, body, event)
+
+    # the older assistant view (apps installed before the agent view): both keep working
+    @app.event("assistant_thread_started")
+    async def on_assistant_started(body: dict, event: dict) -> None:
+        await assistant_started(bot, body, event)
+
+    @app.event("assistant_thread_context_changed")
+    async def on_assistant_context(body: dict, event: dict) -> None:
+        context_changed(bot, body, event)
 
     @app.action(STOP_ACTION)
     async def on_stop(ack: Any, body: dict) -> None:

@@ -11,6 +11,8 @@ Everything here is unit-tested without Slack:
 * :func:`split_text`: answers cut under Slack's message size without breaking code blocks or words.
 * :func:`to_mrkdwn`, :func:`unescape_slack`, :func:`strip_mentions`: text in both directions.
 * :func:`render_status`: the status message text for a run's progress.
+* :func:`viewing_line`, :class:`Viewing`: what the user views in Slack (agent view context), as
+  one untrusted line for their next request.
 * sentences for the user (:func:`missing_scope_sentence`, ...).
 """
 
@@ -18,10 +20,12 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
+from cachetools import TTLCache
 from slackify_markdown import slackify_markdown
 
 from adapters.progress import Progress
@@ -390,3 +394,80 @@ class EventContext:
     def run_id(self) -> str:
         """The run's id, carried by its Stop button."""
         return f"{self.channel}-{self.ts}"
+
+
+# ----------------------------------------------------------------------------------------------
+# What the user is viewing (Slack's agent view)
+
+#: Entities of one context shown to the controller (Slack orders them by relevance), and the
+#: characters of a field; a field outside ``_CONTEXT_FIELD`` (spaces, markup, prose) is dropped.
+CONTEXT_ENTITIES = 3
+_CONTEXT_FIELD = re.compile(r"[A-Za-z0-9_.:/#-]{1,64}")
+
+
+def viewing_line(context: Any) -> str:
+    """One line for the controller saying what the user views in Slack, from an agent view
+    context (``{"entities": [{"type": "slack#/types/channel_id", "value": "C1"}]}``, sent with
+    ``app_context_changed``, ``app_home_opened`` and ``message.im``; docs.slack.dev/reference/events/
+    app_context_changed) or an assistant view context (``{"channel_id": "C1"}``, sent with
+    ``assistant_thread_started`` / ``assistant_thread_context_changed``); ``""`` when it names
+    nothing usable.
+
+    The context is untrusted: at most :data:`CONTEXT_ENTITIES` entities, each type and value kept
+    only when it is an id-like token of at most 64 characters (no spaces, no ``<`` markup: the line
+    can neither carry prose nor mention anyone when echoed).
+
+    Args:
+        context: the event's ``context`` / ``app_context`` object, of any shape.
+
+    Returns:
+        ``"The user is viewing in Slack: channel C1."`` or ``""``.
+    """
+    if not isinstance(context, Mapping):
+        return ""
+    entities = context.get("entities")
+    if not isinstance(entities, list):
+        entities = [{"type": "channel_id", "value": context.get("channel_id")}]
+    shown = []
+    for entity in entities[:CONTEXT_ENTITIES]:
+        if not isinstance(entity, Mapping):
+            continue
+        kind, value = entity.get("type"), entity.get("value")
+        if not isinstance(kind, str) or not isinstance(value, str):
+            continue
+        kind = kind.removeprefix("slack#/types/").removesuffix("_id")
+        if _CONTEXT_FIELD.fullmatch(kind) and _CONTEXT_FIELD.fullmatch(value):
+            shown.append(f"{kind.replace('_', ' ')} {value}")
+    return f"The user is viewing in Slack: {'; '.join(shown)}." if shown else ""
+
+
+class Viewing:
+    """What each user was last seen viewing (``app_context_changed``), given as context to that
+    user's next requests: per (team, user), at most ``max_users`` users (the oldest forgotten
+    first), each for ``ttl`` seconds.
+
+    Args:
+        max_users: users remembered at most, > 0.
+        ttl: seconds a context stays usable, > 0 (a user who looked away long ago views something else).
+        clock: time source in seconds (default :func:`time.monotonic`).
+    """
+
+    def __init__(self, max_users: int = 10_000, ttl: float = 1800.0, clock: Clock = time.monotonic) -> None:
+        self._lines: TTLCache[tuple[str, str], str] = TTLCache(maxsize=max_users, ttl=ttl, timer=clock)
+
+    def remember(self, team: str, user: str, context: Any) -> None:
+        """Keep what ``context`` (:func:`viewing_line`) names for the user; an empty context forgets it."""
+        line = viewing_line(context)
+        if line:
+            self._lines[(team, user)] = line
+        else:
+            self._lines.pop((team, user), None)
+
+    def line_for(self, team: str, user: str, event: Mapping[str, Any]) -> str:
+        """The context line of a request: the event's own ``app_context`` (``message.im``) when it
+        has one, else what the user was last seen viewing, else ``""``."""
+        return viewing_line(event.get("app_context")) or self._lines.get((team, user), "")
+
+    def __len__(self) -> int:
+        self._lines.expire()
+        return len(self._lines)
