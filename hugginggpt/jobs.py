@@ -26,6 +26,7 @@ With huggingface_hub's ``HfApi`` (the Jobs API: ``list_jobs_hardware``, ``run_jo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import secrets
@@ -197,15 +198,25 @@ def launch(api: Any, spec: LaunchSpec, token: str, stop: threading.Event, say: C
         f"follow it at {job.url}.")
     try:
         why = watch(api, spec, job, key, stop, say)
-    finally:
-        try:
-            api.cancel_job(job_id=job.id, namespace=spec.namespace)
-        except Exception as e:  # noqa: BLE001 - said; the job's own timeout still ends it
-            log.warning("Jobs API: cancel %s failed: %s", job.id, e)
-            say(f"Could not cancel job {job.id}; it stops at its timeout of {spec.deadline / 60:g} minutes.")
-    say(f"{why} Job {job.id} is cancelled.")
-    say(cost_line(_look(api, spec, job.id), hardware))
+        say(f"{why} Job {job.id} is cancelled." if _cancel(api, spec, job.id, say) else why)
+    except BaseException:
+        _cancel(api, spec, job.id, say)
+        raise
+    finally:  # said even when the job failed: its minutes are billed all the same
+        with contextlib.suppress(HubError):
+            say(cost_line(_look(api, spec, job.id), hardware))
     return 0
+
+
+def _cancel(api: Any, spec: LaunchSpec, job_id: str, say: Callable[[str], None]) -> bool:
+    """Cancel the job; ``False`` when the API would not (said: its own timeout still ends it)."""
+    try:
+        api.cancel_job(job_id=job_id, namespace=spec.namespace)
+        return True
+    except Exception as e:  # noqa: BLE001 - said; the job's own timeout still ends it
+        log.warning("Jobs API: cancel %s failed: %s", job_id, e)
+        say(f"Could not cancel job {job_id}; it stops at its timeout of {spec.deadline / 60:g} minutes.")
+        return False
 
 
 async def main(args: Any, settings: Any) -> int:

@@ -57,6 +57,7 @@ class Job:
     started: float | None = None
     stage: str = "SCHEDULING"
     finished: float | None = None
+    message: str | None = None
 
     def running_secs(self) -> int | None:
         if self.started is None:
@@ -71,6 +72,7 @@ class JobsApi:
     Args:
         token: the one token it accepts.
         busy: whether the played expert server says it is never idle.
+        fails: whether a job ends in ERROR (out of memory) soon after it starts running.
 
     Attributes:
         jobs: the jobs made, by id; ``cancelled``: the ids cancelled, in order.
@@ -78,6 +80,7 @@ class JobsApi:
 
     token: str = "hf_standin_jobs_token"
     busy: bool = False
+    fails: bool = False
     jobs: dict[str, Job] = field(default_factory=dict)
     cancelled: list[str] = field(default_factory=list)
     url: str = ""
@@ -130,6 +133,8 @@ class JobsApi:
         job.looks += 1
         if job.stage == "SCHEDULING" and job.looks > 1:
             job.stage, job.started = "RUNNING", time.monotonic()
+        elif job.stage == "RUNNING" and self.fails and job.looks > 3:
+            job.stage, job.finished, job.message = "ERROR", time.monotonic(), "CUDA out of memory"
         return web.json_response(self._info(job, request))
 
     async def _cancel(self, request: web.Request) -> web.Response:
@@ -155,8 +160,8 @@ class JobsApi:
         spec = job.spec
         ports = (spec.get("expose") or {}).get("ports") or []
         running = job.stage == "RUNNING"
-        status: dict[str, Any] = {"stage": job.stage, "message": None}
-        if running and ports:
+        status: dict[str, Any] = {"stage": job.stage, "message": job.message}
+        if running and ports and not self.fails:
             status["exposeUrls"] = [f"{self.url}/proxy/{job.id}/{p}" for p in ports]
         secs = job.running_secs()
         return {"id": job.id, "createdAt": job.created, "dockerImage": spec["dockerImage"], "spaceId": None,

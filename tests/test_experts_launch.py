@@ -72,3 +72,12 @@ async def test_refusals_are_one_sentence_and_start_nothing(options, token, sente
         code, out, err = await launch(api, *options, token=token)
         assert api.jobs == {}
     assert code == status and sentence in err and "Traceback" not in err + out
+
+
+async def test_a_job_that_fails_before_its_server_answers_is_one_sentence_and_its_cost_is_said():
+    async with JobsApi(fails=True) as api:
+        code, out, err = await launch(api, "--flavor", "a10g-small")
+        [job] = api.jobs.values()
+    assert code == 6 and "Traceback" not in err + out
+    assert f"The job {job.id} ended (error) before its expert server answered: CUDA out of memory." in err
+    assert f"It ran {job.running_secs()} seconds on a10g-small" in out
