@@ -132,6 +132,7 @@ def mcp_servers(settings: Settings) -> tuple[McpServerConfig, ...]:
             env={k: v.get_secret_value() for k, v in s.env.items()}, url=s.url,
             headers={k: v.get_secret_value() for k, v in s.headers.items()}, tools=tuple(s.tools),
             errlog=logs / f"mcp-{name}.log", connect_timeout=s.connect_timeout, max_log_bytes=settings.mcp.max_log_bytes,
+            protocol=s.protocol,
         )
         for name, s in settings.mcp.servers.items()
     )

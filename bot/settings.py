@@ -498,6 +498,9 @@ class McpServerSettings(BaseModel):
     headers: dict[str, SecretStr] = Field(default_factory=dict, description="HTTP headers for url (Authorization)")
     tools: list[str] = Field(default_factory=list, description="tools to offer the planner ([]: all)")
     connect_timeout: float = Field(20.0, gt=0, le=600, description="seconds to start and list the tools")
+    protocol: Literal["auto", "legacy", "2026-07-28"] = Field(
+        "auto", description="MCP protocol era: auto (ask server/discover, fall back to the initialize handshake), "
+        "legacy (the initialize handshake, 2025-11-25 and older) or 2026-07-28 (stateless, no handshake)")
 
     @model_validator(mode="after")
     def _one_transport(self) -> "McpServerSettings":

@@ -1,7 +1,9 @@
 """The ASGI app: the Hugging Face inference wire format over the models of the local cache.
 
     GET  /models                  what can be served: loaded, on_disk, refused (and why), with tasks
-                                  and the batches each model ran (runs, items, largest, retried)
+                                  and the batches each model ran (runs, items, largest, retried);
+                                  idle_seconds: since the last model request came or was
+                                  answered (or the start)
     POST /models/{model_id}       run the model (the id may contain "/"); body and answer as
                                   huggingface_hub's client sends and parses them for a URL model
     GET  /healthz, GET /readyz    the process runs / the cache was scanned
@@ -58,6 +60,11 @@ class State:
     pool: Pool | None = None
     queues: dict[str, ModelQueue] = field(default_factory=dict)
     ready: bool = False
+    last_request: float = field(default_factory=time.monotonic)
+    """``time.monotonic()`` when the last model request came or was answered (the start, before
+    any): ``GET /models``
+    says how long the server has been idle (``idle_seconds``), which ``hugginggpt experts
+    launch`` reads to stop a rented server nobody uses."""
 
     @property
     def limits(self) -> Limits:
@@ -169,7 +176,8 @@ async def _list(request: Request) -> dict:
                      "batches": asdict(q.stats) if (q := state.queues.get(model_id)) else asdict(BatchStats())})
     return {"models": rows, "device": state.device, "memory_budget_bytes": state.budget,
             "memory_used_bytes": state.pool.used if state.pool else 0,
-            "memory_inputs_bytes": state.pool.inputs if state.pool else 0}
+            "memory_inputs_bytes": state.pool.inputs if state.pool else 0,
+            "idle_seconds": round(time.monotonic() - state.last_request, 1)}
 
 
 def _deadline(request: Request, config: ServerConfig) -> float:
@@ -187,6 +195,7 @@ def _deadline(request: Request, config: ServerConfig) -> float:
 
 async def _infer(model_id: str, request: Request) -> Response:
     state: State = request.app.state.experts
+    state.last_request = time.monotonic()
     _ready(state)
     model = state.models.get(model_id)
     if model is None or state.pool is None:
@@ -199,7 +208,10 @@ async def _infer(model_id: str, request: Request) -> Response:
     future = await _admit(state, model_id, model.task, request, deadline)
     task = task_for(model.task)
     assert task is not None
-    result = await _wait(request, future, deadline, model_id)
+    try:
+        result = await _wait(request, future, deadline, model_id)
+    finally:
+        state.last_request = time.monotonic()  # idle from the end of the last answer
     reply = task.encode(result)
     if isinstance(reply, Binary):
         return Response(reply.data, media_type=reply.media_type)

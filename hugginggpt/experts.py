@@ -2,10 +2,12 @@
 
     hugginggpt experts serve [--host H] [--port N] [--device auto|cpu|cuda|cuda:N] [--memory-budget SIZE] [--config FILE]
     hugginggpt experts download MODEL... | --preset minimal|standard|full
+    hugginggpt experts launch --image IMAGE --flavor FLAVOUR [--port N] [--idle-minutes M] [--max-minutes M]
 
 Only parses options: the server is the separate package ``expert_server`` (its libraries are the
 ``experts`` extra), imported when a subcommand runs. ``--config`` here is the expert server's own
-TOML file, not the bot's.
+TOML file, not the bot's. ``launch`` rents a GPU for the server on Hugging Face Jobs
+(:mod:`hugginggpt.jobs`) and needs neither.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from .common import PARTIAL, port_number
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add ``experts serve`` and ``experts download`` to the CLI; returns the ``experts`` parser."""
+    """Add ``experts serve``, ``download`` and ``launch`` to the CLI; returns the ``experts`` parser."""
     p = subparsers.add_parser("experts", help="run models on this machine (the local expert server)")
     sub = p.add_subparsers(dest="experts_command", metavar="SUBCOMMAND", required=True)
     s = sub.add_parser("serve", help="serve the cached Hugging Face models in the HF inference wire format")
@@ -36,8 +38,27 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     d = sub.add_parser("download", help="download models (or a preset) into the Hugging Face cache")
     d.add_argument("models", nargs="*", metavar="MODEL", help="Hub ids, e.g. google/vit-base-patch16-224")
     d.add_argument("--preset", choices=("minimal", "standard", "full"), help="a shipped set for every paper task")
+    _add_launch(sub)
     p.set_defaults(handler=main)
     return p
+
+
+def _add_launch(sub: Any) -> None:
+    """``experts launch``: the options of :class:`hugginggpt.jobs.LaunchSpec`."""
+    la = sub.add_parser("launch", help="run the expert server on a rented GPU as a Hugging Face Job, registered "
+                                       "with the bot, stopped when idle or at a deadline")
+    la.add_argument("--image", required=True, help="Docker image (or hf.co/spaces/...) with the bot and its experts "
+                                                   "extra installed")
+    la.add_argument("--flavor", required=True, help="Jobs hardware flavour, e.g. a10g-small, l4x1, a100-large")
+    la.add_argument("--port", type=port_number, default=8081, help="the server's port, exposed (default 8081)")
+    la.add_argument("--idle-minutes", type=float, default=15.0, help="stop after this long without a model request "
+                                                                      "(default 15)")
+    la.add_argument("--max-minutes", type=float, default=60.0, help="stop after this long whatever happens; also the "
+                                                                     "job's own timeout (default 60)")
+    la.add_argument("--poll", type=float, default=5.0, help="seconds between looks at the job (default 5)")
+    la.add_argument("--preset", choices=("none", "minimal", "standard", "full"), default="minimal",
+                    help="models the job downloads before serving (none: the image holds its cache; default minimal)")
+    la.add_argument("--namespace", default=None, help="user or organisation billed (default: the token's owner)")
 
 
 def _download(args: argparse.Namespace) -> int:
@@ -60,11 +81,15 @@ def _download(args: argparse.Namespace) -> int:
 
 
 async def main(args: argparse.Namespace, settings: Any) -> int:
-    """Serve (on this event loop), or download (in a thread). Returns the exit status.
+    """Serve (on this event loop), download (in a thread) or launch on HF Jobs. Returns the exit status.
 
     Raises:
         ConfigError: the experts extra is not installed, or nothing to download.
     """
+    if args.experts_command == "launch":
+        from .jobs import main as launch
+
+        return await launch(args, settings)
     try:
         import expert_server  # noqa: F401
         if args.experts_command == "serve":

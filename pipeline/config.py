@@ -116,6 +116,9 @@ class McpServerConfig:
         connect_timeout: seconds to start, initialise and list tools (``[mcp.servers.NAME] connect_timeout``).
         max_log_bytes: bytes of the program's stderr kept per start (``[mcp] max_log_bytes``,
             :func:`pipeline.mcp_tools.capped_stderr`).
+        protocol: how the protocol era is chosen (``[mcp.servers.NAME] protocol``): ``"auto"``
+            (the SDK asks ``server/discover`` and falls back to ``initialize``), ``"legacy"`` or a
+            stateless revision such as ``"2026-07-28"`` (the ``mcp`` SDK's ``Client(mode=...)``).
     """
 
     name: str
@@ -128,6 +131,7 @@ class McpServerConfig:
     errlog: Path | None = None
     connect_timeout: float = field(kw_only=True)
     max_log_bytes: int = field(kw_only=True)
+    protocol: str = field(kw_only=True)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,9 @@
 """MCP tools as experts: the configured Model Context Protocol servers, their tools as tasks.
 
 Each configured server (a command spoken to over stdio, or a streamable HTTP URL) is connected
-with the official ``mcp`` SDK's client (``ClientSession``); each of its tools becomes a task of
+with the official ``mcp`` SDK's ``Client`` (the protocol era as ``[mcp.servers.NAME] protocol``
+says: by default it asks ``server/discover`` and speaks the stateless 2026-07-28 revision to a
+server that answers, the ``initialize`` handshake to one that does not); each of its tools becomes a task of
 the registry (:data:`pipeline.tasks.TASKS`) named ``mcp.<server>.<tool>`` (lower case,
 ``_`` written ``-``, as every task name): the namespace keeps them apart from the pipeline tags
 of the registry's own tasks (which never contain a dot). The planner sees them with their
@@ -124,13 +126,19 @@ def _one_line(text: Any, limit: int) -> str:
 
 def tool_from_listing(server: str, tool: Any) -> McpTool | None:
     """The task of one listed tool (``mcp.types.Tool``); ``None`` when its name or schema cannot
-    be used (logged)."""
+    be used, or when it can only run as an MCP task (``execution.taskSupport: "required"``, MCP
+    2025-11-25 "Tasks": a call without a task would be refused, and the SDK cannot poll one);
+    logged."""
     name = str(getattr(tool, "name", "") or "")
     task = task_name(server, name)
     schema = getattr(tool, "input_schema", None) or {}
     props = schema.get("properties") if isinstance(schema, dict) else None
     if not _NAME.match(task[len(PREFIX):]) or (props is not None and not isinstance(props, dict)):
         log.warning("MCP server %s: tool %r skipped (unusable name or input schema)", server, name[:80])
+        return None
+    if getattr(getattr(tool, "execution", None), "task_support", None) == "required":
+        log.warning("MCP server %s: tool %r skipped: it runs only as an MCP task (execution.taskSupport "
+                    "'required'), which the mcp SDK's client cannot follow yet", server, name[:80])
         return None
     args: dict[str, ToolArg] = {}
     for key, prop in (props or {}).items():
@@ -226,21 +234,23 @@ class ToolServer:
         return _owning(client, streamable_http_client(str(c.url), http_client=client))
 
     async def _hold(self, ready: asyncio.Future[list[Any]]) -> None:
-        from mcp import ClientSession
+        from mcp import Client
 
         closing = self._closing
         assert closing is not None
         try:
-            async with self._transport() as (read, write), ClientSession(read, write) as session:
-                await session.initialize()
+            # the SDK's Client settles the protocol era (McpServerConfig.protocol); no response
+            # cache: the tool list is read once per connection
+            async with Client(self._transport(), mode=self.config.protocol, cache=None) as session:
                 listed: list[Any] = []
                 cursor = None
                 while True:
-                    page = await session.list_tools(params={"cursor": cursor} if cursor else None)
+                    page = await session.list_tools(cursor=cursor)
                     listed += page.tools
                     cursor = page.next_cursor
                     if not cursor or len(listed) > 500:
                         break
+                log.info("MCP server %s speaks protocol %s", self.config.name, session.protocol_version)
                 self.session = session
                 ready.set_result(listed)
                 await closing.wait()

@@ -11,7 +11,8 @@ Tools (their outputs are derived from their inputs and say they come from a stan
   size), and a sentence saying so;
 - ``count_words(text)``: how many words the text has.
 
-``--mode`` makes ``stamp`` misbehave, for tests of failures: ``hang`` never answers, ``crash``
+``--mode`` makes ``stamp`` misbehave, for tests of failures: ``hang`` never answers (and writes
+:data:`CANCELLED` to stderr when the client cancels the call), ``crash``
 exits the process mid-call, ``garbage`` returns "image" content that is not an image, ``link``
 returns links (a local path, a web address) instead of the image, ``big`` returns 12 MB of
 text (and makes ``count_words`` repeat its answer to 100,000 characters). For tests of bounds,
@@ -37,6 +38,8 @@ from PIL import Image, ImageDraw
 from pydantic import Field
 
 MAX_PIXELS = 40_000_000
+CANCELLED = "stand-in tool server: the call of stamp was cancelled by the client"
+"""What ``--mode hang`` writes to stderr when the client cancels the call it never answers."""
 
 
 def stamped(data: bytes, text: str) -> tuple[bytes, tuple[int, int]]:
@@ -103,7 +106,11 @@ def build(mode: str = "ok", extra_tools: int = 0) -> MCPServer:
         text: Annotated[str, Field(description="the words to stamp on it")],
     ) -> list[TextContent | ImageContent | ResourceLink]:
         if mode == "hang":
-            await asyncio.sleep(3600)
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:  # the client gave up: say so where its log can show it
+                print(CANCELLED, file=sys.stderr, flush=True)
+                raise
         if mode == "crash":
             os._exit(3)
         if mode == "link":

@@ -71,12 +71,13 @@ def upload_limits(**limits: int) -> dict[str, int]:
 
 def mcp_server(name: str, **kw: object):
     """An MCP server's :class:`pipeline.config.McpServerConfig`, with the settings model's
-    ``connect_timeout`` and ``[mcp] max_log_bytes`` where ``kw`` gives none."""
+    ``connect_timeout``, ``protocol`` and ``[mcp] max_log_bytes`` where ``kw`` gives none."""
     from bot.settings import McpServerSettings, McpSettings
     from pipeline.config import McpServerConfig
 
     limits = {"connect_timeout": McpServerSettings(url="http://127.0.0.1/").connect_timeout,
-              "max_log_bytes": McpSettings().max_log_bytes}
+              "max_log_bytes": McpSettings().max_log_bytes,
+              "protocol": McpServerSettings(url="http://127.0.0.1/").protocol}
     return McpServerConfig(name, **{**limits, **kw})
 
 

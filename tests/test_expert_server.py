@@ -301,6 +301,18 @@ async def test_a_request_past_its_deadline_is_504(server):
     assert e.value.response.status_code == 504 and "deadline" in e.value.response.json()["error"]
 
 
+async def test_models_says_how_long_the_server_has_been_idle(server):
+    """What ``hugginggpt experts launch`` reads to stop a rented server nobody uses: it grows
+    while no model is asked, and a request sets it back."""
+    first = httpx2.get(f"{server.url}/models").json()["idle_seconds"]
+    await asyncio.sleep(1.2)
+    later = httpx2.get(f"{server.url}/models").json()["idle_seconds"]
+    assert later >= first + 1
+    async with httpx2.AsyncClient(timeout=60) as http:
+        r = await http.post(_url(server, "tiny/bert-sentiment"), json={"inputs": "I like it"})
+    assert r.status_code == 200 and httpx2.get(f"{server.url}/models").json()["idle_seconds"] < 1 <= later
+
+
 def test_health_and_readiness(server):
     assert httpx2.get(f"{server.url}/healthz").json() == {"status": "ok"}
     assert httpx2.get(f"{server.url}/readyz").status_code == 200

@@ -7,6 +7,7 @@ sentence while the rest of the run finishes."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -240,3 +241,71 @@ async def test_a_server_listing_3000_tools_still_runs_offering_the_planner_the_c
     assert "- mcp.many.stamp: " in system and 1 < len(offered) <= 30
     assert sum(len(line) for line in offered) <= settings.mcp.max_tool_chars
     assert len(json.dumps(planning.body)) < 100_000  # 3,002 tools would be over 1.5 MB
+
+
+@pytest.mark.parametrize("protocol, spoken", [("legacy", "2025-11-25"), ("2026-07-28", "2026-07-28"),
+                                              ("auto", "2026-07-28")])
+async def test_a_tool_server_is_spoken_to_in_the_era_the_setting_names(protocol, spoken, sink):
+    """The official client settles the era: the initialize handshake, the stateless revision
+    (no handshake, ``_meta`` on each request) or ``server/discover`` first; the photo is stamped
+    the same way in each."""
+    from pipeline.experts.mcp import McpRunner
+    from tests.conftest import stored_upload
+
+    box = Toolbox([mcp_server("standin", command=sys.executable, args=("-m", "sandbox.mcp_tools"),
+                              connect_timeout=90, protocol=protocol)])
+    try:
+        assert await box.task_names() == {"mcp.standin.stamp", "mcp.standin.count-words"}
+        assert box.servers["standin"].session.protocol_version == spoken
+        photo = await stored_upload(sink, (MEDIA / "chelsea.png").read_bytes(), "chelsea.png", "image/png")
+        out = await McpRunner(box, pipeline_config(Settings()).output).run(
+            "mcp.standin.stamp", "mcp:standin/stamp", {"image": photo, "text": "HI"}, sink, task_id=0)
+    finally:
+        await box.aclose()
+    [stamped] = out.files
+    assert "Stamped 'HI' on a 451x300 image" in out.text and Image.open(stamped.path).size == (451, 300)
+
+
+@pytest.mark.parametrize("protocol", ["legacy", "2026-07-28"])
+async def test_a_tool_call_cut_at_its_deadline_is_cancelled_on_the_tool_server(protocol, tmp_path, sink):
+    """A tool that never answers: the run's time limit cancels the call, the SDK tells the tool
+    server (its stamp stops: its own log says so), and the connection serves the next call."""
+    from pipeline.experts.mcp import McpRunner
+    from sandbox.mcp_tools import CANCELLED
+    from tests.conftest import stored_upload
+
+    log_file = tmp_path / "mcp-hangs.log"
+    box = Toolbox([mcp_server("hangs", command=sys.executable, args=("-m", "sandbox.mcp_tools", "--mode", "hang"),
+                              connect_timeout=90, errlog=log_file, protocol=protocol)])
+    runner = McpRunner(box, pipeline_config(Settings()).output)
+    try:
+        await box.task_names()
+        photo = await stored_upload(sink, (MEDIA / "chelsea.png").read_bytes(), "chelsea.png", "image/png")
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(2):
+                await runner.run("mcp.hangs.stamp", "mcp:hangs/stamp", {"image": photo, "text": "HI"}, sink, task_id=0)
+        for _ in range(100):
+            if CANCELLED in log_file.read_text():
+                break
+            await asyncio.sleep(0.1)
+        assert CANCELLED in log_file.read_text()
+        out = await runner.run("mcp.hangs.count-words", "mcp:hangs/count-words", {"text": "still here"}, sink, task_id=1)
+        assert out.text.startswith("2 words")
+    finally:
+        await box.aclose()
+
+
+def test_a_tool_that_runs_only_as_an_mcp_task_is_not_offered(caplog):
+    """A tool that declares ``execution.taskSupport: "required"`` (MCP 2025-11-25) would refuse
+    a plain call, and the SDK's client cannot poll a task: it is left out, saying why; a tool
+    that only allows tasks is offered and called plainly."""
+    from mcp import types
+
+    def listed(support: str | None) -> types.Tool:
+        return types.Tool(name="generate_video", input_schema={"type": "object", "properties": {"prompt": {"type": "string"}}},
+                          execution=types.ToolExecution(task_support=support))
+
+    assert tool_from_listing("gen", listed("required")) is None
+    assert any("runs only as an MCP task" in r.getMessage() for r in caplog.records)
+    assert tool_from_listing("gen", listed("optional")).task == "mcp.gen.generate-video"
+    assert tool_from_listing("gen", listed(None)).task == "mcp.gen.generate-video"

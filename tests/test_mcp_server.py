@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx2
 import pytest
 import uvicorn
-from mcp import ClientSession
+from mcp import Client, ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
@@ -48,7 +48,7 @@ def picture(block) -> Image.Image:
     return Image.open(io.BytesIO(base64.b64decode(block.data)))
 
 
-async def ask(session: ClientSession, tool: str, arguments: dict) -> tuple[object, list[str]]:
+async def ask(session: ClientSession | Client, tool: str, arguments: dict) -> tuple[object, list[str]]:
     """Call ``tool``; returns the result and the progress messages received."""
     messages: list[str] = []
 
@@ -59,7 +59,7 @@ async def ask(session: ClientSession, tool: str, arguments: dict) -> tuple[objec
     return result, messages
 
 
-async def refused(session: ClientSession, tool: str, arguments: dict) -> str:
+async def refused(session: ClientSession | Client, tool: str, arguments: dict) -> str:
     """The message of the MCP error ``tool`` answers ``arguments`` with."""
     with pytest.raises(MCPError) as info:
         await session.call_tool(tool, arguments)
@@ -164,6 +164,23 @@ class ServedApi:
                     yield session
 
 
+    @contextlib.asynccontextmanager
+    async def client(self, mode: str, seen: dict | None = None):
+        """The official ``mcp.Client`` with :data:`KEY`, in protocol ``mode`` (``"legacy"``: the
+        initialize handshake; ``"2026-07-28"``: stateless; ``"auto"``: ``server/discover`` first);
+        ``seen["ids"]`` collects the ``mcp-session-id`` headers the server sent."""
+        ids = (seen if seen is not None else {}).setdefault("ids", [])
+
+        async def note(response: httpx2.Response) -> None:
+            if "mcp-session-id" in response.headers:
+                ids.append(response.headers["mcp-session-id"])
+
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {KEY}"}, timeout=60,
+                                      event_hooks={"response": [note]}) as http:
+            async with Client(streamable_http_client(self.url + "/mcp", http_client=http), mode=mode) as client:
+                yield client
+
+
 @pytest.fixture
 async def api(tmp_path):
     async with Sandbox(latency={"image-segmentation": 60.0}) as sandbox:
@@ -201,6 +218,21 @@ async def test_over_http_a_session_belongs_to_the_key_that_opened_it(api, caplog
         assert not result.is_error
 
 
+@pytest.mark.slow
+async def test_over_stdio_both_protocol_eras_are_served(tmp_path):
+    """``hugginggpt mcp`` answers the official client in the handshake era and in the stateless
+    revision (the SDK's dual-era loop): the client's first request decides."""
+    env = {"HUGGINGGPT_STORAGE__DATA_DIR": str(tmp_path / "data"), "PATH": os.environ["PATH"],
+           "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    params = StdioServerParameters(command=sys.executable, args=["-m", "hugginggpt", "mcp", "--sandbox"],
+                                   cwd=str(tmp_path), env=env)
+    for mode, spoken in (("legacy", "2025-11-25"), ("2026-07-28", "2026-07-28")):
+        async with Client(params, mode=mode) as client:
+            assert client.protocol_version == spoken
+            result, progress = await ask(client, "plan", {"request": "Caption this photo", "files": [data_uri()]})
+            assert result.structured_content["tasks"][0]["task"] == "image-to-text" and progress == ["Task planning"]
+
+
 async def test_over_stdio_an_unknown_conversation_id_is_refused_as_the_cli_refuses_it(tmp_path):
     env = {"HUGGINGGPT_STORAGE__DATA_DIR": str(tmp_path / "data"), "PATH": os.environ["PATH"],
            "PYTHONPATH": os.environ.get("PYTHONPATH", "")}  # the stdio client passes on no other variable
@@ -236,14 +268,62 @@ async def test_over_http_a_photo_in_and_boxes_out_in_the_api_conversation_of_the
     assert turn["status"] == "ok" and turn["user_text"] == "Detect the objects in this photo"
 
 
-async def test_over_http_a_cancelled_call_stops_the_run_as_stop_does(api):
+@pytest.mark.parametrize("mode, spoken", [("legacy", "2025-11-25"), ("2026-07-28", "2026-07-28"),
+                                          ("auto", "2026-07-28")])
+async def test_over_http_both_protocol_eras_are_served(api, mode, spoken):
+    """The official client in each era: the initialize handshake and its session, or the
+    stateless revision (no handshake, no session; ``auto`` asks ``server/discover`` for the
+    server's capabilities); the photo comes back with boxes either way, with progress on the way."""
+    seen: dict = {}
+    async with api.client(mode, seen) as client:
+        assert client.protocol_version == spoken
+        if mode != "2026-07-28":  # a pinned revision skips the probe: the SDK assumes what it was told
+            assert client.server_capabilities.tools is not None and client.instructions.startswith("HuggingGPT plans")
+        result, progress = await ask(client, "hugginggpt", {"request": "Detect the objects in this photo",
+                                                            "files": [data_uri()], "conversation_id": f"era-{mode}"})
+        assert not result.is_error and picture(result.content[1]).size == (451, 300)
+        assert any(m.startswith("Task planning done") for m in progress)
+        assert "does not fetch links" in await refused(client, "plan", {"request": "x", "files": ["http://127.0.0.1/"]})
+    assert bool(seen["ids"]) == (spoken != "2026-07-28")  # a session only in the handshake era
+
+
+async def test_over_http_the_stateless_wire_needs_its_envelope_and_has_no_handshake(api):
+    """Raw 2026-07-28 requests: ``server/discover`` and ``tools/list`` straight away with the
+    ``_meta`` envelope; without it the request is refused with a sentence; ``initialize`` is no
+    method of this revision (the SDK's checks, before any of our code)."""
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"}}
+    headers = {"Authorization": f"Bearer {KEY}", "Accept": "application/json, text/event-stream",
+               "MCP-Protocol-Version": "2026-07-28"}
+
+    async def post(method: str, params: dict) -> httpx2.Response:
+        async with httpx2.AsyncClient(timeout=30) as http:
+            return await http.post(api.url + "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params},
+                                   headers={**headers, "Mcp-Method": method})
+
+    found = await post("server/discover", {"_meta": meta})
+    assert found.status_code == 200 and "mcp-session-id" not in found.headers
+    assert found.json()["result"]["supportedVersions"] == ["2026-07-28"]
+    assert found.json()["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]["name"] == "hugginggpt"
+    listed = await post("tools/list", {"_meta": meta})
+    assert "hugginggpt" in {t["name"] for t in listed.json()["result"]["tools"]}
+    bare = await post("tools/list", {})
+    assert bare.status_code == 400 and "io.modelcontextprotocol/protocolVersion" in bare.json()["error"]["message"]
+    hello = await post("initialize", {"_meta": meta, "protocolVersion": "2026-07-28", "capabilities": {},
+                                      "clientInfo": {"name": "raw", "version": "1"}})
+    assert hello.json()["error"]["code"] == -32601
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_over_http_a_cancelled_call_stops_the_run_as_stop_does(api, mode):
+    """In either era (stateless: the client closes the call's response stream)."""
     running = asyncio.Event()
 
     async def progress(value: float, total: float | None, message: str | None) -> None:
         if "running on" in (message or ""):
             running.set()
 
-    async with api.session() as session:
+    async with api.client(mode) as session:
         call = asyncio.create_task(session.call_tool(
             "hugginggpt", {"request": "Segment this photo", "files": [data_uri()], "conversation_id": "cancel-me"},
             progress_callback=progress))

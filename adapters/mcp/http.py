@@ -14,6 +14,11 @@ authenticated user (Starlette's ``scope["user"]``, the SDK's ``AuthenticatedUser
 SDK's session manager answers another key's request for that session (a ``DELETE`` included)
 as if the session did not exist: 404 "Session not found", with one warning in the log.
 
+Both protocol eras are served at the same path: the SDK's session manager hands a request whose
+``MCP-Protocol-Version`` header names the stateless 2026-07-28 revision to its stateless path (no
+session, the ``_meta`` envelope checked on each request), any other to the handshake era's
+sessions; the key is checked before either, and again by :class:`KeyAccess` on each call.
+
 The SDK's session manager needs a running task group: it is started by the first request (the
 API runs without an ASGI lifespan) and stopped by :meth:`McpEndpoint.close`.
 """

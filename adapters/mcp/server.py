@@ -13,6 +13,12 @@ Tools:
 - one tool per registry task (``object-detection``, ``image-to-text``, ...): model selection
   and execution of that task alone.
 
+Protocol versions: the SDK's runner serves both eras on one server, the client's first request
+deciding: the ``initialize`` handshake (2024-11-05 to 2025-11-25) and the stateless 2026-07-28
+revision (``server/discover``, a ``_meta`` envelope on every request, no session); progress and
+cancellation work alike in both. MCP Tasks are not offered: the SDK (2.3) carries the 2025-11-25
+task types only as types and does not ship the 2026-07-28 Tasks extension (docs/mcp.md).
+
 Who may call and how often is the transport's :class:`Access`: over stdio the local user (no
 limits, conversations of their own); over HTTP the API keys, rate and concurrency limits and
 conversations of the OpenAI-compatible API (:mod:`adapters.mcp.http`).
@@ -312,7 +318,8 @@ def build_server(service: Service, access: Access | None = None, *, version: str
 
 
 async def serve_stdio(server: Server) -> None:
-    """Serve ``server`` on this process's stdin/stdout until the client closes them."""
+    """Serve ``server`` on this process's stdin/stdout until the client closes them, in the era
+    the client's first request chooses (``Server.run``: the SDK's dual-era loop)."""
     from mcp.server.stdio import stdio_server
 
     async with stdio_server() as (read, write):

@@ -1,0 +1,173 @@
+"""A stand-in of the Hugging Face Jobs API on 127.0.0.1, in the format huggingface_hub 2.4's
+``HfApi`` sends and parses (``hf_api.py``: ``whoami``, ``list_jobs_hardware``, ``run_job``,
+``inspect_job``, ``cancel_job``; ``_jobs_api.py``: ``JobInfo``, ``JobHardwareInfo``), for tests of
+``hugginggpt experts launch``::
+
+    GET  /api/whoami-v2                   the token's owner
+    GET  /api/jobs/hardware               the flavours, with unitCostUSD per unitLabel (minute)
+    POST /api/jobs/{namespace}            a job from a job spec (dockerImage, command, flavor,
+                                          secrets, timeoutSeconds, expose {ports, portsPublic})
+    GET  /api/jobs/{namespace}/{id}       the job: SCHEDULING on the first look, then RUNNING with
+                                          status.exposeUrls, durations counted from then
+    POST /api/jobs/{namespace}/{id}/cancel
+
+The "container" of a running job is played by the stand-in itself: each exposed port's URL
+serves the expert server's ``GET /models`` (with the ``HUGGINGGPT_EXPERTS_API_KEY`` the job was
+given as a secret; 401 otherwise), whose ``idle_seconds`` count from the job's start unless the
+stand-in is told the server is ``busy``. Every request needs ``Authorization: Bearer TOKEN``.
+Imports nothing of ``bot/`` or ``adapters/``.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from aiohttp import web
+
+from . import serve_loopback
+
+OWNER = {"id": "5e9ecfc04957053f60648a3e", "name": "alice", "type": "user"}
+HARDWARE = [
+    {"name": "cpu-basic", "prettyName": "CPU Basic", "cpu": "2 vCPU", "ram": "16 GB", "ephemeralStorage": "50 GB",
+     "accelerator": None, "unitCostMicroUSD": 167, "unitCostUSD": 0.000167, "unitLabel": "minute"},
+    {"name": "a10g-small", "prettyName": "Nvidia A10G - small", "cpu": "4 vCPU", "ram": "15 GB",
+     "ephemeralStorage": "110 GB", "accelerator": {"type": "gpu", "model": "A10G", "quantity": "1", "vram": "24 GB",
+                                                   "manufacturer": "Nvidia"},
+     "unitCostMicroUSD": 16667, "unitCostUSD": 0.016667, "unitLabel": "minute"},
+]
+"""Two flavours as ``GET /api/jobs/hardware`` lists them."""
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+@dataclass
+class Job:
+    """One job the stand-in holds."""
+
+    id: str
+    spec: dict[str, Any]
+    created: str
+    looks: int = 0
+    started: float | None = None
+    stage: str = "SCHEDULING"
+    finished: float | None = None
+    message: str | None = None
+
+    def running_secs(self) -> int | None:
+        if self.started is None:
+            return None
+        return int((self.finished or time.monotonic()) - self.started)
+
+
+@dataclass
+class JobsApi:
+    """The stand-in (see the module docstring).
+
+    Args:
+        token: the one token it accepts.
+        busy: whether the played expert server says it is never idle.
+        fails: whether a job ends in ERROR (out of memory) soon after it starts running.
+
+    Attributes:
+        jobs: the jobs made, by id; ``cancelled``: the ids cancelled, in order.
+    """
+
+    token: str = "hf_standin_jobs_token"
+    busy: bool = False
+    fails: bool = False
+    jobs: dict[str, Job] = field(default_factory=dict)
+    cancelled: list[str] = field(default_factory=list)
+    url: str = ""
+    _runner: Any = None
+
+    async def __aenter__(self) -> "JobsApi":
+        app = web.Application()
+        app.router.add_get("/api/whoami-v2", self._whoami)
+        app.router.add_get("/api/jobs/hardware", self._hardware)
+        app.router.add_post("/api/jobs/{ns}", self._run)
+        app.router.add_get("/api/jobs/{ns}/{id}", self._inspect)
+        app.router.add_post("/api/jobs/{ns}/{id}/cancel", self._cancel)
+        app.router.add_get("/proxy/{id}/{port}/models", self._models)
+        app.middlewares.append(self._auth)
+        self._runner, port = await serve_loopback(app)
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._runner.cleanup()
+
+    @web.middleware
+    async def _auth(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.path.startswith("/proxy/"):
+            return await handler(request)
+        if request.headers.get("Authorization") != f"Bearer {self.token}":
+            return web.json_response({"error": "Invalid credentials in Authorization header"}, status=401)
+        return await handler(request)
+
+    async def _whoami(self, request: web.Request) -> web.Response:
+        return web.json_response({"type": "user", "name": OWNER["name"], "id": OWNER["id"], "orgs": []})
+
+    async def _hardware(self, request: web.Request) -> web.Response:
+        return web.json_response(HARDWARE)
+
+    async def _run(self, request: web.Request) -> web.Response:
+        spec = await request.json()
+        if request.match_info["ns"] != OWNER["name"]:
+            return web.json_response({"error": "You are not allowed to run jobs in this namespace"}, status=403)
+        if spec.get("flavor") not in {h["name"] for h in HARDWARE} or not spec.get("dockerImage"):
+            return web.json_response({"error": "Invalid job spec"}, status=400)
+        job = Job(uuid.uuid4().hex[:24], spec, _now())
+        self.jobs[job.id] = job
+        return web.json_response(self._info(job, request))
+
+    async def _inspect(self, request: web.Request) -> web.Response:
+        job = self.jobs.get(request.match_info["id"])
+        if job is None:
+            return web.json_response({"error": "Job not found"}, status=404)
+        job.looks += 1
+        if job.stage == "SCHEDULING" and job.looks > 1:
+            job.stage, job.started = "RUNNING", time.monotonic()
+        elif job.stage == "RUNNING" and self.fails and job.looks > 3:
+            job.stage, job.finished, job.message = "ERROR", time.monotonic(), "CUDA out of memory"
+        return web.json_response(self._info(job, request))
+
+    async def _cancel(self, request: web.Request) -> web.Response:
+        job = self.jobs.get(request.match_info["id"])
+        if job is None:
+            return web.json_response({"error": "Job not found"}, status=404)
+        if job.stage in ("SCHEDULING", "RUNNING"):
+            job.stage, job.finished = "CANCELED", time.monotonic()
+            self.cancelled.append(job.id)
+        return web.Response(status=200)
+
+    async def _models(self, request: web.Request) -> web.Response:
+        job = self.jobs.get(request.match_info["id"])
+        key = (job.spec.get("secrets") or {}).get("HUGGINGGPT_EXPERTS_API_KEY") if job else None
+        if job is None or job.stage != "RUNNING":
+            return web.json_response({"error": "no such job running"}, status=502)
+        if not key or request.headers.get("Authorization") != f"Bearer {key}":
+            return web.json_response({"error": "Missing or invalid API key."}, status=401)
+        idle = 0.0 if self.busy else time.monotonic() - (job.started or time.monotonic())
+        return web.json_response({"models": [], "device": "cuda:0", "idle_seconds": round(idle, 1)})
+
+    def _info(self, job: Job, request: web.Request) -> dict[str, Any]:
+        spec = job.spec
+        ports = (spec.get("expose") or {}).get("ports") or []
+        running = job.stage == "RUNNING"
+        status: dict[str, Any] = {"stage": job.stage, "message": job.message}
+        if running and ports and not self.fails:
+            status["exposeUrls"] = [f"{self.url}/proxy/{job.id}/{p}" for p in ports]
+        secs = job.running_secs()
+        return {"id": job.id, "createdAt": job.created, "dockerImage": spec["dockerImage"], "spaceId": None,
+                "command": spec.get("command"), "arguments": spec.get("arguments", []),
+                "environment": spec.get("environment", {}), "secrets": dict.fromkeys(spec.get("secrets") or {}, "***"),
+                "flavor": spec["flavor"], "labels": spec.get("labels"), "status": status, "owner": OWNER,
+                "expose": spec.get("expose"),
+                "durations": {"schedulingSecs": 1 if job.started else None, "runningSecs": secs,
+                              "totalSecs": (secs or 0) + 1}}
