@@ -203,6 +203,13 @@ def registry() -> CollectorRegistry:
     return shared
 
 
+def process_ended() -> None:
+    """In multiprocess mode, drop this process's live gauges (runs in flight, loop lag) from the
+    shared directory as it stops; nothing otherwise."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        multiprocess.mark_process_dead(os.getpid())
+
+
 async def exposition() -> tuple[bytes, str]:
     """The text exposition for a ``/metrics`` route served on the event loop, with the loop lag
     measured now (the time one ``asyncio.sleep(0)`` takes to come back).
