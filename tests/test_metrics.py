@@ -151,12 +151,31 @@ def test_prometheus_scrapes_the_runs_stages_tasks_and_expert_batches_that_were_m
         # no label value came from the request's text
         for series in prom.query('{__name__=~"hugginggpt_.+"}'):
             assert not {v for v in series["metric"].values() if "4242" in v or "evil" in v or "<" in v}, series
+        _dashboard_reads_what_was_scraped(prom)
     finally:
         if prom is not None:
             prom.stop()
         _stop(serve)
         if experts is not None:
             _stop(experts)
+
+
+NOT_MADE_HERE = {"hugginggpt_cost_usd_total", "hugginggpt_store_errors_total", "hugginggpt_degraded_turns_total"}
+"""Counters the scraped runs did not move (no cost records, no store failure): absent until they do."""
+
+
+def _dashboard_reads_what_was_scraped(prom: PrometheusServer) -> None:
+    """Every query of deploy/grafana-dashboard.json is accepted by Prometheus and reads metrics
+    that exist (a renamed metric or a typo would leave its panel empty)."""
+    import json
+
+    scraped = {s["metric"]["__name__"] for s in prom.query('count by (__name__) ({__name__=~"hugginggpt_.+"})')}
+    dashboard = json.loads((ROOT / "deploy" / "grafana-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    assert len(exprs) >= 20
+    for expr in exprs:
+        prom.query(expr.replace("$__rate_interval", "1m"))  # raises unless status is success
+        assert set(re.findall(r"hugginggpt_\w+", expr)) <= scraped | NOT_MADE_HERE, expr
 
 
 def _label_values() -> dict[str, set[str]]:
@@ -214,3 +233,77 @@ async def test_the_bots_metrics_port_serves_and_says_when_it_is_taken():
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
     with metrics.metrics_port(TelemetrySettings()):  # unset (the default): nothing is served
         pass
+
+
+async def test_a_turn_answered_without_memory_counts_a_store_error_and_a_degraded_turn(sandbox, tmp_path):
+    from tests.test_storage_degraded import fill_up, service_on, turn
+    from tests.test_storage_faults import small_disk
+
+    def sample(name: str, **labels: str) -> float:
+        return REGISTRY.get_sample_value(name, labels) or 0.0
+
+    before = (sample("hugginggpt_store_errors_total", step="open_turn"),
+              sample("hugginggpt_degraded_turns_total", front_end="slack"))
+    with small_disk(tmp_path / "disk") as disk:
+        async with service_on(sandbox, disk) as service:
+            filler = fill_up(disk)
+            notes, done = await turn(service, "Say hello")
+            assert notes and done.record.answered and done.record.conversation_id is None  # without memory
+            filler.unlink()
+            await turn(service, "Say hello again")  # stored again: neither count moves
+    after = (sample("hugginggpt_store_errors_total", step="open_turn"),
+             sample("hugginggpt_degraded_turns_total", front_end="slack"))
+    assert (after[0] - before[0], after[1] - before[1]) == (1, 1)
+
+
+def _sample(text: str, name: str, **labels: str) -> float:
+    """The value of ``name{labels}`` in a text exposition (0 when absent)."""
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                return s.value
+    return 0.0
+
+
+async def test_the_slack_http_server_serves_metrics_that_count_its_turns(slack, tmp_path):
+    import json
+
+    import aiohttp
+    from slack_sdk.web.async_client import AsyncWebClient
+
+    from adapters.slack.handler import create_bolt_app
+    from adapters.slack.serve import Replica, serve_http
+    from benchmarks.harness.slack import CHANNEL, SECRET, bot_settings, make_service
+    from sandbox.slack_api import signed_headers
+
+    async with make_service(tmp_path) as service:
+        settings = bot_settings(service, bot_token=slack.bot_token, signing_secret=SECRET, mode="http")
+        front = create_bolt_app(settings, service, AsyncWebClient(token=slack.bot_token, base_url=slack.api_url))
+        runner = await serve_http(front.app, Replica(lambda: service.storage_problems(store_only=True), "/slack/events"),
+                                  "127.0.0.1", 0, "/slack/events", SECRET)
+        base = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        answered = {"front_end": "slack", "outcome": "answered"}
+        try:
+            async with aiohttp.ClientSession() as http:
+                async with http.get(f"{base}/metrics") as r:  # no signature: Slack's checks are for its path only
+                    assert r.status == 200 and r.content_type == "text/plain"
+                    before = _sample(await r.text(), "hugginggpt_runs_total", **answered)
+                msg = slack.add_user_message(CHANNEL, f"<@{slack.bot_user_id}> Write a haiku about autumn")
+                raw = json.dumps(slack.event_body({"type": "app_mention", "user": "U1", "text": msg.text, "ts": msg.ts,
+                                                   "channel": CHANNEL, "team": slack.team_id, "event_ts": msg.ts}))
+                async with http.post(f"{base}/slack/events", data=raw,
+                                     headers={**signed_headers(SECRET, raw), "Content-Type": "application/json"}) as r:
+                    assert r.status == 200
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline and not any(m.user == slack.bot_user_id
+                                                              for m in slack.thread(CHANNEL, msg.ts)):
+                    await asyncio.sleep(0.1)
+                if front.bot.tasks:
+                    await asyncio.wait(set(front.bot.tasks), timeout=30)
+                async with http.get(f"{base}/metrics") as r:
+                    text = await r.text()
+            assert _sample(text, "hugginggpt_runs_total", **answered) == before + 1
+            assert _sample(text, "hugginggpt_runs_in_flight", front_end="slack") == 0
+        finally:
+            await runner.cleanup()
+            await front.bot.close(timeout=1)
