@@ -536,10 +536,8 @@ class McpSettings(BaseModel):
                 if len(v.get_secret_value()) >= 8]
 
 
-class TelemetrySettings(BaseModel):
+class TelemetrySettings(Section):
     """``[telemetry]``: what operators watch (docs/operations.md, "Metrics")."""
-
-    model_config = ConfigDict(extra="forbid")
 
     metrics_port: int | None = Field(None, ge=0, le=65535, description="port of a Prometheus /metrics server of "
                                      "the Discord and Socket Mode bots (None: none; serve and the Slack HTTP server "

@@ -18,6 +18,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -231,8 +232,8 @@ async def test_the_bots_metrics_port_serves_and_says_when_it_is_taken():
         assert info.value.user_message.endswith("choose another [telemetry] metrics_port.")
     with pytest.raises(OSError):  # stopped with the bot: nothing listens any more
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
-    with metrics.metrics_port(TelemetrySettings()):  # unset (the default): nothing is served
-        pass
+    with metrics.metrics_port(TelemetrySettings()):  # unset (the default): no server thread at all
+        assert not [t for t in threading.enumerate() if t.name == "metrics"]
 
 
 async def test_a_turn_answered_without_memory_counts_a_store_error_and_a_degraded_turn(sandbox, tmp_path):
