@@ -1,6 +1,6 @@
 # Two entry points for newcomers (see README): `make demo` and `make test`.
 # Both install what the project needs first: ffmpeg (Debian/Ubuntu, via apt-get when missing;
-# `make test` also PostgreSQL and nginx, whose throwaway servers the tests start)
+# `make test` also PostgreSQL, nginx and Prometheus, whose throwaway servers the tests start)
 # and the Python package with its dependencies into .venv.
 
 PYTHON ?= python3
@@ -14,7 +14,7 @@ system-deps:
 	@$(call apt,python3-venv,$(PYTHON) -c 'import ensurepip')
 
 test-system-deps:
-	@$(call apt,postgresql nginx chromium,ls /usr/lib/postgresql/*/bin/postgres && { command -v nginx || [ -x /usr/sbin/nginx ]; } && command -v chromium)
+	@$(call apt,postgresql nginx chromium prometheus,ls /usr/lib/postgresql/*/bin/postgres && { command -v nginx || [ -x /usr/sbin/nginx ]; } && command -v chromium && command -v prometheus)
 
 # $(call apt,PACKAGES,CHECK): apt-get install PACKAGES unless the shell CHECK succeeds
 define apt

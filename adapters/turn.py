@@ -30,6 +30,7 @@ from collections.abc import AsyncIterable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from bot.metrics import TurnMetrics
 from pipeline.errors import HuggingGPTError
 from pipeline.replanning import last_round_ids, unsettled
 from pipeline.types import Done, Event, RunRecord
@@ -158,7 +159,8 @@ async def follow(events: AsyncIterable[Event], view: TurnView, *, progress: Prog
         events: the turn's events (``Service.handle``); it may raise ``HuggingGPTError`` (refused).
         view: the front end's view.
         progress: the model to fold the events into (default: a new one); shown by the view.
-        where: the turn's place for the operator's log lines (``"slack C1/1700.1"``).
+        where: the turn's place for the operator's log lines (``"slack C1/1700.1"``); its first
+            word is the front end the metrics count the turn under (:mod:`bot.metrics`).
 
     Returns:
         The :class:`Outcome`; its sentence was said by the view.
@@ -171,9 +173,16 @@ async def follow(events: AsyncIterable[Event], view: TurnView, *, progress: Prog
     """
     progress = progress if progress is not None else Progress()
     aclose = getattr(events, "aclose", None)
+    counted = TurnMetrics(where)  # Prometheus: in flight now, counted by how it ends (bot.metrics)
     try:
-        return await _follow(events, view, progress, where)
+        outcome = await _follow(events, view, progress, where)
+        counted.ended(outcome.moment, outcome.record)
+        return outcome
+    except asyncio.CancelledError:
+        counted.ended("restarted", None)
+        raise
     finally:
+        counted.close()  # a view's own failure: no longer in flight, not a turn's outcome
         if aclose is not None:  # given up early (a view's failure): the service's turn ends now, not when collected
             await aclose()
 

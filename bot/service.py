@@ -30,6 +30,7 @@ from .admission import Admission
 from .incoming import Accepted, ConversationKey, Delivery, IncomingFile, Message, Requester
 from .limits import check_request_size, too_many_files
 from .locks import ThreadLocks
+from .metrics import degraded_turn, store_error
 from .mentions import check_mentions
 from .readiness import Readiness
 from .settings import Settings
@@ -204,6 +205,7 @@ class Service:
         try:
             await self.store.settle_delivery(key)
         except StorageError as e:
+            store_error("settle_delivery")
             log.warning("could not settle delivery %s: %s", key, e)
 
     async def _claim(self, delivery: Delivery) -> bool:
@@ -217,6 +219,7 @@ class Service:
             first = await self.store.claim_delivery(list(delivery.keys),
                                                     delivery.payload() if delivery.payload is not None else None)
         except StorageError as e:
+            store_error("claim_delivery")
             log.warning("could not record delivery %s: %s", delivery.keys[0], e)
             return True
         if not first:
@@ -472,8 +475,10 @@ class Service:
         try:
             opened = await self._open_turn(message, files, steps)
         except StorageError as e:
+            store_error("open_turn")
             if not message.memoryless_fallback:
                 raise
+            degraded_turn(key.platform)
             log.warning("conversation store failed at %s for %s, answering without memory: %s",
                         steps[-1] if steps else "?", key.as_string(), e)
             turn = self._memoryless_turn(message, files, e)
@@ -600,6 +605,7 @@ class Service:
         try:
             await self.conversations.finish_turn(conv, turn, record)
         except StorageError as e:
+            store_error("save_turn")
             log.error("could not save turn %s/%d (kept to save before the next turn of the thread): %s", conv, turn, e)
             self._unsaved.keep(conv, turn, record)
             return e

@@ -543,6 +543,15 @@ class McpSettings(BaseModel):
                 if len(v.get_secret_value()) >= 8]
 
 
+class TelemetrySettings(Section):
+    """``[telemetry]``: what operators watch (docs/operations.md, "Metrics")."""
+
+    metrics_port: int | None = Field(None, ge=0, le=65535, description="port of a Prometheus /metrics server of "
+                                     "the Discord and Socket Mode bots (None: none; serve and the Slack HTTP server "
+                                     "answer /metrics on their own port)")
+    metrics_host: str = Field("127.0.0.1", description="address the metrics_port server binds to")
+
+
 class Settings(BaseSettings):
     """All settings. Build with :func:`load_settings`."""
 
@@ -560,9 +569,10 @@ class Settings(BaseSettings):
     server: ServerSettings = Field(default_factory=ServerSettings)
     documents: DocumentSettings = Field(default_factory=DocumentSettings)
     mcp: McpSettings = Field(default_factory=McpSettings)
+    telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
 
     @field_validator("llm", "inference", "planning", "catalog", "storage", "discord", "slack", "server", "documents",
-                     "mcp", mode="before")
+                     "mcp", "telemetry", mode="before")
     @classmethod
     def _none_is_default(cls, v: Any) -> Any:
         return {} if v is None else v

@@ -7,6 +7,7 @@
     POST /models/{model_id}       run the model (the id may contain "/"); body and answer as
                                   huggingface_hub's client sends and parses them for a URL model
     GET  /healthz, GET /readyz    the process runs / the cache was scanned
+    GET  /metrics                 the same figures for Prometheus (:mod:`expert_server.metrics`)
 
 A request's deadline is its ``X-Request-Timeout`` header (seconds) or the config's
 ``default_deadline``, capped at ``max_deadline``; past it the answer is 504 and its place in the
@@ -37,6 +38,7 @@ from .admission import Held, read_body
 from .cache import CachedModel
 from .config import ServerConfig
 from .errors import BadPayload, ClientClosed, DeadlineExceeded, ExpertError, NotReady, Refused, UnknownModel, shown
+from .metrics import exposition, registry_for
 from .payload import Limits, parse_body
 from .pool import Pool
 from .queues import BatchStats, ModelQueue
@@ -118,6 +120,13 @@ def create_app(config: ServerConfig, device: str, budget: int | None, *, scan: b
     app.add_api_route("/readyz", _readyz, methods=["GET"])
     app.add_api_route("/models", _list, methods=["GET"])
     app.add_api_route("/models/{model_id:path}", _infer, methods=["POST"])
+    registry = registry_for(lambda: app.state.experts)
+
+    async def metrics() -> Response:
+        body, content_type = exposition(registry)
+        return Response(body, headers={"Content-Type": content_type})
+
+    app.add_api_route("/metrics", metrics, methods=["GET"])
     app.add_middleware(AccessGuard, config=config)
     return app
 

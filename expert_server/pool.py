@@ -82,6 +82,7 @@ class Pool:
         self.device, self.budget, self._loader, self._executor = device, budget, loader, executor
         self.slots = {mid: Slot(m) for mid, m in models.items()}
         self.inputs = 0  # bytes held by requests' inputs (hold / free)
+        self.evictions = 0  # models unloaded to make room under the budget (the metrics' counter)
         self._freed = 0  # bytes freed since memory was last handed back
         self._gate = asyncio.Lock()
         for slot in self.slots.values():
@@ -190,6 +191,7 @@ class Pool:
             log.info("evicting %s (least recently used) to stay under the budget of %s", victim.model.id,
                      format_size(self.budget))
             self.unload(victim.model.id)
+            self.evictions += 1
 
     def unload(self, model_id: str) -> None:
         """Drop the model from memory (it stays servable and reloads on its next request)."""

@@ -82,6 +82,7 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
     from adapters.http import create_app
     from adapters.mcp.http import mount as mount_mcp
 
+    from bot.metrics import process_ended
     from bot.service import Service
     from . import package_version
 
@@ -120,6 +121,7 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
         app.state.hugginggpt.ready = False
         await asyncio.shield(mcp.close())
         await asyncio.shield(service.close())
+        process_ended()  # several processes sharing PROMETHEUS_MULTIPROC_DIR: this one no longer counts
         for sig in installed:
             loop.remove_signal_handler(sig)
         sock.close()

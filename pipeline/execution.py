@@ -229,6 +229,8 @@ class ExecutionRun:
         self._runners: dict[int, asyncio.Task[None]] = {}
         self.first_start: float | None = None
         """``time.monotonic()`` when the first task joined (``None`` before)."""
+        self.selection_seconds = 0.0
+        """Time the tasks' model selections took, summed (seconds; they run in parallel)."""
 
     def _future(self, task_id: int) -> asyncio.Future[TaskResult]:
         if task_id not in self._done:
@@ -309,11 +311,19 @@ class ExecutionRun:
                         self.emit(TaskFailed(res))
         return self.selections, self.results
 
+    def _timed(self, began: float) -> Callable[[asyncio.Future], None]:
+        """A done callback adding the time since ``began`` to :attr:`selection_seconds`."""
+        def add(selecting: asyncio.Future) -> None:
+            if not selecting.cancelled():  # a task skipped for its dependency never needed its model
+                self.selection_seconds += time.monotonic() - began
+        return add
+
     async def _run_one(self, task: Task) -> None:
         ex, emit, usage = self.executor, self.emit, self.usage
         result = TaskResult(task.id, "failed")
         try:
             selecting = asyncio.create_task(ex.selector.select(task, self.request.text, usage))
+            selecting.add_done_callback(self._timed(time.monotonic()))
             try:
                 deps = [await self._future(d) for d in task.dep]
             except BaseException:

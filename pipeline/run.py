@@ -51,6 +51,9 @@ class RunState:
         record.stopped = self.stopped
         record.llm_calls = self.usage.calls
         record.http_attempts = self.usage.http_attempts
+        record.prompt_tokens, record.completion_tokens = self.usage.prompt_tokens, self.usage.completion_tokens
+        if self.run is not None and self.run.tasks:
+            record.timings_ms["selection"] = self.run.selection_seconds * 1000
         record.timings_ms["total"] = (time.monotonic() - self.t0) * 1000
         record.timings_ms["cpu"] = (time.process_time() - self.cpu0) * 1000  # this process, all its threads
 

@@ -415,7 +415,10 @@ class RunRecord:
         files: generated files to attach next to the answer.
         llm_calls: number of controller calls the stages made.
         http_attempts: HTTP requests sent to the controller for them (SDK retries included).
-        timings_ms: stage name to wall time in milliseconds.
+        prompt_tokens, completion_tokens: controller tokens the server reported for them (0 when
+            it reports none).
+        timings_ms: stage name to wall time in milliseconds (``selection``: model selection
+            summed over the run's tasks, which select in parallel).
         status: ``"ok"`` (every task succeeded and there is an answer), ``"partial"`` (there is an
             answer, but a task failed or was skipped, an attached file was not used, or the
             deadline cut the run short) or
@@ -447,6 +450,8 @@ class RunRecord:
     error: str | None = None
     failure: Exception | None = field(default=None, repr=False, compare=False)
     http_attempts: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
     deadline_passed: bool = False
     stopped: bool = False
     notes: list[str] = field(default_factory=list)

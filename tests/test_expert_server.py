@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import io
 import os
+import re
 import subprocess
 import sys
 import time
@@ -249,6 +250,9 @@ async def test_loading_past_the_budget_evicts_the_least_recently_used(server):
     assert doc["memory_used_bytes"] <= doc["memory_budget_bytes"] == 50_000_000
     # the third model took the first one's place: the process did not grow by another model
     assert server.rss() - rss_two < size
+    scraped = httpx2.get(f"{server.url}/metrics").text  # what Prometheus reads says so too
+    assert float(re.search(r"^hugginggpt_experts_evictions_total (\S+)$", scraped, re.M).group(1)) >= 1
+    assert 'hugginggpt_experts_models{state="loaded"}' in scraped
 
 
 async def test_twenty_simultaneous_first_requests_load_the_model_once(server):

@@ -20,6 +20,7 @@ import discord.http
 import yarl
 
 from bot.errors import ConfigError
+from bot.metrics import metrics_port
 from bot.settings import Settings, secret
 from pipeline.redact import host_of, mask_credentials
 
@@ -75,11 +76,12 @@ async def run(service: Service, settings: Settings, *, grace: float, shard_ids: 
         shard_ids, shard_count: the shards this process runs (``None``: what Discord recommends).
 
     Raises:
-        ConfigError: Discord refused the token or an intent, or cannot be reached (exit status 2).
+        ConfigError: Discord refused the token or an intent, or cannot be reached, or ``[telemetry]
+            metrics_port`` cannot be opened (exit status 2).
     """
     bot = HuggingGPTBot(service, settings, shutdown_grace=grace, shard_ids=shard_ids, shard_count=shard_count)
     signals = StopSignals()
-    with signals.installed(), platform_urls(settings):
+    with signals.installed(), platform_urls(settings), metrics_port(settings.telemetry):  # /metrics, when set
         try:
             await login(bot, settings)
             runner = asyncio.create_task(bot.connect(reconnect=True), name="discord-gateway")

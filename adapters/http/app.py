@@ -1,5 +1,5 @@
 """The HTTP API's application: the OpenAI-compatible routes, the reference implementation's
-routes, health and readiness, OpenAPI at ``/openapi.json`` (FastAPI).
+routes, health, readiness and Prometheus metrics, OpenAPI at ``/openapi.json`` (FastAPI).
 
 Build it with :func:`create_app` (tests run the same app production runs, served by uvicorn on
 loopback); ``hugginggpt/serve.py`` runs it.
@@ -11,7 +11,9 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+
+from bot.metrics import exposition
 
 from bot.service import Service
 from bot.settings import Settings
@@ -81,4 +83,13 @@ def create_app(settings: Settings, service: Service, *, version: str = "unknown"
             return JSONResponse({"status": "not ready", "problems": problems}, status_code=503)
         return {"status": "ready", "model": openai_api.MODEL_ID, "controller": st.settings.llm.model}
 
+    app.add_api_route("/metrics", metrics, summary="Prometheus metrics", tags=["operations"], response_class=Response)
+
     return app
+
+
+async def metrics() -> Response:
+    """The Prometheus text exposition of :mod:`bot.metrics` (runs, stages, tasks, expert calls,
+    tokens, cost, runs in flight, loop lag, store errors): bounded labels, no user data."""
+    body, content_type = await exposition()
+    return Response(body, headers={"Content-Type": content_type})

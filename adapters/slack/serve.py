@@ -16,9 +16,11 @@ one log line and a plain-text answer: ``X-Slack-Request-Timestamp`` is digits an
 what Slack sends (JSON for the Events API, form-encoded with a JSON ``payload`` for interactions,
 a slash command's fields), else 400.
 
-HTTP mode also serves ``GET /healthz`` (liveness: ``200 ok`` while the process runs) and
+HTTP mode also serves ``GET /healthz`` (liveness: ``200 ok`` while the process runs),
 ``GET /readyz`` (``200 ready`` when the conversation store answers and the replica is not
-draining, else ``503`` with a one-line reason: take the replica out of the pool).
+draining, else ``503`` with a one-line reason: take the replica out of the pool) and
+``GET /metrics`` (Prometheus, :mod:`bot.metrics`); Socket Mode serves ``/metrics`` on
+``[telemetry] metrics_port`` when it is set.
 
 Drain on the first SIGTERM/SIGINT: ``/readyz`` turns 503 at once and Events API deliveries get
 ``503`` (a load balancer retries them on another replica, e.g. nginx ``proxy_next_upstream
@@ -48,6 +50,7 @@ from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.errors import ConfigError
+from bot.metrics import exposition, metrics_port
 from bot.settings import Settings, secret
 from pipeline.redact import mask_credentials
 
@@ -226,6 +229,7 @@ async def serve_http(app: AsyncApp, replica: Replica, host: str, port: int, path
         web_app.middlewares.append(intake(signing_secret, path))
     web_app.router.add_get("/healthz", replica.healthz)
     web_app.router.add_get("/readyz", replica.readyz)
+    web_app.router.add_get("/metrics", metrics)
     runner = web.AppRunner(web_app, access_log=None)
     await runner.setup()
     try:
@@ -234,8 +238,14 @@ async def serve_http(app: AsyncApp, replica: Replica, host: str, port: int, path
         await runner.cleanup()
         raise ConfigError(f"I cannot listen on {host}:{port} ({e.strerror or e.__class__.__name__}); "
                           "choose another --port or [slack] port.") from None
-    log.info("serving the Slack Events API on http://%s:%d%s (/healthz, /readyz)", host, port, path)
+    log.info("serving the Slack Events API on http://%s:%d%s (/healthz, /readyz, /metrics)", host, port, path)
     return runner
+
+
+async def metrics(_: web.Request) -> web.Response:
+    """``GET /metrics``: the Prometheus text exposition of :mod:`bot.metrics`."""
+    body, content_type = await exposition()
+    return web.Response(body=body, headers={"Content-Type": content_type})
 
 
 
@@ -416,12 +426,14 @@ async def run(settings: Settings, service: Service, client: AsyncWebClient, opti
         Whether a second signal cut the drain short (the command exits 130 then, else 0).
 
     Raises:
-        ConfigError: Socket Mode cannot connect, or the HTTP port cannot be opened.
+        ConfigError: Socket Mode cannot connect, or the HTTP port (or in Socket Mode ``[telemetry]
+            metrics_port``) cannot be opened.
     """
     front = create_bolt_app(settings, service, client)
     signals = StopSignals()
     cut_short = False
-    with signals.installed():
+    port = metrics_port(settings.telemetry) if options.mode == "socket" else contextlib.nullcontext()  # http: /metrics
+    with signals.installed(), port:
         try:
             async with _receiving(front, settings, service, options) as stop_receiving:
                 print(f"Slack bot running in {options.mode} mode; press Ctrl-C to stop.", flush=True)

@@ -1,13 +1,15 @@
-"""Real servers for tests and benchmarks: a throwaway PostgreSQL and nginx, started from the
-Debian packages on 127.0.0.1 in a temporary directory and stopped afterwards (no mocks).
+"""Real servers for tests and benchmarks: a throwaway PostgreSQL, nginx and Prometheus, started
+from the Debian packages on 127.0.0.1 in a temporary directory and stopped afterwards (no mocks).
 
 * :class:`PostgresServer` runs ``initdb`` and ``postgres`` (as the ``postgres`` system user when
   the tests run as root, which PostgreSQL refuses), with password authentication over TCP;
   :meth:`PostgresServer.create_database` makes a fresh database per test.
 * :class:`NginxServer` runs ``nginx`` in the foreground with a generated configuration: one
   ``upstream`` of bot replicas behind one port (the way an operator runs Slack HTTP mode).
+* :class:`PrometheusServer` runs ``prometheus`` with the shipped ``deploy/prometheus.yml``
+  pointed at processes on 127.0.0.1 and a short scrape interval, and queries its HTTP API.
 
-Both raise :class:`Missing` when the programs are not installed (``.ci/run`` installs them;
+Each raises :class:`Missing` when the programs are not installed (``.ci/run`` installs them;
 tests skip with that sentence elsewhere).
 """
 
@@ -248,6 +250,107 @@ class NginxServer:
             proc.wait()
 
     def __enter__(self) -> NginxServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class PrometheusServer:
+    """Prometheus on 127.0.0.1 scraping ``targets`` every ``interval``, with the jobs of the
+    shipped ``deploy/prometheus.yml`` (each job named in ``targets`` keeps its settings but scrapes
+    the given addresses; the others are left out).
+
+    Args:
+        root: an empty directory for its configuration and database.
+        targets: job name (as in deploy/prometheus.yml) → ``"127.0.0.1:PORT"`` addresses.
+        interval: the scrape interval (a Prometheus duration, ``"1s"``).
+
+    Attributes:
+        port: the port it listens on; url: ``http://127.0.0.1:port``.
+    """
+
+    def __init__(self, root: Path, targets: dict[str, list[str]], interval: str = "1s") -> None:
+        exe = shutil.which("prometheus") or ("/usr/bin/prometheus" if Path("/usr/bin/prometheus").exists() else None)
+        if exe is None:
+            raise Missing("prometheus is not installed (apt-get install prometheus).")
+        self.exe, self.root, self.targets, self.interval = exe, Path(root), targets, interval
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+
+    def config(self) -> dict:
+        """deploy/prometheus.yml with this server's interval and targets."""
+        import yaml
+
+        shipped = yaml.safe_load((Path(__file__).resolve().parents[2] / "deploy" / "prometheus.yml").read_text())
+        shipped["global"] = {"scrape_interval": self.interval, "evaluation_interval": self.interval}
+        jobs = []
+        for job in shipped["scrape_configs"]:
+            if job["job_name"] in self.targets:
+                job.pop("dns_sd_configs", None)
+                job["static_configs"] = [{"targets": self.targets[job["job_name"]]}]
+                jobs.append(job)
+        missing = set(self.targets) - {j["job_name"] for j in jobs}
+        assert not missing, f"deploy/prometheus.yml has no job {missing}"
+        shipped["scrape_configs"] = jobs
+        return shipped
+
+    def start(self) -> PrometheusServer:
+        """Write the configuration and start Prometheus; returns ``self`` once it listens."""
+        import yaml
+
+        self.root.mkdir(parents=True, exist_ok=True)
+        conf = self.root / "prometheus.yml"
+        conf.write_text(yaml.safe_dump(self.config()))
+        log = self.root / "prometheus.log"
+        self.proc = subprocess.Popen(
+            [self.exe, f"--config.file={conf}", f"--storage.tsdb.path={self.root / 'data'}",
+             f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
+            stdout=subprocess.DEVNULL, stderr=open(log, "wb"), start_new_session=True)  # noqa: SIM115
+        _wait_port(self.port, self.proc, 20.0, "prometheus", log)
+        return self
+
+    def query(self, expr: str) -> list[dict]:
+        """The result vector of the PromQL ``expr`` now (``/api/v1/query``): ``{"metric", "value"}`` each."""
+        import json
+        import urllib.parse
+        import urllib.request
+
+        with urllib.request.urlopen(f"{self.url}/api/v1/query?{urllib.parse.urlencode({'query': expr})}",
+                                    timeout=10) as r:
+            doc = json.loads(r.read())
+        assert doc["status"] == "success", doc
+        return doc["data"]["result"]
+
+    def value(self, expr: str) -> float | None:
+        """The single value of ``expr`` now (``None`` when the vector is empty)."""
+        result = self.query(expr)
+        assert len(result) <= 1, result
+        return float(result[0]["value"][1]) if result else None
+
+    def wait_value(self, expr: str, want: float, timeout: float = 20.0) -> float | None:
+        """Poll :meth:`value` until it equals ``want`` (or ``timeout`` seconds pass); the last value."""
+        deadline = time.monotonic() + timeout
+        got = self.value(expr)
+        while got != want and time.monotonic() < deadline:
+            time.sleep(0.25)
+            got = self.value(expr)
+        return got
+
+    def stop(self) -> None:
+        """Quick shutdown (SIGTERM); idempotent."""
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def __enter__(self) -> PrometheusServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
