@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:
     from pipeline.types import Turn
 
+    from .approval import Approve
+
     from .uploads import Inspected
 
 
@@ -138,6 +140,8 @@ class Message:
             turn starts (the chat bots), instead of raising :class:`bot.errors.StorageError`.
         on_start: called with ``(conversation_id, turn)`` (``None``, 0 outside a conversation) once
             the checks passed and the pipeline starts.
+        approve: run a plan kept for approval (a Run press, :mod:`bot.approval`): its request,
+            files and conversation are the kept plan's (``text``, ``files`` and ``key`` are not read).
     """
 
     text: str
@@ -150,6 +154,7 @@ class Message:
     chat_log: Sequence[Turn] = ()
     memoryless_fallback: bool = False
     on_start: Callable[[str | None, int], None] | None = field(default=None, compare=False)
+    approve: Approve | None = None
 
 
 @dataclass(frozen=True)
