@@ -21,8 +21,10 @@ from cachetools import TTLCache
 from pipeline.types import PLACEHOLDER, Task, placeholder_id
 
 from .errors import InputError, Refused
-from .incoming import ConversationKey, Requester
+from .incoming import Approve, ConversationKey, Requester
 from .settings import PlanningSettings
+
+__all__ = ["Approve"]  # what a Run press carries (bot.incoming, where Message is)
 
 EXPIRED = "This plan waited longer than its time for approval and expired; nothing was run. Please ask again."
 GONE = "This plan was already run or cancelled."
@@ -45,7 +47,7 @@ def needs_approval(tasks: Sequence[Task], estimate_usd: float | None, settings: 
         settings: ``[planning]`` (``approve``, ``approve_above_usd``, ``approve_tasks``).
 
     Returns:
-        ``True`` when it must wait (issue 36: approval before tools run).
+        ``True`` when it must wait (approval before any tool runs).
     """
     if not tasks or settings.approve == "never":
         return False
@@ -106,21 +108,6 @@ def plan_lines(tasks: Sequence[Task]) -> list[str]:
         needs = sorted(needs_of(t))
         lines.append(f"{t.id}. {t.task} ({args})" + (f", needs step {', '.join(map(str, needs))}" if needs else ""))
     return lines
-
-
-@dataclass(frozen=True)
-class Approve:
-    """What a :class:`bot.incoming.Message` carries to run a kept plan (a Run press).
-
-    Attributes:
-        plan_id: the kept plan's id (:attr:`ApprovalNeeded.plan_id`).
-        drop: task ids to leave out (with what depends on them).
-    """
-
-    plan_id: str
-    drop: tuple[int, ...] = ()
-    kept: PendingPlan | None = None
-    """Set by the service once it took the plan (what the turn runs)."""
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,6 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:
     from pipeline.types import Turn
 
-    from .approval import Approve
-
     from .uploads import Inspected
 
 
@@ -116,6 +114,21 @@ class Delivery:
     keys: tuple[str, ...]
     payload: Callable[[], str | None] | None = None
     claimed: bool = False
+
+
+@dataclass(frozen=True)
+class Approve:
+    """What a :class:`Message` carries to run a plan kept for approval (a Run press, :mod:`bot.approval`).
+
+    Attributes:
+        plan_id: the kept plan's id (``bot.approval.ApprovalNeeded.plan_id``).
+        drop: task ids to leave out (with every task that needs them).
+        kept: set by the service once it took the plan: the ``bot.approval.PendingPlan`` the turn runs.
+    """
+
+    plan_id: str
+    drop: tuple[int, ...] = ()
+    kept: object | None = None
 
 
 @dataclass(frozen=True)

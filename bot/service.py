@@ -483,7 +483,7 @@ class Service:
         """The pipeline's run of ``request``: a kept plan's (less its dropped steps, said in the
         answer), or one that may wait for approval (kept, then :class:`ApprovalNeeded` before ``Done``)."""
         approve, said = message.approve, ""
-        if approve is not None and approve.kept is not None:
+        if approve is not None and isinstance(approve.kept, PendingPlan):
             plan = approve.kept
             kept, removed = drop_steps(plan.tasks, approve.drop)
             files = list(plan.files) or [r for r in request.resources if r.id in plan.file_ids]

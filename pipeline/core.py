@@ -201,18 +201,10 @@ class Pipeline:
             async with contextlib.aclosing(self._plan_and_execute(st, sink)) as events:
                 async for event in events:
                     yield event
-            if record.status == "awaiting approval":
-                st.close_record()
-                yield Done(record)
-                return
-            async with contextlib.aclosing(replan_rounds(self.controller, st, self.limits.max_replans)) as rounds:
-                async for event in rounds:
-                    yield event
-            _collect_files(record, st.tasks)
-            st.stage = "response generation"
-            async with contextlib.aclosing(self._respond(st)) as deltas:
-                async for event in deltas:
-                    yield event
+            if record.status != "awaiting approval":  # a plan waiting for a person runs nothing more
+                async with contextlib.aclosing(self._after_plan(st)) as rest:
+                    async for event in rest:
+                        yield event
         except HuggingGPTError as e:
             record.status = "error"
             record.error = e.user_message
@@ -221,6 +213,17 @@ class Pipeline:
             log.warning("run failed during %s: %s", st.stage, e)
         st.close_record()
         yield Done(record)
+
+    async def _after_plan(self, st: RunState) -> AsyncIterator[Event]:
+        """What follows the executed plan: the re-planning rounds, then the answer."""
+        async with contextlib.aclosing(replan_rounds(self.controller, st, self.limits.max_replans)) as rounds:
+            async for event in rounds:
+                yield event
+        _collect_files(st.record, st.tasks)
+        st.stage = "response generation"
+        async with contextlib.aclosing(self._respond(st)) as deltas:
+            async for event in deltas:
+                yield event
 
     async def _video_parts(self, st: RunState, sink: ResourceSink) -> AsyncIterator[Event]:
         """The sound and a few frames of each video of this turn become resources of their own
