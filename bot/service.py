@@ -505,8 +505,8 @@ class Service:
     async def _keep_plan(self, request: Request, message: Message, record: RunRecord) -> ApprovalNeeded:
         """Keep a plan that waits for approval (:class:`bot.approval.PendingPlans`); its event.
         Raises StorageError."""
-        who = message.who.user if message.who is not None else ""
         key = message.key if isinstance(message.key, ConversationKey) else None
+        who = message.who.user if message.who is not None else (key.workspace if key is not None else "")  # an API key's id
         plan = PendingPlan(new_plan_id(), tuple(record.tasks), None, time.time() + self.settings.planning.approval_timeout,
                            who, request.text, tuple(f.id for f in request.files), key, tuple(request.files))
         await self.plans.keep(plan)
