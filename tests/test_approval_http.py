@@ -67,6 +67,7 @@ async def test_cancel_this_plan(served, sandbox):
 async def test_a_malformed_run_body_is_one_sentence(served, sandbox):
     plan = await ask(served, sandbox)
     async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {KEY}"}) as http:
-        async with http.post(served.url + f"/plans/{plan['id']}/run", data=b"{not json") as r:
+        async with http.post(served.url + f"/plans/{plan['id']}/run", data=b"{not json",
+                             headers={"Content-Type": "application/json"}) as r:
             assert r.status == 400 and "drop" in (await r.json())["error"]["message"]
     assert sandbox.inference.records == []
