@@ -133,3 +133,17 @@ def test_drop_steps_follows_references_transitively():
              Task(2, "text-to-speech", (1,), {"text": "<resource>-1"}), Task(3, "image-classification", (), {"image": "image-1"}))
     kept, removed = drop_steps(tasks, [0])
     assert [t.id for t in kept] == [3] and removed == {0: 0, 1: 0, 2: 0}
+
+
+async def test_plans_kept_in_memory_are_bounded():
+    """A process without a store (``hugginggpt run``) keeps at most MEMORY_PLANS waiting plans."""
+    from bot.approval import MEMORY_PLANS, PendingPlan, PendingPlans
+
+    plans = PendingPlans(None, PlanningSettings(approve="always"))
+    task = (Task(0, "text-to-video", (), {"text": "a cat"}),)
+    for i in range(MEMORY_PLANS + 50):
+        await plans.keep(PendingPlan(f"{i:016x}", task, None, 4e9, "", "a cat"))
+    with pytest.raises(InputError) as oldest:  # the oldest went first: without the bound it would be found
+        await plans.find(f"{0:016x}", None)
+    assert oldest.value.user_message == GONE
+    assert (await plans.find(f"{MEMORY_PLANS + 49:016x}", None)).text == "a cat"

@@ -59,3 +59,25 @@ def test_without_a_terminal_it_is_refused_unless_yes(tmp_path):
                        capture_output=True, text=True, timeout=180)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip()  # the answer
+
+
+def test_the_chat_asks_too_and_runs_the_plan_as_its_next_turn(tmp_path):
+    env = {**_env(tmp_path, ASK), "PROMPT_TOOLKIT_NO_CPR": "1"}
+    chat = pexpect.spawn(sys.executable, ["-m", "hugginggpt", "chat", "--sandbox"], cwd=str(tmp_path), env=env,
+                         encoding="utf-8", timeout=120, dimensions=(40, 200))
+    chat.expect("you>")
+    chat.sendline(f"/file {MEDIA / 'chelsea.png'}")
+    chat.expect("you>")
+    chat.sendline("describe this photo")
+    chat.expect("cost: unknown")
+    chat.expect(r"Run this plan\? \[y/N\]")
+    chat.sendline("y")
+    chat.expect("Sandbox stand-in")  # the answer of the approved plan
+    chat.expect("you>")
+    chat.sendline("describe this photo again")
+    chat.expect(r"Run this plan\? \[y/N\]")
+    chat.sendline("n")
+    chat.expect(CANCELLED)
+    chat.expect("you>")
+    chat.sendeof()
+    chat.expect(pexpect.EOF)
