@@ -71,3 +71,11 @@ async def test_a_malformed_run_body_is_one_sentence(served, sandbox):
                              headers={"Content-Type": "application/json"}) as r:
             assert r.status == 400 and "drop" in (await r.json())["error"]["message"]
     assert sandbox.inference.records == []
+
+
+async def test_the_openai_endpoint_says_where_to_approve(served, sandbox):
+    sandbox.controller.script.append(THREE)
+    status, body = await post(served, "/v1/chat/completions", {"model": "hugginggpt", "messages": [
+        image_message("caption, read aloud, classify", "chelsea.png")]})
+    assert status == 409 and body["error"]["code"] == "approval_required"
+    assert "POST /plans/{id}/run" in body["error"]["message"] and sandbox.inference.records == []
