@@ -194,7 +194,7 @@ class Progress:
         for line in self.tasks.values():  # started early, then the run ended without them
             if line.state in ("waiting", "running"):
                 line.state, line.finished = "stopped", now
-        self.stage = "done" if record.answered else "failed"
+        self.stage = "done" if record.answered or record.status == "awaiting approval" else "failed"
         self.error = record_error(record)
         total = record.timings_ms.get("total")
         self.elapsed = total / 1000 if total else now - self.started

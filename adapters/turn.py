@@ -30,6 +30,7 @@ from collections.abc import AsyncIterable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from bot.approval import WAITING
 from bot.metrics import TurnMetrics
 from pipeline.errors import HuggingGPTError
 from pipeline.replanning import last_round_ids, unsettled
@@ -53,8 +54,10 @@ INTERRUPTED_ELSEWHERE = ("The process working on your last request here stopped 
                          "please ask again.")
 """Said in a conversation whose turn a dead process left running (another process found it)."""
 
-Moment = Literal["answered", "partial", "deadline", "stopped", "failed", "refused", "restarted", "crashed", "elsewhere"]
-"""How a turn ended, as a user sees it (see the module docstring)."""
+Moment = Literal["answered", "partial", "deadline", "stopped", "failed", "refused", "restarted", "crashed", "elsewhere",
+                 "awaiting"]
+"""How a turn ended, as a user sees it (see the module docstring); ``awaiting``: its plan waits for
+approval (:mod:`bot.approval`; the view got the ``ApprovalNeeded`` event with its progress)."""
 
 
 @dataclass
@@ -103,6 +106,8 @@ def notice_of(record: RunRecord) -> tuple[Moment, str | None]:
         ``deadline`` or ``partial`` with the one sentence naming the tasks that did not finish;
         ``failed`` (or ``deadline``) with the record's own failure sentence when it has no answer.
     """
+    if record.status == "awaiting approval":
+        return "awaiting", WAITING
     if not record.answered:
         return ("deadline" if record.deadline_passed else "failed"), record_error(record) or CRASHED
     tasks = _unfinished(record)

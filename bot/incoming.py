@@ -117,6 +117,21 @@ class Delivery:
 
 
 @dataclass(frozen=True)
+class Approve:
+    """What a :class:`Message` carries to run a plan kept for approval (a Run press, :mod:`bot.approval`).
+
+    Attributes:
+        plan_id: the kept plan's id (``bot.approval.ApprovalNeeded.plan_id``).
+        drop: task ids to leave out (with every task that needs them).
+        kept: set by the service once it took the plan: the ``bot.approval.PendingPlan`` the turn runs.
+    """
+
+    plan_id: str
+    drop: tuple[int, ...] = ()
+    kept: object | None = None
+
+
+@dataclass(frozen=True)
 class Message:
     """One request as a front end hands it to :meth:`bot.service.Service.handle`.
 
@@ -141,6 +156,8 @@ class Message:
         context: what the platform says about where the user is (Slack's agent view: the channel
             they view), one untrusted line given to the controller beside the request
             (:attr:`pipeline.types.Request.context`), never stored as the user's words; ``""``: none.
+        approve: run a plan kept for approval (a Run press, :mod:`bot.approval`): its request,
+            files and conversation are the kept plan's (``text``, ``files`` and ``key`` are not read).
     """
 
     text: str
@@ -154,6 +171,7 @@ class Message:
     memoryless_fallback: bool = False
     on_start: Callable[[str | None, int], None] | None = field(default=None, compare=False)
     context: str = ""
+    approve: Approve | None = None
 
 
 @dataclass(frozen=True)

@@ -13,13 +13,14 @@ import asyncio
 import contextlib
 import functools
 import logging
+import time
 from dataclasses import replace
 from collections.abc import AsyncIterator, Sequence
 
 from pipeline.core import Pipeline
 from pipeline.coverage import readable_kinds
 from pipeline.followup import work_summary
-from pipeline.types import Done, Event, Notice, Request, Resource, ResourceSink, RunRecord, Turn
+from pipeline.types import Done, Event, Notice, Request, Resource, ResourceSink, ResponseDelta, RunRecord, Turn
 
 from .backends import build_pipeline, start_first_use_imports
 from .degraded import (KeepOrFail, ScratchSpace, ToldThreads, UnsavedTurns, lost_context_sentence,
@@ -27,6 +28,8 @@ from .degraded import (KeepOrFail, ScratchSpace, ToldThreads, UnsavedTurns, lost
 from .documents import expand_documents
 from .errors import InputError, Refused, StorageError
 from .admission import Admission
+from .approval import (CANCELLED, GONE, ApprovalNeeded, PendingPlan, PendingPlans, drop_steps, dropped_sentence,
+                       needs_approval, new_plan_id)
 from .incoming import Accepted, ConversationKey, Delivery, IncomingFile, Message, Requester
 from .limits import check_request_size, too_many_files
 from .locks import ThreadLocks
@@ -76,6 +79,7 @@ class Service:
         self._unsaved = UnsavedTurns()
         self._scratch = ScratchSpace()
         self._admissions = {platform: Admission(settings, platform, store) for platform in ("discord", "slack")}
+        self.plans = PendingPlans(store, settings.planning)  # plans waiting for approval (bot.approval)
 
     @classmethod
     async def create(cls, settings: Settings, *, conversations: bool = True) -> "Service":
@@ -412,6 +416,8 @@ class Service:
 
     async def _answer(self, message: Message) -> AsyncIterator[Event]:
         """The admitted message's files read and checked, then its turn."""
+        if message.approve is not None:  # a Run press: the kept plan's request, files and conversation
+            message = await self._take_plan(message)
         text = (message.text or "").strip()
         check_request_size(text, self.settings.planning.max_request_chars)
         files = list(message.files)
@@ -438,7 +444,8 @@ class Service:
     async def _one_off(self, text: str, files: Sequence[IncomingFile], message: Message) -> AsyncIterator[Event]:
         """A request outside a conversation: its files in the media store, nothing else stored."""
         infos = await self._inspect(files)
-        check_mentions(text, [], [i.kind for i in infos], None)
+        if message.approve is None:  # a kept plan's files are its own, checked when it was planned
+            check_mentions(text, [], [i.kind for i in infos], None)
         sink = LocalResourceSink(self.media)
         stored = [
             await sink.add(f.data, kind=i.kind, mime=i.mime, origin="user", description=i.description, name=f.name)
@@ -447,8 +454,73 @@ class Service:
         if message.on_start is not None:
             message.on_start(None, 0)
         request = Request(text=text, files=stored, history=list(message.chat_log), context=message.context)
-        async for event in self.pipeline.run(request, sink, stop=message.stop):
+        async for event in self._run(request, sink, message):
             yield event
+
+    async def _take_plan(self, message: Message) -> Message:
+        """The message of a Run press, with the kept plan it runs (taken: a second press finds none).
+
+        Raises:
+            InputError, Refused: as :meth:`bot.approval.PendingPlans.find`; taken meanwhile (:data:`bot.approval.GONE`).
+        """
+        approve = message.approve
+        assert approve is not None
+        plan = await self.plans.find(approve.plan_id, message.who)
+        if not await self.plans.take(plan.plan_id):
+            raise InputError(GONE, f"plan {plan.plan_id} taken by another press")
+        return replace(message, text=plan.text, files=(), download=None, key=plan.key, approve=replace(approve, kept=plan))
+
+    async def cancel_plan(self, plan_id: str, who: Requester | None) -> str:
+        """Cancel a plan kept for approval (a Cancel press); the sentence to show.
+
+        Raises:
+            InputError, Refused: as :meth:`bot.approval.PendingPlans.find`.
+            StorageError: the store fails.
+        """
+        await self.plans.find(plan_id, who)
+        return CANCELLED if await self.plans.take(plan_id) else GONE
+
+    async def pending_plan(self, plan_id: str, who: Requester | None) -> PendingPlan:
+        """The plan kept for approval under ``plan_id``, checked for ``who`` (a press on its buttons).
+
+        Raises:
+            InputError, Refused: as :meth:`bot.approval.PendingPlans.find`.
+            StorageError: the store fails.
+        """
+        return await self.plans.find(plan_id, who)
+
+    async def _run(self, request: Request, sink: ResourceSink, message: Message) -> AsyncIterator[Event]:
+        """The pipeline's run of ``request``: a kept plan's (less its dropped steps, said in the
+        answer), or one that may wait for approval (kept, then :class:`ApprovalNeeded` before ``Done``)."""
+        approve, said = message.approve, ""
+        if approve is not None and isinstance(approve.kept, PendingPlan):
+            plan = approve.kept
+            kept, removed = drop_steps(plan.tasks, approve.drop)
+            files = list(plan.files) or [r for r in request.resources if r.id in plan.file_ids]
+            request, said = replace(request, files=files, plan=kept), dropped_sentence(plan.tasks, removed)
+        elif self.settings.planning.approve != "never":
+            request = replace(request, hold=functools.partial(needs_approval, estimate_usd=None,
+                                                              settings=self.settings.planning))
+        if said:
+            yield Notice(said)
+        async for event in self.pipeline.run(request, sink, stop=message.stop):
+            if isinstance(event, Done) and event.record.status == "awaiting approval":
+                yield await self._keep_plan(request, message, event.record)
+            elif isinstance(event, Done) and said and event.record.answered:
+                event.record.response += "\n\n" + said
+                event.record.notes.append(said)
+                yield ResponseDelta("\n\n" + said)
+            yield event
+
+    async def _keep_plan(self, request: Request, message: Message, record: RunRecord) -> ApprovalNeeded:
+        """Keep a plan that waits for approval (:class:`bot.approval.PendingPlans`); its event.
+        Raises StorageError."""
+        key = message.key if isinstance(message.key, ConversationKey) else None
+        who = message.who.user if message.who is not None else (key.workspace if key is not None else "")  # an API key's id
+        plan = PendingPlan(new_plan_id(), tuple(record.tasks), None, time.time() + self.settings.planning.approval_timeout,
+                           who, request.text, tuple(f.id for f in request.files), key, tuple(request.files))
+        await self.plans.keep(plan)
+        return plan.event()
 
     async def _with_work(self, conv: str, history: list[Turn]) -> list[Turn]:
         """``history`` (newest first) with what was run for its newest turn (``Turn.work``), so a
@@ -535,8 +607,8 @@ class Service:
         try:
             if on_start is not None:
                 on_start(conv, turn)
-            async for event in self._tracked(self.pipeline.run(request, KeepOrFail(sink) if storage_fallback else sink,
-                                                               stop=message.stop)):
+            async for event in self._tracked(self._run(request, KeepOrFail(sink) if storage_fallback else sink,
+                                                       message)):
                 if isinstance(event, Done):
                     record = event.record
                     error = await self._finish(key, conv, turn, record)
@@ -580,7 +652,7 @@ class Service:
         if told:
             yield Notice(note)
         request = Request(text=text, files=stored, history=list(message.chat_log), context=message.context)
-        async for event in self._tracked(self.pipeline.run(request, KeepOrFail(sink), stop=message.stop)):
+        async for event in self._tracked(self._run(request, KeepOrFail(sink), message)):
             if isinstance(event, Done) and told:
                 event.record.notes.insert(0, note)
             yield event

@@ -269,6 +269,28 @@ class PlanningSettings(Section):
         description="times a run may ask the controller to re-plan after a task failed, was skipped or found "
                     "nothing (each is one more controller call; 0: answer from the first plan's results)",
     )
+    approve: Literal["never", "costly", "always"] = Field(
+        "never",
+        description="when a plan waits for a person to press Run before any task runs (bot.approval): never; "
+                    "costly (its estimate is over approve_above_usd or unknown, or it has a task of approve_tasks); "
+                    "always (every plan with a task)",
+    )
+    approve_above_usd: float = Field(
+        0.05, ge=0, description='US dollars a plan may be estimated to cost before it asks (approve = "costly")')
+    approve_tasks: list[str] = Field(
+        default_factory=lambda: ["text-to-video", "image-to-video"],
+        description='pipeline tags that always ask (approve = "costly"), e.g. text-to-video')
+    approval_timeout: float = Field(
+        900.0, gt=0, le=7 * DAY, description="seconds a plan waits for approval; after that its buttons say it expired")
+    approvers: list[str] = Field(
+        default_factory=list,
+        description="who may run or cancel any plan besides its requester: Slack or Discord user ids, Discord role ids")
+
+
+    @field_validator("approve_tasks", "approvers", mode="before")
+    @classmethod
+    def _approval_lists(cls, v: Any) -> Any:
+        return env_list(v)
 
 
 class CatalogSettings(Section):

@@ -33,6 +33,8 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("text", help="the request")
     p.add_argument("--file", action="append", default=[], metavar="PATH", help="attach a file (repeatable)")
     p.add_argument("--json", action="store_true", help="print the machine-readable record of the run")
+    p.add_argument("--yes", action="store_true", help="run a plan that needs approval ([planning] approve) without "
+                   "asking; without it, such a plan is asked y/N on the terminal and refused where there is none")
     add_sandbox_option(p)
     p.set_defaults(handler=main, before_sandbox=say_starting)
 
@@ -97,12 +99,16 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
     try:
         with _ctrl_c_stops(stop, renderer.say):
             outcome = await follow(service.handle(Message(args.text, files, stop=stop)), view, where="run")
+            if outcome.moment == "awaiting" and view.waiting is not None:
+                outcome = await _approved_run(args, service, view, stop)
     finally:
         renderer.close()
         await service.close()
     if outcome.moment == "refused" and outcome.error is not None:
         raise outcome.error  # the command line says it once, with its exit status (and --json's document)
     record = outcome.record
+    if outcome.moment == "awaiting":  # cancelled at the prompt: nothing ran, as asked
+        return 0
     if record is None:  # crashed: said by the view, the traceback is in the log
         status = exit_status(outcome.error) or 1
         if args.json:  # --json promises a document whatever happened
@@ -114,6 +120,34 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
         doc["exit_status"] = record_exit_status(record)
         print(json.dumps(doc, indent=2, ensure_ascii=False))
     return record_exit_status(record)
+
+
+async def _approved_run(args: argparse.Namespace, service: Any, view: Any, stop: asyncio.Event) -> Any:
+    """Ask y/N for the plan waiting in ``view`` and run it, or cancel it (said; exit status 0 with
+    nothing run). Returns the outcome of the run or of the refusal (its error re-raised by ``main``)."""
+    from adapters.terminal import TerminalView, ask_approval, terminal_renderer
+    from adapters.terminal.lines import TerminalRenderer
+    from adapters.turn import Outcome, follow
+    from bot.approval import Approve
+    from bot.errors import InputError
+    from bot.incoming import Message
+
+    waiting = view.waiting
+    out = sys.stderr if args.json or not sys.stdout.isatty() else sys.stdout
+    try:
+        approved = await ask_approval(waiting, yes=args.yes, stdin=sys.stdin, out=out)
+    except InputError as e:
+        await service.cancel_plan(waiting.plan_id, None)
+        return Outcome("refused", e.user_message, error=e)
+    if not approved:
+        print(await service.cancel_plan(waiting.plan_id, None), file=out, flush=True)
+        return Outcome("awaiting", None)
+    renderer = TerminalRenderer(sys.stderr) if args.json else terminal_renderer(sys.stdout, sys.stderr, os.environ)
+    again = TerminalView(renderer, show_progress=not args.json or args.verbose, say_refusal=False)
+    try:
+        return await follow(service.handle(Message("", stop=stop, approve=Approve(waiting.plan_id))), again, where="run")
+    finally:
+        renderer.close()
 
 
 def _ctrl_c_stops(stop: asyncio.Event, say: Callable[[str], None]) -> contextlib.AbstractContextManager[None]:

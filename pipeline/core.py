@@ -25,7 +25,7 @@ from .experts.base import ExpertRunner, RunnerKind
 from .llm import Controller, Usage
 from .response import fallback_answer, response_messages
 from .selection import Selector
-from .planning import plan_stream
+from .planning import PlanInvalid, plan_error, plan_stream, validate_plan
 from .replanning import last_round_ids, replan_rounds, unsettled
 from .run import RunState, events_until, next_or_stop
 from .types import (
@@ -139,8 +139,9 @@ class Pipeline:
             async with asyncio.timeout_at(end):
                 async for item in plan_stream(self.controller, request, available, usage):
                     if isinstance(item, TaskPlanned):
-                        emit(item)
-                        run.start(item.task)
+                        if request.hold is None:  # a plan that may wait for approval starts nothing early
+                            emit(item)
+                            run.start(item.task)
                     elif isinstance(item, PlanDiscarded):
                         await run.cancel()
                         record.notes.append(_discarded_note(item))
@@ -200,14 +201,10 @@ class Pipeline:
             async with contextlib.aclosing(self._plan_and_execute(st, sink)) as events:
                 async for event in events:
                     yield event
-            async with contextlib.aclosing(replan_rounds(self.controller, st, self.limits.max_replans)) as rounds:
-                async for event in rounds:
-                    yield event
-            _collect_files(record, st.tasks)
-            st.stage = "response generation"
-            async with contextlib.aclosing(self._respond(st)) as deltas:
-                async for event in deltas:
-                    yield event
+            if record.status != "awaiting approval":  # a plan waiting for a person runs nothing more
+                async with contextlib.aclosing(self._after_plan(st)) as rest:
+                    async for event in rest:
+                        yield event
         except HuggingGPTError as e:
             record.status = "error"
             record.error = e.user_message
@@ -216,6 +213,17 @@ class Pipeline:
             log.warning("run failed during %s: %s", st.stage, e)
         st.close_record()
         yield Done(record)
+
+    async def _after_plan(self, st: RunState) -> AsyncIterator[Event]:
+        """What follows the executed plan: the re-planning rounds, then the answer."""
+        async with contextlib.aclosing(replan_rounds(self.controller, st, self.limits.max_replans)) as rounds:
+            async for event in rounds:
+                yield event
+        _collect_files(st.record, st.tasks)
+        st.stage = "response generation"
+        async with contextlib.aclosing(self._respond(st)) as deltas:
+            async for event in deltas:
+                yield event
 
     async def _video_parts(self, st: RunState, sink: ResourceSink) -> AsyncIterator[Event]:
         """The sound and a few frames of each video of this turn become resources of their own
@@ -272,7 +280,9 @@ class Pipeline:
         record, stop = st.record, st.stop
         queue: asyncio.Queue[Event] = asyncio.Queue()
         run = self.executor.start(st.request, sink, queue.put_nowait, st.usage, end=st.end)
-        planner = asyncio.create_task(self._plan(st.request, st.available, st.usage, run, queue.put_nowait, st.end, record))
+        planning = (_approved(st) if st.request.plan is not None else
+                    self._plan(st.request, st.available, st.usage, run, queue.put_nowait, st.end, record))
+        planner = asyncio.create_task(planning)
         work: asyncio.Task | None = None
         try:
             async for event in events_until(queue, planner, stop):
@@ -284,6 +294,9 @@ class Pipeline:
             record.rounds.append(Round(1, tuple(t.id for t in st.tasks)))
             record.timings_ms["planning"] = (time.monotonic() - st.t0) * 1000
             yield PlanReady(tuple(st.tasks))
+            if st.request.hold is not None and st.tasks and st.request.hold(tuple(st.tasks)):
+                record.status = "awaiting approval"  # run() ends here: the plan waits for a person
+                return
             if not st.tasks:
                 return
             st.stage = "task execution"
@@ -364,6 +377,21 @@ class Pipeline:
             record.deadline_passed = True
         finally:
             await stream.aclose()
+
+
+async def _approved(st: RunState) -> list[Task]:
+    """An approved plan (:attr:`Request.plan`), validated again against the tasks served now and
+    this turn's files, as a planned one is.
+
+    Raises:
+        PlanError: it no longer fits (a task not served now, a file gone).
+    """
+    plan = st.request.plan or ()
+    try:
+        return validate_plan([t.to_json() for t in plan], available=st.available, resources=st.request.resources,
+                             request_text=st.request.text)
+    except PlanInvalid as e:
+        raise plan_error(e) from None
 
 
 def _collect_files(record: RunRecord, tasks: list[Task]) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any, Literal, Protocol, Union
 
 
@@ -248,6 +249,11 @@ class Request:
         turn: this turn's index within the conversation (0 for a one-off run).
         context: where the user is, as the front end says it (Slack's agent view), untrusted; shown
             to the controller beside the request when planning and answering; ``""``: none.
+        plan: an approved plan to run as is: task planning is skipped, the tasks are validated
+            again against the tasks served now (:mod:`bot.approval`); ``None``: plan as usual.
+        hold: asked with the validated plan; ``True`` ends the run after :class:`PlanReady` with
+            status ``"awaiting approval"`` (nothing run). While set, no task starts before the
+            plan is complete; ``None``: nothing waits for approval.
     """
 
     text: str
@@ -257,6 +263,8 @@ class Request:
     conversation_id: str | None = None
     turn: int = 0
     context: str = ""
+    plan: tuple[Task, ...] | None = None
+    hold: Callable[[tuple[Task, ...]], bool] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         known = {r.id for r in self.resources}
@@ -422,7 +430,8 @@ class RunRecord:
         status: ``"ok"`` (every task succeeded and there is an answer), ``"partial"`` (there is an
             answer, but a task failed or was skipped, an attached file was not used, or the
             deadline cut the run short) or
-            ``"error"`` (no answer; ``error`` says why).
+            ``"error"`` (no answer; ``error`` says why) or ``"awaiting approval"`` (planned, nothing
+            run: the plan waits for a person, :attr:`Request.hold`).
         deadline_passed: the run's deadline passed (the answer, if any, covers what finished).
         stopped: the user stopped the run (the answer, if any, covers what finished; the tasks
             cut short have ``failed`` results saying so).
@@ -446,7 +455,7 @@ class RunRecord:
     files: list[Resource] = field(default_factory=list)
     llm_calls: int = 0
     timings_ms: dict[str, float] = field(default_factory=dict)
-    status: Literal["ok", "partial", "error"] = "ok"
+    status: Literal["ok", "partial", "error", "awaiting approval"] = "ok"
     error: str | None = None
     failure: Exception | None = field(default=None, repr=False, compare=False)
     http_attempts: int = 0
@@ -463,7 +472,7 @@ class RunRecord:
     @property
     def answered(self) -> bool:
         """Whether there is an answer to show (``status`` is ``"ok"`` or ``"partial"``)."""
-        return self.status != "error"
+        return self.status in ("ok", "partial")
 
     def to_json(self) -> dict[str, Any]:
         """JSON document of the run, shape documented in docs/command-line.md (``--json``)."""

@@ -73,6 +73,8 @@ from .delivery import tell_privately
 from .policy import REQUIRED_IN_CHANNEL, AttachmentInfo, attachment_refusal, missing_permission
 from .render import missing_permission_sentence
 from .runs import LiveRun
+from .approval import press_plan
+from .components import PlanButton
 from .stop import StopButton
 
 if TYPE_CHECKING:
@@ -205,7 +207,7 @@ class HuggingGPTBot(discord.AutoShardedClient):
     async def setup_hook(self) -> None:
         """Sync the slash command once per process start (``setup_hook`` runs once, before the
         gateway connects; ``on_ready`` runs again after every reconnect)."""
-        self.add_dynamic_items(StopButton)  # Stop presses, also on messages from before a restart
+        self.add_dynamic_items(StopButton, PlanButton)  # Stop and plan presses, also on messages from before a restart
         self.service.events.on_interrupted(self._tell_interrupted)  # logged in now: threads of dead processes can be told
         self.ask_command.file_types = tuple(await self._file_types())
         await self.tree.sync()
@@ -397,6 +399,10 @@ class HuggingGPTBot(discord.AutoShardedClient):
         self.conversation_threads[thread_id] = upload_limit
         while len(self.conversation_threads) > 100_000:  # oldest first (dicts keep insertion order)
             del self.conversation_threads[next(iter(self.conversation_threads))]
+
+    async def on_plan_pressed(self, interaction: discord.Interaction, verb: str, plan_id: str, step: int | None) -> None:
+        """A press on a waiting plan's button (:func:`adapters.discord.approval.press_plan`)."""
+        await press_plan(self, interaction, verb, plan_id, step)
 
     def live_run(self, run_id: str) -> LiveRun | None:
         """The run in flight with id ``run_id``, or ``None`` (ended, or before a restart)."""

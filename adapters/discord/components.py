@@ -14,16 +14,21 @@ embeds, and shows attachments only where a component references them (``attachme
 from __future__ import annotations
 
 import io
+import logging
 import re
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import discord
 from discord import ui
 
 from adapters.progress import Progress
+from bot.approval import ApprovalNeeded
 
 from .render import task_line
+
+log = logging.getLogger("hugginggpt.discord")
 
 MAX_COMPONENTS = 40
 """Components per message, nested ones included (Discord API docs, "Component Reference")."""
@@ -230,3 +235,56 @@ def media_view(items: list[MediaItem], note: str | None = None) -> tuple[ui.Layo
 def note_view(text: str) -> ui.LayoutView:
     """A components message of one text (at most 4,000 characters, clipped with "…")."""
     return _layout(ui.TextDisplay(_clip(text, MAX_TEXT)))
+
+
+# ---------------------------------------------------------------- a plan waiting for approval
+
+PLAN_TEMPLATE = re.compile(r"hgpt:plan:(?P<verb>run|cancel|drop)(?P<step>\d{0,4}):(?P<plan>[0-9a-f]{16})")
+"""A plan button's ``custom_id`` (at most 100 characters, Discord API docs, "Button")."""
+MAX_DROP_BUTTONS = 15
+""""Run without step N" buttons offered (three rows of five; Discord allows five rows of five)."""
+
+
+def plan_custom_id(verb: str, plan_id: str, step: int | None = None) -> str:
+    """The ``custom_id`` of a plan button: ``verb`` ``"run" | "cancel" | "drop"`` (with ``step``)."""
+    return f"hgpt:plan:{verb}{'' if step is None else step}:{plan_id}"
+
+
+class PlanButton(ui.DynamicItem[ui.Button], template=PLAN_TEMPLATE):
+    """Run, Cancel or "Run without step N" of a waiting plan (:mod:`bot.approval`), dispatched to
+    ``client.on_plan_pressed`` (:func:`adapters.discord.approval.press_plan`). The ``custom_id``
+    carries the verb and the plan id, so a press is understood after a restart too."""
+
+    def __init__(self, verb: str, plan_id: str, step: int | None = None) -> None:
+        label = {"run": "Run", "cancel": "Cancel"}.get(verb, f"Run without step {step}")
+        style = {"run": discord.ButtonStyle.success, "cancel": discord.ButtonStyle.danger}.get(
+            verb, discord.ButtonStyle.secondary)
+        super().__init__(ui.Button(style=style, label=label, custom_id=plan_custom_id(verb, plan_id, step)))
+        self.verb, self.plan_id, self.step = verb, plan_id, step
+
+    @classmethod
+    async def from_custom_id(cls, interaction: discord.Interaction, item: ui.Item[Any], match: re.Match[str], /) -> "PlanButton":
+        return cls(match["verb"], match["plan"], int(match["step"]) if match["step"] else None)
+
+    async def callback(self, interaction: discord.Interaction) -> None:
+        await interaction.client.on_plan_pressed(interaction, self.verb, self.plan_id, self.step)  # type: ignore[attr-defined]
+
+
+def approval_view(waiting: ApprovalNeeded) -> ui.View:
+    """The buttons of a waiting plan: Run, Cancel, then "Run without step N" for each step (a
+    plan of one step has none)."""
+    view = ui.View(timeout=None)
+    view.add_item(PlanButton("run", waiting.plan_id))
+    view.add_item(PlanButton("cancel", waiting.plan_id))
+    if len(waiting.tasks) > 1:
+        for t in waiting.tasks[:MAX_DROP_BUTTONS]:
+            view.add_item(PlanButton("drop", waiting.plan_id, t.id))
+    return view
+
+
+async def post_plan(channel: Any, waiting: ApprovalNeeded) -> None:
+    """Post the waiting plan (its steps, the estimate, what to do) with its buttons; a refusal is logged."""
+    try:
+        await channel.send(waiting.text()[:2000], view=approval_view(waiting), suppress_embeds=True)
+    except discord.HTTPException as e:
+        log.warning("could not post the plan for approval in channel %s: %s", getattr(channel, "id", "?"), e)

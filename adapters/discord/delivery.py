@@ -19,11 +19,12 @@ from adapters.editor import MessageEditor
 from adapters.progress import Progress
 from adapters.progress import record_error
 from adapters.turn import CRASHED, Outcome, follow
+from bot.approval import ApprovalNeeded
 from bot.incoming import Accepted, Message
 from pipeline.errors import HuggingGPTError
 from pipeline.types import Event, Resource, RunRecord
 
-from .components import MediaItem, media_view, progress_texts, progress_view
+from .components import MediaItem, media_view, post_plan, progress_texts, progress_view
 from .media import fit_media
 from .render import split_message
 from .runs import LiveRun
@@ -87,6 +88,7 @@ class DiscordView:
         self.run: ChannelRun | None = None
         self.upload_limit = 0
         self._notice: str | None = None
+        self.waiting: ApprovalNeeded | None = None
 
     async def show(self, channel: Any, upload_limit: int, reply_to: discord.Message | None = None) -> None:
         """Post the progress message in ``channel`` (a thread, a DM, or anything with
@@ -110,6 +112,8 @@ class DiscordView:
         """Edit the progress message (the editor skips texts already shown, and paces the edits)."""
         if isinstance(event, Accepted):
             await self.accepted()
+        elif isinstance(event, ApprovalNeeded):
+            self.waiting = event
         elif self.run is not None:
             self.run.editor.set(self.run.key_text())
 
@@ -138,6 +142,9 @@ class DiscordView:
         run.record = outcome.record or RunRecord(request="", status="error", error=outcome.sentence)
         try:
             record = await run.settle()
+            if outcome.moment == "awaiting" and self.waiting is not None:
+                await post_plan(channel, self.waiting)
+                return
             await post_files(channel, record, self.upload_limit)
             if self._notice:  # said before the answer it qualifies; the answer stays the thread's last word
                 await channel.send(f"⚠️ {self._notice}", suppress_embeds=True)

@@ -46,9 +46,16 @@ _STARTED = int(time.time())
 _END = object()
 
 
+APPROVAL_OVER_V1 = ("This request's plan needs approval before anything runs ([planning] approve), which this "
+                    "endpoint cannot ask for: send it to POST /hugginggpt, which answers with the plan's id, then "
+                    "POST /plans/{id}/run.")
+
+
 def run_error(record: RunRecord) -> ApiError:
     """The error object of a run that ended without an answer: 504 when its deadline passed, 502
     when the controller failed, 500 for an unusable plan or anything else (the user's sentence)."""
+    if record.status == "awaiting approval":  # kept; runs only through POST /plans/{id}/run (adapters.http.reference)
+        return ApiError(409, APPROVAL_OVER_V1, "approval_required")
     failure = record.failure
     sentence = record.error or "The request could not be answered."
     if record.deadline_passed or isinstance(failure, DeadlineError):

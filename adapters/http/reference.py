@@ -12,22 +12,33 @@ controller is this server's). Answers, as there:
 * ``POST /results`` → ``{"<task id>": {"task": {...}, "inference result": {...},
   "choose model result": {"id", "reason"}}}``.
 
+A plan that waits for approval (``[planning] approve``, :mod:`bot.approval`): ``/hugginggpt``
+answers ``{"message": <the plan and what to do>, "plan": {"id", "tasks", "cost", "expires"}}``
+(nothing run); ``POST /plans/{id}/run`` (body ``{"drop": [task ids]}``, optional) runs it and
+answers as ``/hugginggpt``; ``POST /plans/{id}/cancel`` discards it. Only the API key that asked
+may run or cancel it: 403 for another, 409 for a plan run, cancelled or expired.
+
 Authentication and limits are those of ``/v1`` (``Authorization: Bearer KEY``).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from fastapi import APIRouter, Request
 
 from adapters.turn import Outcome, follow, notice_of
+from bot.approval import ApprovalNeeded
+from bot.errors import InputError, Refused
+from bot.incoming import Approve, Message as Incoming, Requester
 from pipeline.types import PlanReady
 
-from .common import caller_of, conversation_of, file_url, read_json, safe_answer
+from .common import caller_of, conversation_of, file_url, read_json, safe_answer, state_of
 from .errors import ApiError
 from .models import ReferenceRequest, Message, schema_of
 from .openai_api import CompletionView, notice_paragraph, run_error, start_run, turn_error
+from .runs import Run
 from .render import file_links
 
 router = APIRouter(tags=["reference implementation"])
@@ -52,14 +63,29 @@ async def _run(request: Request, *, plan_only: bool = False) -> tuple[Any, Any, 
         return caller, run, Outcome(*notice_of(record), record) if record else None, None
     if not await run.wait_or_disconnect(request.receive):
         return caller, run, None, None
+    return caller, run, *(await _follow(request, caller, run))
+
+
+async def _follow(request: Request, caller: Any, run: Any) -> tuple[Outcome, tuple[ApprovalNeeded, ...]]:
+    """Follow ``run`` to its end; its outcome and the plan it left waiting for approval, if any."""
+    waiting: list[ApprovalNeeded] = []
+
+    async def watched() -> Any:
+        async for event in run.events():
+            if isinstance(event, ApprovalNeeded):
+                waiting.append(event)
+            yield event
+
     view = CompletionView(request, caller, run, "none")
-    return caller, run, await follow(run.events(), view, where=f"http {run.conversation_id}/{run.turn}"), None
+    return await follow(watched(), view, where=f"http {run.conversation_id}/{run.turn}"), tuple(waiting)
 
 
-@router.post("/hugginggpt", summary="Answer a request (reference implementation)", openapi_extra=schema_of(ReferenceRequest))
-async def hugginggpt(request: Request) -> dict[str, Any]:
-    """``{"message": <answer with links to the generated files>}``."""
-    caller, run, outcome, _ = await _run(request)
+def _answer(request: Request, caller: Any, run: Any, outcome: Outcome | None, waiting: tuple | None) -> dict[str, Any]:
+    """The reference's ``{"message"}`` of a turn (and ``plan`` when its plan waits for approval)."""
+    if waiting:
+        plan = waiting[0]
+        return {"message": plan.text(), "plan": {"id": plan.plan_id, "tasks": [t.to_json() for t in plan.tasks],
+                                                 "cost": plan.estimate_usd, "expires": plan.expires}}
     if outcome is None:
         return {"message": "The request was cancelled."}
     record = outcome.record
@@ -68,6 +94,55 @@ async def hugginggpt(request: Request) -> dict[str, Any]:
     links = file_links(record.files, lambda f: file_url(request, caller, run.conversation_id or "", f))
     notice = notice_paragraph(outcome.sentence) if outcome.sentence else ""
     return {"message": safe_answer(request, record.response) + links + notice}
+
+
+@router.post("/hugginggpt", summary="Answer a request (reference implementation)", openapi_extra=schema_of(ReferenceRequest))
+async def hugginggpt(request: Request) -> dict[str, Any]:
+    """``{"message": <answer with links to the generated files>}`` (and ``plan``: waiting for approval)."""
+    caller, run, outcome, waiting = await _run(request)
+    return _answer(request, caller, run, outcome, waiting)
+
+
+async def _pending(request: Request, plan_id: str) -> tuple[Any, Requester]:
+    """The caller of a press on plan ``plan_id``, checked (403 another key's, 409 run, cancelled or expired)."""
+    caller = await caller_of(request)
+    who = Requester("http", caller.key_id)
+    try:
+        await state_of(request).service.pending_plan(plan_id, who)
+    except Refused as e:
+        raise ApiError(403, e.user_message, "not_your_plan") from None
+    except InputError as e:
+        raise ApiError(409, e.user_message, "plan_not_waiting") from None
+    return caller, who
+
+
+@router.post("/plans/{plan_id}/run", summary="Run a plan that waits for approval")
+async def run_plan(request: Request, plan_id: str) -> dict[str, Any]:
+    """Run the kept plan (less ``drop``'s task ids and what needs them); answered as ``/hugginggpt``."""
+    caller, who = await _pending(request, plan_id)
+    try:
+        body = json.loads(await request.body() or b"{}")
+    except ValueError:
+        body = None
+    drop = body.get("drop", []) if isinstance(body, dict) else None
+    if not isinstance(drop, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in drop):
+        raise ApiError(400, 'The body must be JSON: {"drop": [task ids]} (or empty).', "invalid_request", "drop")
+    st = state_of(request)
+    release = await st.keys.reserve(caller)
+    run = Run(st.service, Incoming("", who=who, approve=Approve(plan_id, tuple(drop))), on_end=release)
+    await run.started()
+    outcome, waiting = await _follow(request, caller, run)
+    return _answer(request, caller, run, outcome, waiting)
+
+
+@router.post("/plans/{plan_id}/cancel", summary="Cancel a plan that waits for approval")
+async def cancel_plan(request: Request, plan_id: str) -> dict[str, Any]:
+    """``{"message": "The plan was cancelled; nothing was run."}``."""
+    _, who = await _pending(request, plan_id)
+    try:
+        return {"message": await state_of(request).service.cancel_plan(plan_id, who)}
+    except InputError as e:
+        raise ApiError(409, e.user_message, "plan_not_waiting") from None
 
 
 @router.post("/tasks", summary="Plan a request (reference implementation)", openapi_extra=schema_of(ReferenceRequest))

@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import uuid
+from dataclasses import replace
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
 
@@ -39,9 +41,10 @@ from mcp.shared.exceptions import MCPError
 
 from adapters.progress import Progress as TurnProgress
 from adapters.turn import CRASHED, Outcome, follow
+from bot.approval import CANCELLED, ApprovalNeeded
 from bot.direct import plan_only, run_task
 from bot.errors import InputError, StorageError, unknown_conversation
-from bot.incoming import ConversationKey, IncomingFile, Message, Requester
+from bot.incoming import Approve, ConversationKey, IncomingFile, Message, Requester
 from bot.service import Service
 from pipeline.errors import HuggingGPTError
 from pipeline.tasks import TASKS
@@ -173,7 +176,12 @@ class Tools:
             key, name = await self._conversation(caller, a.conversation_id)
             progress = Progress(ctx.session)
             await progress.say("Task planning: reading the request")
-            record, notice = await self._drive(a.text, files, key, caller, progress)
+            view = McpView(progress)
+            record, notice = await self._drive(Message(a.text, files, who=Requester("mcp", caller), key=key), view)
+            if view.waiting is not None:  # the plan waits for approval: asked of the user through the client
+                approve = await ask_approval(ctx.session, view.waiting, self.service)
+                view = McpView(progress)
+                record, notice = await self._drive(Message("", who=Requester("mcp", caller), approve=approve), view)
         finally:
             release()
         return await run_result(record, name, self.service.settings.server.external_images, notice)
@@ -197,8 +205,7 @@ class Tools:
             raise unknown_conversation(given)
         return found, given
 
-    async def _drive(self, text: str, files: list[IncomingFile], key: ConversationKey, caller: str,
-                     progress: Progress) -> tuple[RunRecord, str | None]:
+    async def _drive(self, message: Message, view: McpView) -> tuple[RunRecord, str | None]:
         """Run the turn in a task of its own, followed by :func:`adapters.turn.follow` (progress
         notifications on the way); cancelled, it stops the run (``stop``) and waits for the
         stopped answer to be stored. Returns the record and the notice to say with its answer.
@@ -212,7 +219,7 @@ class Tools:
 
         async def drive() -> None:
             try:
-                async for event in self.service.handle(Message(text, files, who=Requester("mcp", caller), key=key, stop=stop)):
+                async for event in self.service.handle(replace(message, stop=stop)):
                     queue.put_nowait(event)
             except Exception as e:  # handed to the caller below
                 queue.put_nowait(e)
@@ -225,13 +232,13 @@ class Tools:
                     raise item
                 yield item
 
-        driver = asyncio.create_task(drive(), name=f"mcp-run-{key.thread}")
-        view = McpView(progress)
+        where = message.key.thread if isinstance(message.key, ConversationKey) else "approved plan"
+        driver = asyncio.create_task(drive(), name=f"mcp-run-{where}")
         try:
-            outcome = await follow(events(), view, where=f"mcp {key.thread}")
+            outcome = await follow(events(), view, where=f"mcp {where}")
         except asyncio.CancelledError:
             stop.set()
-            log.info("MCP call cancelled: stopping the run of %s", key.thread)
+            log.info("MCP call cancelled: stopping the run of %s", where)
             with anyio.CancelScope(shield=True):
                 await asyncio.wait({driver}, timeout=STOP_GRACE)
             if not driver.done():
@@ -291,9 +298,13 @@ class McpView:
     def __init__(self, progress: Progress) -> None:
         self.notifications = progress
         self.said: str | None = None
+        self.waiting: ApprovalNeeded | None = None
 
     async def progress(self, progress: TurnProgress, event: Event) -> None:
-        """Report ``event`` if it marks a step."""
+        """Report ``event`` if it marks a step (a plan waiting for approval is kept for the call)."""
+        if isinstance(event, ApprovalNeeded):
+            self.waiting = event
+            return
         await self.notifications.event(event)
 
     async def answer(self, record: RunRecord, progress: TurnProgress) -> None:
@@ -308,6 +319,43 @@ class McpView:
 
     async def end(self, outcome: Outcome, progress: TurnProgress) -> None:
         """Nothing: a failure is the tool's error (refused, crashed) or its ``is_error`` result."""
+
+
+APPROVAL_FORM: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "run": {"type": "boolean", "title": "Run this plan?", "default": False},
+        "drop": {"type": "string", "title": "Steps to leave out", "default": "",
+                 "description": "task ids, comma-separated; what needs them is left out too"},
+    },
+    "required": ["run"],
+}
+"""The form a client shows for a plan waiting for approval (MCP elicitation, form mode)."""
+NO_ELICITATION = ("This plan needs approval and this MCP client cannot ask you (it declares no elicitation); "
+                  "nothing was run. Ask again from a client that can, or set [planning] approve = \"never\".")
+
+
+async def ask_approval(session: Any, waiting: ApprovalNeeded, service: Service) -> Approve:
+    """Ask the user, through the client (``elicitation/create``, form mode), whether to run a plan
+    that waits for approval (:mod:`bot.approval`); a plan not approved is discarded.
+
+    Returns:
+        What runs it (:class:`bot.incoming.Approve`, with the steps to leave out).
+
+    Raises:
+        InputError: the client declares no elicitation (:data:`NO_ELICITATION`), or the user
+            declined or cancelled (:data:`bot.approval.CANCELLED`).
+    """
+    if not session.check_client_capability(types.ClientCapabilities(elicitation=types.ElicitationCapability())):
+        await service.cancel_plan(waiting.plan_id, None)
+        raise InputError(NO_ELICITATION)
+    result = await session.elicit_form(waiting.text(), APPROVAL_FORM)
+    content = result.content or {}
+    if result.action != "accept" or content.get("run") is not True:
+        await service.cancel_plan(waiting.plan_id, None)
+        raise InputError(CANCELLED, f"plan {waiting.plan_id} {result.action}")
+    drop = tuple(int(x) for x in re.findall(r"\d{1,4}", str(content.get("drop") or "")))[:len(waiting.tasks)]
+    return Approve(waiting.plan_id, drop)
 
 
 def build_server(service: Service, access: Access | None = None, *, version: str = "") -> Server:

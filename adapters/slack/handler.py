@@ -43,6 +43,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from adapters.progress import Progress
 from adapters.progress import user_sentence
 from adapters.turn import INTERRUPTED_ELSEWHERE as INTERRUPTED, STARTED_OVER, Outcome, follow
+from bot.approval import EXPIRED, Approve, ApprovalNeeded, plan_lines, cost_line
 from bot.errors import ConfigError, Refused
 from bot.incoming import Accepted, ConversationKey, Delivery, Download, IncomingFile, Message, Requester
 from bot.limits import SeenKeys
@@ -53,7 +54,7 @@ from pipeline.types import Event, RunRecord
 from . import web as slack_web
 from .logic import (DM_THREAD, EventContext, Viewing, classify_message, escape_slack, strip_mentions, unescape_slack,
                     wants_new_conversation)
-from .web import FEEDBACK_ACTION, LiveReply, STOP_ACTION, answer_messages
+from .web import APPROVE_ACTIONS, FEEDBACK_ACTION, LiveReply, STOP_ACTION, answer_messages, approval_blocks
 
 if TYPE_CHECKING:
     from bot.service import Service
@@ -90,6 +91,7 @@ class SlackView:
     def __init__(self, bot: SlackBot, reply: LiveReply, ctx: EventContext) -> None:
         self.bot, self.reply, self.ctx = bot, reply, ctx
         self._notice: str | None = None
+        self._waiting: ApprovalNeeded | None = None
         self.started = False
 
     def payload(self) -> str:
@@ -107,6 +109,8 @@ class SlackView:
         if isinstance(event, Accepted):
             await self._start()
             return
+        if isinstance(event, ApprovalNeeded):
+            self._waiting = event
         self.reply.show(progress)
 
     async def _start(self) -> None:
@@ -144,6 +148,9 @@ class SlackView:
             await reply.close_failed(":warning: " + escape_slack(outcome.sentence or ""))
             return
         reply.show(progress)
+        if outcome.moment == "awaiting" and self._waiting is not None:
+            await self._ask(self._waiting, outcome.sentence or "")
+            return
         if not record.answered:
             bot.stats.errors += 1
             log.warning("run failed in %s/%s: %s", ctx.channel, ctx.thread_ts, record.error)
@@ -155,6 +162,18 @@ class SlackView:
         await bot.deliver(ctx.channel, ctx.thread_ts, record, rest)
         if self._notice:
             await bot.say(ctx.channel, ctx.thread_ts, ":warning: " + escape_slack(self._notice))
+
+    async def _ask(self, waiting: ApprovalNeeded, sentence: str) -> None:
+        """Close the reply on the plan and post it with Run, Cancel and "Run without step"."""
+        ctx = self.ctx
+        await self.reply.close_failed(":raised_hand: " + escape_slack(sentence))
+        blocks = approval_blocks(waiting.plan_id, [*plan_lines(waiting.tasks), cost_line(waiting.estimate_usd)],
+                                 [(t.id, t.task) for t in waiting.tasks], sentence)
+        try:
+            await self.bot.client.chat_postMessage(channel=ctx.channel, thread_ts=ctx.thread_ts, text=waiting.text(),
+                                                   blocks=blocks)
+        except SlackApiError as e:
+            log.error("cannot post the plan for approval in %s: %s", ctx.channel, e.response.get("error"))
 
     async def _refused(self, refusal: Refused) -> None:
         """Say an admission refusal in the thread (an access refusal not to every thread reply)."""
@@ -285,10 +304,11 @@ class SlackBot:
             return
         await self.say(ctx.channel, ctx.thread_ts, STARTED_OVER)
 
-    async def _run_reply(self, ctx: EventContext, text: str) -> None:
+    async def _run_reply(self, ctx: EventContext, text: str, approve: Approve | None = None) -> None:
         """Hand the request to the service (:meth:`bot.service.Service.handle`: claim, admission,
         files, the turn) and follow it (:func:`adapters.turn.follow`) into a live reply (status
-        message or stream), opened once the request is accepted."""
+        message or stream), opened once the request is accepted; ``approve``: a Run press (its
+        plan is the request; the press itself is the delivery, taken once with the plan)."""
         stop = asyncio.Event()
         self.runs[ctx.run_id] = (stop, ctx.user)
         reply = LiveReply(self.client, ctx.channel, ctx.thread_ts, user=ctx.user, team=ctx.team, run_id=ctx.run_id,
@@ -299,8 +319,9 @@ class SlackBot:
         message = Message(
             text, download=Download(len(files), lambda max_bytes: self.download_files(ctx, max_bytes)) if files else None,
             who=Requester("slack", ctx.user, (ctx.channel,), ctx.team, is_dm=ctx.is_dm), key=ctx.key,
-            delivery=Delivery((ctx.delivery, ctx.message_key), view.payload, claimed=ctx.adopted),
-            stop=stop, memoryless_fallback=True, context=self.viewing.line_for(ctx.team, ctx.user, ctx.event))
+            delivery=None if approve else Delivery((ctx.delivery, ctx.message_key), view.payload, claimed=ctx.adopted),
+            stop=stop, memoryless_fallback=True, approve=approve,
+            context=self.viewing.line_for(ctx.team, ctx.user, ctx.event))
         try:
             outcome = await follow(self.service.handle(message), view, progress=ctx.progress,
                                    where=f"slack {ctx.channel}/{ctx.thread_ts}")
@@ -327,6 +348,13 @@ class SlackBot:
             except HuggingGPTError as e:
                 log.error("uploading %d files in %s/%s failed: %s", len(record.files), channel, thread_ts, e)
                 await self.say(channel, thread_ts, ":warning: " + escape_slack(user_sentence(e)))
+
+    async def edit(self, channel: str, ts: str, text: str) -> None:
+        """Replace message ``ts`` with ``text`` and no buttons; a failure is logged, never raised."""
+        try:
+            await self.client.chat_update(channel=channel, ts=ts, text=text, blocks=[])  # our own sentences
+        except SlackApiError as e:
+            log.warning("cannot edit message %s in %s: %s", ts, channel, e.response.get("error"))
 
     async def say(self, channel: str, thread_ts: str | None, text: str) -> None:
         """Post ``text`` in the thread (or the channel); a failure is logged, never raised."""
@@ -426,6 +454,41 @@ async def stop_pressed(bot: SlackBot, body: dict[str, Any]) -> None:
         return
     log.info("run %s stopped by %s", action.get("value"), user)
     stop.set()
+
+
+async def approval_pressed(bot: SlackBot, body: dict[str, Any]) -> None:
+    """Run, Cancel or "Run without step" on a plan waiting for approval (:mod:`bot.approval`):
+    only its requester or a ``[planning] approvers`` member; anyone else, a plan run, cancelled or
+    expired, gets one ephemeral sentence (an expired plan's message says so too). Run starts the
+    turn in the plan's thread; the plan's message loses its buttons."""
+    user = (body.get("user") or {}).get("id") or ""
+    team = (body.get("team") or {}).get("id") or ""
+    action = next((a for a in body.get("actions") or [] if a.get("action_id") in APPROVE_ACTIONS), {})
+    value = str((action.get("selected_option") or {}).get("value") or action.get("value") or "")
+    plan_id, _, step = value.partition(" ")
+    container = body.get("container") or {}
+    channel = (body.get("channel") or {}).get("id") or container.get("channel_id") or ""
+    ts = str(container.get("message_ts") or "")
+    who = Requester("slack", user, (channel,), team)
+    try:
+        if action.get("action_id") == APPROVE_ACTIONS[1]:
+            await bot.edit(channel, ts, await bot.service.cancel_plan(plan_id, who))
+            return
+        plan = await bot.service.pending_plan(plan_id, who)
+    except HuggingGPTError as e:
+        log.info("press on plan %s by %s refused: %s", plan_id, user, e)
+        await whisper(bot.client, channel, user, user_sentence(e))
+        if e.user_message == EXPIRED:
+            await bot.edit(channel, ts, EXPIRED)
+        return
+    drop = (int(step),) if step.isdigit() else ()
+    await bot.edit(channel, ts, f"Running this plan{f' without step {step}' if drop else ''} (approved by <@{user}>).")
+    thread = plan.key.thread if plan.key is not None else ts
+    event = {"channel": channel, "ts": ts, "thread_ts": thread, "user": user, "team": team}
+    ctx = EventContext.of({"team_id": team}, event, bot_user_id=None, bot_id=None, needs_thread_check=False)
+    task = asyncio.create_task(bot._run_reply(ctx, "", Approve(plan_id, drop)), name=f"slack-approved-{plan_id}")
+    bot.tasks.add(task)
+    task.add_done_callback(bot.tasks.discard)
 
 
 async def feedback_pressed(bot: SlackBot, body: dict[str, Any]) -> None:
@@ -596,6 +659,12 @@ def register_listeners(app: AsyncApp, bot: SlackBot) -> None:
     async def on_feedback(ack: Any, body: dict) -> None:
         await ack()
         await feedback_pressed(bot, body)
+
+    for action_id in APPROVE_ACTIONS:
+        @app.action(action_id)
+        async def on_approval(ack: Any, body: dict) -> None:
+            await ack()
+            await approval_pressed(bot, body)
 
     @app.error
     async def on_error(error: Exception, body: dict) -> None:

@@ -305,6 +305,9 @@ STOP_ACTION = "hugginggpt_stop"
 """``action_id`` of the Stop button; its ``value`` is the run id."""
 FEEDBACK_ACTION = "hugginggpt_feedback"
 """``action_id`` of the feedback buttons; their values are ``good <conversation id>:<turn>`` / ``bad …``."""
+APPROVE_ACTIONS = ("hugginggpt_plan_run", "hugginggpt_plan_cancel", "hugginggpt_plan_drop")
+"""``action_id`` of a waiting plan's Run and Cancel buttons (their ``value``: the plan id) and of its
+"Run without step" menu (an option's ``value``: ``<plan id> <task id>``); :mod:`bot.approval`."""
 MARKDOWN_LIMIT = 12_000
 """Characters of Markdown per streaming call (docs.slack.dev, ``chat.appendStream``)."""
 STATUS_REFRESH = 90.0
@@ -542,3 +545,23 @@ class LiveReply:
 def answer_messages(text: str) -> list[str]:
     """The answer (Markdown) as Slack messages: mrkdwn, split under the size limit."""
     return split_text(to_mrkdwn(text)) if text.strip() else []
+
+
+def approval_blocks(plan_id: str, lines: list[str], tasks: list[tuple[int, str]], sentence: str) -> list[dict[str, Any]]:
+    """Block Kit of a plan waiting for approval: its steps and estimate (``lines``, plain text),
+    ``sentence``, Run and Cancel, and a menu to run it without one step (``tasks``: id, task).
+    At most 25 steps are offered in the menu (Block Kit's limit is 100 options)."""
+    body = "\n".join(escape_slack(line) for line in lines)
+    elements: list[dict[str, Any]] = [
+        {"type": "button", "action_id": APPROVE_ACTIONS[0], "style": "primary", "value": plan_id,
+         "text": {"type": "plain_text", "text": "Run"}},
+        {"type": "button", "action_id": APPROVE_ACTIONS[1], "style": "danger", "value": plan_id,
+         "text": {"type": "plain_text", "text": "Cancel"}},
+    ]
+    if len(tasks) > 1:
+        elements.append({"type": "static_select", "action_id": APPROVE_ACTIONS[2],
+                         "placeholder": {"type": "plain_text", "text": "Run without step…"},
+                         "options": [{"text": {"type": "plain_text", "text": f"Without step {i} ({name})"[:75]},
+                                      "value": f"{plan_id} {i}"} for i, name in tasks[:25]]})
+    return [{"type": "section", "text": {"type": "mrkdwn", "text": f"{body}\n_{escape_slack(sentence)}_"[:3000]}},
+            {"type": "actions", "block_id": "approval", "elements": elements}]

@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, TextIO
 
 from adapters.progress import Progress
+from bot.approval import NO_TERMINAL, ApprovalNeeded
+from bot.errors import InputError
 from pipeline.types import Done, Event, RunRecord
 
 from .lines import TerminalRenderer
@@ -70,10 +72,14 @@ class TerminalView:
                  say_refusal: bool = True, say_error: Callable[[str], None] | None = None) -> None:
         self.renderer, self.show_progress, self.say_refusal = renderer, show_progress, say_refusal
         self.say_error = say_error or renderer.error
+        self.waiting: ApprovalNeeded | None = None
+        """The plan of a turn that waits for approval (:mod:`bot.approval`), once it said so."""
 
     async def progress(self, progress: Progress, event: Event) -> None:
         """Draw ``event`` (the renderer keeps its own drawing state)."""
-        if self.show_progress:
+        if isinstance(event, ApprovalNeeded):
+            self.waiting = event
+        elif self.show_progress:
             self.renderer.render(event)
 
     async def answer(self, record: RunRecord, progress: Progress) -> None:
@@ -89,6 +95,9 @@ class TerminalView:
         """The answer, files and notice, or the failure's sentence; a cancelled turn is only
         cleared (the command says how it was abandoned)."""
         record = outcome.record
+        if outcome.moment == "awaiting":  # the command asks y/N next (ask_approval)
+            self.renderer.close()
+            return
         if record is not None:
             if self.show_progress:
                 self.renderer.render(Done(record))
@@ -117,3 +126,29 @@ def on_ctrl_c(handler: Callable[[], None]) -> Iterator[None]:
     finally:
         loop.remove_signal_handler(signal.SIGINT)
 
+
+
+async def ask_approval(waiting: ApprovalNeeded, *, yes: bool, stdin: TextIO, out: TextIO) -> bool:
+    """Ask on the terminal whether to run a plan that waits for approval: its steps and estimate,
+    then ``Run this plan? [y/N]`` (anything but y or yes is no).
+
+    Args:
+        waiting: the plan (:class:`bot.approval.ApprovalNeeded`).
+        yes: ``--yes``: approved without asking.
+        stdin, out: where to ask.
+
+    Raises:
+        InputError: no terminal to ask on and no ``--yes`` (:data:`bot.approval.NO_TERMINAL`).
+    """
+    if yes:
+        return True
+    if not stdin.isatty():
+        raise InputError(NO_TERMINAL)
+    print(waiting.text(), file=out, flush=True)
+    answer = await asyncio.to_thread(_read_answer, stdin, out)
+    return answer.strip().lower() in ("y", "yes")
+
+
+def _read_answer(stdin: TextIO, out: TextIO) -> str:
+    print("Run this plan? [y/N] ", end="", file=out, flush=True)
+    return stdin.readline()

@@ -26,7 +26,7 @@ import sys
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from bot.errors import unknown_conversation
-from bot.incoming import ConversationKey, IncomingFile, Message, Requester
+from bot.incoming import Approve, ConversationKey, IncomingFile, Message, Requester
 from pipeline.errors import HuggingGPTError
 
 from . import on_ctrl_c
@@ -203,20 +203,21 @@ async def _attach(service: Service, path: str, pending: list[IncomingFile], out:
 
 
 async def _turn(service: Service, renderer: Renderer, key: ConversationKey, text: str, files: list[IncomingFile],
-                out: TextIO, interactive: bool) -> None:
+                out: TextIO, interactive: bool, approve: Approve | None = None) -> None:
     """Run one turn, drawing it (:func:`adapters.turn.follow`, which says a refusal or a crash);
-    Ctrl-C stops it (interactive only)."""
+    Ctrl-C stops it (interactive only). A plan that waits for approval is asked y/N
+    (:func:`adapters.terminal.ask_approval`; refused without a terminal) and run as the next turn."""
+    from . import TerminalView, ask_approval
+
     stop = asyncio.Event()
+    view = TerminalView(renderer, say_error=lambda sentence: print(f"Error: {sentence}", file=out))
 
     async def turn() -> None:
         from adapters.turn import follow
 
-        from . import TerminalView
-
-        message = Message(text, files, who=Requester("terminal", "terminal"), key=key, stop=stop, memoryless_fallback=True)
-        await follow(service.handle(message),
-                     TerminalView(renderer, say_error=lambda sentence: print(f"Error: {sentence}", file=out)),
-                     where=f"chat {key.thread}")
+        message = Message(text, files, who=Requester("terminal", "terminal"), key=key, stop=stop, memoryless_fallback=True,
+                          approve=approve)
+        await follow(service.handle(message), view, where=f"chat {key.thread}")
 
     run = asyncio.ensure_future(turn())
     guard = _ctrl_c_stops(run, stop, renderer) if interactive else contextlib.nullcontext()
@@ -235,3 +236,14 @@ async def _turn(service: Service, renderer: Renderer, key: ConversationKey, text
             print("Abandoned this run; files it made so far stay in the conversation.", file=out)
         finally:
             renderer.close()
+    if view.waiting is not None:
+        try:
+            approved = await ask_approval(view.waiting, yes=False, stdin=sys.stdin, out=out)
+        except HuggingGPTError as e:
+            approved = False
+            print(f"Error: {e.user_message}", file=out)
+        if approved:
+            await _turn(service, renderer, key, "", [], out, interactive, Approve(view.waiting.plan_id))
+        else:
+            with contextlib.suppress(HuggingGPTError):  # said above, or already gone: nothing to discard
+                print(await service.cancel_plan(view.waiting.plan_id, None), file=out)

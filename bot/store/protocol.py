@@ -200,6 +200,22 @@ class SharedLimits(Protocol):
         ...
 
 
+class Approvals(Protocol):
+    """Plans waiting for a person to approve them (:mod:`bot.approval`), shared by every process."""
+
+    async def save_plan(self, plan_id: str, requester: str, payload: str, expires: float) -> None:
+        """Keep a plan (``payload``: its JSON) asked by ``requester`` until ``expires`` (epoch seconds)."""
+        ...
+
+    async def pending_plan(self, plan_id: str) -> tuple[str, str, float] | None:
+        """``(requester, payload, expires)`` of a kept plan; ``None`` when run, cancelled or unknown."""
+        ...
+
+    async def take_plan(self, plan_id: str) -> bool:
+        """Remove a kept plan; ``True`` only for the one caller that removed it (of two presses, one runs it)."""
+        ...
+
+
 class Upkeep(Protocol):
     """Opening and closing the store, process leases (turns of gone processes are marked interrupted
     and published on :class:`bot.store.handover.Handover`) and retention."""
@@ -227,6 +243,6 @@ class Upkeep(Protocol):
         ...
 
 
-class ConversationStore(Conversations, Deliveries, SharedLimits, Upkeep, Protocol):
+class ConversationStore(Conversations, Deliveries, SharedLimits, Approvals, Upkeep, Protocol):
     """The whole store (what :func:`bot.store.open_store` returns): give each caller only the
     part it needs."""

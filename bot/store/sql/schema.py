@@ -3,7 +3,7 @@
 
 They describe the schema the migrations produce (Alembic revision ``head``, see
 :mod:`bot.store.sql.migrate`); they never create it. Columns are those of the SQLite schema
-(Alembic revisions 0001-0007, :mod:`bot.store.sql.migrate`), with times as epoch seconds
+(Alembic revisions 0001-0008, :mod:`bot.store.sql.migrate`), with times as epoch seconds
 (double precision) on both databases.
 """
 
@@ -133,3 +133,14 @@ run_slots = Table(
 )
 """Shared per-user concurrency (revision 0006): one row per run in flight; rows of gone owners do
 not count."""
+
+pending_plans = Table(
+    "pending_plans", metadata,
+    Column("id", Text, primary_key=True),
+    Column("requester", Text, nullable=False),
+    Column("payload", Text, nullable=False),
+    Column("created", Float, nullable=False),
+    Column("expires", Float, nullable=False),
+)
+"""Plans waiting for approval (revision 0008): who asked, the plan and request as JSON
+(:mod:`bot.approval`), and when it expires (epoch seconds)."""

@@ -51,7 +51,7 @@ from . import listing, resource_cache, retention, turns, upkeep
 from .database import Database
 from .dialect import greatest, insert, lock_conversation, upsert
 from .schema import conversations as C, deliveries as D, feedback as F, resources as R, run_slots as S
-from .schema import turn_records as TR, turns as T
+from .schema import pending_plans as P, turn_records as TR, turns as T
 
 log = logging.getLogger(__name__)
 
@@ -434,6 +434,27 @@ class SQLStore:
         """See :meth:`SharedLimits.release_slot`."""
         async with self.database.tx("releasing a run slot") as conn:
             await conn.execute(S.delete().where(S.c.id == slot))
+
+    # -- plans waiting for approval (bot.approval) ----------------------------------------------------
+
+    async def save_plan(self, plan_id: str, requester: str, payload: str, expires: float) -> None:
+        """See :meth:`Approvals.save_plan` (plans expired a day ago are deleted as new ones arrive)."""
+        now = self._clock()
+        async with self.database.tx("keeping a plan for approval") as conn:
+            await conn.execute(P.delete().where(P.c.expires < now - 86400.0))  # a day after expiry
+            await conn.execute(P.insert().values(id=plan_id, requester=valid_utf8(requester), payload=valid_utf8(payload),
+                                                 created=now, expires=expires))
+
+    async def pending_plan(self, plan_id: str) -> tuple[str, str, float] | None:
+        """See :meth:`Approvals.pending_plan`."""
+        rows = await self.database.read("reading a plan waiting for approval",
+                                        select(P.c.requester, P.c.payload, P.c.expires).where(P.c.id == plan_id))
+        return (str(rows[0][0]), str(rows[0][1]), float(rows[0][2])) if rows else None
+
+    async def take_plan(self, plan_id: str) -> bool:
+        """See :meth:`Approvals.take_plan` (one ``DELETE ... RETURNING``: of two presses, one takes it)."""
+        async with self.database.tx("taking a plan waiting for approval") as conn:
+            return (await conn.execute(P.delete().where(P.c.id == plan_id).returning(P.c.id))).first() is not None
 
     # -- retention (rules: bot.store.retention) -------------------------------------------------------
 
