@@ -106,6 +106,10 @@ class ProviderKeys(BaseModel):
     provider: str | None = Field("auto", description="auto | fastest | cheapest | preferred | a provider name | none")
     providers: dict[str, str] = Field(default_factory=dict, description="task -> policy, provider or model:provider")
     bill_to: str | None = Field(None, description="organisation whose credits pay expert calls (X-HF-Bill-To)")
+    bill_to_teams: dict[str, str] = Field(
+        default_factory=dict, description="Slack team id or Discord guild id -> the organisation that pays the expert "
+        "calls of requests from there (over bill_to)",
+    )
     router_url: str | None = Field(None, description="Inference Providers router (default router.huggingface.co)")
 
     @field_validator("provider", mode="after")
@@ -137,6 +141,11 @@ class ProviderKeys(BaseModel):
             raise ValueError(f"{v[:40]!r} is not a Hugging Face organisation or user name")
         return v.strip()
 
+    @field_validator("bill_to_teams", mode="after")
+    @classmethod
+    def _team_orgs(cls, v: dict[str, str]) -> dict[str, str]:
+        return {str(team): org for team, value in v.items() if (org := cls._org(value)) is not None}
+
     @field_validator("router_url", mode="after")
     @classmethod
     def _urls(cls, v: str | None) -> str | None:
@@ -164,6 +173,10 @@ class LLMSettings(Section):
     max_reply_bytes: int = Field(
         4 * MiB, ge=1024, le=GiB, description="bytes, largest controller reply read (enforced while it arrives)"
     )
+    price_input_per_million: float | None = Field(None, ge=0, le=1e4, description="US dollars per million tokens "
+                                                  "the controller reads; unset: unknown")
+    price_output_per_million: float | None = Field(None, ge=0, le=1e4, description="US dollars per million tokens "
+                                                   "the controller writes; unset: unknown")
 
 
 class InferenceSettings(ProviderKeys, Section):
@@ -265,6 +278,25 @@ class PlanningSettings(Section):
         description="times a run may ask the controller to re-plan after a task failed, was skipped or found "
                     "nothing (each is one more controller call; 0: answer from the first plan's results)",
     )
+
+
+class PricesSettings(Section):
+    """``[prices]``: what expert calls cost (:mod:`pipeline.cost`) and whether answers say it."""
+
+    file: Path | None = Field(None, description="a TOML price table over the shipped one (pipeline/data/prices.toml)")
+    show_cost: bool = Field(False, description="end each answer with its estimated and actual cost in US dollars")
+
+
+class BudgetSettings(Section):
+    """``[budgets]``: US dollars a user, a channel or a team (Slack workspace, Discord guild) may spend
+    per UTC day and per UTC month, shared by every process on the store; unset: no budget."""
+
+    per_user_day: float | None = Field(None, ge=0, le=1e6, description="US dollars per user per UTC day")
+    per_user_month: float | None = Field(None, ge=0, le=1e6, description="US dollars per user per UTC month")
+    per_channel_day: float | None = Field(None, ge=0, le=1e6, description="US dollars per channel per UTC day")
+    per_channel_month: float | None = Field(None, ge=0, le=1e6, description="US dollars per channel per UTC month")
+    per_team_day: float | None = Field(None, ge=0, le=1e6, description="US dollars per workspace/guild per UTC day")
+    per_team_month: float | None = Field(None, ge=0, le=1e6, description="US dollars per workspace/guild per UTC month")
 
 
 class CatalogSettings(Section):
@@ -553,9 +585,11 @@ class Settings(BaseSettings):
     server: ServerSettings = Field(default_factory=ServerSettings)
     documents: DocumentSettings = Field(default_factory=DocumentSettings)
     mcp: McpSettings = Field(default_factory=McpSettings)
+    prices: PricesSettings = Field(default_factory=PricesSettings)
+    budgets: BudgetSettings = Field(default_factory=BudgetSettings)
 
     @field_validator("llm", "inference", "planning", "catalog", "storage", "discord", "slack", "server", "documents",
-                     "mcp", mode="before")
+                     "mcp", "prices", "budgets", mode="before")
     @classmethod
     def _none_is_default(cls, v: Any) -> Any:
         return {} if v is None else v

@@ -5,12 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from .execution import ExecutionRun
 from .llm import Usage
+from .cost import Cost, Pricing
 from .types import Event, Request, RunRecord, Task
+
+PlanGate = Callable[[tuple[Task, ...], Cost | None], Awaitable[None]]
+"""Asked with a plan's tasks (or a re-planning round's further tasks) and their estimate (``None``
+without a price table) before
+any of them runs (a budget reserving the estimate, an approval); it returns to let them run, or
+raises :class:`pipeline.errors.HuggingGPTError` with the sentence that refuses them."""
 
 
 @dataclass
@@ -31,6 +38,11 @@ class RunState:
     down: list[str] = field(default_factory=list)
     """Sentences about backends that could not be used for this run (an expert server that could
     not be reached, an MCP server that did not start)."""
+    pricing: Pricing | None = None
+    """The prices the run is estimated and charged with (``None``: no estimate, no cost)."""
+    gate: PlanGate | None = None
+    """Asked before a plan's tasks run (:data:`PlanGate`); with one, tasks wait for the whole plan
+    (no eager start while it is written)."""
     stage: str = "task planning"
     stopped_while_writing: bool = False
     t0: float = field(default_factory=time.monotonic)

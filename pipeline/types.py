@@ -13,7 +13,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, Union
+from typing import TYPE_CHECKING, Any, Literal, Protocol, Union
+
+if TYPE_CHECKING:
+    from .cost import Cost
 
 
 Modality = Literal["text", "image", "audio", "video"]
@@ -177,12 +180,15 @@ class Output:
             prompt.
         where: where the model actually ran (``"local <URL>"``, ``"provider <name>"``,
             ``"controller"``, ``"in-process"``... as :attr:`Selection.where`), set by the runner.
+        billed_seconds: seconds of compute the provider reported billing for the call that
+            answered (the ``x-compute-time`` reply header), ``None`` when it reported none.
     """
 
     text: str | None = None
     files: list[Resource] = field(default_factory=list)
     data: TaskData | None = None
     where: str | None = None
+    billed_seconds: float | None = None
 
     def modality(self, kind: Modality) -> str | Resource | None:
         """Return the output of ``kind``: the text for ``"text"``, else the first file of that kind."""
@@ -281,10 +287,12 @@ class PlanReady:
     """Task planning is done; ``tasks`` is the validated graph (may be empty: direct answer).
     Tasks already announced by :class:`TaskPlanned` are among them and are running. ``notes``:
     how the controller's plan was read to get there (:mod:`pipeline.plan_normalise`), one sentence
-    each ("read 'example.jpg' as image-1")."""
+    each ("read 'example.jpg' as image-1"). ``estimate``: what these tasks and the rest of the run
+    are estimated to cost (:func:`pipeline.cost.estimate_plan`), ``None`` without a price table."""
 
     tasks: tuple[Task, ...]
     notes: tuple[str, ...] = ()
+    estimate: Cost | None = None
 
 
 @dataclass(frozen=True)
@@ -371,7 +379,7 @@ class Notice:
 
 
 
-RoundOutcome = Literal["planned", "answer", "repeated", "invalid", "deadline", "stopped", "error"]
+RoundOutcome = Literal["planned", "answer", "repeated", "invalid", "deadline", "stopped", "error", "refused"]
 
 
 @dataclass
@@ -386,7 +394,7 @@ class Round:
         outcome: ``"planned"`` (its tasks ran), ``"answer"`` (the controller answered from what
             exists), ``"repeated"`` (it only repeated tasks already tried), ``"invalid"`` (its plan
             could not be used), ``"deadline"`` / ``"stopped"`` (cut short), ``"error"`` (the
-            controller failed).
+            controller failed), ``"refused"`` (the run's gate refused its tasks: a budget).
     """
 
     number: int
@@ -430,6 +438,10 @@ class RunRecord:
             (an attached file no task read, nothing run while a backend was down); also in
             ``notes`` and at the end of the answer; any makes ``status`` ``"partial"``.
         conversation_id, turn: the stored turn this run answers (``None`` outside a conversation).
+        estimate: what the plan was estimated to cost before its tasks ran, each re-planning
+            round's further tasks added (:class:`pipeline.cost.Cost`), ``None`` before planning.
+        cost: what the run cost, from what was really called (:func:`pipeline.cost.actual_cost`),
+            ``None`` when the pipeline has no price table.
     """
 
     request: str
@@ -451,6 +463,8 @@ class RunRecord:
     left_out: list[str] = field(default_factory=list)
     conversation_id: str | None = None
     turn: int | None = None
+    estimate: Cost | None = None
+    cost: Cost | None = None
 
     @property
     def answered(self) -> bool:
@@ -496,6 +510,8 @@ class RunRecord:
             "llm_calls": self.llm_calls,
             "http_attempts": self.http_attempts,
             "timings_ms": {k: round(v, 1) for k, v in self.timings_ms.items()},
+            "cost": {"estimate": self.estimate.to_json() if self.estimate is not None else None,
+                     "actual": self.cost.to_json() if self.cost is not None else None},
         }
 
 

@@ -99,6 +99,8 @@ class CallScope:
             ``gateway``.
         bearer: with ``send_token`` false, the expert server's own API key, sent to ``gateway``
             instead as ``Authorization: Bearer`` (``[inference] experts_api_keys``).
+        billed: filled in during the call: the seconds of compute each successful reply reported
+            billing (:data:`COMPUTE_TIME`).
     """
 
     reply: ReplyKind
@@ -109,6 +111,7 @@ class CallScope:
     dropped: list[int] = field(default_factory=list)
     send_token: bool = True
     bearer: str | None = field(default=None, repr=False)
+    billed: list[float] = field(default_factory=list)
 
     def limit_for(self, content_type: str) -> tuple[int, str]:
         """``(limit in bytes, TOML key)`` for a reply of ``content_type``."""
@@ -120,6 +123,26 @@ class CallScope:
 
 
 _scope: ContextVar[CallScope | None] = ContextVar("hugginggpt_expert_call", default=None)
+
+COMPUTE_TIME = "x-compute-time"
+"""The reply header in which Hugging Face inference servers (HF Inference, text-generation-inference)
+report the seconds of compute a request took, e.g. ``x-compute-time: 0.111191439``: the seconds a
+per-second price is charged for (:mod:`pipeline.cost`)."""
+MAX_BILLED_SECONDS = 86400.0
+"""A reported compute time above a day is not believed (not counted)."""
+
+
+def billed_seconds(headers: httpx2.Headers) -> float | None:
+    """The seconds of compute a reply reports (:data:`COMPUTE_TIME`), ``None`` when it reports none
+    or a value that is not a finite number from 0 to :data:`MAX_BILLED_SECONDS`."""
+    raw = headers.get(COMPUTE_TIME)
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        return None
+    return value if 0.0 <= value <= MAX_BILLED_SECONDS else None  # NaN fails both comparisons
 
 
 @contextlib.contextmanager
@@ -202,6 +225,10 @@ async def bound_reply(response: httpx2.Response) -> None:
     scope = _scope.get()
     if scope is None:
         return
+    if response.status_code < 300:
+        seconds = billed_seconds(response.headers)
+        if seconds is not None:
+            scope.billed.append(seconds)
     limit, setting = scope.limit_for(response.headers.get("content-type", ""))
     url = str(response.request.url.copy_with(query=None))
     ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()

@@ -198,7 +198,9 @@ class HubRunner:
         saver = TaskSaver(sink, task, task_id, limits)
         what = f"task {task_id} ({task}) on {model}"
         out = await self._normalise(spec.normalise, raw, inputs, saver, what, model)
-        return await condense(self._note_dropped(out, scope, what), saver)
+        out = await condense(self._note_dropped(out, scope, what), saver)
+        out.billed_seconds = sum(scope.billed) if scope.billed else None
+        return out
 
     async def _route(self, task: str, model: str, url: str | None, provider: str | None) -> tuple[str, ClientCalls]:
         """``(target, calls)``: the URL or model id to call and the client calling it (``url``,
@@ -248,6 +250,7 @@ class HubRunner:
         async for attempt in retrying:
             with attempt:
                 scope.dropped.clear()
+                scope.billed.clear()
                 try:
                     with http.call_scope(scope):
                         raw = await call(calls, target, inputs)
