@@ -18,9 +18,10 @@ from collections.abc import AsyncIterator, Sequence
 
 from pipeline.core import Pipeline
 from pipeline.followup import work_summary
-from pipeline.types import Done, Event, Notice, Request, Resource, ResourceSink, RunRecord, Turn
+from pipeline.types import Done, Event, Notice, Request, Resource, ResourceSink, ResponseDelta, RunRecord, Turn
 
 from .backends import build_pipeline, start_first_use_imports
+from .budgets import Budgets, cost_footer
 from .degraded import (KeepOrFail, ScratchSpace, ToldThreads, UnsavedTurns, lost_context_sentence,
                        unsaved_sentence, without_memory_sentence)
 from .documents import expand_documents
@@ -74,6 +75,7 @@ class Service:
         self._unsaved = UnsavedTurns()
         self._scratch = ScratchSpace()
         self._admissions = {platform: Admission(settings, platform, store) for platform in ("discord", "slack")}
+        self._budgets = Budgets(settings.budgets, store)
 
     @classmethod
     async def create(cls, settings: Settings, *, conversations: bool = True) -> "Service":
@@ -437,7 +439,7 @@ class Service:
         if message.on_start is not None:
             message.on_start(None, 0)
         request = Request(text=text, files=stored, history=list(message.chat_log))
-        async for event in self.pipeline.run(request, sink, stop=message.stop):
+        async for event in self._run(request, sink, message):
             yield event
 
     async def _with_work(self, conv: str, history: list[Turn]) -> list[Turn]:
@@ -522,8 +524,7 @@ class Service:
         try:
             if on_start is not None:
                 on_start(conv, turn)
-            async for event in self._tracked(self.pipeline.run(request, KeepOrFail(sink) if storage_fallback else sink,
-                                                               stop=message.stop)):
+            async for event in self._tracked(self._run(request, KeepOrFail(sink) if storage_fallback else sink, message)):
                 if isinstance(event, Done):
                     record = event.record
                     error = await self._finish(key, conv, turn, record)
@@ -567,10 +568,32 @@ class Service:
         if told:
             yield Notice(note)
         request = Request(text=text, files=stored, history=list(message.chat_log))
-        async for event in self._tracked(self.pipeline.run(request, KeepOrFail(sink), stop=message.stop)):
+        async for event in self._tracked(self._run(request, KeepOrFail(sink), message)):
             if isinstance(event, Done) and told:
                 event.record.notes.insert(0, note)
             yield event
+
+    async def _run(self, request: Request, sink: ResourceSink, message: Message) -> AsyncIterator[Event]:
+        """The pipeline's run of ``request``, charged to the requester (:mod:`bot.budgets`: a budget
+        spent, or a plan that would pass one, ends it with a record whose error is the budget's
+        sentence), its answer ending with its cost when ``[prices] show_cost`` is on."""
+        try:
+            charge = await self._budgets.open(message.who)
+        except Refused as e:
+            yield Done(RunRecord(request.text, status="error", error=e.user_message, failure=e,
+                                 conversation_id=request.conversation_id, turn=request.turn))
+            return
+        gate = charge.gate if charge is not None and charge.limits else None
+        async with contextlib.aclosing(self.pipeline.run(request, sink, stop=message.stop, gate=gate)) as events:
+            async for event in events:
+                if isinstance(event, Done):
+                    if charge is not None:
+                        await charge.settle(event.record)
+                    footer = cost_footer(event.record) if self.settings.prices.show_cost and event.record.answered else ""
+                    if footer:
+                        event.record.response += f"\n\n{footer}"
+                        yield ResponseDelta(f"\n\n{footer}")
+                yield event
 
     async def _tracked(self, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
         """``events``, with the running task among those :meth:`close` cancels."""

@@ -163,8 +163,7 @@ class Pipeline:
         availability = self.selector.availability
         return isinstance(availability, Availability) and availability.hub_unreachable
 
-    async def run(self, request: Request, sink: ResourceSink, *, stop: asyncio.Event | None = None,
-                  gate: PlanGate | None = None) -> AsyncIterator[Event]:
+    async def run(self, request: Request, sink: ResourceSink, *, stop: asyncio.Event | None = None, gate: PlanGate | None = None) -> AsyncIterator[Event]:
         """Run one request through the four stages, within the run's deadline.
 
         The deadline (``limits.deadline`` seconds from the call) covers the whole run: task
@@ -175,17 +174,13 @@ class Pipeline:
         controller (:func:`pipeline.response.fallback_answer`).
 
         Args:
-            request: the request (its files already checked and stored).
-            sink: where generated files are stored.
+            request: the request (its files already checked and stored); sink: where generated files are stored.
             stop: set by a front end when the user stops the run (a Stop button, Ctrl-C once). Like
                 a deadline passing now: tasks in flight are cancelled (``failed``, "Stopped before
                 it finished."), and the answer is written without the controller from what finished
                 (cut where it was if it was streaming); stopped during planning, the run ends with
                 a :class:`StoppedError` sentence. ``record.stopped`` is set.
-            gate: asked with each plan's tasks and estimate before they run
-                (:data:`pipeline.run.PlanGate`: a budget, an approval); its
-                :class:`HuggingGPTError` ends the run with its sentence (the first plan) or ends
-                re-planning (a further round). With a gate, tasks wait for the whole plan.
+            gate: asked before a plan's tasks run (:data:`pipeline.run.PlanGate`); tasks then wait for the whole plan.
 
         Yields:
             ``PlanReady``, then per task ``ModelSelected`` / ``TaskStarted`` / ``TaskFinished`` |
@@ -226,8 +221,6 @@ class Pipeline:
             record.failure = e
             record.deadline_passed = record.deadline_passed or isinstance(e, DeadlineError)
             log.warning("run failed during %s: %s", st.stage, e)
-        if self.pricing is not None:
-            record.cost = self.pricing.actual(record, st.usage)
         st.close_record()
         yield Done(record)
 

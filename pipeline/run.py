@@ -58,8 +58,10 @@ class RunState:
         return self.end - self.loop.time()
 
     def close_record(self) -> None:
-        """Fill in what every record carries at the end: stopped, usage and timings."""
+        """Fill in what every record carries at the end: stopped, usage, cost and timings."""
         record = self.record
+        if self.pricing is not None:
+            record.cost = self.pricing.actual(record, self.usage)
         record.stopped = self.stopped
         record.llm_calls = self.usage.calls
         record.http_attempts = self.usage.http_attempts

@@ -13,10 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol, Union
-
-if TYPE_CHECKING:
-    from .cost import Cost
+from typing import Any, Literal, Protocol, Union
 
 
 Modality = Literal["text", "image", "audio", "video"]
@@ -405,6 +402,62 @@ class Round:
     def to_json(self) -> dict[str, Any]:
         """``{"round", "tasks", "reason", "outcome"}``."""
         return {"round": self.number, "tasks": list(self.task_ids), "reason": self.reason, "outcome": self.outcome}
+
+
+@dataclass(frozen=True)
+class CostLine:
+    """One line of a cost estimate or an actual cost (:mod:`pipeline.cost`).
+
+    Attributes:
+        what: ``"controller"`` or ``"task N (TASK) on PROVIDER"``.
+        usd: US dollars, ``None`` when the price is unknown.
+        task_id: the plan's task id (``None`` for the controller).
+        basis: how it was priced (``"per second, 2.1 s billed"``, ``"1234 in, 56 out tokens"``).
+    """
+
+    what: str
+    usd: float | None
+    task_id: int | None = None
+    basis: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"what", "usd", "task", "basis"}``."""
+        return {"what": self.what, "usd": _round(self.usd), "task": self.task_id, "basis": self.basis}
+
+
+@dataclass(frozen=True)
+class Cost:
+    """An estimate or an actual cost: its lines.
+
+    ``usd`` is the total in US dollars, ``None`` (unknown) when any line's price is unknown;
+    ``known_usd`` the total of the lines whose price is known.
+    """
+
+    lines: tuple[CostLine, ...] = ()
+
+    @property
+    def usd(self) -> float | None:
+        """Total US dollars, ``None`` when a line is unknown."""
+        if any(line.usd is None for line in self.lines):
+            return None
+        return sum(line.usd or 0.0 for line in self.lines)
+
+    @property
+    def known_usd(self) -> float:
+        """US dollars of the lines whose price is known."""
+        return sum(line.usd for line in self.lines if line.usd is not None)
+
+    def __add__(self, other: Cost) -> Cost:
+        return Cost(self.lines + other.lines)
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"usd", "known_usd", "lines"}`` (``usd`` null when unknown)."""
+        return {"usd": _round(self.usd), "known_usd": _round(self.known_usd),
+                "lines": [line.to_json() for line in self.lines]}
+
+
+def _round(v: float | None) -> float | None:
+    return None if v is None else round(v, 6)
 
 
 @dataclass

@@ -44,7 +44,7 @@ async def test_an_old_file_upgrades_in_place_and_keeps_its_conversation(tmp_path
     data.mkdir()
     shutil.copy(FIXTURES / fixture, data / "conversations.sqlite3")
     async with sqlite_at(data, MediaStore(data)) as s:
-        assert s.database.applied[-1:] == ([] if fixture.endswith("r0007.sqlite3") else [HEAD])
+        assert s.database.applied[-1:] == ([] if fixture.endswith(f"r{HEAD}.sqlite3") else [HEAD])
         cid = await s.get_or_create(KEY)
         assert cid == "4f1c2a9e07"
         turns = await s.turns(cid)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import replace
 from typing import Any
 
 import httpx2
@@ -199,8 +200,7 @@ class HubRunner:
         what = f"task {task_id} ({task}) on {model}"
         out = await self._normalise(spec.normalise, raw, inputs, saver, what, model)
         out = await condense(self._note_dropped(out, scope, what), saver)
-        out.billed_seconds = sum(scope.billed) if scope.billed else None
-        return out
+        return replace(out, billed_seconds=sum(scope.billed) if scope.billed else None)
 
     async def _route(self, task: str, model: str, url: str | None, provider: str | None) -> tuple[str, ClientCalls]:
         """``(target, calls)``: the URL or model id to call and the client calling it (``url``,

@@ -44,10 +44,10 @@ from .. import lease
 from ..chatlog import turn_views
 from ..handover import Handover
 from ..lease import RECENT_SECONDS, new_owner_id
-from ...stored import Order, Origin, StoredFile
+from ...stored import Limit, Order, Origin, Overspent, Payer, Scope, SpendRow, StoredFile
 from ..protocol import MediaWriter, PruneReport, TurnSink
 from ..text import clip_summary, valid_utf8
-from . import listing, resource_cache, retention, turns, upkeep
+from . import listing, resource_cache, retention, spend, turns, upkeep
 from .database import Database
 from .dialect import greatest, insert, lock_conversation, upsert
 from .schema import conversations as C, deliveries as D, feedback as F, resources as R, run_slots as S
@@ -434,6 +434,25 @@ class SQLStore:
         """See :meth:`SharedLimits.release_slot`."""
         async with self.database.tx("releasing a run slot") as conn:
             await conn.execute(S.delete().where(S.c.id == slot))
+
+    # -- what runs cost (bot.budgets) ----------------------------------------------------------------
+
+    async def reserve_spend(self, spend_id: str, payer: Payer, usd: float, limits: Sequence[Limit]) -> Overspent | None:
+        """See :meth:`Spending.reserve_spend` (one transaction, :func:`bot.store.sql.spend.reserve`)."""
+        async with self.database.tx("reserving a budget") as conn:
+            return await spend.reserve(conn, spend_id, payer, usd, limits, now=self._clock())
+
+    async def settle_spend(self, spend_id: str, *, estimate: float | None, actual: float | None, charged: float,
+                           conversation_id: str | None = None, turn: int | None = None) -> None:
+        """See :meth:`Spending.settle_spend`."""
+        async with self.database.tx("recording what a run cost") as conn:
+            await spend.settle(conn, spend_id, estimate=estimate, actual=actual, charged=charged,
+                               conversation_id=conversation_id, turn=turn)
+
+    async def spend_report(self, scope: Scope, since: float, until: float) -> list[SpendRow]:
+        """See :meth:`Spending.spend_report`."""
+        rows = await self.database.read("reading what runs cost", spend.report_query(scope, since, until))
+        return spend.report_rows(rows)
 
     # -- retention (rules: bot.store.retention) -------------------------------------------------------
 
