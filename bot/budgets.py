@@ -10,7 +10,8 @@ dollars. The rules:
    part (:attr:`pipeline.cost.Cost.known_usd`) is reserved atomically
    (:meth:`bot.store.protocol.Spending.reserve_spend`); refused when it would pass a budget;
 3. after the run: the reservation is replaced by the actual cost's known part
-   (:func:`pipeline.cost.actual_cost`), whatever the run's outcome.
+   (:func:`pipeline.cost.actual_cost`), whatever the run's outcome (written with the other runs
+   settled within :data:`FLUSH_SECONDS`, one transaction for them all).
 
 Each refusal is one sentence naming the budget and when it resets ("This channel's daily budget
 of $5.00 is spent; it resets at 00:00 UTC."). A price that is unknown is neither reserved nor
@@ -19,6 +20,7 @@ charged (budgets count dollars whose price is known): set the prices of what a t
 
 from __future__ import annotations
 
+import asyncio
 import calendar
 import logging
 import secrets
@@ -33,7 +35,7 @@ from .errors import Refused, StorageError
 from .incoming import Requester
 from .settings import BudgetSettings
 from .store.protocol import Spending
-from .stored import Limit, Overspent, Payer, Scope
+from .stored import Limit, Overspent, Payer, Scope, Settled
 
 log = logging.getLogger(__name__)
 
@@ -115,12 +117,19 @@ def cost_footer(record: RunRecord) -> str:
     return f"Cost: {dollars(actual)} (estimated {dollars(est)})."
 
 
+FLUSH_SECONDS = 2.0
+"""Seconds a settled run's cost waits to be written with the others settled meanwhile (one
+transaction for them all); until then its reservation counts, which is never less safe."""
+FLUSH_ROWS = 64
+"""Settled runs that are written at once, without waiting."""
+
+
 class Charge:
     """The spending of one run (made by :meth:`Budgets.open`): its estimate reserved by
-    :meth:`gate`, its actual cost recorded by :meth:`settle`."""
+    :meth:`gate`; its actual cost handed to :meth:`Budgets.settle`."""
 
-    def __init__(self, store: Spending, payer: Payer, limits: Sequence[Limit]) -> None:
-        self.store, self.payer, self.limits = store, payer, list(limits)
+    def __init__(self, store: Spending, payer: Payer, limits: Sequence[Limit], now: float) -> None:
+        self.store, self.payer, self.limits, self.at = store, payer, list(limits), now
         self.id = secrets.token_hex(8)
 
     async def gate(self, tasks: tuple[Task, ...], estimate: Cost | None) -> None:
@@ -136,48 +145,72 @@ class Charge:
             log.info("budget refused a plan of %d tasks (%.6f USD) for %s: %s", len(tasks), usd, over.limit.key, over)
             raise Refused(BUDGET_REFUSED, refusal_sentence(over, self.payer.platform, usd))
 
-    async def settle(self, record: RunRecord) -> None:
-        """Record the run's estimate and actual cost (its known part now counts instead of the
-        reservation). Never raises: a store failure is logged (the reservation keeps counting)."""
-        est = record.estimate.usd if record.estimate is not None else None
+    def settled(self, record: RunRecord) -> Settled:
+        """What the run of ``record`` cost, to record."""
         cost = record.cost
-        try:
-            await self.store.settle_spend(self.id, estimate=est, actual=cost.usd if cost else None,
-                                          charged=cost.known_usd if cost else 0.0,
-                                          conversation_id=record.conversation_id, turn=record.turn)
-        except StorageError as e:
-            log.error("could not record the cost of run %s (its reservation keeps counting): %s", self.id, e)
+        return Settled(self.id, self.payer, self.at, record.estimate.usd if record.estimate is not None else None,
+                       cost.usd if cost else None, cost.known_usd if cost else 0.0, record.conversation_id,
+                       record.turn)
 
 
 class Budgets:
     """The budgets of ``settings`` on a store shared by every process (``None``: no store, nothing
-    charged or recorded)."""
+    charged or recorded). Settled costs are written together (:data:`FLUSH_SECONDS`,
+    :data:`FLUSH_ROWS`); :meth:`flush` writes what waits (the service calls it when it closes)."""
 
     def __init__(self, settings: BudgetSettings, store: Spending | None, clock=time.time) -> None:
         self.settings, self.store, self.clock = settings, store, clock
+        self._pending: list[Settled] = []
+        self._flusher: asyncio.Task[None] | None = None
 
     async def open(self, who: Requester | None) -> Charge | None:
-        """The run's charge, its row made (reserving nothing); ``None`` without a store or a
-        requester (nothing is charged).
+        """The run's charge, its row made when a budget applies (reserving nothing); ``None``
+        without a store or a requester (nothing is charged).
 
         Raises:
             Refused: reason ``"budget"``, a budget that applies is spent (one sentence).
-            StorageError: the store failed and a budget applies (without one, the run goes on
-                uncharged, logged).
+            StorageError: the store failed and a budget applies.
         """
         if self.store is None or who is None:
             return None
-        payer = payer_of(who)
-        limits = limits_for(self.settings, payer, self.clock())
-        charge = Charge(self.store, payer, limits)
-        try:
-            over = await self.store.reserve_spend(charge.id, payer, 0.0, limits)
-        except StorageError as e:
-            if limits:
-                raise
-            log.warning("could not record a run's cost (it runs uncharged): %s", e)
-            return None
+        payer, now = payer_of(who), self.clock()
+        limits = limits_for(self.settings, payer, now)
+        charge = Charge(self.store, payer, limits, now)
+        if not limits:  # nothing to check: the row is made when the run is settled
+            return charge
+        over = await self.store.reserve_spend(charge.id, payer, 0.0, limits)
         if over is not None:
             log.info("budget refused a run for %s: %s", over.limit.key, over)
             raise Refused(BUDGET_REFUSED, refusal_sentence(over, payer.platform))
         return charge
+
+    def settle(self, charge: Charge, record: RunRecord) -> None:
+        """Record the run's estimate and actual cost (written within :data:`FLUSH_SECONDS`, its
+        reservation counting until then). Never raises."""
+        self._pending.append(charge.settled(record))
+        if len(self._pending) >= FLUSH_ROWS:
+            asyncio.ensure_future(self.flush())
+        elif self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.ensure_future(self._flush_later())
+
+    async def _flush_later(self) -> None:
+        await asyncio.sleep(FLUSH_SECONDS)
+        await self.flush()
+
+    async def flush(self) -> None:
+        """Write the settled costs that wait, in one transaction. Never raises: a store failure is
+        logged (their reservations keep counting)."""
+        rows, self._pending = self._pending, []
+        if not rows or self.store is None:
+            return
+        try:
+            await self.store.settle_spends(rows)
+        except StorageError as e:
+            log.error("could not record the cost of %d runs (their reservations keep counting): %s", len(rows), e)
+
+    async def close(self) -> None:
+        """Stop waiting and write what waits."""
+        if self._flusher is not None and not self._flusher.done():
+            self._flusher.cancel()
+            await asyncio.gather(self._flusher, return_exceptions=True)
+        await self.flush()

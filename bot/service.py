@@ -17,6 +17,7 @@ from dataclasses import replace
 from collections.abc import AsyncIterator, Sequence
 
 from pipeline.core import Pipeline
+from pipeline.experts.http import BILL_TO
 from pipeline.followup import work_summary
 from pipeline.types import Done, Event, Notice, Request, Resource, ResourceSink, ResponseDelta, RunRecord, Turn
 
@@ -132,6 +133,7 @@ class Service:
         if self._inflight:
             await asyncio.gather(*self._inflight, return_exceptions=True)
         await self._scratch.close()
+        await self._budgets.close()  # the settled costs that wait, before the store closes
         for close in self._closers:
             try:
                 await close()
@@ -576,7 +578,10 @@ class Service:
     async def _run(self, request: Request, sink: ResourceSink, message: Message) -> AsyncIterator[Event]:
         """The pipeline's run of ``request``, charged to the requester (:mod:`bot.budgets`: a budget
         spent, or a plan that would pass one, ends it with a record whose error is the budget's
-        sentence), its answer ending with its cost when ``[prices] show_cost`` is on."""
+        sentence), its answer ending with its cost when ``[prices] show_cost`` is on; its expert calls
+        billed to its team's own organisation where ``[inference] bill_to_teams`` names one."""
+        team = message.who.workspace if message.who is not None else None
+        BILL_TO.set(self.settings.inference.bill_to_teams.get(team) if team else None)  # the run's tasks inherit it
         try:
             charge = await self._budgets.open(message.who)
         except Refused as e:
@@ -588,7 +593,7 @@ class Service:
             async for event in events:
                 if isinstance(event, Done):
                     if charge is not None:
-                        await charge.settle(event.record)
+                        self._budgets.settle(charge, event.record)
                     footer = cost_footer(event.record) if self.settings.prices.show_cost and event.record.answered else ""
                     if footer:
                         event.record.response += f"\n\n{footer}"

@@ -104,6 +104,27 @@ class Overspent:
 
 
 @dataclass(frozen=True)
+class Settled:
+    """A run's cost to record (US dollars): its estimate (``None``: unknown), its actual cost
+    (``None``: a price unknown) and ``charged``, its known part, which then counts against budgets
+    instead of the run's reservation.
+
+    Attributes:
+        spend_id: the run's row (made here when the run reserved nothing); payer: who pays;
+        at: epoch seconds the run began; conversation_id, turn: the stored turn, if any.
+    """
+
+    spend_id: str
+    payer: Payer
+    at: float
+    estimate: float | None
+    actual: float | None
+    charged: float
+    conversation_id: str | None = None
+    turn: int | None = None
+
+
+@dataclass(frozen=True)
 class SpendRow:
     """One line of the usage report (``hugginggpt usage``).
 

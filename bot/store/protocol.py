@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from pipeline.types import Modality, Resource, ResourceSink, RunRecord, Turn
 
 from ..incoming import ConversationKey
-from ..stored import Limit, Order, Origin, Overspent, Payer, Scope, SpendRow, StoredFile
+from ..stored import Limit, Order, Origin, Overspent, Payer, Scope, Settled, SpendRow, StoredFile
 
 
 class MediaWriter(Protocol):
@@ -209,10 +209,9 @@ class Spending(Protocol):
         would be passed: ``None`` when reserved, else the budget refused."""
         ...
 
-    async def settle_spend(self, spend_id: str, *, estimate: float | None, actual: float | None, charged: float,
-                           conversation_id: str | None = None, turn: int | None = None) -> None:
-        """Record a run's estimate, actual cost (``None``: a price unknown) and ``charged`` (its
-        known part, which then counts against budgets instead of the reservation)."""
+    async def settle_spends(self, rows: Sequence[Settled]) -> None:
+        """Record runs' estimates and actual costs (:class:`bot.stored.Settled`), in one
+        transaction; a run's known cost then counts against budgets instead of its reservation."""
         ...
 
     async def spend_report(self, scope: Scope, since: float, until: float) -> list[SpendRow]:

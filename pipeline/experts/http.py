@@ -124,6 +124,13 @@ class CallScope:
 
 _scope: ContextVar[CallScope | None] = ContextVar("hugginggpt_expert_call", default=None)
 
+BILL_TO: ContextVar[str | None] = ContextVar("hugginggpt_bill_to", default=None)
+"""The organisation that pays the expert calls of the run in this context, over ``[inference]
+bill_to`` (a Slack workspace's or Discord guild's own, ``[inference] bill_to_teams``): set by the
+service before a run, inherited by the run's tasks; sent as ``X-HF-Bill-To`` to Hugging Face."""
+BILL_TO_HEADER = "X-HF-Bill-To"
+"""``huggingface_hub.constants.HUGGINGFACE_HEADER_X_BILL_TO``."""
+
 COMPUTE_TIME = "x-compute-time"
 """The reply header in which Hugging Face inference servers (HF Inference, text-generation-inference)
 report the seconds of compute a request took, e.g. ``x-compute-time: 0.111191439``: the seconds a
@@ -264,7 +271,8 @@ async def allow_gateway_offline(request: httpx2.Request) -> None:
     ``HF_HUB_OFFLINE`` is set; a request id in ``X-Amzn-Trace-Id`` for server-side debugging),
     except that a request to the current call's configured gateway is let through offline, and
     loses its ``Authorization`` header when the scope says so (expert servers never get the token;
-    they get their own key, ``CallScope.bearer``).
+    they get their own key, ``CallScope.bearer``). Other expert calls name the run's payer
+    (:data:`BILL_TO`) when it has one.
 
     Raises:
         OfflineModeIsEnabled: offline, and not the gateway.
@@ -275,6 +283,8 @@ async def allow_gateway_offline(request: httpx2.Request) -> None:
         request.headers.pop("authorization", None)
         if scope.bearer:
             request.headers["authorization"] = f"Bearer {scope.bearer}"
+    elif scope is not None and BILL_TO.get():
+        request.headers[BILL_TO_HEADER] = BILL_TO.get() or ""
     if constants.is_offline_mode() and not to_gateway:
         raise OfflineModeIsEnabled(f"Cannot reach {request.url}: offline mode is enabled (HF_HUB_OFFLINE).")
     request.headers.setdefault("X-Amzn-Trace-Id", request.headers.get("X-Request-Id") or str(uuid.uuid4()))

@@ -313,8 +313,8 @@ class HubRunner:
         if self._http is None:
             self._http = get_async_session()
         headers = build_hf_headers(token=self.access.token or None)
-        if self.access.bill_to:
-            headers["X-HF-Bill-To"] = self.access.bill_to
+        if http.BILL_TO.get() or self.access.bill_to:
+            headers[http.BILL_TO_HEADER] = http.BILL_TO.get() or self.access.bill_to or ""
         if data is not None:
             headers["content-type"] = "application/octet-stream"
         try:
@@ -343,9 +343,10 @@ def refused_connection(exc: BaseException) -> bool:
 
 def billing_error(access: ExpertAccess, http_err: HfHubHTTPError, detail: str) -> ExpertError:
     """The one sentence for an account out of credits (``reason="billing"``): it names the
-    account whose credits pay (``bill_to``, else the token's owner) and where to top up."""
-    account = (f"the organisation {access.bill_to}" if access.bill_to
-               else "the account of the configured Hugging Face token")
+    account whose credits pay (the run's team's ``bill_to_teams`` entry, ``bill_to``, else the
+    token's owner) and where to top up."""
+    payer = http.BILL_TO.get() or access.bill_to  # the team's own organisation, else [inference] bill_to
+    account = f"the organisation {payer}" if payer else "the account of the configured Hugging Face token"
     return ExpertError(
         f"Inference Providers refused the call because {account} has no credits left (HTTP "
         f"{http_err.response.status_code}); top up {account} at https://huggingface.co/settings/billing "

@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import case, func, select, update
+from sqlalchemy import Connection, bindparam, case, func, select, update
 
-from ...stored import Limit, Overspent, Payer, Scope, SpendRow
-from .dialect import Tx, advisory_lock
+from ...stored import Limit, Overspent, Payer, Scope, Settled, SpendRow
+from .dialect import prebuilt
 from .schema import spend as SP
 
 COUNTED = func.coalesce(SP.c.charged_usd, SP.c.reserved_usd)
@@ -29,45 +29,64 @@ def _column(scope: Scope) -> Any:
     return {"user": SP.c.user, "channel": SP.c.channel, "team": SP.c.team}[scope]
 
 
-async def spent(conn: Tx, limit: Limit, *, exclude: str | None = None) -> float:
-    """US dollars counted against ``limit`` in its period (``exclude``: a row left out)."""
-    stmt = select(func.coalesce(func.sum(COUNTED), 0.0)).where(_column(limit.scope) == limit.key, SP.c.at >= limit.since)
-    if exclude is not None:
-        stmt = stmt.where(SP.c.id != exclude)
-    return float((await conn.execute(stmt)).scalar() or 0.0)
+# statements built once (bindparam placeholders; on SQLite run as SQL compiled once: dialect.prebuilt)
+_SPENT = {scope: select(func.coalesce(func.sum(COUNTED), 0.0)).where(
+    _column(scope) == bindparam("p_key"), SP.c.at >= bindparam("p_since"), SP.c.id != bindparam("p_id"))
+    for scope in ("user", "channel", "team")}
+_MINE = select(SP.c.reserved_usd).where(SP.c.id == bindparam("p_id"))
+_INSERT = SP.insert().values(id=bindparam("p_id"), at=bindparam("p_at"), platform=bindparam("p_platform"),
+                             user=bindparam("p_user"), channel=bindparam("p_channel"), team=bindparam("p_team"),
+                             reserved_usd=bindparam("p_usd"))
+_GROW = update(SP).where(SP.c.id == bindparam("p_id")).values(reserved_usd=SP.c.reserved_usd + bindparam("p_usd"))
+_SETTLE = update(SP).where(SP.c.id == bindparam("p_id")).values(
+    estimate_usd=bindparam("p_estimate"), actual_usd=bindparam("p_actual"), charged_usd=bindparam("p_charged"),
+    conversation_id=bindparam("p_cid"), turn=bindparam("p_turn"))
+_LOCK = select(func.pg_advisory_xact_lock(func.hashtext(bindparam("p_key"))))
 
 
-async def reserve(conn: Tx, spend_id: str, payer: Payer, usd: float, limits: Sequence[Limit], *,
-                  now: float) -> Overspent | None:
+def _row(spend_id: str, payer: Payer, usd: float, now: float) -> dict[str, Any]:
+    return {"p_id": spend_id, "p_at": now, "p_platform": payer.platform, "p_user": payer.user,
+            "p_channel": payer.channel, "p_team": payer.team, "p_usd": usd}
+
+
+def reserve(conn: Connection, spend_id: str, payer: Payer, usd: float, limits: Sequence[Limit], *,
+            now: float) -> Overspent | None:
     """Reserve ``usd`` more for the run ``spend_id`` (its row made at the first call) unless a
     budget of ``limits`` is spent or would be passed: refused when what its period counts is at
-    the budget already, or would pass it with ``usd`` added.
+    the budget already, or would pass it with ``usd`` added. One transaction
+    (:meth:`bot.store.sql.database.Database.run`); on PostgreSQL it first takes one advisory lock
+    per budget, in a fixed order.
 
     Returns:
         ``None`` when reserved; else the first budget refused and what its period had counted.
     """
-    for key in sorted({f"spend:{lim.scope}:{lim.key}" for lim in limits}):
-        await advisory_lock(conn, key)
-    row = (await conn.execute(select(SP.c.reserved_usd).where(SP.c.id == spend_id))).first()
+    if conn.dialect.name != "sqlite":  # SQLite: BEGIN IMMEDIATE already excludes every other writer
+        for key in sorted({f"spend:{lim.scope}:{lim.key}" for lim in limits}):
+            conn.execute(_LOCK, {"p_key": key})
+    row = prebuilt(conn, _MINE, {"p_id": spend_id}).first()
     mine = float(row[0]) if row else 0.0
     for lim in limits:
-        counted = await spent(conn, lim, exclude=spend_id) + mine
+        counted = float(prebuilt(conn, _SPENT[lim.scope], {"p_key": lim.key, "p_since": lim.since,
+                                                           "p_id": spend_id}).scalar() or 0.0) + mine
         if counted >= lim.usd - EPSILON or counted + usd > lim.usd + EPSILON:
             return Overspent(lim, counted)
     if row is None:
-        await conn.execute(SP.insert().values(id=spend_id, at=now, platform=payer.platform, user=payer.user,
-                                              channel=payer.channel, team=payer.team, reserved_usd=usd))
+        prebuilt(conn, _INSERT, _row(spend_id, payer, usd, now))
     else:
-        await conn.execute(update(SP).where(SP.c.id == spend_id).values(reserved_usd=SP.c.reserved_usd + usd))
+        prebuilt(conn, _GROW, {"p_id": spend_id, "p_usd": usd})
     return None
 
 
-async def settle(conn: Tx, spend_id: str, *, estimate: float | None, actual: float | None, charged: float,
-                 conversation_id: str | None, turn: int | None) -> None:
-    """Record the run's actual cost (``charged``: its known part, which now counts instead of the
-    reservation) and its turn."""
-    await conn.execute(update(SP).where(SP.c.id == spend_id).values(
-        estimate_usd=estimate, actual_usd=actual, charged_usd=charged, conversation_id=conversation_id, turn=turn))
+def settle(conn: Connection, rows: Sequence[Settled]) -> None:
+    """Record runs' actual costs (``charged``: the known part, which now counts instead of the
+    reservation) and turns, in one transaction; the row is made here for a run that reserved
+    nothing."""
+    for r in rows:
+        values = {"p_id": r.spend_id, "p_estimate": r.estimate, "p_actual": r.actual, "p_charged": r.charged,
+                  "p_cid": r.conversation_id, "p_turn": r.turn}
+        if prebuilt(conn, _SETTLE, values).rowcount == 0:
+            prebuilt(conn, _INSERT, _row(r.spend_id, r.payer, 0.0, r.at))
+            prebuilt(conn, _SETTLE, values)
 
 
 def report_query(scope: Scope, since: float, until: float) -> Any:

@@ -44,7 +44,7 @@ from .. import lease
 from ..chatlog import turn_views
 from ..handover import Handover
 from ..lease import RECENT_SECONDS, new_owner_id
-from ...stored import Limit, Order, Origin, Overspent, Payer, Scope, SpendRow, StoredFile
+from ...stored import Limit, Order, Origin, Overspent, Payer, Scope, Settled, SpendRow, StoredFile
 from ..protocol import MediaWriter, PruneReport, TurnSink
 from ..text import clip_summary, valid_utf8
 from . import listing, resource_cache, retention, spend, turns, upkeep
@@ -439,15 +439,13 @@ class SQLStore:
 
     async def reserve_spend(self, spend_id: str, payer: Payer, usd: float, limits: Sequence[Limit]) -> Overspent | None:
         """See :meth:`Spending.reserve_spend` (one transaction, :func:`bot.store.sql.spend.reserve`)."""
-        async with self.database.tx("reserving a budget") as conn:
-            return await spend.reserve(conn, spend_id, payer, usd, limits, now=self._clock())
+        return await self.database.run("reserving a budget", spend.reserve, spend_id, payer, usd, limits,
+                                       now=self._clock())
 
-    async def settle_spend(self, spend_id: str, *, estimate: float | None, actual: float | None, charged: float,
-                           conversation_id: str | None = None, turn: int | None = None) -> None:
-        """See :meth:`Spending.settle_spend`."""
-        async with self.database.tx("recording what a run cost") as conn:
-            await spend.settle(conn, spend_id, estimate=estimate, actual=actual, charged=charged,
-                               conversation_id=conversation_id, turn=turn)
+    async def settle_spends(self, rows: Sequence[Settled]) -> None:
+        """See :meth:`Spending.settle_spends` (one transaction)."""
+        if rows:
+            await self.database.run("recording what runs cost", spend.settle, list(rows))
 
     async def spend_report(self, scope: Scope, since: float, until: float) -> list[SpendRow]:
         """See :meth:`Spending.spend_report`."""
