@@ -4,8 +4,7 @@ A run of a requester is charged to its user, its channel and its team (Slack wor
 guild), each as ``"platform:id"``. Per UTC day and per UTC month each may have a budget in US
 dollars. The rules:
 
-1. before the run: refused when a budget that applies is spent already (the run's row is made,
-   reserving nothing);
+1. before the run: refused when a budget that applies is spent already (a read);
 2. after planning (and after each re-planning round), before any task runs: the estimate's known
    part (:attr:`pipeline.cost.Cost.known_usd`) is reserved atomically
    (:meth:`bot.store.protocol.Spending.reserve_spend`); refused when it would pass a budget;
@@ -164,8 +163,9 @@ class Budgets:
         self._flusher: asyncio.Task[None] | None = None
 
     async def open(self, who: Requester | None) -> Charge | None:
-        """The run's charge, its row made when a budget applies (reserving nothing); ``None``
-        without a store or a requester (nothing is charged).
+        """The run's charge (its row is made by its reservation or when it is settled); ``None``
+        without a store or a requester (nothing is charged). A budget that applies is checked
+        (one read).
 
         Raises:
             Refused: reason ``"budget"``, a budget that applies is spent (one sentence).
@@ -176,9 +176,7 @@ class Budgets:
         payer, now = payer_of(who), self.clock()
         limits = limits_for(self.settings, payer, now)
         charge = Charge(self.store, payer, limits, now)
-        if not limits:  # nothing to check: the row is made when the run is settled
-            return charge
-        over = await self.store.reserve_spend(charge.id, payer, 0.0, limits)
+        over = await self.store.check_spend(payer, limits)
         if over is not None:
             log.info("budget refused a run for %s: %s", over.limit.key, over)
             raise Refused(BUDGET_REFUSED, refusal_sentence(over, payer.platform))

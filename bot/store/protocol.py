@@ -209,6 +209,11 @@ class Spending(Protocol):
         would be passed: ``None`` when reserved, else the budget refused."""
         ...
 
+    async def check_spend(self, payer: Payer, limits: Sequence[Limit]) -> Overspent | None:
+        """The first budget of ``limits`` that ``payer`` has spent already (what its period
+        counts is at the budget), or ``None``; a read, reserving nothing."""
+        ...
+
     async def settle_spends(self, rows: Sequence[Settled]) -> None:
         """Record runs' estimates and actual costs (:class:`bot.stored.Settled`), in one
         transaction; a run's known cost then counts against budgets instead of its reservation."""

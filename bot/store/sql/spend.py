@@ -41,6 +41,11 @@ _GROW = update(SP).where(SP.c.id == bindparam("p_id")).values(reserved_usd=SP.c.
 _SETTLE = update(SP).where(SP.c.id == bindparam("p_id")).values(
     estimate_usd=bindparam("p_estimate"), actual_usd=bindparam("p_actual"), charged_usd=bindparam("p_charged"),
     conversation_id=bindparam("p_cid"), turn=bindparam("p_turn"))
+_COUNTED_SINCE = {(scope, period): select(func.coalesce(func.sum(COUNTED), 0.0)).where(
+    _column(scope) == bindparam(f"p_{scope}"), SP.c.at >= bindparam(f"p_{scope}_{period}")).scalar_subquery()
+    for scope in ("user", "channel", "team") for period in ("day", "month")}
+CHECK = select(*_COUNTED_SINCE.values())
+"""What each (scope, period) of :data:`_COUNTED_SINCE` counts, in one read (:func:`check_params`)."""
 _LOCK = select(func.pg_advisory_xact_lock(func.hashtext(bindparam("p_key"))))
 
 
@@ -87,6 +92,28 @@ def settle(conn: Connection, rows: Sequence[Settled]) -> None:
         if prebuilt(conn, _SETTLE, values).rowcount == 0:
             prebuilt(conn, _INSERT, _row(r.spend_id, r.payer, 0.0, r.at))
             prebuilt(conn, _SETTLE, values)
+
+
+def check_params(payer: Payer, limits: Sequence[Limit]) -> dict[str, Any]:
+    """The parameters of :data:`CHECK` for ``payer``'s ``limits`` (a scope without a limit matches
+    no row)."""
+    params: dict[str, Any] = {}
+    for scope in ("user", "channel", "team"):
+        params[f"p_{scope}"] = payer.of(scope)  # type: ignore[arg-type]
+        for period in ("day", "month"):
+            lim = next((lim for lim in limits if lim.scope == scope and lim.period == period), None)
+            params[f"p_{scope}_{period}"] = lim.since if lim is not None else float("inf")
+    return params
+
+
+def first_spent(row: Sequence[Any], limits: Sequence[Limit]) -> Overspent | None:
+    """The first of ``limits`` that :data:`CHECK`'s ``row`` finds spent (counted at its budget)."""
+    keys = list(_COUNTED_SINCE)
+    for lim in limits:
+        counted = float(row[keys.index((lim.scope, lim.period))] or 0.0)
+        if counted >= lim.usd - EPSILON:
+            return Overspent(lim, counted)
+    return None
 
 
 def report_query(scope: Scope, since: float, until: float) -> Any:

@@ -442,6 +442,13 @@ class SQLStore:
         return await self.database.run("reserving a budget", spend.reserve, spend_id, payer, usd, limits,
                                        now=self._clock())
 
+    async def check_spend(self, payer: Payer, limits: Sequence[Limit]) -> Overspent | None:
+        """See :meth:`Spending.check_spend` (one read)."""
+        if not limits:
+            return None
+        rows = await self.database.read("checking the budgets", spend.CHECK, params=spend.check_params(payer, limits))
+        return spend.first_spent(rows[0], limits)
+
     async def settle_spends(self, rows: Sequence[Settled]) -> None:
         """See :meth:`Spending.settle_spends` (one transaction)."""
         if rows:
