@@ -17,6 +17,7 @@ being written.
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import logging
 from collections.abc import Awaitable, Callable
@@ -26,6 +27,7 @@ from pipeline.catalog.placement import Mode
 from pipeline.catalog.servers import ExpertServers
 from pipeline.config import ExecutionLimits, ExpertAccess, McpServerConfig, OutputLimits, PipelineConfig, ToolOffer
 from pipeline.core import Pipeline
+from pipeline.cost import PriceFileError, PriceTable, Pricing, likely_provider
 from pipeline.decoding import Decoder
 from pipeline.experts.controller import ControllerRunner
 from pipeline.experts.hub import HubRunner
@@ -159,6 +161,24 @@ def build_controller(settings: Settings) -> Controller:
     )
 
 
+def build_pricing(settings: Settings, mode: Mode) -> Pricing:
+    """The prices runs are estimated and charged with: the shipped table, ``[prices] file`` over
+    it, the controller's ``[llm] price_*_per_million``, and where each task will likely run.
+
+    Raises:
+        ConfigError: the price file cannot be used (one sentence naming it and the key).
+    """
+    try:
+        table = PriceTable.load(settings.prices.file, input_per_million=settings.llm.price_input_per_million,
+                                output_per_million=settings.llm.price_output_per_million)
+    except PriceFileError as e:
+        raise ConfigError(str(e)) from None
+    inf = settings.inference
+    guess = functools.partial(likely_provider, provider=inf.provider, per_task=dict(inf.providers),
+                              mode=mode, controller_tasks=frozenset(inf.controller_tasks))
+    return Pricing(table, guess)
+
+
 def build_pipeline(settings: Settings) -> tuple[Pipeline, list[Callable[[], Awaitable[None]]]]:
     """Build the four stages' backends from ``settings``.
 
@@ -186,9 +206,10 @@ def build_pipeline(settings: Settings) -> tuple[Pipeline, list[Callable[[], Awai
     hub = HubRunner(config)
     servers = expert_servers(settings)
     toolbox = Toolbox(config.mcp_servers)  # [mcp] servers: tools are tasks too
+    mode = _mode(settings)
     selector = ToolSelector(
         toolbox, catalog, availability, controller, strategy=inf.selection, top_k=inf.top_k,
-        controller_tasks=inf.controller_tasks, servers=servers, mode=_mode(settings), offer=config.offer,
+        controller_tasks=inf.controller_tasks, servers=servers, mode=mode, offer=config.offer,
     )
     runners = {
         "hub": RoutingRunner(hub, selector.placement),
@@ -199,7 +220,7 @@ def build_pipeline(settings: Settings) -> tuple[Pipeline, list[Callable[[], Awai
     docs = settings.documents
     decoder = Decoder(max_pixels=config.output.max_image_pixels, workers=docs.decode_workers,
                       memory_bytes=docs.decode_memory_bytes, timeout=docs.decode_timeout)
-    pipeline = Pipeline(controller, selector, runners, config.execution, decoder)
+    pipeline = Pipeline(controller, selector, runners, config.execution, decoder, pricing=build_pricing(settings, mode))
     closers = [pipeline.aclose, hub.aclose, controller.aclose, toolbox.aclose, *([watch] if watch else [])]
     if servers is not None:
         closers.append(servers.aclose)

@@ -33,7 +33,8 @@ class Refused(InputError):
     sentence, formatted its way (a rate limit is not an access refusal).
 
     Attributes:
-        reason: ``"dm" | "guild" | "channel" | "user" | "role" | "rate" | "concurrency"``.
+        reason: ``"dm" | "guild" | "channel" | "user" | "role" | "rate" | "concurrency"``, or
+            ``"budget"`` (:mod:`bot.budgets`).
     """
 
     def __init__(self, reason: str, sentence: str) -> None:

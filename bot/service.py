@@ -18,11 +18,15 @@ from dataclasses import replace
 from collections.abc import AsyncIterator, Sequence
 
 from pipeline.core import Pipeline
+from pipeline.cost import Cost
 from pipeline.coverage import readable_kinds
+from pipeline.experts.http import BILL_TO
 from pipeline.followup import work_summary
-from pipeline.types import Done, Event, Notice, Request, Resource, ResourceSink, ResponseDelta, RunRecord, Turn
+from pipeline.run import PlanGate
+from pipeline.types import Done, Event, Notice, Request, Resource, ResourceSink, ResponseDelta, RunRecord, Task, Turn
 
 from .backends import build_pipeline, start_first_use_imports
+from .budgets import Budgets, Charge, cost_footer
 from .degraded import (KeepOrFail, ScratchSpace, ToldThreads, UnsavedTurns, lost_context_sentence,
                        unsaved_sentence, without_memory_sentence)
 from .documents import expand_documents
@@ -80,6 +84,7 @@ class Service:
         self._scratch = ScratchSpace()
         self._admissions = {platform: Admission(settings, platform, store) for platform in ("discord", "slack")}
         self.plans = PendingPlans(store, settings.planning)  # plans waiting for approval (bot.approval)
+        self._budgets = Budgets(settings.budgets, store)
 
     @classmethod
     async def create(cls, settings: Settings, *, conversations: bool = True) -> "Service":
@@ -136,6 +141,7 @@ class Service:
         if self._inflight:
             await asyncio.gather(*self._inflight, return_exceptions=True)
         await self._scratch.close()
+        await self._budgets.close()  # the settled costs that wait, before the store closes
         for close in self._closers:
             try:
                 await close()
@@ -491,33 +497,78 @@ class Service:
 
     async def _run(self, request: Request, sink: ResourceSink, message: Message) -> AsyncIterator[Event]:
         """The pipeline's run of ``request``: a kept plan's (less its dropped steps, said in the
-        answer), or one that may wait for approval (kept, then :class:`ApprovalNeeded` before ``Done``)."""
+        answer), or one that may wait for approval (kept, then :class:`ApprovalNeeded` before
+        ``Done``); charged to the requester (:mod:`bot.budgets`: a budget spent, or a plan that
+        would pass one, ends it with a record whose error is the budget's sentence), its answer
+        ending with its cost when ``[prices] show_cost`` is on; its expert calls billed to its
+        team's own organisation where ``[inference] bill_to_teams`` names one."""
         approve, said = message.approve, ""
         if approve is not None and isinstance(approve.kept, PendingPlan):
             plan = approve.kept
             kept, removed = drop_steps(plan.tasks, approve.drop)
             files = list(plan.files) or [r for r in request.resources if r.id in plan.file_ids]
             request, said = replace(request, files=files, plan=kept), dropped_sentence(plan.tasks, removed)
-        elif self.settings.planning.approve != "never":
-            request = replace(request, hold=functools.partial(needs_approval, estimate_usd=None,
-                                                              settings=self.settings.planning))
+        team = message.who.workspace if message.who is not None else None
+        BILL_TO.set(self.settings.inference.bill_to_teams.get(team) if team else None)  # the run's tasks inherit it
+        try:
+            charge = await self._budgets.open(message.who)
+        except Refused as e:
+            yield Done(RunRecord(request.text, status="error", error=e.user_message, failure=e,
+                                 conversation_id=request.conversation_id, turn=request.turn))
+            return
         if said:
             yield Notice(said)
-        async for event in self.pipeline.run(request, sink, stop=message.stop):
-            if isinstance(event, Done) and event.record.status == "awaiting approval":
-                yield await self._keep_plan(request, message, event.record)
-            elif isinstance(event, Done) and said and event.record.answered:
-                event.record.response += "\n\n" + said
-                event.record.notes.append(said)
-                yield ResponseDelta("\n\n" + said)
-            yield event
+        gate = self._gate(charge, ask=request.plan is None)
+        async with contextlib.aclosing(self.pipeline.run(request, sink, stop=message.stop, gate=gate)) as events:
+            async for event in events:
+                if isinstance(event, Done):
+                    async for told in self._done(event.record, charge, request, message, said):
+                        yield told
+                yield event
+
+    def _gate(self, charge: Charge | None, *, ask: bool) -> PlanGate | None:
+        """The run's :data:`pipeline.run.PlanGate`: the first plan held for a person when the
+        approval policy (``[planning] approve``, :func:`bot.approval.needs_approval`) asks and
+        ``ask`` (not a plan already approved); every plan's estimate reserved against the
+        requester's budgets. ``None`` when neither applies (tasks then start as they are planned)."""
+        budget = charge.gate if charge is not None and charge.limits else None
+        policy = self.settings.planning
+        asking = [ask and policy.approve != "never"]
+        if budget is None and not asking[0]:
+            return None
+
+        async def gate(tasks: tuple[Task, ...], estimate: Cost | None) -> bool:
+            first, asking[0] = asking[0], False  # a re-planning round is not asked again
+            if first and needs_approval(tasks, estimate.usd if estimate is not None else None, policy):
+                return True
+            if budget is not None:
+                await budget(tasks, estimate)
+            return False
+        return gate
+
+    async def _done(self, record: RunRecord, charge: Charge | None, request: Request, message: Message,
+                    said: str) -> AsyncIterator[Event]:
+        """What the service adds as a run ends: the plan kept for approval, the run's cost settled,
+        the dropped steps and the cost footer at the end of the answer."""
+        if record.status == "awaiting approval":
+            yield await self._keep_plan(request, message, record)
+        if charge is not None:
+            self._budgets.settle(charge, record)
+        footer = cost_footer(record) if self.settings.prices.show_cost and record.answered else ""
+        for tail in (said, footer) if record.answered else ():
+            if tail:
+                record.response += "\n\n" + tail
+                yield ResponseDelta("\n\n" + tail)
+        if said and record.answered:
+            record.notes.append(said)
 
     async def _keep_plan(self, request: Request, message: Message, record: RunRecord) -> ApprovalNeeded:
         """Keep a plan that waits for approval (:class:`bot.approval.PendingPlans`); its event.
         Raises StorageError."""
         key = message.key if isinstance(message.key, ConversationKey) else None
         who = message.who.user if message.who is not None else (key.workspace if key is not None else "")  # an API key's id
-        plan = PendingPlan(new_plan_id(), tuple(record.tasks), None, time.time() + self.settings.planning.approval_timeout,
+        usd = record.estimate.usd if record.estimate is not None else None
+        plan = PendingPlan(new_plan_id(), tuple(record.tasks), usd, time.time() + self.settings.planning.approval_timeout,
                            who, request.text, tuple(f.id for f in request.files), key, tuple(request.files))
         await self.plans.keep(plan)
         return plan.event()
@@ -607,8 +658,7 @@ class Service:
         try:
             if on_start is not None:
                 on_start(conv, turn)
-            async for event in self._tracked(self._run(request, KeepOrFail(sink) if storage_fallback else sink,
-                                                       message)):
+            async for event in self._tracked(self._run(request, KeepOrFail(sink) if storage_fallback else sink, message)):
                 if isinstance(event, Done):
                     record = event.record
                     error = await self._finish(key, conv, turn, record)

@@ -9,9 +9,7 @@ Sources, strongest first (docs/configuration.md, generated from the fields below
 3. one TOML file: ``--config FILE``, else ``HUGGINGGPT_CONFIG``, else ``./hugginggpt.toml``;
 4. the defaults below.
 
-One section a class: ``[llm]``, ``[inference]`` (with the provider keys of :class:`ProviderKeys`,
-in the words of Hugging Face's Inference Providers documentation), ``[planning]``, ``[catalog]``,
-``[storage]``, ``[documents]``, ``[discord]``, ``[slack]``, ``[server]`` and ``[mcp]``.
+One section a class (``[llm]`` is :class:`LLMSettings`, and so on), fields of :class:`Settings`.
 
 Secrets are ``SecretStr``: they print as ``**********`` in logs and reprs. The environment is
 read from the mapping :func:`load_settings` is given (a custom pydantic-settings source); the
@@ -86,26 +84,18 @@ def _http_url(v: str | None) -> str | None:
 
 
 class ProviderKeys(BaseModel):
-    """The provider keys of ``[inference]``.
-
-    Attributes:
-        provider: ``"auto"`` (default: the Hub's order for the account, the router's fastest for chat
-            models), ``"fastest"``, ``"cheapest"``, ``"preferred"``, a provider name (``"fal-ai"``),
-            or ``None``/``""`` (no provider: gateway, endpoints or expert servers only).
-        providers: pipeline tag → a policy, a provider name, or ``"model:provider"`` (that model,
-            pinned to that provider) for that task; e.g. ``{"text-to-image": "fal-ai"}``.
-        bill_to: the organisation (or user) whose Hugging Face credits pay every expert call
-            (the client's ``bill_to``, sent as ``X-HF-Bill-To``); ``None``: the token's owner.
-        router_url: the Inference Providers router (``None``: ``https://router.huggingface.co``,
-            as ``huggingface_hub`` builds it); an operator's egress proxy or a test stand-in that
-            forwards by path.
-    """
+    """The provider keys of ``[inference]``, in the words of Hugging Face's Inference Providers
+    documentation (a provider pinned by ``"model:provider"``, billing through ``X-HF-Bill-To``)."""
 
     model_config = ConfigDict(extra="forbid")
 
     provider: str | None = Field("auto", description="auto | fastest | cheapest | preferred | a provider name | none")
     providers: dict[str, str] = Field(default_factory=dict, description="task -> policy, provider or model:provider")
     bill_to: str | None = Field(None, description="organisation whose credits pay expert calls (X-HF-Bill-To)")
+    bill_to_teams: dict[str, str] = Field(
+        default_factory=dict, description="Slack team id or Discord guild id -> the organisation that pays the expert "
+        "calls of requests from there (over bill_to)",
+    )
     router_url: str | None = Field(None, description="Inference Providers router (default router.huggingface.co)")
 
     @field_validator("provider", mode="after")
@@ -136,6 +126,11 @@ class ProviderKeys(BaseModel):
         if not _ORG.match(v.strip()):
             raise ValueError(f"{v[:40]!r} is not a Hugging Face organisation or user name")
         return v.strip()
+
+    @field_validator("bill_to_teams", mode="after")
+    @classmethod
+    def _team_orgs(cls, v: dict[str, str]) -> dict[str, str]:
+        return {str(team): org for team, value in v.items() if (org := cls._org(value)) is not None}
 
     @field_validator("router_url", mode="after")
     @classmethod
@@ -168,12 +163,14 @@ class LLMSettings(Section):
     max_reply_bytes: int = Field(
         4 * MiB, ge=1024, le=GiB, description="bytes, largest controller reply read (enforced while it arrives)"
     )
+    price_input_per_million: float | None = Field(None, ge=0, le=1e4, description="US dollars per million tokens "
+                                                  "the controller reads; unset: unknown")
+    price_output_per_million: float | None = Field(None, ge=0, le=1e4, description="US dollars per million tokens "
+                                                   "the controller writes; unset: unknown")
 
 
 class InferenceSettings(ProviderKeys, Section):
-    """``[inference]``: expert models, model selection and execution limits.
-
-    The provider keys come from :class:`ProviderKeys`."""
+    """``[inference]``: expert models, model selection and execution limits (and :class:`ProviderKeys`)."""
 
     token: SecretStr | None = Field(
         None, description="Hugging Face token (HF_TOKEN) for the Hub and Inference Providers; not needed with mode "
@@ -187,12 +184,8 @@ class InferenceSettings(ProviderKeys, Section):
     experts_api_keys: dict[str, SecretStr] = Field(
         default_factory=dict, description="expert server URL (as in experts_url) -> the API key the bot sends it "
                                           "as 'Authorization: Bearer KEY' (the server's api_key)")
-    mode: Literal["providers", "local", "hybrid"] = Field(
-        "hybrid", description="hybrid: expert servers, then providers",
-    )
-    experts_ttl: float = Field(
-        10.0, ge=0, le=DAY, description="seconds an expert server's GET /models answer is reused",
-    )
+    mode: Literal["providers", "local", "hybrid"] = Field("hybrid", description="hybrid: expert servers, then providers")
+    experts_ttl: float = Field(10.0, ge=0, le=DAY, description="seconds an expert server's GET /models answer is reused")
     experts_timeout: float = Field(3.0, gt=0, le=600, description="seconds to wait for an expert server's GET /models")
     controller_tasks: list[str] = Field(
         default_factory=lambda: ["summarization", "translation", "conversational", "text-generation", "text2text-generation"],
@@ -217,9 +210,7 @@ class InferenceSettings(ProviderKeys, Section):
     max_image_pixels: int = Field(
         40_000_000, ge=10_000, le=1_000_000_000, description="pixels, largest image decoded (input or output)"
     )
-    max_items: int = Field(
-        1000, ge=1, le=1_000_000, description="structured items (boxes, masks, labels) kept per reply",
-    )
+    max_items: int = Field(1000, ge=1, le=1_000_000, description="structured items (boxes, masks, labels) kept per reply")
     max_text_chars: int = Field(
         20_000, ge=100, le=10_000_000, description="characters of a text result kept in the record and shown"
     )
@@ -232,11 +223,7 @@ class InferenceSettings(ProviderKeys, Section):
     @field_validator("experts_url", mode="after")
     @classmethod
     def _check_urls(cls, v: list[str]) -> list[str]:
-        for url in v:
-            u = urlsplit(url)
-            if u.scheme not in ("http", "https") or not u.hostname or u.query or u.fragment or u.username or u.password:
-                raise ValueError(f"{url[:80]!r} is not an http:// or https:// URL without a query or credentials")
-        return list(dict.fromkeys(url.strip().rstrip("/") for url in v))
+        return list(dict.fromkeys(u for u in map(_http_url, v) if u is not None))
 
     @field_validator("experts_api_keys", mode="after")
     @classmethod
@@ -293,6 +280,25 @@ class PlanningSettings(Section):
         return env_list(v)
 
 
+class PricesSettings(Section):
+    """``[prices]``: what expert calls cost (:mod:`pipeline.cost`) and whether answers say it."""
+
+    file: Path | None = Field(None, description="a TOML price table over the shipped one (pipeline/data/prices.toml)")
+    show_cost: bool = Field(False, description="end each answer with its estimated and actual cost in US dollars")
+
+
+class BudgetSettings(Section):
+    """``[budgets]``: US dollars a user, a channel or a team (Slack workspace, Discord guild) may spend
+    per UTC day and per UTC month, shared by every process on the store; unset: no budget."""
+
+    per_user_day: float | None = Field(None, ge=0, le=1e6, description="US dollars per user per UTC day")
+    per_user_month: float | None = Field(None, ge=0, le=1e6, description="US dollars per user per UTC month")
+    per_channel_day: float | None = Field(None, ge=0, le=1e6, description="US dollars per channel per UTC day")
+    per_channel_month: float | None = Field(None, ge=0, le=1e6, description="US dollars per channel per UTC month")
+    per_team_day: float | None = Field(None, ge=0, le=1e6, description="US dollars per workspace/guild per UTC day")
+    per_team_month: float | None = Field(None, ge=0, le=1e6, description="US dollars per workspace/guild per UTC month")
+
+
 class CatalogSettings(Section):
     """``[catalog]``: which models exist for which task."""
 
@@ -320,9 +326,7 @@ class StorageSettings(Section):
         "or FIFO still sending, or that nothing writes to, is refused then",
     )
     context_tokens: int = Field(1500, ge=0, le=1_000_000, description="chat-log budget in the planning prompt")
-    max_age_days: float | None = Field(
-        None, gt=0, le=36500, description="days a conversation is kept after its last use",
-    )
+    max_age_days: float | None = Field(None, gt=0, le=36500, description="days a conversation is kept after its last use")
     max_media_bytes: int | None = Field(
         None, ge=MiB, description="bytes, quota of the media directory (oldest unreferenced files go first)"
     )
@@ -343,21 +347,9 @@ class StorageSettings(Section):
 class DocumentSettings(BaseModel):
     """``[documents]``: PDF attachments (text through pypdf, image-only pages rendered by pypdfium2),
     and the worker processes that decode attachments (PDFs, a video's sound and frames, audio and
-    video probes; :class:`pipeline.decoding.Decoder`).
-
-    Attributes:
-        pdf: whether PDF attachments are accepted at all.
-        max_pdf_bytes: bytes, largest PDF accepted.
-        max_pages: pages read of one PDF (the rest is left out, and the answer says so).
-        max_page_images: image-only pages rendered as images for vision tasks, at most.
-        render_dpi: dots per inch of a rendered page (72 = 1 pixel per PDF point).
-        max_text_bytes: bytes of UTF-8 text kept from one PDF.
-        max_page_content_bytes: bytes, the largest content stream of a page that is read (decoded
-            size; a larger page is left out, and the text file says so).
-        decode_workers: decoding jobs running at once (each in a process of its own).
-        decode_memory_bytes: bytes, the memory ceiling of one decoding job.
-        decode_timeout: seconds one decoding job may take (a PDF, a video's parts, a probe).
-    """
+    video probes; :class:`pipeline.decoding.Decoder`); sizes in bytes, times in seconds. A PDF's
+    pages past ``max_pages`` and a page whose content stream is larger than
+    ``max_page_content_bytes`` are left out, and the answer says so."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -390,21 +382,15 @@ class DiscordSettings(Section):
         None, pattern=r"^wss?://", description="Discord gateway websocket (a proxy); default wss://gateway.discord.gg/"
     )
     command_name: str = Field("ask", pattern=r"^[-_a-z0-9]{1,32}$", description="the slash command's name")
-    allowed_guilds: list[int] = Field(
-        default_factory=list, description="server (guild) ids the bot answers in; empty: any",
-    )
+    allowed_guilds: list[int] = Field(default_factory=list, description="server (guild) ids the bot answers in; empty: any")
     allowed_channels: list[int] = Field(
         default_factory=list, description="channel ids the bot answers in (a thread counts as its channel); empty: "
         "any",
     )
-    allowed_roles: list[int] = Field(
-        default_factory=list, description="role ids of the members it answers; empty: anyone",
-    )
+    allowed_roles: list[int] = Field(default_factory=list, description="role ids of the members it answers; empty: anyone")
     rate_limit_per_minute: int = Field(6, ge=0, le=10_000, description="0: no limit")
     max_concurrent_runs: int = Field(2, ge=1, le=1000, description="runs in flight per user")
-    followups_need_mention: bool = Field(
-        False, description="messages in the bot's threads must mention it to be answered",
-    )
+    followups_need_mention: bool = Field(False, description="messages in the bot's threads must mention it to be answered")
 
 
 class SlackSettings(Section):
@@ -439,9 +425,7 @@ class ServerSettings(Section):
     server only starts bound to a loopback address and only answers loopback peers.
     """
 
-    api_keys: Annotated[list[SecretStr], NoDecode] = Field(
-        default_factory=list, description="bearer tokens of the clients",
-    )
+    api_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list, description="bearer tokens of the clients")
     host: str = Field("127.0.0.1", description="address to bind (--host)")
     port: int = Field(8000, ge=0, le=65535, description="port to listen on (--port; 0: any free port)")
     max_body_bytes: int = Field(
@@ -471,9 +455,7 @@ class ServerSettings(Section):
                                           "subdomains, '*' any); empty: the bound address, its loopback names and "
                                           "public_url's host (any name when bound to 0.0.0.0 or ::)",
     )
-    link_ttl: float = Field(
-        7 * DAY, ge=60, le=3650 * DAY, description="seconds a signed file link stays valid (410 after)",
-    )
+    link_ttl: float = Field(7 * DAY, ge=60, le=3650 * DAY, description="seconds a signed file link stays valid (410 after)")
     ready_min_free_bytes: int = Field(
         256 * MiB, ge=0, description="bytes the data directory's file system must have free for /readyz to say ready",
     )
@@ -592,9 +574,10 @@ class Settings(BaseSettings):
     documents: DocumentSettings = Field(default_factory=DocumentSettings)
     mcp: McpSettings = Field(default_factory=McpSettings)
     telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
+    prices: PricesSettings = Field(default_factory=PricesSettings)
+    budgets: BudgetSettings = Field(default_factory=BudgetSettings)
 
-    @field_validator("llm", "inference", "planning", "catalog", "storage", "discord", "slack", "server", "documents",
-                     "mcp", "telemetry", mode="before")
+    @field_validator("*", mode="before")
     @classmethod
     def _none_is_default(cls, v: Any) -> Any:
         return {} if v is None else v

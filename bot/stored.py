@@ -50,3 +50,95 @@ class StoredConversation:
     key: ConversationKey
     turns: list[dict[str, Any]]
     files: list[Resource]
+
+
+Scope = Literal["user", "channel", "team"]
+"""Who a budget is for: a user, a channel (Slack channel, Discord channel) or a team (Slack
+workspace, Discord guild)."""
+
+
+@dataclass(frozen=True)
+class Payer:
+    """Who a run is charged to (``None``: not known, e.g. a Discord DM has no team).
+
+    Attributes:
+        platform: the front end (``"slack"``, ``"discord"``, ``"terminal"``, ``"http"``, ``"mcp"``).
+        user, channel, team: ids as ``"platform:id"``, so two platforms never share a budget.
+    """
+
+    platform: str
+    user: str | None = None
+    channel: str | None = None
+    team: str | None = None
+
+    def of(self, scope: Scope) -> str | None:
+        """The id charged for ``scope``."""
+        return {"user": self.user, "channel": self.channel, "team": self.team}[scope]
+
+
+@dataclass(frozen=True)
+class Limit:
+    """One budget that applies to a run.
+
+    Attributes:
+        scope: ``"user" | "channel" | "team"``; key: the payer's id for it.
+        period: ``"day" | "month"`` (UTC).
+        usd: the budget in US dollars.
+        since: epoch seconds the current period began; until: when it ends (the reset).
+    """
+
+    scope: Scope
+    key: str
+    period: Literal["day", "month"]
+    usd: float
+    since: float
+    until: float
+
+
+@dataclass(frozen=True)
+class Overspent:
+    """A reservation refused: the budget it would pass and what was spent in its period (US dollars)."""
+
+    limit: Limit
+    spent: float
+
+
+@dataclass(frozen=True)
+class Settled:
+    """A run's cost to record (US dollars): its estimate (``None``: unknown), its actual cost
+    (``None``: a price unknown) and ``charged``, its known part, which then counts against budgets
+    instead of the run's reservation.
+
+    Attributes:
+        spend_id: the run's row (made here when the run reserved nothing); payer: who pays;
+        at: epoch seconds the run began; conversation_id, turn: the stored turn, if any.
+    """
+
+    spend_id: str
+    payer: Payer
+    at: float
+    estimate: float | None
+    actual: float | None
+    charged: float
+    conversation_id: str | None = None
+    turn: int | None = None
+
+
+@dataclass(frozen=True)
+class SpendRow:
+    """One line of the usage report (``hugginggpt usage``).
+
+    Attributes:
+        key: the user's, channel's or team's id (``"platform:id"``; ``""`` when not known).
+        runs: runs charged.
+        estimate_usd: sum of their estimates where known.
+        charged_usd: sum of what they cost where prices were known (reservations of runs still
+            going, or whose process died, count as reserved).
+        unknown: runs whose actual cost had an unknown price.
+    """
+
+    key: str
+    runs: int
+    estimate_usd: float
+    charged_usd: float
+    unknown: int

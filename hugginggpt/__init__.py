@@ -3,6 +3,7 @@
     hugginggpt run TEXT [--file PATH]... [--json] [--sandbox]
     hugginggpt chat [--conversation ID] [--sandbox]
     hugginggpt store prune|forget ID
+    hugginggpt usage [--by user|channel|team] [--day YYYY-MM-DD | --month YYYY-MM] [--csv]
     hugginggpt db upgrade
     hugginggpt catalog refresh|show ...
     hugginggpt discord [--sandbox] [--grace S] [--shard-ids IDS --shard-count N]
@@ -35,7 +36,7 @@ from bot.paths import default_data_dir
 __version__ = "0.1.0"
 """The program's version (the distribution's, read from here by the build: pyproject.toml)."""
 
-COMMANDS = ("run", "chat", "store", "db", "catalog", "discord", "slack", "serve", "mcp", "experts", "eval", "doctor")
+COMMANDS = ("run", "chat", "store", "usage", "db", "catalog", "discord", "slack", "serve", "mcp", "experts", "eval", "doctor")
 """The command modules of this package, in ``--help``'s order (imported when the parser is built,
 so ``--version`` imports none of them)."""
 

@@ -20,6 +20,7 @@ from .catalog.availability import Availability
 from .coverage import answer_tail, coverage_report
 from .errors import ControllerError, DeadlineError, HuggingGPTError, StoppedError
 from .config import ExecutionLimits
+from .cost import Pricing
 from .execution import ExecutionRun, Executor
 from .experts.base import ExpertRunner, RunnerKind
 from .llm import Controller, Usage
@@ -27,7 +28,7 @@ from .response import fallback_answer, response_messages
 from .selection import Selector
 from .planning import PlanInvalid, plan_error, plan_stream, validate_plan
 from .replanning import last_round_ids, replan_rounds, unsettled
-from .run import RunState, events_until, next_or_stop
+from .run import PlanGate, RunState, events_until, next_or_stop
 from .types import (
     Done,
     Event,
@@ -69,13 +70,16 @@ class Pipeline:
             (:attr:`pipeline.config.PipelineConfig.execution`).
         decoder: the worker processes that read a video's sound and frames (it starts no process
             before the first video).
+        pricing: the prices each plan is estimated with and each run charged with
+            (:mod:`pipeline.cost`); ``None``: the records carry no estimate and no cost.
     """
 
     def __init__(
         self, controller: Controller, selector: Selector, runners: Mapping[RunnerKind, ExpertRunner], limits: ExecutionLimits,
-        decoder: Decoder,
+        decoder: Decoder, pricing: Pricing | None = None,
     ) -> None:
         self.controller = controller
+        self.pricing = pricing
         self.decoder = decoder
         self.selector = selector
         self.runners = dict(runners)
@@ -126,11 +130,12 @@ class Pipeline:
         )
 
     async def _plan(
-        self, request: Request, available: frozenset[str], usage: Usage, run: ExecutionRun,
+        self, request: Request, available: frozenset[str], usage: Usage, run: ExecutionRun | None,
         emit: Callable[[Event], None], end: float, record: RunRecord,
     ) -> list[Task]:
-        """Task planning, streamed: early tasks join ``run`` as they are announced, and leave it
-        when the finished plan proves invalid. Returns the validated plan.
+        """Task planning, streamed: early tasks join ``run`` as they are announced (``None``: they
+        wait for the whole plan), and leave it when the finished plan proves invalid. Returns the
+        validated plan.
 
         Raises:
             DeadlineError, PlanError, ControllerError.
@@ -139,11 +144,12 @@ class Pipeline:
             async with asyncio.timeout_at(end):
                 async for item in plan_stream(self.controller, request, available, usage):
                     if isinstance(item, TaskPlanned):
-                        if request.hold is None:  # a plan that may wait for approval starts nothing early
+                        if run is not None:  # with a gate (a budget, an approval) nothing starts early
                             emit(item)
                             run.start(item.task)
                     elif isinstance(item, PlanDiscarded):
-                        await run.cancel()
+                        if run is not None:
+                            await run.cancel()
                         record.notes.append(_discarded_note(item))
                         emit(item)
                     else:
@@ -157,7 +163,7 @@ class Pipeline:
         availability = self.selector.availability
         return isinstance(availability, Availability) and availability.hub_unreachable
 
-    async def run(self, request: Request, sink: ResourceSink, *, stop: asyncio.Event | None = None) -> AsyncIterator[Event]:
+    async def run(self, request: Request, sink: ResourceSink, *, stop: asyncio.Event | None = None, gate: PlanGate | None = None) -> AsyncIterator[Event]:
         """Run one request through the four stages, within the run's deadline.
 
         The deadline (``limits.deadline`` seconds from the call) covers the whole run: task
@@ -168,13 +174,13 @@ class Pipeline:
         controller (:func:`pipeline.response.fallback_answer`).
 
         Args:
-            request: the request (its files already checked and stored).
-            sink: where generated files are stored.
+            request: the request (its files already checked and stored); sink: where generated files are stored.
             stop: set by a front end when the user stops the run (a Stop button, Ctrl-C once). Like
                 a deadline passing now: tasks in flight are cancelled (``failed``, "Stopped before
                 it finished."), and the answer is written without the controller from what finished
                 (cut where it was if it was streaming); stopped during planning, the run ends with
                 a :class:`StoppedError` sentence. ``record.stopped`` is set.
+            gate: asked before a plan's tasks run (:data:`pipeline.run.PlanGate`); tasks then wait for the whole plan.
 
         Yields:
             ``PlanReady``, then per task ``ModelSelected`` / ``TaskStarted`` / ``TaskFinished`` |
@@ -190,7 +196,7 @@ class Pipeline:
         """
         loop = asyncio.get_running_loop()
         record = RunRecord(request=request.text, conversation_id=request.conversation_id, turn=request.turn)
-        st = RunState(request, stop, loop, loop.time() + self.limits.deadline, record)
+        st = RunState(request, stop, loop, loop.time() + self.limits.deadline, record, pricing=self.pricing, gate=gate)
         try:
             async with contextlib.aclosing(self._video_parts(st, sink)) as notices:
                 async for event in notices:
@@ -281,7 +287,8 @@ class Pipeline:
         queue: asyncio.Queue[Event] = asyncio.Queue()
         run = self.executor.start(st.request, sink, queue.put_nowait, st.usage, end=st.end)
         planning = (_approved(st) if st.request.plan is not None else
-                    self._plan(st.request, st.available, st.usage, run, queue.put_nowait, st.end, record))
+                    self._plan(st.request, st.available, st.usage, run if st.gate is None else None,
+                               queue.put_nowait, st.end, record))
         planner = asyncio.create_task(planning)
         work: asyncio.Task | None = None
         try:
@@ -293,11 +300,13 @@ class Pipeline:
             st.run = run
             record.rounds.append(Round(1, tuple(t.id for t in st.tasks)))
             record.timings_ms["planning"] = (time.monotonic() - st.t0) * 1000
-            yield PlanReady(tuple(st.tasks))
-            if st.request.hold is not None and st.tasks and st.request.hold(tuple(st.tasks)):
-                record.status = "awaiting approval"  # run() ends here: the plan waits for a person
-                return
+            if st.pricing is not None:
+                record.estimate = st.pricing.estimate(st.tasks, st.usage)
+            yield PlanReady(tuple(st.tasks), estimate=record.estimate)
             if not st.tasks:
+                return
+            if st.gate is not None and await st.gate(tuple(st.tasks), record.estimate):
+                record.status = "awaiting approval"  # run() ends here: the plan waits for a person
                 return
             st.stage = "task execution"
             for t in st.tasks:

@@ -368,14 +368,18 @@ class Controller:
 
     async def _open_stream(self, messages: list[dict[str, Any]], stage: str, **kwargs: Any) -> Any:
         """Send a streamed chat completion request; returns the SDK's ``AsyncAPIResponse`` with the
-        body not read yet (status errors and retries are the SDK's, as for any call).
+        body not read yet (status errors and retries are the SDK's, as for any call). It asks for
+        the tokens used (``stream_options.include_usage``: a last chunk with ``usage``, which
+        OpenAI-compatible servers send), so a streamed answer is charged as a whole one.
 
         Raises:
             openai.OpenAIError: as ``chat.completions.create``.
         """
-        api = self._client.responses if self.api == "responses" else self._client.chat.completions
+        chat = self.api != "responses"
+        api = self._client.chat.completions if chat else self._client.responses
+        usage = {"stream_options": {"include_usage": True}} if chat else {}  # the Responses API always reports it
         return await api.with_streaming_response.create(
-            **self._request(messages), stream=True, extra_headers=stage_headers(stage), **kwargs
+            **self._request(messages), stream=True, extra_headers=stage_headers(stage), **usage, **kwargs
         ).__aenter__()
 
     def _request(self, messages: list[dict[str, Any]]) -> dict[str, Any]:

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import prompts
-from .errors import ControllerError
+from .cost import Cost
+from .errors import ControllerError, HuggingGPTError
 from .llm import Controller
 from .planning import PlanInvalid, chat_log_text, parse_plan, plan_schema, read_plan, task_lines
 from .response import results_view
@@ -278,14 +279,37 @@ async def replan_rounds(controller: Controller, st: RunState, max_replans: int) 
             yield Notice(decision.note)
         if not decision.tasks:
             return
+        estimate = st.pricing.estimate(decision.tasks, answer=False) if st.pricing is not None else None
+        if st.gate is not None:
+            refusal = await _refused(st, decision.tasks, estimate)
+            if refusal is not None:
+                yield refusal
+                return
         st.tasks.extend(decision.tasks)
         record.tasks = st.tasks
-        yield PlanReady(decision.tasks)
+        if st.pricing is not None:
+            record.estimate = st.pricing.estimate(st.tasks, st.usage)
+        yield PlanReady(decision.tasks, estimate=estimate)
         st.stage = "task execution"
         async with contextlib.aclosing(_execute(st, decision.tasks)) as events:
             async for event in events:
                 yield event
         last = list(decision.tasks)
+
+
+async def _refused(st: RunState, tasks: Sequence[Task], estimate: Cost | None) -> Notice | None:
+    """Ask the run's gate about a round's further tasks: ``None`` to run them, else the notice
+    (its sentence, also in the record's notes) saying why they do not run; the answer then uses
+    what finished."""
+    assert st.gate is not None
+    try:
+        await st.gate(tuple(tasks), estimate)
+    except HuggingGPTError as e:
+        log.info("re-planned tasks refused: %s", e)
+        st.record.rounds[-1].outcome = "refused"
+        st.record.notes.append(e.user_message)
+        return Notice(e.user_message)
+    return None
 
 
 def known_files(st: RunState) -> list[Resource]:

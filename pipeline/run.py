@@ -5,12 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from .execution import ExecutionRun
 from .llm import Usage
+from .cost import Cost, Pricing
 from .types import Event, Request, RunRecord, Task
+
+PlanGate = Callable[[tuple[Task, ...], Cost | None], Awaitable[bool]]
+"""Asked with a plan's tasks (or a re-planning round's further tasks) and their estimate (``None``
+without a price table) before any of them runs: a budget reserves the estimate, an approval
+policy decides whether a person must say yes first. It returns ``True`` to hold the first plan for
+that person (the run ends with status ``"awaiting approval"``, nothing run; a re-planning round
+runs either way), ``False`` to run, or raises :class:`pipeline.errors.HuggingGPTError` with the
+sentence that refuses the tasks."""
 
 
 @dataclass
@@ -31,6 +40,11 @@ class RunState:
     down: list[str] = field(default_factory=list)
     """Sentences about backends that could not be used for this run (an expert server that could
     not be reached, an MCP server that did not start)."""
+    pricing: Pricing | None = None
+    """The prices the run is estimated and charged with (``None``: no estimate, no cost)."""
+    gate: PlanGate | None = None
+    """Asked before a plan's tasks run (:data:`PlanGate`); with one, tasks wait for the whole plan
+    (no eager start while it is written)."""
     stage: str = "task planning"
     stopped_while_writing: bool = False
     t0: float = field(default_factory=time.monotonic)
@@ -46,8 +60,10 @@ class RunState:
         return self.end - self.loop.time()
 
     def close_record(self) -> None:
-        """Fill in what every record carries at the end: stopped, usage and timings."""
+        """Fill in what every record carries at the end: stopped, usage, cost and timings."""
         record = self.record
+        if self.pricing is not None:
+            record.cost = self.pricing.actual(record, self.usage)
         record.stopped = self.stopped
         record.llm_calls = self.usage.calls
         record.http_attempts = self.usage.http_attempts

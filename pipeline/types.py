@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any, Literal, Protocol, Union
 
 
@@ -178,12 +177,15 @@ class Output:
             prompt.
         where: where the model actually ran (``"local <URL>"``, ``"provider <name>"``,
             ``"controller"``, ``"in-process"``... as :attr:`Selection.where`), set by the runner.
+        billed_seconds: seconds of compute the provider reported billing for the call that
+            answered (the ``x-compute-time`` reply header), ``None`` when it reported none.
     """
 
     text: str | None = None
     files: list[Resource] = field(default_factory=list)
     data: TaskData | None = None
     where: str | None = None
+    billed_seconds: float | None = None
 
     def modality(self, kind: Modality) -> str | Resource | None:
         """Return the output of ``kind``: the text for ``"text"``, else the first file of that kind."""
@@ -251,9 +253,6 @@ class Request:
             to the controller beside the request when planning and answering; ``""``: none.
         plan: an approved plan to run as is: task planning is skipped, the tasks are validated
             again against the tasks served now (:mod:`bot.approval`); ``None``: plan as usual.
-        hold: asked with the validated plan; ``True`` ends the run after :class:`PlanReady` with
-            status ``"awaiting approval"`` (nothing run). While set, no task starts before the
-            plan is complete; ``None``: nothing waits for approval.
     """
 
     text: str
@@ -264,7 +263,6 @@ class Request:
     turn: int = 0
     context: str = ""
     plan: tuple[Task, ...] | None = None
-    hold: Callable[[tuple[Task, ...]], bool] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         known = {r.id for r in self.resources}
@@ -292,10 +290,12 @@ class PlanReady:
     """Task planning is done; ``tasks`` is the validated graph (may be empty: direct answer).
     Tasks already announced by :class:`TaskPlanned` are among them and are running. ``notes``:
     how the controller's plan was read to get there (:mod:`pipeline.plan_normalise`), one sentence
-    each ("read 'example.jpg' as image-1")."""
+    each ("read 'example.jpg' as image-1"). ``estimate``: what these tasks and the rest of the run
+    are estimated to cost (:func:`pipeline.cost.estimate_plan`), ``None`` without a price table."""
 
     tasks: tuple[Task, ...]
     notes: tuple[str, ...] = ()
+    estimate: Cost | None = None
 
 
 @dataclass(frozen=True)
@@ -382,7 +382,7 @@ class Notice:
 
 
 
-RoundOutcome = Literal["planned", "answer", "repeated", "invalid", "deadline", "stopped", "error"]
+RoundOutcome = Literal["planned", "answer", "repeated", "invalid", "deadline", "stopped", "error", "refused"]
 
 
 @dataclass
@@ -397,7 +397,7 @@ class Round:
         outcome: ``"planned"`` (its tasks ran), ``"answer"`` (the controller answered from what
             exists), ``"repeated"`` (it only repeated tasks already tried), ``"invalid"`` (its plan
             could not be used), ``"deadline"`` / ``"stopped"`` (cut short), ``"error"`` (the
-            controller failed).
+            controller failed), ``"refused"`` (the run's gate refused its tasks: a budget).
     """
 
     number: int
@@ -408,6 +408,62 @@ class Round:
     def to_json(self) -> dict[str, Any]:
         """``{"round", "tasks", "reason", "outcome"}``."""
         return {"round": self.number, "tasks": list(self.task_ids), "reason": self.reason, "outcome": self.outcome}
+
+
+@dataclass(frozen=True)
+class CostLine:
+    """One line of a cost estimate or an actual cost (:mod:`pipeline.cost`).
+
+    Attributes:
+        what: ``"controller"`` or ``"task N (TASK) on PROVIDER"``.
+        usd: US dollars, ``None`` when the price is unknown.
+        task_id: the plan's task id (``None`` for the controller).
+        basis: how it was priced (``"per second, 2.1 s billed"``, ``"1234 in, 56 out tokens"``).
+    """
+
+    what: str
+    usd: float | None
+    task_id: int | None = None
+    basis: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"what", "usd", "task", "basis"}``."""
+        return {"what": self.what, "usd": _round(self.usd), "task": self.task_id, "basis": self.basis}
+
+
+@dataclass(frozen=True)
+class Cost:
+    """An estimate or an actual cost: its lines.
+
+    ``usd`` is the total in US dollars, ``None`` (unknown) when any line's price is unknown;
+    ``known_usd`` the total of the lines whose price is known.
+    """
+
+    lines: tuple[CostLine, ...] = ()
+
+    @property
+    def usd(self) -> float | None:
+        """Total US dollars, ``None`` when a line is unknown."""
+        if any(line.usd is None for line in self.lines):
+            return None
+        return sum(line.usd or 0.0 for line in self.lines)
+
+    @property
+    def known_usd(self) -> float:
+        """US dollars of the lines whose price is known."""
+        return sum(line.usd for line in self.lines if line.usd is not None)
+
+    def __add__(self, other: Cost) -> Cost:
+        return Cost(self.lines + other.lines)
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"usd", "known_usd", "lines"}`` (``usd`` null when unknown)."""
+        return {"usd": _round(self.usd), "known_usd": _round(self.known_usd),
+                "lines": [line.to_json() for line in self.lines]}
+
+
+def _round(v: float | None) -> float | None:
+    return None if v is None else round(v, 6)
 
 
 @dataclass
@@ -431,7 +487,7 @@ class RunRecord:
             answer, but a task failed or was skipped, an attached file was not used, or the
             deadline cut the run short) or
             ``"error"`` (no answer; ``error`` says why) or ``"awaiting approval"`` (planned, nothing
-            run: the plan waits for a person, :attr:`Request.hold`).
+            run: the plan waits for a person, :data:`pipeline.run.PlanGate`).
         deadline_passed: the run's deadline passed (the answer, if any, covers what finished).
         stopped: the user stopped the run (the answer, if any, covers what finished; the tasks
             cut short have ``failed`` results saying so).
@@ -445,6 +501,10 @@ class RunRecord:
             (an attached file no task read, nothing run while a backend was down); also in
             ``notes`` and at the end of the answer; any makes ``status`` ``"partial"``.
         conversation_id, turn: the stored turn this run answers (``None`` outside a conversation).
+        estimate: what the plan was estimated to cost before its tasks ran, each re-planning
+            round's further tasks added (:class:`pipeline.cost.Cost`), ``None`` before planning.
+        cost: what the run cost, from what was really called (:func:`pipeline.cost.actual_cost`),
+            ``None`` when the pipeline has no price table.
     """
 
     request: str
@@ -468,6 +528,8 @@ class RunRecord:
     left_out: list[str] = field(default_factory=list)
     conversation_id: str | None = None
     turn: int | None = None
+    estimate: Cost | None = None
+    cost: Cost | None = None
 
     @property
     def answered(self) -> bool:
@@ -513,6 +575,8 @@ class RunRecord:
             "llm_calls": self.llm_calls,
             "http_attempts": self.http_attempts,
             "timings_ms": {k: round(v, 1) for k, v in self.timings_ms.items()},
+            "cost": {"estimate": self.estimate.to_json() if self.estimate is not None else None,
+                     "actual": self.cost.to_json() if self.cost is not None else None},
         }
 
 

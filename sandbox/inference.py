@@ -265,6 +265,9 @@ class InferenceStandIn:
             if delay:
                 await asyncio.sleep(delay)
             response = await respond(Ask(task, model, body, payload))
+            if not chat and response.status < 300 and not response.prepared:
+                # billed compute, as Hugging Face inference servers report it (seconds)
+                response.headers["x-compute-time"] = f"{time.monotonic() - start:.9f}"
             status = response.status
             answer = response.body if isinstance(response.body, bytes) else b""
             return response

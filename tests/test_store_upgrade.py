@@ -44,7 +44,7 @@ async def test_an_old_file_upgrades_in_place_and_keeps_its_conversation(tmp_path
     data.mkdir()
     shutil.copy(FIXTURES / fixture, data / "conversations.sqlite3")
     async with sqlite_at(data, MediaStore(data)) as s:
-        assert s.database.applied[-1:] == [HEAD]  # every fixture is older than the head (0008: pending plans)
+        assert s.database.applied[-1:] == [HEAD]  # every fixture is older than the head
         cid = await s.get_or_create(KEY)
         assert cid == "4f1c2a9e07"
         turns = await s.turns(cid)

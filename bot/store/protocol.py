@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from pipeline.types import Modality, Resource, ResourceSink, RunRecord, Turn
 
 from ..incoming import ConversationKey
-from ..stored import Order, Origin, StoredFile
+from ..stored import Limit, Order, Origin, Overspent, Payer, Scope, Settled, SpendRow, StoredFile
 
 
 class MediaWriter(Protocol):
@@ -216,6 +216,31 @@ class Approvals(Protocol):
         ...
 
 
+class Spending(Protocol):
+    """What runs cost, shared by every process on the store (:mod:`bot.budgets`)."""
+
+    async def reserve_spend(self, spend_id: str, payer: Payer, usd: float, limits: Sequence[Limit]) -> Overspent | None:
+        """Reserve ``usd`` (US dollars) more for the run ``spend_id`` (its row made at the first
+        call), atomically across processes, unless a budget of ``limits`` is spent already or
+        would be passed: ``None`` when reserved, else the budget refused."""
+        ...
+
+    async def check_spend(self, payer: Payer, limits: Sequence[Limit]) -> Overspent | None:
+        """The first budget of ``limits`` that ``payer`` has spent already (what its period
+        counts is at the budget), or ``None``; a read, reserving nothing."""
+        ...
+
+    async def settle_spends(self, rows: Sequence[Settled]) -> None:
+        """Record runs' estimates and actual costs (:class:`bot.stored.Settled`), in one
+        transaction; a run's known cost then counts against budgets instead of its reservation."""
+        ...
+
+    async def spend_report(self, scope: Scope, since: float, until: float) -> list[SpendRow]:
+        """Per user, channel or team (``scope``): the runs begun in ``[since, until)`` epoch
+        seconds and what they cost."""
+        ...
+
+
 class Upkeep(Protocol):
     """Opening and closing the store, process leases (turns of gone processes are marked interrupted
     and published on :class:`bot.store.handover.Handover`) and retention."""
@@ -243,6 +268,6 @@ class Upkeep(Protocol):
         ...
 
 
-class ConversationStore(Conversations, Deliveries, SharedLimits, Approvals, Upkeep, Protocol):
+class ConversationStore(Conversations, Deliveries, SharedLimits, Approvals, Spending, Upkeep, Protocol):
     """The whole store (what :func:`bot.store.open_store` returns): give each caller only the
     part it needs."""

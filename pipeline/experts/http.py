@@ -99,6 +99,8 @@ class CallScope:
             ``gateway``.
         bearer: with ``send_token`` false, the expert server's own API key, sent to ``gateway``
             instead as ``Authorization: Bearer`` (``[inference] experts_api_keys``).
+        billed: filled in during the call: the seconds of compute each successful reply reported
+            billing (:data:`COMPUTE_TIME`).
     """
 
     reply: ReplyKind
@@ -109,6 +111,7 @@ class CallScope:
     dropped: list[int] = field(default_factory=list)
     send_token: bool = True
     bearer: str | None = field(default=None, repr=False)
+    billed: list[float] = field(default_factory=list)
 
     def limit_for(self, content_type: str) -> tuple[int, str]:
         """``(limit in bytes, TOML key)`` for a reply of ``content_type``."""
@@ -120,6 +123,33 @@ class CallScope:
 
 
 _scope: ContextVar[CallScope | None] = ContextVar("hugginggpt_expert_call", default=None)
+
+BILL_TO: ContextVar[str | None] = ContextVar("hugginggpt_bill_to", default=None)
+"""The organisation that pays the expert calls of the run in this context, over ``[inference]
+bill_to`` (a Slack workspace's or Discord guild's own, ``[inference] bill_to_teams``): set by the
+service before a run, inherited by the run's tasks; sent as ``X-HF-Bill-To`` to Hugging Face."""
+BILL_TO_HEADER = "X-HF-Bill-To"
+"""``huggingface_hub.constants.HUGGINGFACE_HEADER_X_BILL_TO``."""
+
+COMPUTE_TIME = "x-compute-time"
+"""The reply header in which Hugging Face inference servers (HF Inference, text-generation-inference)
+report the seconds of compute a request took, e.g. ``x-compute-time: 0.111191439``: the seconds a
+per-second price is charged for (:mod:`pipeline.cost`)."""
+MAX_BILLED_SECONDS = 86400.0
+"""A reported compute time above a day is not believed (not counted)."""
+
+
+def billed_seconds(headers: httpx2.Headers) -> float | None:
+    """The seconds of compute a reply reports (:data:`COMPUTE_TIME`), ``None`` when it reports none
+    or a value that is not a finite number from 0 to :data:`MAX_BILLED_SECONDS`."""
+    raw = headers.get(COMPUTE_TIME)
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        return None
+    return value if 0.0 <= value <= MAX_BILLED_SECONDS else None  # NaN fails both comparisons
 
 
 @contextlib.contextmanager
@@ -202,6 +232,10 @@ async def bound_reply(response: httpx2.Response) -> None:
     scope = _scope.get()
     if scope is None:
         return
+    if response.status_code < 300:
+        seconds = billed_seconds(response.headers)
+        if seconds is not None:
+            scope.billed.append(seconds)
     limit, setting = scope.limit_for(response.headers.get("content-type", ""))
     url = str(response.request.url.copy_with(query=None))
     ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -237,7 +271,8 @@ async def allow_gateway_offline(request: httpx2.Request) -> None:
     ``HF_HUB_OFFLINE`` is set; a request id in ``X-Amzn-Trace-Id`` for server-side debugging),
     except that a request to the current call's configured gateway is let through offline, and
     loses its ``Authorization`` header when the scope says so (expert servers never get the token;
-    they get their own key, ``CallScope.bearer``).
+    they get their own key, ``CallScope.bearer``). Other expert calls name the run's payer
+    (:data:`BILL_TO`) when it has one.
 
     Raises:
         OfflineModeIsEnabled: offline, and not the gateway.
@@ -248,6 +283,8 @@ async def allow_gateway_offline(request: httpx2.Request) -> None:
         request.headers.pop("authorization", None)
         if scope.bearer:
             request.headers["authorization"] = f"Bearer {scope.bearer}"
+    elif scope is not None and BILL_TO.get():
+        request.headers[BILL_TO_HEADER] = BILL_TO.get() or ""
     if constants.is_offline_mode() and not to_gateway:
         raise OfflineModeIsEnabled(f"Cannot reach {request.url}: offline mode is enabled (HF_HUB_OFFLINE).")
     request.headers.setdefault("X-Amzn-Trace-Id", request.headers.get("X-Request-Id") or str(uuid.uuid4()))

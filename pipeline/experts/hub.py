@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import replace
 from typing import Any
 
 import httpx2
@@ -198,7 +199,8 @@ class HubRunner:
         saver = TaskSaver(sink, task, task_id, limits)
         what = f"task {task_id} ({task}) on {model}"
         out = await self._normalise(spec.normalise, raw, inputs, saver, what, model)
-        return await condense(self._note_dropped(out, scope, what), saver)
+        out = await condense(self._note_dropped(out, scope, what), saver)
+        return replace(out, billed_seconds=sum(scope.billed) if scope.billed else None)
 
     async def _route(self, task: str, model: str, url: str | None, provider: str | None) -> tuple[str, ClientCalls]:
         """``(target, calls)``: the URL or model id to call and the client calling it (``url``,
@@ -248,6 +250,7 @@ class HubRunner:
         async for attempt in retrying:
             with attempt:
                 scope.dropped.clear()
+                scope.billed.clear()
                 try:
                     with http.call_scope(scope):
                         raw = await call(calls, target, inputs)
@@ -310,8 +313,8 @@ class HubRunner:
         if self._http is None:
             self._http = get_async_session()
         headers = build_hf_headers(token=self.access.token or None)
-        if self.access.bill_to:
-            headers["X-HF-Bill-To"] = self.access.bill_to
+        if http.BILL_TO.get() or self.access.bill_to:
+            headers[http.BILL_TO_HEADER] = http.BILL_TO.get() or self.access.bill_to or ""
         if data is not None:
             headers["content-type"] = "application/octet-stream"
         try:
@@ -340,9 +343,10 @@ def refused_connection(exc: BaseException) -> bool:
 
 def billing_error(access: ExpertAccess, http_err: HfHubHTTPError, detail: str) -> ExpertError:
     """The one sentence for an account out of credits (``reason="billing"``): it names the
-    account whose credits pay (``bill_to``, else the token's owner) and where to top up."""
-    account = (f"the organisation {access.bill_to}" if access.bill_to
-               else "the account of the configured Hugging Face token")
+    account whose credits pay (the run's team's ``bill_to_teams`` entry, ``bill_to``, else the
+    token's owner) and where to top up."""
+    payer = http.BILL_TO.get() or access.bill_to  # the team's own organisation, else [inference] bill_to
+    account = f"the organisation {payer}" if payer else "the account of the configured Hugging Face token"
     return ExpertError(
         f"Inference Providers refused the call because {account} has no credits left (HTTP "
         f"{http_err.response.status_code}); top up {account} at https://huggingface.co/settings/billing "

@@ -3,14 +3,14 @@
 
 They describe the schema the migrations produce (Alembic revision ``head``, see
 :mod:`bot.store.sql.migrate`); they never create it. Columns are those of the SQLite schema
-(Alembic revisions 0001-0008, :mod:`bot.store.sql.migrate`), with times as epoch seconds
+(Alembic revisions 0001-0009, :mod:`bot.store.sql.migrate`), with times as epoch seconds
 (double precision) on both databases.
 """
 
 from __future__ import annotations
 
 from sqlalchemy import (
-    BigInteger, CheckConstraint, Column, Float, ForeignKey, Integer, MetaData, PrimaryKeyConstraint, Table, Text,
+    BigInteger, CheckConstraint, Column, Float, ForeignKey, Index, Integer, MetaData, PrimaryKeyConstraint, Table, Text,
     UniqueConstraint,
 )
 
@@ -144,3 +144,25 @@ pending_plans = Table(
 )
 """Plans waiting for approval (revision 0008): who asked, the plan and request as JSON
 (:mod:`bot.approval`), and when it expires (epoch seconds)."""
+
+spend = Table(
+    "spend", metadata,
+    Column("id", Text, primary_key=True),
+    Column("at", Float, nullable=False),
+    Column("platform", Text, nullable=False),
+    Column("user", Text),
+    Column("channel", Text),
+    Column("team", Text),
+    Column("conversation_id", Text),
+    Column("turn", Integer),
+    Column("reserved_usd", Float, nullable=False),
+    Column("estimate_usd", Float),
+    Column("actual_usd", Float),
+    Column("charged_usd", Float),
+    Index("spend_user", "user", "at"),
+    Index("spend_channel", "channel", "at"),
+    Index("spend_team", "team", "at"),
+    Index("spend_at", "at"),
+)
+"""What runs cost (revision 0009): one row per charged run, its reservation then its actual cost;
+it counts against a budget as ``coalesce(charged_usd, reserved_usd)`` (:mod:`bot.store.sql.spend`)."""

@@ -44,10 +44,10 @@ from .. import lease
 from ..chatlog import turn_views
 from ..handover import Handover
 from ..lease import RECENT_SECONDS, new_owner_id
-from ...stored import Order, Origin, StoredFile
+from ...stored import Limit, Order, Origin, Overspent, Payer, Scope, Settled, SpendRow, StoredFile
 from ..protocol import MediaWriter, PruneReport, TurnSink
 from ..text import clip_summary, valid_utf8
-from . import listing, resource_cache, retention, turns, upkeep
+from . import listing, resource_cache, retention, spend, turns, upkeep
 from .database import Database
 from .dialect import greatest, insert, lock_conversation, upsert
 from .schema import conversations as C, deliveries as D, feedback as F, resources as R, run_slots as S
@@ -455,6 +455,30 @@ class SQLStore:
         """See :meth:`Approvals.take_plan` (one ``DELETE ... RETURNING``: of two presses, one takes it)."""
         async with self.database.tx("taking a plan waiting for approval") as conn:
             return (await conn.execute(P.delete().where(P.c.id == plan_id).returning(P.c.id))).first() is not None
+
+    # -- what runs cost (bot.budgets) ----------------------------------------------------------------
+
+    async def reserve_spend(self, spend_id: str, payer: Payer, usd: float, limits: Sequence[Limit]) -> Overspent | None:
+        """See :meth:`Spending.reserve_spend` (one transaction, :func:`bot.store.sql.spend.reserve`)."""
+        return await self.database.run("reserving a budget", spend.reserve, spend_id, payer, usd, limits,
+                                       now=self._clock())
+
+    async def check_spend(self, payer: Payer, limits: Sequence[Limit]) -> Overspent | None:
+        """See :meth:`Spending.check_spend` (one read)."""
+        if not limits:
+            return None
+        rows = await self.database.read("checking the budgets", spend.CHECK, params=spend.check_params(payer, limits))
+        return spend.first_spent(rows[0], limits)
+
+    async def settle_spends(self, rows: Sequence[Settled]) -> None:
+        """See :meth:`Spending.settle_spends` (one transaction)."""
+        if rows:
+            await self.database.run("recording what runs cost", spend.settle, list(rows))
+
+    async def spend_report(self, scope: Scope, since: float, until: float) -> list[SpendRow]:
+        """See :meth:`Spending.spend_report`."""
+        rows = await self.database.read("reading what runs cost", spend.report_query(scope, since, until))
+        return spend.report_rows(rows)
 
     # -- retention (rules: bot.store.retention) -------------------------------------------------------
 
