@@ -1,0 +1,148 @@
+"""Today's Hugging Face tasks (issue 38, item 1): ``image-text-to-image``, ``image-text-to-video``,
+``video-to-video``, ``video-text-to-text`` and ``audio-text-to-text``, each run end to end through
+the real ``huggingface_hub`` client against the stand-ins (the Hub's provider mapping, the router,
+fal-ai's queue, a gateway in the Hugging Face wire format): a user's file in, the stored file or the
+answer a user gets out."""
+
+from __future__ import annotations
+
+import pytest
+
+from bot.backends import pipeline_config
+from bot.settings import Settings
+from bot.uploads import probe
+from pipeline.catalog.availability import Availability
+from pipeline.catalog.models import Catalog, ModelCard
+from pipeline.errors import ExpertError
+from pipeline.experts.hub import HubRunner
+from pipeline.experts.providers import ProviderPolicy
+from pipeline.experts.routing import RoutingRunner
+from pipeline.selection import Selector
+from sandbox.inference import InferenceStandIn
+from tests.conftest import media_file, stored_upload
+from tests.standins.hub import HubStandIn
+from tests.standins.loopback import redirect_hub
+
+TOKEN = "hf_newtasksSECRET"
+
+
+def hub_model(mid: str, tag: str, provider: str, mapped_task: str) -> dict:
+    """A Hub model tagged ``tag`` whose provider mapping names ``mapped_task`` (what the router's
+    helper is: ``image-to-image`` for instruction edits, ``conversational`` for chat models)."""
+    pid = f"{provider}/{mid.split('/')[-1]}"
+    return {"id": mid, "downloads": 10, "likes": 1, "tags": [tag], "cardData": {}, "pipeline_tag": tag,
+            "mappings": [{"provider": provider, "providerId": pid, "status": "live", "task": mapped_task}]}
+
+
+MODELS = [
+    hub_model("acme/kontext", "image-text-to-image", "fal-ai", "image-to-image"),
+    hub_model("acme/i2v", "image-text-to-video", "fal-ai", "image-to-video"),
+    hub_model("acme/video-vlm", "video-text-to-text", "together", "conversational"),
+    hub_model("acme/audio-lm", "audio-text-to-text", "together", "conversational"),
+    hub_model("acme/restyle", "video-to-video", "fal-ai", "video-to-video"),
+]
+
+
+@pytest.fixture
+async def providers():
+    """``(routing runner, selector, inference stand-in)`` on Inference Providers (policy ``auto``)."""
+    async with HubStandIn(MODELS) as hub, InferenceStandIn() as standin:
+        with redirect_hub(standin.url, hub.url) as transport:
+            av = Availability(provider="auto", base_url=None, endpoints={}, token=TOKEN, hub_endpoint=hub.url,
+                              policy=ProviderPolicy("auto"))
+            runner = HubRunner(pipeline_config(Settings(inference=dict(
+                provider="auto", token=TOKEN, max_attempts=1, task_timeout=30, backoff_max=0.01,
+                router_url="https://router.huggingface.co"))), transport=transport)
+            cards = Catalog([ModelCard(m["id"], m["pipeline_tag"], 10, 1, "d", None, ()) for m in MODELS])
+            selector = Selector(cards, av, None, strategy="top", top_k=3, mode="providers")
+            try:
+                yield RoutingRunner(runner, selector.placement), selector, standin
+            finally:
+                await runner.aclose()
+
+
+async def test_an_instruction_edit_on_fal_ai_comes_back_as_a_stored_png(providers, sink):
+    routing, _, standin = providers
+    photo = media_file("chelsea.png")
+    image = await stored_upload(sink, photo.data, photo.name, None)
+    out = await routing.run("image-text-to-image", "acme/kontext", {"image": image, "text": "make the cat blue"}, sink,
+                            task_id=1)
+    (edited,) = out.files
+    assert out.where == "provider fal-ai"
+    assert edited.kind == "image" and edited.mime == "image/png" and edited.path.read_bytes() != photo.data
+    assert edited.description.startswith(f"{image.id} edited as 'make the cat blue'")
+    # fal's queue got the mapped app id, the instruction and the image (FalAIImageToImageTask)
+    assert [(r.model, r.task, r.status, r.asked) for r in standin.records] == [
+        ("fal-ai/kontext", "image-to-image", 200, "make the cat blue")]
+
+
+async def test_an_image_and_a_description_become_a_real_mp4_on_fal_ai(providers, sink, decoder):
+    routing, _, standin = providers
+    photo = media_file("chelsea.png")
+    image = await stored_upload(sink, photo.data, photo.name, None)
+    out = await routing.run("image-text-to-video", "acme/i2v", {"image": image, "text": "the cat jumps"}, sink, task_id=1)
+    (video,) = out.files
+    info = await probe(video.path, decoder)
+    assert video.mime == "video/mp4" and any(s["codec_type"] == "video" for s in info["streams"])
+    assert video.description == f"video from {image.id}: 'the cat jumps'"
+    assert [(r.model, r.task, r.asked) for r in standin.records] == [("fal-ai/i2v", "image-to-video", "the cat jumps")]
+
+
+async def test_a_video_question_is_answered_by_a_video_vlm_through_the_router(providers, sink):
+    routing, _, standin = providers
+    clip = media_file("rocket_zoom.mp4")
+    video = await stored_upload(sink, clip.data, clip.name, None)
+    out = await routing.run("video-text-to-text", "acme/video-vlm", {"video": video, "text": "What happens?"}, sink,
+                            task_id=1)
+    # the stand-in VLM read the video's own frames (a zoom moves) from the data: URI it was sent
+    assert out.text == "[sandbox] reply to: [sandbox video vlm] What happens? -> watched a moving scene"
+    assert (standin.records[-1].task, standin.records[-1].provider) == ("conversational", "auto")
+
+
+async def test_a_recording_question_is_answered_by_an_audio_model_through_the_router(providers, sink):
+    routing, _, _ = providers
+    rec = media_file("speech_weather.wav")
+    audio = await stored_upload(sink, rec.data, rec.name, None)
+    out = await routing.run("audio-text-to-text", "acme/audio-lm", {"audio": audio, "text": "Who speaks?"}, sink,
+                            task_id=1)
+    assert out.text.startswith("[sandbox] reply to: [sandbox audio lm] Who speaks? -> heard ")
+    assert " s of audio" in out.text
+
+
+async def test_video_to_video_has_no_provider_path_and_says_so(providers, sink):
+    routing, selector, _ = providers
+    clip = media_file("rocket_zoom.mp4")
+    video = await stored_upload(sink, clip.data, clip.name, None)
+    served = await selector.served_tasks()
+    assert {"image-text-to-image", "image-text-to-video", "video-text-to-text", "audio-text-to-text"} <= served
+    assert "video-to-video" not in served  # huggingface_hub 2.4 has no provider helper for it
+    with pytest.raises(ExpertError) as err:
+        await routing.hub.run("video-to-video", "acme/restyle", {"video": video, "text": "as a cartoon"}, sink, task_id=1)
+    assert err.value.reason == "unavailable"
+    assert str(err.value) == "No Inference Provider serves video-to-video; configure an endpoint for it."
+
+
+@pytest.mark.parametrize("task, model, inputs, kind, mime", [
+    ("image-text-to-image", "sandbox/pix2pix", {"image": "chelsea.png", "text": "make it night"}, "image", "image/png"),
+    ("image-text-to-video", "sandbox/i2v-wan", {"image": "chelsea.png", "text": "the cat turns"}, "video", "video/mp4"),
+    ("video-to-video", "sandbox/vace", {"video": "rocket_zoom.mp4", "text": "as a cartoon"}, "video", "video/mp4"),
+])
+async def test_a_gateway_in_the_hugging_face_wire_format_serves_the_generating_tasks(standin, sink, decoder, task, model,
+                                                                                     inputs, kind, mime):
+    runner = HubRunner(pipeline_config(Settings(inference=dict(provider="hf-inference", token=TOKEN, base_url=standin.url,
+                                                               endpoints={}, task_timeout=30, max_attempts=1))))
+    standin.task_of[model] = task
+    try:
+        args = {}
+        for key, value in inputs.items():
+            f = media_file(value) if key != "text" else None
+            args[key] = await stored_upload(sink, f.data, f.name, None) if f is not None else value
+        out = await runner.run(task, model, args, sink, task_id=1)
+    finally:
+        await runner.aclose()
+    (made,) = out.files
+    assert (made.kind, made.mime) == (kind, mime) and made.path.stat().st_size > 0
+    if kind == "video":
+        info = await probe(made.path, decoder)
+        assert any(s["codec_type"] == "video" for s in info["streams"])
+    assert (standin.records[-1].task, standin.records[-1].status) == (task, 200)
