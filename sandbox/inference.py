@@ -56,6 +56,7 @@ _MODEL_HINTS: tuple[tuple[str, str], ...] = (
     ("image-edit", "image-text-to-image"),
     ("pix2pix", "image-text-to-image"),
     ("vace", "video-to-video"),
+    ("ltx-video", "image-text-to-video"),
     ("i2v", "image-to-video"),
     ("image-to-video", "image-to-video"),
     ("videomae", "video-classification"),
