@@ -146,3 +146,79 @@ async def test_a_gateway_in_the_hugging_face_wire_format_serves_the_generating_t
         info = await probe(made.path, decoder)
         assert any(s["codec_type"] == "video" for s in info["streams"])
     assert (standin.records[-1].task, standin.records[-1].status) == (task, 200)
+
+
+# -- the planner is told about them ---------------------------------------------------------------
+
+def _system_prompt(available: set[str]) -> str:
+    from pipeline.planning import planning_messages
+    from pipeline.types import Request
+
+    return planning_messages(Request(text="What happens in the clip?"), frozenset(available))[0]["content"]
+
+
+def test_the_planner_lists_the_new_tasks_and_sends_a_video_question_to_a_video_vlm_only_when_served():
+    from pipeline.tasks import TASKS
+
+    text = _system_prompt(set(TASKS))
+    for task in ("image-text-to-image", "image-text-to-video", "video-to-video", "video-text-to-text", "audio-text-to-text"):
+        assert f"- {task}: {TASKS[task].description}; args" in text
+    assert "- video-text-to-text: " in text and "args video, text\n" in text
+    assert "goes to\n  video-text-to-text with the video itself" in text
+    assert "audio-text-to-text with the audio and the question" in text
+
+    frames_only = _system_prompt(set(TASKS) - {"video-text-to-text", "audio-text-to-text", "image-text-to-image"})
+    assert "video-text-to-text" not in frames_only and "audio-text-to-text" not in frames_only
+    assert "the frames to image tasks (what is shown)" in frames_only.replace("\n  ", " ")  # the video_parts path
+
+
+# -- hugginggpt catalog show --coverage -------------------------------------------------------------
+
+async def _coverage(settings_overrides: dict, hub_url: str) -> dict[str, str]:
+    import argparse
+    import io
+
+    from bot.settings import load_settings
+    from hugginggpt.catalog import add_parser, main
+
+    parser = argparse.ArgumentParser(prog="hugginggpt")
+    add_parser(parser.add_subparsers(dest="command"))
+    out = io.StringIO()
+    args = parser.parse_args(["catalog", "show", "--coverage", "--hub-endpoint", hub_url])
+    assert await main(args, load_settings(env={}, overrides=settings_overrides), stdout=out) == 0
+    lines = out.getvalue().splitlines()
+    return {line.split(None, 1)[0]: line.split(None, 1)[1] for line in lines[:-1]} | {"": lines[-1]}
+
+
+async def test_coverage_says_per_task_whether_providers_the_expert_server_or_neither_runs_it(tmp_path):
+    import json
+
+    from tests.standins.expert_server import ExpertServerStandIn, model as listed
+
+    catalog = tmp_path / "catalog.jsonl"
+    catalog.write_text("\n".join(json.dumps({"id": m["id"], "task": m["pipeline_tag"], "downloads": 10, "likes": 1,
+                                              "description": "d", "providers": None, "tags": []}) for m in MODELS))
+    with ExpertServerStandIn([listed("tiny/pix2pix", "image-text-to-image", library="diffusers")]) as server:
+        async with HubStandIn(MODELS) as hub:
+            base = {"catalog": {"path": str(catalog)}}
+            hybrid = await _coverage({**base, "inference": {"provider": "auto", "token": TOKEN, "mode": "hybrid",
+                                                            "experts_url": [server.url]}}, hub.url)
+            local = await _coverage({**base, "inference": {"provider": "auto", "token": TOKEN, "mode": "local",
+                                                           "experts_url": [server.url]}}, hub.url)
+    assert hybrid["image-text-to-image"] == (f"providers: acme/kontext on provider fal-ai  expert server: tiny/pix2pix on "
+                                             f"local {server.url}")
+    assert hybrid["image-text-to-video"] == "providers: acme/i2v on provider fal-ai  expert server: -"
+    assert hybrid["video-text-to-text"] == "providers: acme/video-vlm on provider auto  expert server: -"
+    assert hybrid["audio-text-to-text"] == "providers: acme/audio-lm on provider auto  expert server: -"
+    assert hybrid["video-to-video"] == ("neither (no Inference Provider helper of the installed huggingface_hub runs it "
+                                        "(an endpoint, a gateway or an expert server can); the expert servers list no "
+                                        "model for it)")
+    assert hybrid["object-detection"] == "neither (the catalog has no model for it; the expert servers list no model for it)"
+    assert hybrid["canny-control"] == "in-process (computed without a model)"
+    # four new tasks, canny-control in-process and the five text tasks the controller LLM does itself
+    assert hybrid[""] == "10 of 49 tasks can run now (provider auto, mode hybrid)."
+    assert hybrid["summarization"] == "the controller LLM ([inference] controller_tasks)"
+    # the same catalog with mode = "local": only what the expert server lists
+    assert local["image-text-to-image"] == f"providers: -  expert server: tiny/pix2pix on local {server.url}"
+    assert local["image-text-to-video"] == ('neither (providers are not used ([inference] mode = "local"); the expert '
+                                            'servers list no model for it)')

@@ -103,6 +103,18 @@ def client_serves(provider: str, task: str) -> bool:
     return client_task(task) in PROVIDERS.get(provider, {})  # type: ignore[call-overload]
 
 
+def client_serves_anywhere(task: str) -> bool:
+    """Whether some provider of the installed ``huggingface_hub`` has a helper for ``task``
+    (chat tasks: always, through the router)."""
+    if task in CHAT_TASKS:
+        return True
+    try:
+        from huggingface_hub.inference._providers import PROVIDERS
+    except ImportError:  # pragma: no cover - a client without the table: trust the Hub's mapping
+        return True
+    return any(client_task(task) in tasks for tasks in PROVIDERS.values())
+
+
 def client_knows(provider: str) -> bool:
     """Whether the installed ``huggingface_hub`` has helpers for ``provider`` at all."""
     try:
