@@ -222,3 +222,34 @@ async def test_coverage_says_per_task_whether_providers_the_expert_server_or_nei
     assert local["image-text-to-image"] == f"providers: -  expert server: tiny/pix2pix on local {server.url}"
     assert local["image-text-to-video"] == ('neither (providers are not used ([inference] mode = "local"); the expert '
                                             'servers list no model for it)')
+
+
+# -- on the team's expert server, a tiny InstructPix2Pix -------------------------------------------
+
+async def test_an_instruction_edit_runs_on_the_expert_server_with_a_tiny_instruct_pix2pix(tmp_path, sink):
+    """A tiny random InstructPix2Pix (benchmarks/harness/tinymodels.py) whose card says
+    ``image-text-to-image``: the expert server lists it for that task and the bot's client gets an
+    edited PNG of the photo's size back."""
+    from PIL import Image
+
+    from benchmarks.harness import tinymodels
+    from tests.test_expert_server import Server
+
+    cache = tmp_path / "hf-cache"
+    tinymodels.build_cache(cache, {"tiny/instruct-pix2pix": tinymodels.REPOS["tiny/instruct-pix2pix"]})
+    srv = Server(cache, 'default_parameters = {"image-text-to-image" = {"num_inference_steps" = 2}}\n',
+                 tmp_path / "server.log")
+    runner = HubRunner(pipeline_config(Settings(inference=dict(task_timeout=120, max_attempts=1))))
+    try:
+        assert srv.models()["tiny/instruct-pix2pix"]["task"] == "image-text-to-image"
+        photo = media_file("chelsea.png")
+        image = await stored_upload(sink, photo.data, photo.name, None)
+        out = await runner.run("image-text-to-image", "tiny/instruct-pix2pix", {"image": image, "text": "make it red"},
+                               sink, task_id=1, url=f"{srv.url}/models/tiny/instruct-pix2pix", expert_server=True)
+    finally:
+        await runner.aclose()
+        srv.stop()
+    (edited,) = out.files
+    with Image.open(edited.path) as got, Image.open(image.path) as original:
+        assert edited.mime == "image/png" and got.size == original.size
+    assert edited.description.startswith(f"{image.id} edited as 'make it red'")
