@@ -1,4 +1,4 @@
-"""Today's Hugging Face tasks (issue 38, item 1): ``image-text-to-image``, ``image-text-to-video``,
+"""Today's Hugging Face tasks: ``image-text-to-image``, ``image-text-to-video``,
 ``video-to-video``, ``video-text-to-text`` and ``audio-text-to-text``, each run end to end through
 the real ``huggingface_hub`` client against the stand-ins (the Hub's provider mapping, the router,
 fal-ai's queue, a gateway in the Hugging Face wire format): a user's file in, the stored file or the
