@@ -265,6 +265,12 @@ class PlanningSettings(Section):
         description="times a run may ask the controller to re-plan after a task failed, was skipped or found "
                     "nothing (each is one more controller call; 0: answer from the first plan's results)",
     )
+    check_images: bool = Field(
+        False,
+        description="the controller model can see images: after the tasks, the images the run generated (at most 4) "
+                    "go to it as image parts of a re-planning round that checks them against the request and says "
+                    "what it found (one more controller call per run with generated images; needs max_replans >= 1)",
+    )
 
 
 class CatalogSettings(Section):

@@ -172,6 +172,19 @@ def test_the_planner_lists_the_new_tasks_and_sends_a_video_question_to_a_video_v
     assert "the frames to image tasks (what is shown)" in frames_only.replace("\n  ", " ")  # the video_parts path
 
 
+def test_the_sandbox_planner_asks_a_video_vlm_when_served_and_classifies_the_video_otherwise():
+    from pipeline.tasks import TASKS
+    from sandbox.planning import plan_tasks
+
+    video = [{"id": "video-1", "kind": "video", "name": "clip.mp4", "origin": "user"}]
+    served = plan_tasks("What is happening in this video?", video, list(TASKS), first_turn=True)
+    assert served == [{"task": "video-text-to-text", "id": 0, "dep": [-1],
+                       "args": {"video": "video-1", "text": "What is happening in this video"}}]
+    frames = plan_tasks("What is happening in this video?", video, [t for t in TASKS if t != "video-text-to-text"],
+                        first_turn=True)
+    assert [t["task"] for t in frames] == ["video-classification"]
+
+
 # -- hugginggpt catalog show --coverage -------------------------------------------------------------
 
 async def _coverage(settings_overrides: dict, hub_url: str) -> dict[str, str]:
