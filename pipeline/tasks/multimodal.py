@@ -5,8 +5,9 @@ VLM watching a video) and ``audio-text-to-text`` (a model listening to a recordi
 Inference Providers serve VLMs through chat completion with image content (the OpenAI message
 format: ``{"type": "image_url", "image_url": {"url": "data:image/png;base64,..."}}``), which
 ``huggingface_hub``'s ``AsyncInferenceClient.chat_completion`` sends as it is; a video is a
-``video_url`` part, audio an ``input_audio`` part. Media travel as ``data:`` URIs built from the conversation's own files, never as URLs (the model output and the
-plan are untrusted; nothing here makes anyone fetch a URL).
+``video_url`` part (the OpenAI-compatible extension vLLM documents), audio an ``input_audio`` part
+(OpenAI's chat format). Media travel as ``data:`` URIs built from the conversation's own files,
+never as URLs (the model output and the plan are untrusted; nothing here makes anyone fetch a URL).
 """
 
 from __future__ import annotations
