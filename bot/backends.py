@@ -117,7 +117,8 @@ def pipeline_config(settings: Settings) -> PipelineConfig:
                           max_items=inf.max_items, max_image_pixels=inf.max_image_pixels,
                           max_text_chars=inf.max_text_chars)
     execution = ExecutionLimits(task_timeout=inf.task_timeout, deadline=inf.deadline,
-                                max_candidates_tried=inf.max_candidates_tried, max_replans=settings.planning.max_replans)
+                                max_candidates_tried=inf.max_candidates_tried, max_replans=settings.planning.max_replans,
+                                check_images=settings.planning.check_images)
     mcp = settings.mcp
     offer = ToolOffer(max_tools=mcp.max_tools, max_chars=mcp.max_tool_chars)
     return PipelineConfig(experts=experts, output=output, execution=execution, offer=offer,

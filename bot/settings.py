@@ -35,7 +35,7 @@ from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, Pydanti
 from pydantic_settings.sources.utils import parse_env_vars
 
 from pipeline import decoding
-from pipeline.experts.providers import POLICIES, check_choice
+from pipeline.experts.providers import check_choice
 
 from .errors import ConfigError
 from .paths import default_data_dir
@@ -273,6 +273,10 @@ class PlanningSettings(Section):
         default_factory=list,
         description="who may run or cancel any plan besides its requester: Slack or Discord user ids, Discord role ids")
 
+    check_images: bool = Field(
+        False, description="the controller model can see images: after the tasks, the images the run generated (at "
+        "most 4) go to it as image parts of a re-planning round that checks them against the request and says what it "
+        "found (one more controller call per run with generated images; needs max_replans >= 1)")
 
     @field_validator("approve_tasks", "approvers", mode="before")
     @classmethod

@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 
 from bot.errors import InputError
 
+from .common import add_sandbox_option
+
 log = logging.getLogger(__name__)
 
 
@@ -45,22 +47,31 @@ def add_parser(subparsers: Any) -> None:
     r.add_argument("--readmes", type=int, default=5, metavar="N", help="README descriptions for the top N per task (0: none)")
     r.add_argument("--hub-endpoint", help="Hub URL (default: HF_ENDPOINT or huggingface.co)")
     s = sub.add_parser("show", help="list a task's ranked candidates and whether they can run now")
-    s.add_argument("task", help="task name, e.g. object-detection")
+    s.add_argument("task", nargs="?", help="task name, e.g. object-detection (not with --coverage)")
+    s.add_argument("--coverage", action="store_true",
+                   help="every task instead: whether it runs now on providers, on the expert server, or on neither")
     s.add_argument("--limit", type=int, default=20, metavar="N", help="rows to show (default 20)")
     s.add_argument("--hub-endpoint", help="Hub URL for availability look-ups")
+    add_sandbox_option(s)
     p.set_defaults(handler=main)
 
 
 async def main(args: argparse.Namespace, settings: Settings, *, stdout: TextIO | None = None) -> int:
-    """Run ``catalog refresh`` or ``catalog show``; returns 0.
+    """Run ``catalog refresh`` or ``catalog show`` (one task, or ``--coverage``: every task); returns 0.
 
     Raises:
         CatalogError: the Hub cannot be reached or refused the token, or the file cannot be written.
-        InputError: an unknown task name.
+        InputError: an unknown task name, or neither or both of a task and ``--coverage``.
     """
     out = stdout or sys.stdout
     if args.catalog_command == "refresh":
         return await _refresh(args, settings, out)
+    if args.coverage:
+        if args.task:
+            raise InputError("Give either a task or --coverage, not both.")
+        return await _coverage(args, settings, out)
+    if not args.task:
+        raise InputError("Name a task (for example object-detection), or give --coverage for every task.")
     return await _show(args, settings, out)
 
 
@@ -90,14 +101,71 @@ async def _refresh(args: argparse.Namespace, settings: Any, out: TextIO) -> int:
     return 0
 
 
-async def _show(args: argparse.Namespace, settings: Any, out: TextIO) -> int:
-    from pipeline.catalog import Availability, Catalog  # the Hub client only when the command runs
-    from pipeline.catalog.placement import Placement
+def _availability(settings: Any, hub_endpoint: str | None) -> Any:
+    """The provider availability the settings describe (:class:`pipeline.catalog.Availability`)."""
+    from pipeline.catalog import Availability  # the Hub client only when the command runs
     from pipeline.experts.providers import ProviderPolicy
+
+    from bot.settings import secret
+
+    inf = settings.inference
+    return Availability(provider=inf.provider, base_url=inf.base_url, endpoints=dict(inf.endpoints), token=secret(inf.token),
+                        ttl=settings.catalog.availability_ttl, hub_endpoint=hub_endpoint,
+                        policy=ProviderPolicy(inf.provider, dict(inf.providers)))
+
+
+async def _coverage(args: argparse.Namespace, settings: Any, out: TextIO) -> int:
+    """Print, per task of the registry, where it runs now: off the expert servers (Inference
+    Providers, a gateway or an endpoint), on an expert server, both, or neither and why."""
+    import asyncio
+
+    from pipeline.catalog import Catalog
+    from pipeline.catalog.placement import Placement
+    from pipeline.tasks import TASKS
+
+    from bot.backends import expert_servers
+
+    inf = settings.inference
+    servers = expert_servers(settings)
+    placement = Placement(Catalog.load(settings.catalog.path), _availability(settings, args.hub_endpoint), servers,
+                          mode=inf.mode)
+    controller = set(inf.controller_tasks)
+    needed = [n for n, spec in TASKS.items() if not spec.local and not (n in controller and spec.controller_capable)]
+    try:
+        found = dict(zip(needed, await asyncio.gather(*(placement.paths(n) for n in needed))))
+    finally:
+        if servers is not None:
+            await servers.aclose()
+    width = max(len(n) for n in TASKS)
+    live = 0
+    for name in sorted(TASKS):
+        row = _coverage_row(name, found.get(name), TASKS[name].local)
+        live += not row.startswith("neither")
+        print(f"{name:<{width}}  {row}", file=out)
+    print(f"{live} of {len(TASKS)} tasks can run now (provider {inf.provider or 'none'}, mode {inf.mode}"
+          + (f", gateway {inf.base_url}" if inf.base_url else "") + ").", file=out)
+    return 0
+
+
+def _coverage_row(task: str, paths: Any, local: bool) -> str:
+    """One task's row: ``providers: ...  expert server: ...``, or where else it runs, or why not."""
+    if local:
+        return "in-process (computed without a model)"
+    if paths is None:
+        return "the controller LLM ([inference] controller_tasks)"
+    if paths.provider is None and paths.server is None:
+        return f"neither ({paths.why_not})"
+    remote = f"{paths.provider.id} on {paths.provider.where}" if paths.provider is not None else "-"
+    local_model = f"{paths.server.id} on {paths.server.where}" if paths.server is not None else "-"
+    return f"providers: {remote}  expert server: {local_model}"
+
+
+async def _show(args: argparse.Namespace, settings: Any, out: TextIO) -> int:
+    from pipeline.catalog import Catalog  # the Hub client only when the command runs
+    from pipeline.catalog.placement import Placement
     from pipeline.tasks import TASKS, canonical_task
 
     from bot.backends import expert_servers
-    from bot.settings import secret
     task = canonical_task(args.task)
     if task is None:
         raise InputError(f"The task {args.task!r} is not a known task; known tasks: {', '.join(sorted(TASKS))}.")
@@ -106,15 +174,7 @@ async def _show(args: argparse.Namespace, settings: Any, out: TextIO) -> int:
         return 0
     catalog = Catalog.load(settings.catalog.path)
     inf = settings.inference
-    availability = Availability(
-        provider=inf.provider,
-        base_url=inf.base_url,
-        endpoints=dict(inf.endpoints),
-        token=secret(inf.token),
-        ttl=settings.catalog.availability_ttl,
-        hub_endpoint=args.hub_endpoint,
-        policy=ProviderPolicy(inf.provider, dict(inf.providers)),
-    )
+    availability = _availability(settings, args.hub_endpoint)
     servers = expert_servers(settings)
     try:
         local = await _show_servers(task, servers, out)

@@ -78,12 +78,15 @@ class ExecutionLimits:
         max_candidates_tried: models tried per task before it fails (``[inference] max_candidates_tried``).
         max_replans: times the controller may re-plan from the results, 0: never
             (``[planning] max_replans``, :mod:`pipeline.replanning`).
+        check_images: the controller sees the generated images in a re-planning round and checks
+            them against the request (``[planning] check_images``).
     """
 
     task_timeout: float
     deadline: float
     max_candidates_tried: int
     max_replans: int
+    check_images: bool
 
 
 @dataclass(frozen=True)

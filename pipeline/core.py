@@ -90,6 +90,12 @@ class Pipeline:
         self._asking: asyncio.Task[frozenset[str]] | None = None
         prompts.warm()  # templates compiled at start-up, not inside the first run
 
+    def _replans(self, st: RunState) -> AsyncIterator[Event]:
+        """The re-planning rounds of ``st``; with ``check_images``, the first also shows the
+        generated images (decoded within the decoder's pixel limit) to be checked."""
+        pixels = self.decoder.max_pixels if self.limits.check_images else None
+        return replan_rounds(self.controller, st, self.limits.max_replans, check_pixels=pixels)
+
     def refresh_served_tasks(self) -> asyncio.Task[frozenset[str]]:
         """Start asking which tasks are served (Hub look-ups), unless that is under way; the bot
         calls it at start-up so the first request does not wait for the Hub."""
@@ -222,7 +228,7 @@ class Pipeline:
 
     async def _after_plan(self, st: RunState) -> AsyncIterator[Event]:
         """What follows the executed plan: the re-planning rounds, then the answer."""
-        async with contextlib.aclosing(replan_rounds(self.controller, st, self.limits.max_replans)) as rounds:
+        async with contextlib.aclosing(self._replans(st)) as rounds:
             async for event in rounds:
                 yield event
         _collect_files(st.record, st.tasks)

@@ -116,8 +116,12 @@ def task_lines(available: Iterable[str]) -> list[dict[str, str]]:
 
 def planning_messages(request: Request, available: AbstractSet[str], problem: str | None = None) -> list[dict[str, str]]:
     """Messages for the planning call: specification, demonstrations (only those whose tasks are
-    available), then the chat log, the request, its resources and the available tasks."""
-    messages = [{"role": "system", "content": prompts.render("planning.system", tasks=task_lines(available))}]
+    available), then the chat log, the request, its resources and the available tasks. The
+    specification says when to use a video VLM, an audio language model or an instruction edit
+    only when that task is available (a video question goes to the frames otherwise)."""
+    system = prompts.render("planning.system", tasks=task_lines(available), video_vlm="video-text-to-text" in available,
+                            audio_lm="audio-text-to-text" in available, edits="image-text-to-image" in available)
+    messages = [{"role": "system", "content": system}]
     for demo in prompts.demonstrations():
         if all(t["task"] in available for t in demo["tasks"]):
             messages.append(

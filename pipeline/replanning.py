@@ -21,13 +21,19 @@ task that failed, and a task that repeats one already tried (same task, same arg
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import dataclasses
+import io
 import json
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence, Set as AbstractSet
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+import json_repair
 
 from . import prompts
 from .cost import Cost
@@ -36,6 +42,7 @@ from .llm import Controller
 from .planning import PlanInvalid, chat_log_text, parse_plan, plan_schema, read_plan, task_lines
 from .response import results_view
 from .run import RunState, events_until
+from .tasks import drawing
 from .types import (
     PLACEHOLDER, placeholder_id,
     Event, Notice, PlanReady, ReplanStarted, Request, Resource, Round, RoundOutcome, Selection, Task, TaskResult,
@@ -45,6 +52,65 @@ log = logging.getLogger(__name__)
 
 REPLAN_STAGE = "task-replanning"
 """The ``X-HuggingGPT-Stage`` of the re-planning call."""
+
+CHECKED_IMAGES = 4
+"""Generated images a vision controller is shown in its checking round, at most (the first ones)."""
+
+CHECK_SIDE = 768
+"""Pixels: the longer side of an image shown to the controller (scaled down, sent as JPEG)."""
+
+CHECK_REASON = "Checking the generated images against the request."
+"""Why a run whose tasks all produced something still asks the controller (``[planning] check_images``)."""
+
+FOUND_CHARS = 600
+"""Characters of the controller's finding kept for the user."""
+
+
+def generated_images(st: RunState) -> list[Resource]:
+    """The images the run's finished tasks generated (not the user's files), in task order, at
+    most :data:`CHECKED_IMAGES`."""
+    out: list[Resource] = []
+    for t in st.tasks:
+        r = st.record.results.get(t.id)
+        if r is not None and r.status == "ok" and r.output is not None:
+            out += [f for f in r.output.files if f.kind == "image"]
+    return out[:CHECKED_IMAGES]
+
+
+def _jpeg_uri(path: Any, max_pixels: int) -> str:
+    """``data:image/jpeg;base64,...`` of the image at ``path``, its longer side at most
+    :data:`CHECK_SIDE` (the pixel count checked before decoding)."""
+    im = drawing.open_rgb(Path(path).read_bytes(), max_pixels)
+    im.thumbnail((CHECK_SIDE, CHECK_SIDE))
+    buf = io.BytesIO()
+    im.save(buf, "JPEG", quality=85)
+    return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+async def image_parts(images: Sequence[Resource], max_pixels: int) -> list[dict[str, Any]]:
+    """Chat content parts showing ``images`` to the controller: each id as text, then the image
+    (a scaled ``data:`` URI of our own stored file, never a URL). An image that cannot be read is
+    left out and logged."""
+    parts: list[dict[str, Any]] = []
+    for r in images:
+        try:
+            uri = await asyncio.to_thread(_jpeg_uri, r.path, max_pixels)
+        except Exception as exc:  # noqa: BLE001 - a stored file that no longer reads: not shown, said in the log
+            log.warning("generated image %s not shown to the controller: %r", r.id, exc)
+            continue
+        parts += [{"type": "text", "text": f"{r.id}:"}, {"type": "image_url", "image_url": {"url": uri}}]
+    return parts
+
+
+def finding(raw: str) -> str:
+    """The controller's ``"found"`` sentence of a checking round (``""`` when it gave none), cut to
+    :data:`FOUND_CHARS`."""
+    try:
+        data = json_repair.loads(raw or "")
+    except Exception:  # noqa: BLE001 - no finding in an unreadable answer; the plan's parse says why
+        return ""
+    found = data.get("found") if isinstance(data, dict) else None
+    return " ".join(found.split())[:FOUND_CHARS] if isinstance(found, str) else ""
 
 
 def _is_empty(result: TaskResult) -> bool:
@@ -82,12 +148,13 @@ def replan_reason(tasks: Sequence[Task], results: Mapping[int, TaskResult]) -> s
 
 def replan_messages(
     request: Request, available: AbstractSet[str], tasks: Sequence[Task], selections: Mapping[int, Selection],
-    results: Mapping[int, TaskResult], resources: Sequence[Resource],
+    results: Mapping[int, TaskResult], resources: Sequence[Resource], *, images: bool = False,
 ) -> list[dict[str, str]]:
     """Messages for the re-planning call: our instructions with the served tasks, then the chat
     log, the request, the files (generated ones included), the plan so far, the models, the results
-    and the first free task id."""
-    system = prompts.render("replanning.system", tasks=task_lines(available))
+    and the first free task id. ``images``: the generated images follow as image parts, to be
+    checked against the request (the instructions ask for a ``"found"`` sentence)."""
+    system = prompts.render("replanning.system", tasks=task_lines(available), images=images)
     user = prompts.render(
         "replanning.user",
         history=chat_log_text(request.history),
@@ -115,11 +182,14 @@ class Decision:
         tasks: further tasks to run (new ids; may depend on finished tasks).
         outcome: ``"planned"`` (``tasks`` is not empty), ``"answer"`` or ``"repeated"``.
         note: a sentence for users when tasks were dropped as repeats, else ``""``.
+        found: what a vision controller found when it checked the generated images against the
+            request, else ``""``.
     """
 
     tasks: tuple[Task, ...]
     outcome: RoundOutcome
     note: str = ""
+    found: str = ""
 
 
 def accept_replan(
@@ -251,32 +321,41 @@ def last_round_ids(rounds: Sequence[Round]) -> set[int] | None:
 # The step itself, run by pipeline.core.Pipeline between task execution and response generation
 
 
-async def replan_rounds(controller: Controller, st: RunState, max_replans: int) -> AsyncIterator[Event]:
+async def replan_rounds(controller: Controller, st: RunState, max_replans: int, *,
+                        check_pixels: int | None = None) -> AsyncIterator[Event]:
     """Re-plan from the results while the last round left a task failed, skipped or empty, at
     most ``max_replans`` times and within the run's deadline; each further plan's tasks join the
-    run's execution (``st.run``), reusing what finished.
+    run's execution (``st.run``), reusing what finished. With ``check_pixels`` (``[planning]
+    check_images``: the controller sees images; the pixel limit of an image decoded to show it),
+    the first round also shows the generated images and asks the controller to check them against
+    the request, even when every task produced something; what it found is said to the user.
 
     Yields:
-        Per round :class:`~pipeline.types.ReplanStarted`, a :class:`~pipeline.types.Notice` when
-        the round ends without new tasks or drops repeats, then ``PlanReady`` with the new tasks
-        and their execution events. Appends to ``st.record.rounds`` (round 1 is already there).
+        Per round :class:`~pipeline.types.ReplanStarted`, a :class:`~pipeline.types.Notice` with
+        what a checking round found, one when the round ends without new tasks or drops repeats,
+        then ``PlanReady`` with the new tasks and their execution events. Appends to
+        ``st.record.rounds`` (round 1 is already there).
     """
-    record, last = st.record, list(st.tasks)
+    record, last, checked = st.record, list(st.tasks), check_pixels is None
     while st.run is not None and len(record.rounds) <= max_replans and not st.stopped and st.left() > 0:
         reason = replan_reason(last, record.results)
-        if reason is None:
+        images = [] if checked else generated_images(st)
+        if reason is None and not images:
             return
-        current = Round(len(record.rounds) + 1, reason=reason)
+        current = Round(len(record.rounds) + 1, reason=reason or CHECK_REASON)
         record.rounds.append(current)
-        yield ReplanStarted(current.number, reason)
+        yield ReplanStarted(current.number, current.reason)
         st.stage = "task replanning"
         t0 = time.monotonic()
-        decision = await _ask(controller, st)
+        decision = await _ask(controller, st, images, check_pixels or 0)
+        checked = True
         record.timings_ms["replanning"] = record.timings_ms.get("replanning", 0.0) + (time.monotonic() - t0) * 1000
         current.outcome, current.task_ids = decision.outcome, tuple(t.id for t in decision.tasks)
-        if decision.note:
-            record.notes.append(decision.note)
-            yield Notice(decision.note)
+        for sentence in (f"Checked the generated images against your request: {decision.found}" if decision.found
+                         else "", decision.note):
+            if sentence:
+                record.notes.append(sentence)
+                yield Notice(sentence)
         if not decision.tasks:
             return
         estimate = st.pricing.estimate(decision.tasks, answer=False) if st.pricing is not None else None
@@ -321,12 +400,20 @@ def known_files(st: RunState) -> list[Resource]:
     return list(files.values())
 
 
-async def _ask(controller: Controller, st: RunState) -> Decision:
-    """One re-planning call, cut by the deadline or the user's Stop; what its answer comes to."""
+async def _ask(controller: Controller, st: RunState, images: Sequence[Resource], max_pixels: int) -> Decision:
+    """One re-planning call (``images`` shown as image parts to be checked), cut by the deadline or
+    the user's Stop; what its answer comes to."""
     record, files = st.record, known_files(st)
-    messages = replan_messages(st.request, st.available, st.tasks, record.selections, record.results, files)
+    parts = await image_parts(images, max_pixels) if images else []
+    messages: list[dict[str, Any]] = list(replan_messages(st.request, st.available, st.tasks, record.selections,
+                                                          record.results, files, images=bool(parts)))
+    schema = plan_schema(st.available)
+    if parts:
+        messages[-1] = {"role": "user", "content": [{"type": "text", "text": messages[-1]["content"]}, *parts]}
+        schema = {**schema, "properties": {**schema["properties"], "found": {"type": "string"}},
+                  "required": [*schema["required"], "found"]}
     asking = asyncio.ensure_future(controller.complete_json(
-        messages, stage=REPLAN_STAGE, schema_name="task_plan", schema=plan_schema(st.available), usage=st.usage))
+        messages, stage=REPLAN_STAGE, schema_name="task_plan", schema=schema, usage=st.usage))
     stopping = asyncio.ensure_future(st.stop.wait()) if st.stop is not None else None
     try:
         done, _ = await asyncio.wait([f for f in (asking, stopping) if f is not None], timeout=max(0.0, st.left()),
@@ -344,8 +431,9 @@ async def _ask(controller: Controller, st: RunState) -> Decision:
                                         "the answer uses what finished.")
     try:
         raw = asking.result()
-        return accept_replan(raw, request=st.request, available=st.available, tasks=st.tasks,
-                             results=record.results, resources=files)
+        decision = accept_replan(raw, request=st.request, available=st.available, tasks=st.tasks,
+                                 results=record.results, resources=files)
+        return dataclasses.replace(decision, found=finding(raw)) if parts else decision
     except ControllerError as e:
         log.warning("re-planning call failed: %s", e)
         return Decision((), "error", "The controller could not be asked for a new plan, so the answer uses what finished.")

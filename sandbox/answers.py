@@ -111,7 +111,7 @@ async def respond(ask: Ask) -> web.Response:
 async def _conversational(ask: Ask) -> web.Response:
     msgs = ask.payload.get("messages") if isinstance(ask.payload, dict) else None
     last = next((m.get("content") for m in reversed(msgs or []) if m.get("role") == "user"), "")
-    seen = await providers.vlm_reply(last)
+    seen = await providers.vlm_reply(last) or await providers.media_reply(last)
     if seen is not None:
         last = seen
     elif isinstance(last, list):
@@ -278,6 +278,17 @@ async def _text_to_video(ask: Ask) -> web.Response:
     return web.Response(body=await make_video(ask.text()), content_type="video/mp4")
 
 
+async def _video_to_video(ask: Ask) -> web.Response:
+    """``video-to-video``: base64 video in ``inputs``, ``parameters.prompt``; a new clip coloured
+    by the prompt, as long as the input's first labels say (derived from both)."""
+    try:
+        video = base64.b64decode(str(ask.inputs or ""), validate=True)
+        labels = await motion_labels(video)
+    except ValueError as e:
+        raise Fault(400, {"error": f"[sandbox] video-to-video expects a base64 video ({e})"}) from None
+    return web.Response(body=await make_video(f"{_prompt(ask) or ''} {labels[0]['label']}"), content_type="video/mp4")
+
+
 async def _video_classification(ask: Ask) -> web.Response:
     try:
         return as_json(await motion_labels(ask.body))
@@ -340,6 +351,9 @@ SERVED: dict[str, Handler] = {
     "text-to-image": _text_to_image,
     "text-to-speech": _text_to_speech,
     "image-to-video": _image_to_video,
+    "image-text-to-video": _image_to_video,
+    "image-text-to-image": _image_to_image,
+    "video-to-video": _video_to_video,
     "text-to-video": _text_to_video,
     "video-classification": _video_classification,
     "automatic-speech-recognition": _speech_recognition,

@@ -119,10 +119,14 @@ def video_question(p: Planner, question: str) -> bool:
 
 
 def video_action(p: Planner, clause: str, ctx: str, s: int, e: int) -> None:
-    """``is the action in this video a high jump?``, ``which sport is played in the clip``: video
-    classification (names what happens in a video) of the video the request is about."""
+    """``is the action in this video a high jump?``, ``which sport is played in the clip``: the
+    question to a video VLM (``video-text-to-text``) when one is served, else video classification
+    (names what happens in a video) of the video the request is about."""
     src = video_source(p, clause, ctx)
-    if src:
+    if src and "video-text-to-text" in p.available:  # a video VLM watches the video with the question
+        sentence = next((x for x in re.split(r"(?<=[.!?;])\s+", ctx) if clause in x), clause)
+        p.add("video-text-to-text", {"video": src[0], "text": " ".join(sentence.split())[:300]}, src[1], "text")
+    elif src:
         p.add("video-classification", {"video": src[0]}, src[1], "text")
 
 

@@ -362,7 +362,10 @@ def _h_qa(p, clause, ctx, s, e):
     has_image = bool(p.of_kind("image")) or "image" in p.produced
     if video_question(p, question) and not passages:
         video = video_source(p, question, text)
-        p.add("video-classification", {"video": video[0]}, video[1], "text")
+        if "video-text-to-text" in p.available:  # a video VLM watches it: the question goes along
+            p.add("video-text-to-text", {"video": video[0], "text": question}, video[1], "text")
+        else:
+            p.add("video-classification", {"video": video[0]}, video[1], "text")
         return
     about = _VISUAL_WORDS.search(question) or names_what_a_file_shows(p, question) or (p.first_turn and p.user_files())
     if has_image and (about or question_quotes) and not passages:

@@ -23,14 +23,15 @@ from typing import Any
 
 from PIL import Image
 
-from .audio_video import make_video
+from .audio_video import SAMPLE_RATE, decode_audio, make_video, motion_labels, wav_comment
 from .faults import Fault
-from .imaging import describe_image
+from .imaging import describe_image, open_image, png, transform
 
 BILL_HEADER = "X-HF-Bill-To"
 """The header naming the organisation billed (``huggingface_hub.constants.HUGGINGFACE_HEADER_X_BILL_TO``)."""
 
 _DATA_URI = re.compile(r"^data:image/[a-z0-9.+-]+;base64,(.+)$", re.S)
+_VIDEO_URI = re.compile(r"^data:video/[a-z0-9.+-]+;base64,(.+)$", re.S)
 
 
 def check_credits(headers: Any, no_credits: set[str]) -> str:
@@ -85,6 +86,41 @@ async def vlm_reply(content: Any) -> str | None:
     return f"[sandbox vlm] {question} -> {seen}"
 
 
+async def media_reply(content: Any) -> str | None:
+    """The stand-in's answer to a user message with a ``video_url`` part (a video VLM) or an
+    ``input_audio`` part (an audio language model), or ``None`` when it has neither.
+
+    What it says is read from the media: a video's motion (:func:`sandbox.audio_video.motion_labels`),
+    the seconds of a recording and the text a stand-in WAV carries.
+
+    Raises:
+        Fault: 400 for a part that is not a readable ``data:`` video or base64 audio (the stand-in
+            never fetches a URL).
+    """
+    if not isinstance(content, list):
+        return None
+    question = " ".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text").strip()
+    for part in content:
+        if not isinstance(part, dict):
+            continue
+        if part.get("type") == "video_url":
+            m = _VIDEO_URI.match(str((part.get("video_url") or {}).get("url", "")))
+            if m is None:
+                raise Fault(400, {"error": "video_url must be a data:video URI here"})
+            try:
+                labels = await motion_labels(base64.b64decode(m.group(1)))
+            except ValueError as exc:
+                raise Fault(400, {"error": f"video_url is not a readable video ({exc})"}) from exc
+            return f"[sandbox video vlm] {question} -> watched a {labels[0]['label']}"
+        if part.get("type") == "input_audio":
+            audio = base64.b64decode(str((part.get("input_audio") or {}).get("data", "")))
+            said = wav_comment(audio)
+            samples = await decode_audio(audio)
+            heard = f"{len(samples) / SAMPLE_RATE:.1f} s of audio" + (f" saying {said!r}" if said else "")
+            return f"[sandbox audio lm] {question} -> heard {heard}"
+    return None
+
+
 async def image_to_video(image: bytes) -> bytes:
     """A short MP4 coloured after the image's main colour."""
     try:
@@ -102,7 +138,8 @@ class FalQueue:
     ``COMPLETED``, reads ``GET /fal-ai/{app}/requests/{id}`` (``{"video": {"url": ...}}``) and
     downloads that URL (``https://v3.fal.media/files/...``, served here as ``/files/{name}``).
 
-    Served: ``image-to-video`` (``image_url`` as a data URI) and ``text-to-video`` (``prompt``).
+    Served: ``image-to-video`` (``image_url`` as a data URI), ``text-to-video`` (``prompt``) and
+    ``image-to-image`` (``image_url`` and ``image_urls``, answered ``{"images": [{"url"}]}``).
     ``polls`` is how many status answers say ``IN_PROGRESS`` before ``COMPLETED``.
     """
 
@@ -128,6 +165,8 @@ class FalQueue:
         bill_to = request.headers.get(BILL_HEADER, "")
         prompt = str(payload.get("prompt") or "")
         image_url = str(payload.get("image_url") or "")
+        if payload.get("image_urls"):  # FalAIImageToImageTask sends both; the video helpers image_url only
+            return await self._edit(model, image_url, prompt, bill_to)
         task = "image-to-video" if image_url else "text-to-video"
         m = _DATA_URI.match(image_url)
         if image_url and m is None:  # the stand-in never fetches a URL
@@ -141,6 +180,20 @@ class FalQueue:
         return web.json_response({"request_id": rid, "status": "IN_QUEUE",
                                   "response_url": f"https://queue.fal.run/{model}/requests/{rid}"})
 
+    async def _edit(self, model: str, image_url: str, prompt: str, bill_to: str) -> Any:
+        """An image-to-image submission: the edited PNG is kept as ``{rid}.png`` for the result."""
+        web, m = self._web, _DATA_URI.match(image_url)
+        if m is None:
+            self.note(model, "image-to-image", 400, "fal-ai", bill_to, prompt)
+            return web.json_response({"detail": "image_url must be a data URI here"}, status=400)
+        im = await asyncio.to_thread(open_image, base64.b64decode(m.group(1)))
+        rid = f"req-{len(self.files) + 1}"
+        self.files[f"{rid}.png"] = await asyncio.to_thread(lambda: png(transform(im, prompt)))
+        self._waiting[rid] = self.polls
+        self.note(model, "image-to-image", 200, "fal-ai", bill_to, prompt)
+        return web.json_response({"request_id": rid, "status": "IN_QUEUE",
+                                  "response_url": f"https://queue.fal.run/{model}/requests/{rid}"})
+
     async def _status(self, request: Any) -> Any:
         rid = request.match_info["rid"]
         left = self._waiting.get(rid, 0)
@@ -149,11 +202,15 @@ class FalQueue:
 
     async def _result(self, request: Any) -> Any:
         rid = request.match_info["rid"]
+        if f"{rid}.png" in self.files:  # fal's image answer: {"images": [{"url", "content_type"}]}
+            return self._web.json_response({"images": [{"url": f"https://v3.fal.media/files/{rid}.png",
+                                                        "content_type": "image/png"}]})
         return self._web.json_response({"video": {"url": f"https://v3.fal.media/files/{rid}.mp4",
                                                   "content_type": "video/mp4"}})
 
     async def _file(self, request: Any) -> Any:
-        body = self.files.get(request.match_info["name"])
+        name = request.match_info["name"]
+        body = self.files.get(name)
         if body is None:
             return self._web.json_response({"detail": "not found"}, status=404)
-        return self._web.Response(body=body, content_type="video/mp4")
+        return self._web.Response(body=body, content_type="image/png" if name.endswith(".png") else "video/mp4")

@@ -5,13 +5,21 @@ For each failed task it plans one task of a neighbouring kind on the same input,
 served (a caption that failed becomes a classification, failed object detection becomes
 segmentation...), and plans again the tasks that were skipped because of it, now reading the new
 task's output; finished tasks are reused by ``<resource>-N``, never planned again. With nothing
-to try it answers ``{"tasks": []}`` (answer from what exists). Pure.
+to try it answers ``{"tasks": []}`` (answer from what exists). When the last message shows
+generated images (a vision controller's checking round), :func:`seen_images` says what they are,
+read from their pixels, as the ``"found"`` sentence. Deterministic.
 """
 
 from __future__ import annotations
 
+import base64
+import io
 import re
 from typing import Any
+
+from PIL import Image
+
+from .imaging import describe_image
 
 ALTERNATIVES: dict[str, tuple[str, ...]] = {
     "image-to-text": ("image-classification", "object-detection"),
@@ -68,3 +76,26 @@ def _refs(task: dict[str, Any]) -> set[int]:
 def _rewire(args: dict[str, Any], renamed: dict[int, int]) -> dict[str, Any]:
     return {k: _REF.sub(lambda m: f"<resource>-{renamed.get(int(m.group(1)), int(m.group(1)))}", str(v))
             for k, v in args.items()}
+
+
+_JPEG_URI = re.compile(r"^data:image/[a-z0-9.+-]+;base64,(.+)$", re.S)
+
+
+def seen_images(message: Any) -> str:
+    """``"[sandbox vision] image-3: a 512x512 image, mostly red, evenly lit"`` for each image part
+    of a user message (named by the text part before it), or ``""`` when it has none. Only
+    ``data:`` URIs are read (the stand-in never fetches a URL)."""
+    content = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(content, list):
+        return ""
+    seen, name = [], "an image"
+    for part in content:
+        if not isinstance(part, dict):
+            continue
+        if part.get("type") == "text":
+            name = str(part.get("text", "")).strip().rstrip(":")[-40:] or name
+        m = _JPEG_URI.match(str((part.get("image_url") or {}).get("url", ""))) if part.get("type") == "image_url" else None
+        if m is not None:
+            with Image.open(io.BytesIO(base64.b64decode(m.group(1)))) as im:
+                seen.append(f"{name}: {describe_image(im.convert('RGB'))}")
+    return "[sandbox vision] " + "; ".join(seen) if seen else ""

@@ -137,12 +137,17 @@ def _plan(user: str, msgs: list[Any], headers: Mapping[str, str] | None) -> str:
 
 
 def _replan(user: str, msgs: list[Any], headers: Mapping[str, str] | None) -> str:
-    """Task replanning: a neighbouring task for each failed one, or answer from what exists."""
+    """Task replanning: a neighbouring task for each failed one, or answer from what exists; with
+    generated images shown, what they are (``"found"``)."""
     plan = _json_tag(user, "plan", list)
     results = _json_tag(user, "results", dict)
     available = _json_tag(user, "available_tasks", list)
     next_id = int(tag(user, "next_id") or 0)
-    return json.dumps({"tasks": replanning.replan(plan, results, [str(a) for a in available], next_id)})
+    out: dict[str, Any] = {"tasks": replanning.replan(plan, results, [str(a) for a in available], next_id)}
+    found = replanning.seen_images(msgs[-1] if msgs else None)
+    if found:  # a vision controller's checking round: say what the images are
+        out["found"] = found
+    return json.dumps(out)
 
 
 def _select(user: str, msgs: list[Any], headers: Mapping[str, str] | None) -> str:

@@ -84,6 +84,12 @@ def controlnet_cards() -> list[ModelCard]:
     return cards
 
 
+def _by_hand(model: str, task: str, description: str) -> ModelCard:
+    """A card added by hand (the snapshot has no Hub counts for it: downloads 0)."""
+    return ModelCard(id=model, task=task, downloads=0, likes=0, providers=None, tags=(task,),
+                     description=f"{description} (Added by hand for {task}; the catalog snapshot has no Hub counts for it.)")
+
+
 # Models for tasks the reference snapshot has none of (download counts unknown: 0).
 EXTRA_CARDS: tuple[ModelCard, ...] = (
     ModelCard(id="google-bert/bert-base-uncased", task="fill-mask", downloads=0, likes=0,
@@ -92,6 +98,18 @@ EXTRA_CARDS: tuple[ModelCard, ...] = (
     ModelCard(id="FacebookAI/roberta-base", task="fill-mask", downloads=0, likes=0,
               description="RoBERTa base, pretrained on English with masked language modelling: "
                           "predicts the word behind <mask>.", providers=None, tags=("roberta", "fill-mask", "en")),
+    _by_hand("MCG-NJU/videomae-base-finetuned-kinetics", "video-classification", "VideoMAE base model fine-tuned on Kinetics-400: names which of 400 human actions a short video shows."),
+    _by_hand("facebook/timesformer-base-finetuned-k400", "video-classification", "TimeSformer base model fine-tuned on Kinetics-400: classifies the action in a video clip into 400 classes."),
+    _by_hand("black-forest-labs/FLUX.1-Kontext-dev", "image-text-to-image", "FLUX.1 Kontext [dev]: edits an image by a text instruction (change a colour, remove an object, restyle) and keeps the rest."),
+    _by_hand("Qwen/Qwen-Image-Edit", "image-text-to-image", "Qwen-Image-Edit: edits an image by an instruction, including text in the image, in English and Chinese."),
+    _by_hand("timbrooks/instruct-pix2pix", "image-text-to-image", "InstructPix2Pix: a Stable Diffusion model that follows an editing instruction on an input image."),
+    _by_hand("Wan-AI/Wan2.2-I2V-A14B", "image-text-to-video", "Wan 2.2 image-to-video: a short video that starts from an image and follows a text description."),
+    _by_hand("Lightricks/LTX-Video", "image-text-to-video", "LTX-Video: generates short videos from a text prompt and an optional first image."),
+    _by_hand("Wan-AI/Wan2.1-VACE-14B", "video-to-video", "Wan 2.1 VACE: edits and restyles a video (and extends it) as a text instruction says."),
+    _by_hand("llava-hf/LLaVA-NeXT-Video-7B-hf", "video-text-to-text", "LLaVA-NeXT-Video: a chat model that watches a video and answers questions about it."),
+    _by_hand("Qwen/Qwen2.5-VL-7B-Instruct", "video-text-to-text", "Qwen2.5-VL: a vision-language chat model that reads images and videos (events over time)."),
+    _by_hand("Qwen/Qwen2-Audio-7B-Instruct", "audio-text-to-text", "Qwen2-Audio: a chat model that listens to speech, sounds and music and answers questions about them."),
+    _by_hand("mistralai/Voxtral-Mini-3B-2507", "audio-text-to-text", "Voxtral Mini: a chat model that understands speech: transcribes, summarises and answers questions about audio."),
 )
 
 

@@ -210,6 +210,17 @@ def stable_diffusion(out: Path) -> None:
     pipe.save_pretrained(out)
 
 
+def instruct_pix2pix(out: Path) -> None:
+    """A tiny InstructPix2Pix (instruction edits): the Stable Diffusion parts with a UNet taking the
+    image latents beside the noise (8 input channels)."""
+    from diffusers import StableDiffusionInstructPix2PixPipeline, UNet2DConditionModel
+
+    parts = _sd_parts(out.parent / (out.name + "-tmp"))
+    parts["unet"] = UNet2DConditionModel(**{**parts["unet"].config, "in_channels": 8})
+    StableDiffusionInstructPix2PixPipeline(**parts, safety_checker=None, feature_extractor=None,
+                                           requires_safety_checker=False).save_pretrained(out)
+
+
 def controlnet(out: Path) -> None:
     from diffusers import ControlNetModel
 
@@ -341,4 +352,5 @@ REPOS.update({
     "tiny/vits-tts": (vits, None),
     "tiny/bert-nli": (nli, "zero-shot-classification"),
     "tiny/text-to-video": (text_to_video, None),
+    "tiny/instruct-pix2pix": (instruct_pix2pix, "image-text-to-image"),
 })

@@ -1,4 +1,5 @@
-"""diffusers tasks: text-to-image, image-to-image, text-to-video, and ControlNet generation
+"""diffusers tasks: text-to-image, image-to-image, image-text-to-image (instruction edits),
+text-to-video, and ControlNet generation
 (``<cond>-text-to-image``: a ControlNet checkpoint on the Stable Diffusion base named by the
 server's ``controlnet_base``). Images come back as PNG (image-to-image and ControlNet at the input
 image's size, scaled down to ``max_output_pixels`` when it is larger), video as MP4."""
@@ -212,5 +213,8 @@ def controlnet_task(name: str) -> Task:
 TASKS = [
     Task("text-to-image", _load_text2image, _text2image_prepare, _text2image_run, _identity),
     Task("image-to-image", _load_image2image, _image_prompt_prepare, _image2image_run, _identity),
+    # instruction edits (InstructPix2Pix and the like, cards tagged image-text-to-image): the same
+    # image + prompt payload (``ImageTextToImageInput``) and pipelines as image-to-image
+    Task("image-text-to-image", _load_image2image, _image_prompt_prepare, _image2image_run, _identity),
     Task("text-to-video", _load_video, _text2image_prepare, _video_run, _identity),
 ]

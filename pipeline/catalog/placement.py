@@ -14,6 +14,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..experts.providers import client_serves_anywhere
 from .models import ModelCard
 from .servers import ExpertServers, ServerModel
 
@@ -87,6 +88,24 @@ class Candidate:
     def prompt_view(self) -> dict[str, Any]:
         """The card's view for the selection prompt plus ``runs_on`` (paper §3.2)."""
         return {**self.card.prompt_view(), "runs_on": self.routes[0].prompt_words()}
+
+
+@dataclass(frozen=True)
+class TaskPaths:
+    """Where one task can run now (``hugginggpt catalog show --coverage``).
+
+    Attributes:
+        task: the registry task.
+        provider: its best candidate off the expert servers (Inference Providers, a gateway or an
+            endpoint), or ``None``.
+        server: its best candidate on the team's expert servers, or ``None``.
+        why_not: when both are ``None``, one sentence saying why; else ``""``.
+    """
+
+    task: str
+    provider: Candidate | None
+    server: Candidate | None
+    why_not: str = ""
 
 
 def listed_card(model: ServerModel) -> ModelCard:
@@ -225,6 +244,40 @@ class Placement:
         if not await self.availability.filter([card]):
             return []
         return self.provider_routes(task, model)
+
+    async def paths(self, task: str) -> TaskPaths:
+        """Where ``task`` can run now: its first expert-server candidate and its first candidate
+        off the servers (each ``None`` when there is none), and why not when neither exists."""
+        local = await self.local_candidates(task)
+        remote = await self.provider_candidates(task, 1, set())
+        if local or remote:
+            return TaskPaths(task, remote[0] if remote else None, local[0] if local else None)
+        return TaskPaths(task, None, None, f"{self._no_provider(task)}; {self._no_server()}")
+
+    def _no_provider(self, task: str) -> str:
+        """Why no model of ``task`` runs off the expert servers now (one clause)."""
+        if not self.uses_providers:
+            return 'providers are not used ([inference] mode = "local")'
+        ranked = self.catalog.candidates(task)
+        if not ranked:
+            return "the catalog has no model for it"
+        route = self.provider_route(ranked[0].id)
+        if route is None:
+            return "no provider, gateway or endpoint is configured"
+        if route.kind == "provider" and not client_serves_anywhere(task):
+            return ("no Inference Provider helper of the installed huggingface_hub runs it (an endpoint, a gateway or "
+                    "an expert server can)")
+        if getattr(self.availability, "hub_unreachable", False):
+            return "the Hugging Face Hub could not be reached to ask which providers serve its models"
+        return f"none of its {len(ranked)} catalog models is served by the configured providers now"
+
+    def _no_server(self) -> str:
+        """Why no expert server runs a task now (one clause)."""
+        if self.servers is None:
+            return "no expert server is configured"
+        if self.mode == "providers":
+            return 'expert servers are not used ([inference] mode = "providers")'
+        return "the expert servers list no model for it"
 
     def server_failed(self, url: str) -> None:
         """An expert server refused a connection: its listing is asked again before it is used."""

@@ -36,8 +36,20 @@ log = logging.getLogger(__name__)
 POLICIES = ("auto", "fastest", "cheapest", "preferred")
 """Policy names accepted where a provider is (``[inference] provider`` and per-task overrides)."""
 
-CHAT_TASKS = frozenset({"conversational", "image-text-to-text"})
-"""Tasks served through chat completion (the router picks a provider for policies)."""
+CHAT_TASKS = frozenset({"conversational", "image-text-to-text", "video-text-to-text", "audio-text-to-text"})
+"""Tasks served through chat completion (the router picks a provider for policies): VLMs and
+audio language models are chat models whose messages carry image, video or audio parts."""
+
+CLIENT_TASK: dict[str, str] = {"image-text-to-image": "image-to-image", "image-text-to-video": "image-to-video"}
+"""Our task → the provider helper of ``huggingface_hub`` 2.4 that runs it: the client has no
+``image_text_to_image`` / ``image_text_to_video`` method, and its ``image_to_image`` /
+``image_to_video`` helpers take the instruction as ``prompt`` (fal-ai sends ``image_url`` and
+``prompt``, as instruction-edit models take them)."""
+
+
+def client_task(task: str) -> str:
+    """The task name the client's provider table and the Hub's provider mapping use for ``task``."""
+    return "conversational" if task in CHAT_TASKS else CLIENT_TASK.get(task, task)
 
 REMOVED = frozenset({"black-forest-labs", "clarifai", "hyperbolic", "nebius", "nvidia", "sambanova"})
 """Providers Hugging Face removed from the Inference Providers router on 2026-07-01 (their helpers
@@ -96,7 +108,19 @@ def client_serves(provider: str, task: str) -> bool:
         from huggingface_hub.inference._providers import PROVIDERS
     except ImportError:  # pragma: no cover - a client without the table: trust the Hub's mapping
         return True
-    return task in PROVIDERS.get(provider, {})  # type: ignore[call-overload]
+    return client_task(task) in PROVIDERS.get(provider, {})  # type: ignore[call-overload]
+
+
+def client_serves_anywhere(task: str) -> bool:
+    """Whether some provider of the installed ``huggingface_hub`` has a helper for ``task``
+    (chat tasks: always, through the router)."""
+    if task in CHAT_TASKS:
+        return True
+    try:
+        from huggingface_hub.inference._providers import PROVIDERS
+    except ImportError:  # pragma: no cover - a client without the table: trust the Hub's mapping
+        return True
+    return any(client_task(task) in tasks for tasks in PROVIDERS.values())
 
 
 def client_knows(provider: str) -> bool:
@@ -172,18 +196,17 @@ async def warm_mapping(provider: str | None, task: str, model: str) -> None:
     ``huggingface_hub`` looks a model's provider mapping (and, on ``hf-inference``, its pipeline
     tag) up with a synchronous ``HfApi.model_info`` inside the async call, cached per model for the
     process; done here first, the call finds them cached instead of blocking the event loop.
-    ``task`` is our task name (``image-text-to-text`` is the client's ``conversational``).
+    ``task`` is our task name (:func:`client_task`: ``image-text-to-text`` is the client's
+    ``conversational``).
     Failures are not raised here: the client meets them again in the call, where they are mapped
     to one sentence as usual.
     """
     if model.startswith(("http://", "https://")):
         return
-    client_task = "conversational" if task in CHAT_TASKS else task
-
     def look_up() -> None:
         from huggingface_hub.inference._providers import get_provider_helper
 
-        helper = get_provider_helper(provider, client_task, model)  # type: ignore[arg-type]
+        helper = get_provider_helper(provider, client_task(task), model)  # type: ignore[arg-type]
         helper._prepare_mapping_info(model)  # noqa: SLF001 - the client's own cached look-up
 
     try:

@@ -1,5 +1,7 @@
 """The task registry: every task of the paper's table (HuggingGPT §3.1, Table 1), named by its
-Hugging Face pipeline tag, plus the ControlNet tasks of the reference implementation.
+Hugging Face pipeline tag, plus the ControlNet tasks of the reference implementation and the
+Hub's newer tags (vision-language chat, image-to-video, instruction edits, image-text-to-video,
+video-to-video, video and audio chat models).
 
 One :class:`~pipeline.tasks.base.TaskSpec` entry per task, split by domain (:mod:`.nlp`,
 :mod:`.vision`, :mod:`.audio`, :mod:`.video`, :mod:`.controlnet`): its argument kinds, what it
@@ -37,6 +39,12 @@ ALIASES: dict[str, str] = {
     "vlm": "image-text-to-text",
     "visual-chat": "image-text-to-text",
     "animate-image": "image-to-video",
+    "instruction-edit": "image-text-to-image",
+    "image-instruction-editing": "image-text-to-image",
+    "video-qa": "video-text-to-text",
+    "video-question-answering": "video-text-to-text",
+    "audio-question-answering": "audio-text-to-text",
+    "video-editing": "video-to-video",
     # TaskBench's tool names (Hugging Face and multimedia domains) and near names models write
     # for them; the pipeline tags themselves ("Image Classification", "Text-to-Speech") need none.
     "sentiment-analysis": "text-classification",

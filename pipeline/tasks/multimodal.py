@@ -1,11 +1,13 @@
-"""Vision-language tasks: one registry entry, ``image-text-to-text`` (a VLM answering open
-questions about one or several images), and how it stands in for the classic vision tasks.
+"""Multimodal chat tasks: ``image-text-to-text`` (a VLM answering open questions about one or
+several images) and how it stands in for the classic vision tasks; ``video-text-to-text`` (a
+VLM watching a video) and ``audio-text-to-text`` (a model listening to a recording).
 
 Inference Providers serve VLMs through chat completion with image content (the OpenAI message
 format: ``{"type": "image_url", "image_url": {"url": "data:image/png;base64,..."}}``), which
-``huggingface_hub``'s ``AsyncInferenceClient.chat_completion`` sends as it is. Images travel as
-``data:`` URIs built from the conversation's own files, never as URLs (the model output and the
-plan are untrusted; nothing here makes anyone fetch a URL).
+``huggingface_hub``'s ``AsyncInferenceClient.chat_completion`` sends as it is; a video is a
+``video_url`` part (the OpenAI-compatible extension vLLM documents), audio an ``input_audio`` part
+(OpenAI's chat format). Media travel as ``data:`` URIs built from the conversation's own files,
+never as URLs (the model output and the plan are untrusted; nothing here makes anyone fetch a URL).
 """
 
 from __future__ import annotations
@@ -86,9 +88,53 @@ async def _answer(raw: Any, inputs: Inputs, saver: Saver) -> Output:
     return Output(text=text.strip())
 
 
+VIDEO_VLM_TASK = "video-text-to-text"
+"""The pipeline tag of chat models that watch a video (the planner asks them when one is served,
+else it reads the video's frames and sound, :mod:`pipeline.video_parts`)."""
+
+AUDIO_LM_TASK = "audio-text-to-text"
+"""The pipeline tag of chat models that listen to audio."""
+
+
+def _media_uri(data: bytes, kind: str, task: str) -> tuple[str, str]:
+    """``(data: URI, subtype)`` of ``data``, which must sniff as ``kind``.
+
+    Raises:
+        ValueError: the bytes are not of ``kind``.
+    """
+    s = sniff(data)
+    if s is None or s.kind != kind:
+        raise ValueError(f"a {task} input is not {kind}")
+    return f"data:{s.mime};base64,{base64.b64encode(data).decode('ascii')}", s.mime.split("/")[-1]
+
+
+def video_messages(inputs: Inputs) -> list[dict[str, Any]]:
+    """One user message: the question, then the video as a ``video_url`` part holding a ``data:``
+    URI (the OpenAI-compatible extension vLLM-based providers read; never a URL of ours)."""
+    uri, _ = _media_uri(inputs.media["video"], "video", VIDEO_VLM_TASK)
+    content = [{"type": "text", "text": inputs.text["text"]}, {"type": "video_url", "video_url": {"url": uri}}]
+    return [{"role": "user", "content": content}]
+
+
+def audio_messages(inputs: Inputs) -> list[dict[str, Any]]:
+    """One user message: the question, then the audio as an ``input_audio`` part (OpenAI's chat
+    format: base64 ``data`` and its ``format``, the sniffed subtype: ``wav``, ``mpeg``, ``flac``...)."""
+    uri, subtype = _media_uri(inputs.media["audio"], "audio", AUDIO_LM_TASK)
+    fmt = {"mpeg": "mp3", "x-wav": "wav", "wave": "wav"}.get(subtype, subtype)
+    content = [{"type": "text", "text": inputs.text["text"]},
+               {"type": "input_audio", "input_audio": {"data": uri.partition(",")[2], "format": fmt}}]
+    return [{"role": "user", "content": content}]
+
+
 TASKS: list[TaskSpec] = [
     entry(VLM_TASK, "multimodal", {"image": "image", "text": "text"}, ("text",),
           "answer an open question or instruction (text) about one or several images (image, image2..image4): "
           "photos, charts, screenshots, document pages", _call, _answer,
           optional={k: "image" for k in EXTRA_IMAGES}),
+    entry(VIDEO_VLM_TASK, "multimodal", {"video": "video", "text": "text"}, ("text",),
+          "answer a question (text) about a whole video, watching it (what happens, in which order)",
+          lambda c, m, i: c.chat_completion(video_messages(i), model=m, max_tokens=MAX_ANSWER_TOKENS), _answer),
+    entry(AUDIO_LM_TASK, "multimodal", {"audio": "audio", "text": "text"}, ("text",),
+          "answer a question (text) about a recording, listening to it (speech, tone, sounds, music)",
+          lambda c, m, i: c.chat_completion(audio_messages(i), model=m, max_tokens=MAX_ANSWER_TOKENS), _answer),
 ]
