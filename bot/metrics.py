@@ -70,7 +70,7 @@ EXPERT_SECONDS = Histogram("hugginggpt_expert_call_seconds", "Time from a task's
                            "answer or last failure, seconds (retries on other models included)",
                            ["where", "provider"], buckets=SECONDS_BUCKETS)
 TOKENS = Counter("hugginggpt_controller_tokens", "Controller tokens the server reported", ["direction"])
-COST = Counter("hugginggpt_cost_usd", "Estimated cost of runs, US dollars", ["front_end"])
+COST = Counter("hugginggpt_cost_usd", "Cost of runs, the part with known prices, US dollars", ["front_end"])
 IN_FLIGHT = Gauge("hugginggpt_runs_in_flight", "Turns being answered now", ["front_end"], multiprocess_mode="livesum")
 LOOP_LAG = Gauge("hugginggpt_event_loop_lag_seconds", "Wait of a callback scheduled on the event loop, "
                  "measured at the scrape, seconds", multiprocess_mode="livemax")
@@ -114,11 +114,11 @@ def place_of(result: TaskResult, selection: Selection | None) -> tuple[str, str]
 
 def observe_record(record: RunRecord, front_end: str) -> None:
     """Count one finished run: its duration and CPU, each stage's duration, each task (pipeline
-    tag, where, provider, outcome) and its expert time, and the controller's tokens.
+    tag, where, provider, outcome) and its expert time, the controller's tokens and the cost.
 
     Args:
         record: the run's record (``Done``); reads ``timings_ms`` (milliseconds), ``tasks``,
-            ``selections``, ``results``, ``prompt_tokens`` and ``completion_tokens``.
+            ``selections``, ``results``, ``prompt_tokens``, ``completion_tokens`` and ``cost``.
         front_end: the ``front_end`` label (one of :data:`FRONT_ENDS` or ``"other"``).
     """
     timings = record.timings_ms
@@ -139,10 +139,12 @@ def observe_record(record: RunRecord, front_end: str) -> None:
         TOKENS.labels("input").inc(record.prompt_tokens)
     if record.completion_tokens:
         TOKENS.labels("output").inc(record.completion_tokens)
+    if record.cost is not None:
+        observe_cost(record.cost.known_usd, front_end)
 
 
 def observe_cost(usd: float, front_end: str) -> None:
-    """Add a run's estimated cost.
+    """Add a run's cost (its record's actual cost, the part with known prices: :mod:`pipeline.cost`).
 
     Args:
         usd: the cost in US dollars (negative or not finite: ignored).

@@ -32,7 +32,7 @@ from bot import metrics
 from bot.errors import ConfigError
 from bot.settings import TelemetrySettings
 from pipeline.tasks import TASKS
-from pipeline.types import Output, RunRecord, Selection, Task, TaskResult
+from pipeline.types import Cost, CostLine, Output, RunRecord, Selection, Task, TaskResult
 
 ROOT = Path(__file__).resolve().parents[1]
 PHOTO = ROOT / "tests" / "fixtures" / "media" / "chelsea.png"
@@ -217,6 +217,14 @@ def test_label_values_stay_in_their_fixed_sets_whatever_the_run_says():
     for name, values in seen.items():
         assert values <= allowed[name], (name, values - allowed[name])
     assert {"other", "translation"} <= seen["task"] and "slack" in seen["front_end"]
+
+
+def test_a_runs_known_cost_is_added_to_the_cost_counter_and_an_unknown_part_is_not():
+    before = REGISTRY.get_sample_value("hugginggpt_cost_usd_total", {"front_end": "discord"}) or 0.0
+    record = RunRecord("draw a cat", cost=Cost((CostLine("controller", None), CostLine("task 1 (text-to-image) on fal-ai", 0.04))))
+    metrics.TurnMetrics("discord G1/C1").ended("answered", record)
+    after = REGISTRY.get_sample_value("hugginggpt_cost_usd_total", {"front_end": "discord"})
+    assert after == pytest.approx(before + 0.04)
 
 
 async def test_the_bots_metrics_port_serves_and_says_when_it_is_taken():
