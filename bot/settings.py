@@ -4,14 +4,15 @@ Sources, strongest first (docs/configuration.md, generated from the fields below
 
 1. ``HUGGINGGPT_<SECTION>__<KEY>`` environment variables (e.g. ``HUGGINGGPT_LLM__BASE_URL``);
 2. the usual variables ``OPENAI_API_KEY``, ``OPENAI_BASE_URL``, ``HF_TOKEN``, ``DISCORD_BOT_TOKEN``,
-   ``SLACK_BOT_TOKEN``, ``SLACK_APP_TOKEN``, ``SLACK_SIGNING_SECRET``, ``DATABASE_URL`` (only fill
+   ``SLACK_BOT_TOKEN``, ``SLACK_APP_TOKEN``, ``SLACK_SIGNING_SECRET``, ``DATABASE_URL``,
+   ``OTEL_EXPORTER_OTLP_ENDPOINT`` (only fill
    keys left unset);
 3. one TOML file: ``--config FILE``, else ``HUGGINGGPT_CONFIG``, else ``./hugginggpt.toml``;
 4. the defaults below.
 
 One section a class: ``[llm]``, ``[inference]`` (with the provider keys of :class:`ProviderKeys`,
 in the words of Hugging Face's Inference Providers documentation), ``[planning]``, ``[catalog]``,
-``[storage]``, ``[documents]``, ``[discord]``, ``[slack]``, ``[server]`` and ``[mcp]``.
+``[storage]``, ``[documents]``, ``[discord]``, ``[slack]``, ``[server]``, ``[mcp]`` and ``[telemetry]``.
 
 Secrets are ``SecretStr``: they print as ``**********`` in logs and reprs. The environment is
 read from the mapping :func:`load_settings` is given (a custom pydantic-settings source); the
@@ -536,6 +537,20 @@ class McpSettings(BaseModel):
                 if len(v.get_secret_value()) >= 8]
 
 
+class TelemetrySettings(Section):
+    """``[telemetry]``: what operators' monitoring gets: a trace of every turn over OTLP/HTTP (off
+    unless an endpoint is set; docs/operations.md)."""
+
+    otlp_endpoint: str | None = Field(
+        None, description="OTLP/HTTP collector base URL, e.g. http://127.0.0.1:4318: one trace per turn goes to "
+                          "{otlp_endpoint}/v1/traces (OTEL_EXPORTER_OTLP_ENDPOINT); unset: no span is made")
+    trace_content: bool = Field(
+        False, description="put the request's text on the turn's span; off: spans hold ids, tasks, models, places "
+                           "and outcomes, never a request's text, a file or a secret")
+
+    _url = field_validator("otlp_endpoint")(_http_url)
+
+
 class Settings(BaseSettings):
     """All settings. Build with :func:`load_settings`."""
 
@@ -553,9 +568,10 @@ class Settings(BaseSettings):
     server: ServerSettings = Field(default_factory=ServerSettings)
     documents: DocumentSettings = Field(default_factory=DocumentSettings)
     mcp: McpSettings = Field(default_factory=McpSettings)
+    telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
 
     @field_validator("llm", "inference", "planning", "catalog", "storage", "discord", "slack", "server", "documents",
-                     "mcp", mode="before")
+                     "mcp", "telemetry", mode="before")
     @classmethod
     def _none_is_default(cls, v: Any) -> Any:
         return {} if v is None else v
@@ -620,6 +636,7 @@ USUAL_VARIABLES: dict[str, tuple[str, str]] = {
     "SLACK_APP_TOKEN": ("slack", "app_token"),
     "SLACK_SIGNING_SECRET": ("slack", "signing_secret"),
     "DATABASE_URL": ("storage", "database_url"),
+    "OTEL_EXPORTER_OTLP_ENDPOINT": ("telemetry", "otlp_endpoint"),
 }
 
 

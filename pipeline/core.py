@@ -14,7 +14,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import replace
 
-from . import prompts
+from . import prompts, tracing
 from .decoding import Decoder
 from .catalog.availability import Availability
 from .coverage import answer_tail, coverage_report
@@ -205,7 +205,7 @@ class Pipeline:
                     yield event
             _collect_files(record, st.tasks)
             st.stage = "response generation"
-            async with contextlib.aclosing(self._respond(st)) as deltas:
+            async with contextlib.aclosing(tracing.spanned("response generation", self._respond(st))) as deltas:
                 async for event in deltas:
                     yield event
         except HuggingGPTError as e:
@@ -272,7 +272,8 @@ class Pipeline:
         record, stop = st.record, st.stop
         queue: asyncio.Queue[Event] = asyncio.Queue()
         run = self.executor.start(st.request, sink, queue.put_nowait, st.usage, end=st.end)
-        planner = asyncio.create_task(self._plan(st.request, st.available, st.usage, run, queue.put_nowait, st.end, record))
+        planner = asyncio.create_task(tracing.traced("task planning", self._plan(st.request, st.available, st.usage, run,
+                                                                                  queue.put_nowait, st.end, record)))
         work: asyncio.Task | None = None
         try:
             async for event in events_until(queue, planner, stop):

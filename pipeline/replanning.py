@@ -29,7 +29,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence, Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
 
-from . import prompts
+from . import prompts, tracing
 from .errors import ControllerError
 from .llm import Controller
 from .planning import PlanInvalid, chat_log_text, parse_plan, plan_schema, read_plan, task_lines
@@ -270,7 +270,8 @@ async def replan_rounds(controller: Controller, st: RunState, max_replans: int) 
         yield ReplanStarted(current.number, reason)
         st.stage = "task replanning"
         t0 = time.monotonic()
-        decision = await _ask(controller, st)
+        with tracing.span("task replanning", {"round": current.number}):
+            decision = await _ask(controller, st)
         record.timings_ms["replanning"] = record.timings_ms.get("replanning", 0.0) + (time.monotonic() - t0) * 1000
         current.outcome, current.task_ids = decision.outcome, tuple(t.id for t in decision.tasks)
         if decision.note:

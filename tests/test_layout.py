@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("hugginggpt", "pipeline", "bot", "adapters", "prompts", "expert_server", "sandbox")
 MAX_LINES = 800
 MAX_FUNCTION_LINES = 60
-NEW_CONCEPTS: tuple[str, ...] = ()
+NEW_CONCEPTS: tuple[str, ...] = ("pipeline.tracing", "expert_server.tracing")
 """Modules added since the bound below was set, each for a concept the product did not have (cost,
 telemetry, ...): a module is added by naming it here, never to cut an existing concept to a size."""
 MAX_MODULES = 218 + len(NEW_CONCEPTS)
