@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -28,6 +29,8 @@ log = logging.getLogger("expert_server")
 
 SERVICE = "hugginggpt-expert-server"
 """The ``service.name`` of the server's spans."""
+EXIT_WAIT = 3.0
+"""Seconds the server waits at exit for the spans still waiting to reach the collector."""
 TRACES_PATH = "/v1/traces"
 """Path of the traces endpoint under an OTLP/HTTP collector's base URL (the OTLP specification)."""
 
@@ -48,7 +51,7 @@ def install(endpoint: str | None) -> bool:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    provider = TracerProvider(resource=Resource.create({"service.name": SERVICE}))
+    provider = TracerProvider(resource=Resource.create({"service.name": SERVICE}), shutdown_on_exit=False)
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint.rstrip("/") + TRACES_PATH)))
     trace.set_tracer_provider(provider)
     _provider, _tracer = provider, provider.get_tracer("expert_server")
@@ -56,12 +59,18 @@ def install(endpoint: str | None) -> bool:
     return True
 
 
-def shutdown() -> None:
-    """Send the spans still waiting and stop the exporter (at exit); no-op when off."""
+def shutdown(wait: float = EXIT_WAIT) -> None:
+    """Send the spans still waiting and stop the exporter (at exit), waiting at most ``wait``
+    seconds (a collector down or hanging: they are dropped, one log line); no-op when off."""
     global _tracer
-    if _provider is not None and _tracer is not None:
-        _tracer = None
-        _provider.shutdown()
+    if _provider is None or _tracer is None:
+        return
+    _tracer = None
+    sender = threading.Thread(target=_provider.shutdown, name="trace-export-at-exit", daemon=True)
+    sender.start()
+    sender.join(wait)
+    if sender.is_alive():
+        log.warning("the last spans did not reach the trace collector within %g s; they are dropped", wait)
 
 
 @contextlib.contextmanager

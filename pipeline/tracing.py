@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, MutableMapping
 from typing import Any, TypeVar
 
@@ -40,6 +41,9 @@ ATTRIBUTE = "hugginggpt."
 """Prefix of this program's span attributes (``hugginggpt.task.id``...)."""
 CONTENT_CHARS = 4096
 """Characters of the request's text put on the turn's span with ``[telemetry] trace_content``."""
+EXIT_WAIT = 3.0
+"""Seconds the program waits at its exit for the spans still waiting to reach the collector; past
+that (a collector down or hanging) they are dropped, with one log line, and the program ends."""
 TRACES_PATH = "/v1/traces"
 """Path of the traces endpoint under an OTLP/HTTP collector's base URL (the OTLP specification)."""
 
@@ -78,7 +82,7 @@ def install(endpoint: str | None, *, service: str, trace_content: bool = False) 
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    provider = TracerProvider(resource=Resource.create({"service.name": service}))
+    provider = TracerProvider(resource=Resource.create({"service.name": service}), shutdown_on_exit=False)
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint.rstrip("/") + TRACES_PATH)))
     trace.set_tracer_provider(provider)
     _provider, _content = provider, trace_content
@@ -88,12 +92,19 @@ def install(endpoint: str | None, *, service: str, trace_content: bool = False) 
     return True
 
 
-def shutdown() -> None:
-    """Send the spans still waiting and stop the exporter (at the program's exit); no-op when off."""
+def shutdown(wait: float = EXIT_WAIT) -> None:
+    """Send the spans still waiting and stop the exporter (at the program's exit), waiting at most
+    ``wait`` seconds (the exporter's own retries would wait up to its timeout, 10 s by default, per
+    batch); no-op when off."""
     global _tracer
-    if _provider is not None and _tracer is not None:
-        _tracer = None
-        _provider.shutdown()
+    if _provider is None or _tracer is None:
+        return
+    _tracer = None
+    sender = threading.Thread(target=_provider.shutdown, name="trace-export-at-exit", daemon=True)
+    sender.start()
+    sender.join(wait)
+    if sender.is_alive():
+        log.warning("the last spans did not reach the trace collector within %g s; they are dropped", wait)
 
 
 def _with_trace_id(factory: Any) -> Any:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -173,3 +174,26 @@ def test_the_standard_variable_sets_the_endpoint_and_the_setting_wins():
     mine = {**env, "HUGGINGGPT_TELEMETRY__OTLP_ENDPOINT": "http://127.0.0.1:9999"}
     assert load_settings(env=mine).telemetry.otlp_endpoint == "http://127.0.0.1:9999"
     assert load_settings(env={}).telemetry.otlp_endpoint is None
+
+
+@pytest.mark.slow
+def test_a_collector_that_never_answers_costs_the_program_at_most_a_few_seconds_at_exit(tmp_path):
+    """A collector that takes the connection and never answers: the answer is given as always,
+    and at exit the spans still waiting are dropped after ``EXIT_WAIT`` seconds with one log line
+    (the exporter alone would wait its 10 s timeout per try), never a traceback."""
+    from pipeline.tracing import EXIT_WAIT
+
+    hanging = socket.socket()
+    hanging.bind(("127.0.0.1", 0))
+    hanging.listen(8)  # connections queue in the backlog; nothing is ever read or answered
+    try:
+        env = clean_env(OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{hanging.getsockname()[1]}",
+                        HUGGINGGPT_STORAGE__DATA_DIR=str(tmp_path / "data"))
+        p = subprocess.run([sys.executable, "-m", "hugginggpt", "run", "--sandbox", REQUEST, "--file", str(PHOTO)],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    finally:
+        hanging.close()
+    assert p.returncode in (0, 6) and p.stdout.strip() and "Traceback" not in p.stderr, p.stderr[-3000:]
+    log = (tmp_path / "data" / "logs" / "hugginggpt.log").read_text()
+    assert f"the last spans did not reach the trace collector within {EXIT_WAIT:g} s; they are dropped" in log
+    assert "Traceback" not in log
