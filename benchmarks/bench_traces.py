@@ -13,7 +13,10 @@ spans still waiting flushed to the collector before the clock stops. Modes, inte
 - **off again**: the same, a second series: how far two identical series differ (the noise);
 - **on**: this code, spans exported over OTLP/HTTP to the stand-in collector.
 
-Printed: CPU ms per run of each mode, and each as a ratio to **off** (target: on < 1.03).
+Printed: CPU ms per run of each mode, and each as a ratio to **off** (target: on < 1.03). As the
+difference is below what two identical series differ by, a last child also measures what one span
+costs alone (made with the product's attributes, ended, exported to the collector, ``--spans`` of
+them), which times the spans of a run (counted at the collector) gives the cost per run.
 """
 
 from __future__ import annotations
@@ -82,6 +85,21 @@ async def child(urls: dict[str, str], endpoint: str | None, runs: int, data_dir:
         await service.close()
 
 
+def span_cost(endpoint: str, count: int) -> float:
+    """CPU microseconds one span costs in this process: made current with a task's attributes,
+    ended and exported (the exporter's thread counted, the last batch flushed)."""
+    from pipeline import tracing
+
+    tracing.install(endpoint, service="hugginggpt")
+    cpu = time.process_time()
+    for i in range(count):
+        with tracing.span("task", {"task.id": i, "task.tag": "image-classification", "model.id": "google/vit-base",
+                                   "runner": "hub", "where": "provider", "outcome": "ok"}):
+            pass
+    tracing.shutdown(wait=60)
+    return (time.process_time() - cpu) * 1e6 / count
+
+
 def measure(code: Path, urls: dict[str, str], endpoint: str | None, runs: int, data_dir: Path) -> float:
     """One child process's CPU ms per run, with ``code`` first on its path."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HUGGINGGPT_", "OPENAI_", "HF_", "OTEL_"))}
@@ -91,6 +109,19 @@ def measure(code: Path, urls: dict[str, str], endpoint: str | None, runs: int, d
     if endpoint:
         args += ["--endpoint", endpoint]
     p = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600, cwd=code)
+    if p.returncode != 0:
+        raise SystemExit(f"the measuring process failed: {p.stderr[-2000:]}")
+    return float(p.stdout.strip().splitlines()[-1])
+
+
+def measure_spans(endpoint: str, count: int) -> float:
+    """:func:`span_cost` in a child process of this code."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HUGGINGGPT_", "OPENAI_", "HF_", "OTEL_"))}
+    p = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--spans", str(count), "--endpoint", endpoint,
+                        "--span-child"], capture_output=True, text=True,
+                       # every span queued (none dropped for a full queue), so each one's export counts
+                       env={**env, "PYTHONPATH": str(ROOT), "OTEL_BSP_MAX_QUEUE_SIZE": str(count + 1)},
+                       timeout=600, cwd=ROOT)
     if p.returncode != 0:
         raise SystemExit(f"the measuring process failed: {p.stderr[-2000:]}")
     return float(p.stdout.strip().splitlines()[-1])
@@ -123,6 +154,7 @@ def main(args: argparse.Namespace) -> None:
                 for mode, (code, on) in modes.items():
                     cpu[mode].append(measure(code, urls, receiver.url if on else None, args.runs, Path(tmp) / "data"))
             spans = len(receiver.snapshot())
+            per_span = measure_spans(receiver.url, args.spans)
     finally:
         standins.terminate()
         standins.wait(10)
@@ -133,6 +165,9 @@ def main(args: argparse.Namespace) -> None:
     for mode, values in cpu.items():
         median = statistics.median(values)
         print(f"| {mode} | {median:.2f} | {median / off:.3f} |")
+    per_run = spans / (args.rounds * (args.runs + WARM))
+    print(f"\nOne span: {per_span:.1f} µs of CPU (made, ended, exported); {per_run:.0f} spans a run: "
+          f"{per_span * per_run / 1000:.3f} ms, {per_span * per_run / 10 / off:.2f} % of off's CPU per run")
 
 
 if __name__ == "__main__":
@@ -140,11 +175,15 @@ if __name__ == "__main__":
     parser.add_argument("--runs", type=int, default=30, help="runs per measuring process")
     parser.add_argument("--rounds", type=int, default=3, help="measuring processes per mode, interleaved")
     parser.add_argument("--before", default=None, help="a checkout without traces, measured as 'before'")
+    parser.add_argument("--spans", type=int, default=20000, help="spans made to measure one span's cost")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--span-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--endpoint", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--data-dir", default=None, help=argparse.SUPPRESS)
     parsed = parser.parse_args()
-    if parsed.child is not None:
+    if parsed.span_child:
+        print(span_cost(parsed.endpoint, parsed.spans))
+    elif parsed.child is not None:
         print(asyncio.run(child(json.loads(parsed.child), parsed.endpoint, parsed.runs, parsed.data_dir)))
     else:
         main(parsed)
