@@ -1,5 +1,8 @@
 """Logging for operators: details go to a log file (and stderr with ``-v``); secrets are masked.
 
+A line written during a traced run names its trace (`` trace_id=…`` after the logger's name,
+:data:`LINE_FORMAT`), so an operator finds the run's lines from a trace and the trace from a line.
+
 Every secret value from the settings, and the credentials of any URL, are replaced by ``***`` in
 every line written, tracebacks included, whatever logger produced it (our code, openai,
 huggingface_hub, discord.py, slack_sdk).
@@ -16,6 +19,9 @@ from pathlib import Path
 from pipeline.redact import mask_credentials
 
 _PLAIN = logging.Formatter()
+LINE_FORMAT = "%(asctime)s %(levelname)s %(name)s%(trace)s: %(message)s"
+"""A log line: time, level, logger, the run's trace id while tracing is on and a span is current
+(`` trace_id=<32 hex digits>``, :func:`pipeline.tracing.install`), the message."""
 
 
 class RedactSecrets(logging.Filter):
@@ -57,7 +63,7 @@ class RedactingFormatter(logging.Formatter):
     :class:`RedactSecrets`: an exception's text can carry a key or a URL with a password."""
 
     def __init__(self, fmt: str, redact: RedactSecrets) -> None:
-        super().__init__(fmt)
+        super().__init__(fmt, defaults={"trace": ""})  # "trace" is set only while a span is current
         self._redact = redact
 
     def format(self, record: logging.LogRecord) -> str:
@@ -105,7 +111,7 @@ def setup_logging(*, verbose: int = 0, log_file: Path | None = None, secrets: It
     level = logging.DEBUG if verbose >= 2 else logging.INFO
     root.setLevel(level)
     redact = RedactSecrets(secrets)
-    fmt = RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s", redact)
+    fmt = RedactingFormatter(LINE_FORMAT, redact)
     if log_file is not None:
         try:
             log_file.parent.mkdir(parents=True, exist_ok=True)

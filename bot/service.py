@@ -17,6 +17,7 @@ import time
 from dataclasses import replace
 from collections.abc import AsyncIterator, Sequence
 
+from pipeline import tracing
 from pipeline.core import Pipeline
 from pipeline.cost import Cost
 from pipeline.coverage import readable_kinds
@@ -386,7 +387,21 @@ class Service:
                 (without ``memoryless_fallback``; with it, only when a file of the user's cannot be
                 kept at all); after the :class:`Done` event's record was made, if it cannot be saved
                 (without ``memoryless_fallback``; :class:`Done` is then not yielded).
+
+        With tracing on (``[telemetry] otlp_endpoint``, :mod:`pipeline.tracing`) the turn is one
+        trace: a ``turn`` span naming the front end and the run's status, the stages' spans below it.
         """
+        with tracing.span("turn", {"front_end": _front_end(message), **tracing.content(message.text or "")}) as turn:
+            async with contextlib.aclosing(self._handle(message)) as events:
+                async for event in events:
+                    if isinstance(event, Done):
+                        tracing.annotate(turn, {"status": event.record.status, "tasks": len(event.record.tasks),
+                                                "deadline_passed": event.record.deadline_passed,
+                                                "stopped": event.record.stopped})
+                    yield event
+
+    async def _handle(self, message: Message) -> AsyncIterator[Event | Accepted]:
+        """What :meth:`handle` says, without its span."""
         delivery, who = message.delivery, message.who
         if delivery is not None and not delivery.claimed and not await self._claim(delivery):
             return
@@ -736,3 +751,11 @@ class Service:
             return None
         self._told.forget(key.as_string())
         return None
+
+
+def _front_end(message: Message) -> str:
+    """The front end a message came from: its requester's platform, else its conversation's; a
+    message with neither is the one-shot command line's (``hugginggpt run``)."""
+    if message.who is not None:
+        return message.who.platform
+    return message.key.platform if isinstance(message.key, ConversationKey) else "terminal"

@@ -4,7 +4,8 @@ Sources, strongest first (docs/configuration.md, generated from the fields below
 
 1. ``HUGGINGGPT_<SECTION>__<KEY>`` environment variables (e.g. ``HUGGINGGPT_LLM__BASE_URL``);
 2. the usual variables ``OPENAI_API_KEY``, ``OPENAI_BASE_URL``, ``HF_TOKEN``, ``DISCORD_BOT_TOKEN``,
-   ``SLACK_BOT_TOKEN``, ``SLACK_APP_TOKEN``, ``SLACK_SIGNING_SECRET``, ``DATABASE_URL`` (only fill
+   ``SLACK_BOT_TOKEN``, ``SLACK_APP_TOKEN``, ``SLACK_SIGNING_SECRET``, ``DATABASE_URL``,
+   ``OTEL_EXPORTER_OTLP_ENDPOINT`` (only fill
    keys left unset);
 3. one TOML file: ``--config FILE``, else ``HUGGINGGPT_CONFIG``, else ``./hugginggpt.toml``;
 4. the defaults below.
@@ -552,12 +553,21 @@ class McpSettings(BaseModel):
 
 
 class TelemetrySettings(Section):
-    """``[telemetry]``: what operators watch (docs/operations.md, "Metrics")."""
+    """``[telemetry]``: what operators watch (docs/operations.md): Prometheus metrics, and a trace of
+    every turn over OTLP/HTTP (off unless an endpoint is set)."""
 
     metrics_port: int | None = Field(None, ge=0, le=65535, description="port of a Prometheus /metrics server of "
                                      "the Discord and Socket Mode bots (None: none; serve and the Slack HTTP server "
                                      "answer /metrics on their own port)")
     metrics_host: str = Field("127.0.0.1", description="address the metrics_port server binds to")
+    otlp_endpoint: str | None = Field(
+        None, description="OTLP/HTTP collector base URL, e.g. http://127.0.0.1:4318: one trace per turn goes to "
+                          "{otlp_endpoint}/v1/traces (OTEL_EXPORTER_OTLP_ENDPOINT); unset: no span is made")
+    trace_content: bool = Field(
+        False, description="put the request's text on the turn's span; off: spans hold ids, tasks, models, places "
+                           "and outcomes, never a request's text, a file or a secret")
+
+    _url = field_validator("otlp_endpoint")(_http_url)
 
 
 class Settings(BaseSettings):
@@ -646,6 +656,7 @@ USUAL_VARIABLES: dict[str, tuple[str, str]] = {
     "SLACK_APP_TOKEN": ("slack", "app_token"),
     "SLACK_SIGNING_SECRET": ("slack", "signing_secret"),
     "DATABASE_URL": ("storage", "database_url"),
+    "OTEL_EXPORTER_OTLP_ENDPOINT": ("telemetry", "otlp_endpoint"),
 }
 
 

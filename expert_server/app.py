@@ -33,6 +33,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
+from . import tracing
 from .access import AccessGuard
 from .admission import Held, read_body
 from .cache import CachedModel
@@ -113,7 +114,8 @@ def create_app(config: ServerConfig, device: str, budget: int | None, *, scan: b
             await asyncio.gather(*(q.close() for q in state.queues.values()))
             state.executor.shutdown(wait=False, cancel_futures=True)
 
-    app = FastAPI(title="HuggingGPT expert server", lifespan=lifespan)
+    # the model requests' spans are expert_server.tracing's (no health-check spans, no input in them)
+    app = FastAPI(title="HuggingGPT expert server", lifespan=lifespan, telemetry={"tracing": False})
     app.state.experts = State(config, device, budget, ThreadPoolExecutor(max_workers=4, thread_name_prefix=THREAD_PREFIX))
     app.add_exception_handler(ExpertError, _error)  # type: ignore[arg-type]
     app.add_api_route("/healthz", _healthz, methods=["GET"])
@@ -204,6 +206,13 @@ def _deadline(request: Request, config: ServerConfig) -> float:
 
 async def _infer(model_id: str, request: Request) -> Response:
     state: State = request.app.state.experts
+    known = state.models.get(model_id)
+    # a model id the server does not serve is the caller's text: not put on the span
+    with tracing.request_span(request.headers, model_id if known else "", known.task if known else ""):
+        return await _answer(state, model_id, request)
+
+
+async def _answer(state: State, model_id: str, request: Request) -> Response:
     state.last_request = time.monotonic()
     _ready(state)
     model = state.models.get(model_id)

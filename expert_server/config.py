@@ -17,6 +17,7 @@
     annotators = "lllyasviel/Annotators"
     min_free_memory = "0"           # refuse to start an inference below this much free RAM
                                     # (answered as out of memory: 503, the model unloaded)
+    otlp_endpoint = "http://127.0.0.1:4318"   # traces (OTLP/HTTP); also OTEL_EXPORTER_OTLP_ENDPOINT
     api_key = "..."                 # access (api_key, allowed_hosts, cors_origins) and the limits of
     max_image_pixels = 12000000     # one request (max_body_bytes, max_text_chars, max_image_pixels,
                                     # max_audio_seconds, max_output_pixels): the fields' descriptions
@@ -41,7 +42,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 _MODEL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?")
@@ -134,6 +135,12 @@ class ServerConfig(BaseSettings):
                                                           "SIGTERM/SIGINT before their connections are closed")
     max_output_pixels: int = Field(1024 * 1024, ge=64, description="pixels image-to-image and ControlNet draw: "
                                                                    "a larger input is scaled down to fit")
+    otlp_endpoint: str | None = Field(
+        None, validation_alias=AliasChoices("otlp_endpoint", "HUGGINGGPT_EXPERTS_OTLP_ENDPOINT",
+                                            "OTEL_EXPORTER_OTLP_ENDPOINT"),
+        description="OTLP/HTTP collector base URL, e.g. http://127.0.0.1:4318 (also OTEL_EXPORTER_OTLP_ENDPOINT): "
+                    "each model request is a span continuing the caller's trace (W3C traceparent), with its queueing "
+                    "and inference, sent to {otlp_endpoint}/v1/traces; unset: no span is made")
 
     @field_validator("memory_budget", "min_free_memory", "max_body_bytes", mode="before")
     @classmethod
@@ -159,6 +166,15 @@ class ServerConfig(BaseSettings):
                 raise ValueError(f"the folder {folder} of {model_id} holds no checkpoint (no config.json or "
                                  "model_index.json)")
         return v
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _endpoint(cls, v: str | None) -> str | None:
+        if v is None or not v.strip():
+            return None
+        if not re.fullmatch(r"https?://[^\s/?#@]+(/[^\s?#]*)?", v.strip()):
+            raise ValueError("must be an http:// or https:// URL without credentials, query or fragment")
+        return v.strip().rstrip("/")
 
     @field_validator("device")
     @classmethod

@@ -24,7 +24,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
-from . import memory
+from . import memory, tracing
 from .config import format_size
 from .errors import Busy, ExpertError, ModelFailed, OutOfMemory, shown
 from .pool import Pool
@@ -40,6 +40,8 @@ class Job:
     future: asyncio.Future
     deadline: float  # time.monotonic()
     release: Callable[[], None] | None = None
+    trace: Any = None  # the request's trace context (expert_server.tracing.current), None when off
+    queued: int = 0  # expert_server.tracing.now() when queued
 
     @property
     def live(self) -> bool:
@@ -117,7 +119,7 @@ class ModelQueue:
         """
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
         try:
-            self.queue.put_nowait(Job(item, fut, deadline, release))
+            self.queue.put_nowait(Job(item, fut, deadline, release, tracing.current(), tracing.now()))
         except asyncio.QueueFull:
             raise Busy(f"The model {self.model_id} has {self.queue.qsize()} requests waiting; try again shortly.") from None
         if self._worker is None or self._worker.done():
@@ -177,8 +179,12 @@ class ModelQueue:
         jobs = _live(jobs)
         if not jobs:
             return [], []
-        return jobs, await asyncio.get_running_loop().run_in_executor(self.executor, self._run_batch, runner,
-                                                                       [j.item for j in jobs])
+        began = tracing.now()
+        try:
+            return jobs, await asyncio.get_running_loop().run_in_executor(self.executor, self._run_batch, runner,
+                                                                           [j.item for j in jobs])
+        finally:
+            tracing.record_batch([(j.trace, j.queued) for j in jobs], began, tracing.now(), self.model_id, len(jobs))
 
     def _run_batch(self, runner: Any, items: list[Any]) -> list[Any]:
         """Runs in the executor. Out of memory → :class:`OutOfMemory` (the worker then unloads)."""

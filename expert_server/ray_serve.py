@@ -28,7 +28,7 @@ from .access import AccessGuard
 from .config import ServerConfig, load_config
 
 DEFAULT = "default"
-ingress_app = FastAPI(title="HuggingGPT expert server (Ray Serve)")
+ingress_app = FastAPI(title="HuggingGPT expert server (Ray Serve)", telemetry={"tracing": False})
 
 
 @serve.deployment

@@ -57,9 +57,11 @@ def build(config: ServerConfig) -> Any:
         ValueError: it would listen off loopback without an API key (:func:`access.check_bind`),
             or the device is not there (:func:`resolve_device`).
     """
+    from . import tracing
     from .app import create_app
 
     check_bind(config)
+    tracing.install(config.otlp_endpoint)
     tune_allocator()
     device = resolve_device(config.device)
     budget = resolve_budget(config.memory_budget, device)
@@ -106,6 +108,9 @@ async def serve(config: ServerConfig) -> None:
         server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False, server_header=False,
                                                timeout_graceful_shutdown=config.shutdown_grace))
         await server.serve(sockets=[sock])
+    from . import tracing
+
+    tracing.shutdown()  # the spans still waiting are sent
     _exit_past_running_inference()
 
 

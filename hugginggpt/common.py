@@ -10,6 +10,7 @@ run's deadline passed; 8 storage; 130 interrupted (Ctrl-C).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import logging
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.errors import (CatalogError, ControllerError, DeadlineError, ExpertError, HubError, HuggingGPTError,
                              PlanError)
+from pipeline import tracing
 from pipeline.types import RunRecord
 
 from bot.errors import ConfigError, InputError, StorageError
@@ -178,8 +180,12 @@ async def open_settings(args: argparse.Namespace) -> AsyncIterator[Settings]:
             log_file=settings.storage.data_dir / "logs" / "hugginggpt.log",
             secrets=settings.secret_values(),
         )
+        telemetry = settings.telemetry
+        tracing.install(telemetry.otlp_endpoint, service="hugginggpt", trace_content=telemetry.trace_content)
         yield settings
     finally:
+        if tracing.enabled():  # the spans still waiting are sent (a blocking HTTP call: off the loop)
+            await asyncio.to_thread(tracing.shutdown)
         if sandbox is not None:
             await sandbox.close()
 

@@ -14,7 +14,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import replace
 
-from . import prompts
+from . import prompts, tracing
 from .decoding import Decoder
 from .catalog.availability import Availability
 from .coverage import answer_tail, coverage_report
@@ -233,7 +233,7 @@ class Pipeline:
                 yield event
         _collect_files(st.record, st.tasks)
         st.stage = "response generation"
-        async with contextlib.aclosing(self._respond(st)) as deltas:
+        async with contextlib.aclosing(tracing.spanned("response generation", self._respond(st))) as deltas:
             async for event in deltas:
                 yield event
 
@@ -293,8 +293,9 @@ class Pipeline:
         queue: asyncio.Queue[Event] = asyncio.Queue()
         run = self.executor.start(st.request, sink, queue.put_nowait, st.usage, end=st.end)
         planning = (_approved(st) if st.request.plan is not None else
-                    self._plan(st.request, st.available, st.usage, run if st.gate is None else None,
-                               queue.put_nowait, st.end, record))
+                    tracing.traced("task planning", self._plan(st.request, st.available, st.usage,
+                                                               run if st.gate is None else None,
+                                                               queue.put_nowait, st.end, record)))
         planner = asyncio.create_task(planning)
         work: asyncio.Task | None = None
         try:

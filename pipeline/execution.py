@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from . import tracing
 from .config import ExecutionLimits
 from .errors import ControllerError, ExpertError
 from .experts.base import ExpertRunner, RunnerKind
@@ -42,6 +43,22 @@ from .types import (
 )
 
 log = logging.getLogger(__name__)
+
+
+PLACES = {"local": "expert server", "in-process": "local", "provider": "provider", "gateway": "gateway",
+          "endpoint": "endpoint", "controller": "controller", "mcp": "mcp"}
+"""First word of where a model ran (:attr:`pipeline.types.Output.where`) → the place a task's span
+names: the team's expert server, this process, an Inference Provider, a gateway or dedicated
+endpoint, the controller, an MCP server."""
+
+
+def where_attributes(where: str | None) -> dict[str, str]:
+    """A span's ``where`` (:data:`PLACES`) and ``where.target`` (the server, provider or endpoint)
+    from :attr:`pipeline.types.Output.where` (``"local http://gpu1:8081"``); ``{}`` for ``None``."""
+    if not where:
+        return {}
+    kind, _, target = where.partition(" ")
+    return {"where": PLACES.get(kind, kind), **({"where.target": target} if target else {})}
 
 
 class ResolveError(Exception):
@@ -181,8 +198,11 @@ class Executor:
             tried.append(model)
             emit(TaskStarted(task.id, model))
             try:
-                async with asyncio.timeout(self.limits.task_timeout):
-                    output = await runner.run(run_as, model, run_args, sink, task_id=task.id, usage=usage)
+                with tracing.span("expert call", {"model.id": model, "runner": selection.runner,
+                                                  "attempt": len(tried)}) as call:
+                    async with asyncio.timeout(self.limits.task_timeout):
+                        output = await runner.run(run_as, model, run_args, sink, task_id=task.id, usage=usage)
+                    tracing.annotate(call, where_attributes(output.where))
                 return TaskResult(task.id, "ok", output=output, model=model, attempts=tried, started=started, finished=time.monotonic())
             except TimeoutError:
                 last_error = f"{model} did not answer within {self.limits.task_timeout:g} seconds"
@@ -231,6 +251,9 @@ class ExecutionRun:
         """``time.monotonic()`` when the first task joined (``None`` before)."""
         self.selection_seconds = 0.0
         """Time the tasks' model selections took, summed (seconds; they run in parallel)."""
+        self.parent = tracing.current()  # the turn's span: a round's execution span is its child
+        self.span: Any = None
+        """The open ``task execution`` span of this round's tasks (:mod:`pipeline.tracing`), or ``None``."""
 
     def _future(self, task_id: int) -> asyncio.Future[TaskResult]:
         if task_id not in self._done:
@@ -249,7 +272,39 @@ class ExecutionRun:
         if self.first_start is None:
             self.first_start = time.monotonic()
         self._future(task.id)
-        self._runners[task.id] = asyncio.create_task(self._run_one(task), name=f"task-{task.id}")
+        if tracing.enabled():
+            if self.span is None:
+                self.span = tracing.start("task execution", parent=self.parent)
+            job = self._traced(task)
+        else:
+            job = self._run_one(task)
+        self._runners[task.id] = asyncio.create_task(job, name=f"task-{task.id}")
+
+    def _end_span(self, attributes: dict[str, Any] | None = None) -> None:
+        tracing.end(self.span, {"tasks": len(self.tasks), **(attributes or {})})
+        self.span = None
+
+    async def _traced(self, task: Task) -> None:
+        """:meth:`_run_one` inside the task's span, a child of this round's execution span."""
+        with tracing.span("task", {"task.id": task.id, "task.tag": task.task}, parent=self.span) as span:
+            try:
+                await self._run_one(task)
+            except asyncio.CancelledError:
+                tracing.annotate(span, {"outcome": "cancelled"})
+                raise
+            result, selection = self.results.get(task.id), self.selections.get(task.id)
+            if result is not None:
+                where = result.output.where if result.output is not None else None
+                tracing.annotate(span, {"outcome": result.status, "model.id": result.model, "attempts": len(result.attempts),
+                                        "runner": selection.runner if selection is not None else None,
+                                        **where_attributes(where)})
+
+    async def _select(self, task: Task) -> tuple[Selection, list[str]]:
+        """The task's model selection (:meth:`pipeline.selection.Selector.select`), in its span."""
+        with tracing.span("model selection") as span:
+            selection, order = await self.executor.selector.select(task, self.request.text, self.usage)
+            tracing.annotate(span, {"model.id": selection.model, "runner": selection.runner, "candidates": len(order)})
+            return selection, order
 
     async def cancel(self) -> None:
         """Stop every task (the plan they came from proved invalid) and forget them."""
@@ -257,6 +312,7 @@ class ExecutionRun:
         for r in runners:
             r.cancel()
         await asyncio.gather(*runners, return_exceptions=True)
+        self._end_span({"discarded": True})
         self._runners.clear()
         self._done.clear()
         self.tasks.clear()
@@ -309,6 +365,7 @@ class ExecutionRun:
                     self.results[tid] = res
                     if not stopped:
                         self.emit(TaskFailed(res))
+        self._end_span()
         return self.selections, self.results
 
     def _timed(self, began: float) -> Callable[[asyncio.Future], None]:
@@ -322,7 +379,7 @@ class ExecutionRun:
         ex, emit, usage = self.executor, self.emit, self.usage
         result = TaskResult(task.id, "failed")
         try:
-            selecting = asyncio.create_task(ex.selector.select(task, self.request.text, usage))
+            selecting = asyncio.create_task(self._select(task))
             selecting.add_done_callback(self._timed(time.monotonic()))
             try:
                 deps = [await self._future(d) for d in task.dep]

@@ -45,6 +45,7 @@ from openai import AsyncOpenAI
 from openai.types.chat import ChatCompletion
 from openai.types.responses import Response
 
+from . import tracing
 from .bounded import bound_body
 from .errors import ControllerError
 from .redact import host_of, mask_credentials
@@ -123,7 +124,8 @@ class ReplyTooLarge(openai.OpenAIError):
 
 
 class BoundedTransport(httpx2.AsyncBaseTransport):
-    """An HTTP transport that counts attempts and bounds reply bodies while they arrive.
+    """An HTTP transport that counts attempts, bounds reply bodies while they arrive and sends the
+    run's W3C ``traceparent`` (:func:`pipeline.tracing.inject`).
 
     Args:
         limit: bytes; a reply whose ``Content-Length`` or decoded body passes it raises
@@ -139,6 +141,7 @@ class BoundedTransport(httpx2.AsyncBaseTransport):
         usage = _CURRENT_USAGE.get()
         if usage is not None:
             usage.http_attempts += 1
+        tracing.inject(request.headers)  # the run's W3C traceparent, when tracing is on
         response = await self._inner.handle_async_request(request)
         try:
             bound_body(response, self.limit, lambda _seen: ReplyTooLarge(self.limit),

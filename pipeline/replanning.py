@@ -35,7 +35,7 @@ from typing import Any
 
 import json_repair
 
-from . import prompts
+from . import prompts, tracing
 from .cost import Cost
 from .errors import ControllerError, HuggingGPTError
 from .llm import Controller
@@ -347,7 +347,8 @@ async def replan_rounds(controller: Controller, st: RunState, max_replans: int, 
         yield ReplanStarted(current.number, current.reason)
         st.stage = "task replanning"
         t0 = time.monotonic()
-        decision = await _ask(controller, st, images, check_pixels or 0)
+        with tracing.span("task replanning", {"round": current.number}):
+            decision = await _ask(controller, st, images, check_pixels or 0)
         checked = True
         record.timings_ms["replanning"] = record.timings_ms.get("replanning", 0.0) + (time.monotonic() - t0) * 1000
         current.outcome, current.task_ids = decision.outcome, tuple(t.id for t in decision.tasks)

@@ -50,6 +50,9 @@ def create_app(settings: Settings, service: Service, *, version: str = "unknown"
                     "(model `hugginggpt`) and the reference implementation's `/hugginggpt`, `/tasks`, `/results`. "
                     "Send `Authorization: Bearer KEY`; name a conversation with the `X-HuggingGPT-Conversation` header.",
         docs_url="/docs", redoc_url=None,
+        # FastAPI's own request spans would carry a file link's signature (url.query): the turn's
+        # spans are the service's own (pipeline.tracing), which hold no secret
+        telemetry={"tracing": False},
     )
     app.state.hugginggpt = State(settings=settings, service=service, keys=Keys(settings.server, service))
     server = settings.server

@@ -11,6 +11,8 @@ hooks of ours:
   closes the connection; a ``Content-Length`` over the limit is refused before any of it is read.
 * a **response hook** that refuses a redirect to another origin of a request that carried a body
   (:func:`refuse_redirect`): the user's file is never re-sent to a host the call was not made to.
+* a **request hook** that adds the run's W3C ``traceparent`` when tracing is on
+  (:func:`send_trace_context`);
 * a **request hook** that lets a call go out under ``HF_HUB_OFFLINE=1`` when its URL is the
   configured gateway or dedicated endpoint of the current call (``HF_HUB_OFFLINE`` means "no
   HTTP calls to the Hugging Face Hub"; the operator's own gateway is not the Hub); every other
@@ -42,6 +44,7 @@ from huggingface_hub import constants
 from huggingface_hub.utils import set_async_client_factory
 from huggingface_hub.errors import OfflineModeIsEnabled
 
+from .. import tracing
 from ..bounded import BoundedStream, bound_body
 from ..tasks.base import ReplyKind
 
@@ -290,6 +293,13 @@ async def allow_gateway_offline(request: httpx2.Request) -> None:
     request.headers.setdefault("X-Amzn-Trace-Id", request.headers.get("X-Request-Id") or str(uuid.uuid4()))
 
 
+async def send_trace_context(request: httpx2.Request) -> None:
+    """Request hook: the current span's W3C ``traceparent`` on the request
+    (:func:`pipeline.tracing.inject`), so that an expert server or any traced backend continues the
+    run's trace; nothing when tracing is off."""
+    tracing.inject(request.headers)
+
+
 async def read_error_body(response: httpx2.Response) -> None:
     """Response hook: an error reply's body (under 1 MB, as ``huggingface_hub``'s own hook reads it)
     is read before the client raises, so the error carries the server's message."""
@@ -339,7 +349,7 @@ def bounded_async_client(*, router_url: str | None = None,
         transport: the ``httpx2`` transport (``None``: the default, TLS as :func:`tls_context`);
             an HTTP proxy's or a test stand-in's.
     """
-    hooks: list[Callable[[httpx2.Request], Awaitable[None]]] = [allow_gateway_offline]
+    hooks: list[Callable[[httpx2.Request], Awaitable[None]]] = [allow_gateway_offline, send_trace_context]
     if router_url:
         hooks.insert(0, to_router(router_url))
     return httpx2.AsyncClient(
