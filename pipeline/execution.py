@@ -300,9 +300,13 @@ class ExecutionRun:
                                         **where_attributes(where)})
 
     async def _select(self, task: Task) -> tuple[Selection, list[str]]:
-        """The task's model selection (:meth:`pipeline.selection.Selector.select`), in its span."""
+        """The task's model selection (:meth:`pipeline.selection.Selector.select`), in its span when
+        it may ask the controller (``"top"`` selection is a look-up: the task's span names its model)."""
+        selector = self.executor.selector
+        if selector.strategy == "top":
+            return await selector.select(task, self.request.text, self.usage)
         with tracing.span("model selection") as span:
-            selection, order = await self.executor.selector.select(task, self.request.text, self.usage)
+            selection, order = await selector.select(task, self.request.text, self.usage)
             tracing.annotate(span, {"model.id": selection.model, "runner": selection.runner, "candidates": len(order)})
             return selection, order
 
