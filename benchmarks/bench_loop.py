@@ -54,6 +54,7 @@ STAGES = {
     "store: turn opened, turn stored": [("bot/service.py", "_open_turn"), ("bot/service.py", "_stored_turn")],
     "connection liveness probes (getpeername)": [("~", "<method 'getpeername' of '_socket.socket' objects>")],
     "new TCP connections": [("~", "<method 'connect' of '_socket.socket' objects>")],
+    "Hugging Face token looked up (get_token)": [("huggingface_hub/utils/_auth.py", "get_token")],
 }
 
 

@@ -22,6 +22,8 @@ import importlib
 import logging
 from collections.abc import Awaitable, Callable
 
+from huggingface_hub import get_token
+
 from pipeline.catalog import Availability, Catalog
 from pipeline.catalog.placement import Mode
 from pipeline.catalog.servers import ExpertServers
@@ -105,10 +107,15 @@ def pipeline_config(settings: Settings) -> PipelineConfig:
 
     Returns:
         :class:`pipeline.config.PipelineConfig`, secrets in plain text (its repr leaves them out).
+
+    The experts' Hugging Face token is ``[inference] token`` (``HF_TOKEN``), else the one
+    ``huggingface_hub`` finds on this machine (``hf auth login``'s file under ``HF_HOME``), looked up
+    here once: given none, the hub client would read that file on every expert call, on the event
+    loop. A login made after start is used from the next start.
     """
     inf = settings.inference
     experts = ExpertAccess(
-        provider=inf.provider, token=secret(inf.token), bill_to=inf.bill_to, router_url=inf.router_url,
+        provider=inf.provider, token=secret(inf.token) or get_token(), bill_to=inf.bill_to, router_url=inf.router_url,
         base_url=inf.base_url, endpoints=dict(inf.endpoints),
         expert_keys={url: key.get_secret_value() for url, key in inf.experts_api_keys.items()},
         max_attempts=inf.max_attempts, backoff_max=inf.backoff_max,

@@ -65,8 +65,24 @@ class ResolveError(Exception):
     """A placeholder could not be resolved (the dependency produced no such output)."""
 
 
-def resolve_args(task: Task, results: dict[int, TaskResult], resources: dict[str, Resource]) -> dict[str, str | Resource]:
-    """Replace placeholders and resource ids by values.
+def _document_text(document: Resource) -> str:
+    """The text a text argument naming ``document`` gets: its content, cut to
+    :data:`pipeline.planning.MAX_TEXT_ARG` characters (as long as a text a plan may write; the
+    file's description says so when cut). Blocking: run it in a worker thread. The file is at most
+    ``[storage] max_text_file_bytes``, checked when it was accepted.
+
+    Raises:
+        ResolveError: the file cannot be read, or is neither UTF-8 nor UTF-16 with a byte-order mark.
+    """
+    try:
+        return decode_text(document.path.read_bytes())[:MAX_TEXT_ARG]
+    except (OSError, UnicodeDecodeError) as e:
+        raise ResolveError(f"{document.id} cannot be read ({e.__class__.__name__})") from None
+
+
+async def resolve_args(task: Task, results: dict[int, TaskResult], resources: dict[str, Resource]) -> dict[str, str | Resource]:
+    """Replace placeholders and resource ids by values; a text file's content is read in a worker
+    thread (:func:`_document_text`), not on the event loop.
 
     Args:
         task: a validated task (file arguments are resource ids or ``<resource>-N``).
@@ -95,12 +111,7 @@ def resolve_args(task: Task, results: dict[int, TaskResult], resources: dict[str
 
             document = resources.get(value)
             if document is not None and document.kind == "text":  # a text file: its content
-                try:
-                    content = decode_text(document.path.read_bytes())
-                except (OSError, UnicodeDecodeError) as e:
-                    raise ResolveError(f"{document.id} cannot be read ({e.__class__.__name__})") from None
-                # as long as a text a plan may write (the file's description says so when cut)
-                out[key] = content[:MAX_TEXT_ARG]
+                out[key] = await asyncio.to_thread(_document_text, document)
                 continue
             out[key] = PLACEHOLDER.sub(text_of, value)
         else:
@@ -406,7 +417,7 @@ class ExecutionRun:
             self.selections[task.id] = selection
             emit(ModelSelected(selection))
             try:
-                args = resolve_args(task, self.results, self.resources)
+                args = await resolve_args(task, self.results, self.resources)
             except ResolveError as e:
                 log.warning("task %d: %s", task.id, e)
                 result = TaskResult(task.id, "failed", error=f"Task {task.id} could not get its input: {e}.")

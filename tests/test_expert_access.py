@@ -140,3 +140,40 @@ def test_experts_api_keys_must_name_a_configured_server():
            "HUGGINGGPT_INFERENCE__EXPERTS_API_KEYS": json.dumps({"http://experts:8081": "from-env"})}
     settings = load_settings(path=os.devnull, env=env)
     assert settings.inference.experts_api_keys["http://experts:8081"].get_secret_value() == "from-env"
+
+
+async def test_the_saved_token_is_read_once_at_start_not_per_expert_call(tmp_path, monkeypatch, sink):
+    """With no ``[inference] token``, the token ``hf auth login`` saved is the one sent, read when
+    the configuration is built: replacing the file afterwards changes nothing until the next start
+    (the hub client, given no token, would read the file again on every call, on the event loop)."""
+    from huggingface_hub import constants
+
+    seen: list[str | None] = []
+
+    async def classify(request: web.Request) -> web.Response:
+        await request.read()
+        seen.append(request.headers.get("Authorization"))
+        return web.json_response([[{"label": "positive", "score": 0.9}]])
+
+    app = web.Application()
+    app.router.add_post("/models/{name}", classify)
+    runner, port = web.AppRunner(app), free_port()
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    saved = tmp_path / "token"
+    saved.write_text("hf_saved_first")
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(saved))  # where HF_HOME puts it
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    gateway = dict(provider=None, base_url=f"http://127.0.0.1:{port}", max_attempts=1)
+    hub = HubRunner(pipeline_config(Settings(inference=gateway)))
+    configured = HubRunner(pipeline_config(Settings(inference={**gateway, "token": "hf_from_settings"})))
+    try:
+        await hub.run("text-classification", "m", {"text": "a"}, sink, task_id=1)
+        saved.write_text("hf_saved_second")
+        await hub.run("text-classification", "m", {"text": "b"}, sink, task_id=2)
+        await configured.run("text-classification", "m", {"text": "c"}, sink, task_id=3)
+    finally:
+        await hub.aclose()
+        await configured.aclose()
+        await runner.cleanup()
+    assert seen == ["Bearer hf_saved_first", "Bearer hf_saved_first", "Bearer hf_from_settings"]

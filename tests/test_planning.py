@@ -192,7 +192,7 @@ def test_parse_never_raises_anything_but_plan_invalid(text):
 
 
 @pytest.mark.parametrize("form", ["<resource>-{n}", "<resource-{n}>", "<node-{n}>", "<GENERATED>-{n}", "<resource>-{n}>"])
-def test_placeholder_substitution_keeps_the_text_around_it(form):
+async def test_placeholder_substitution_keeps_the_text_around_it(form):
     from pipeline.execution import resolve_args
     from pipeline.types import Output, Task, TaskResult
 
@@ -203,7 +203,7 @@ def test_placeholder_substitution_keeps_the_text_around_it(form):
     task = plan(raw)[2]
     assert task.args["text"] == "see <resource>-1 and <resource>-0 ok\n<resource>-1\n\n<resource>-0\tend"
     results = {0: TaskResult(0, "ok", Output(text="A")), 1: TaskResult(1, "ok", Output(text="B"))}
-    assert resolve_args(task, results, {})["text"] == "see B and A ok\nB\n\nA\tend"
+    assert (await resolve_args(task, results, {}))["text"] == "see B and A ok\nB\n\nA\tend"
 
 
 def test_messages_use_the_right_article():

@@ -96,9 +96,9 @@ def test_plans_pass_a_text_file_by_id_or_name_into_text_arguments_only():
     assert t.args["text"] == "see text-1 please"
 
 
-def test_a_text_argument_naming_a_text_file_gets_its_content():
+async def test_a_text_argument_naming_a_text_file_gets_its_content():
     task = Task(0, "question-answering", (), {"text": "Who ran by?", "context": "text-1"})
-    args = resolve_args(task, {}, {"text-1": DOC})
+    args = await resolve_args(task, {}, {"text-1": DOC})
     assert args == {"text": "Who ran by?", "context": ALICE}
 
 
@@ -108,7 +108,7 @@ async def test_a_long_text_file_is_read_up_to_the_text_limit_and_says_so(tmp_pat
     info = await inspect_upload(long.read_bytes(), "long.txt", None, max_bytes=10_000_000, **upload_limits())
     assert "50,000 characters" in info.description and "tasks read its first 20,000 characters" in info.description
     doc = Resource("text-1", "text", long, "text/plain", long.stat().st_size, name="long.txt")
-    args = resolve_args(Task(0, "summarization", (), {"text": "text-1"}), {}, {"text-1": doc})
+    args = await resolve_args(Task(0, "summarization", (), {"text": "text-1"}), {}, {"text-1": doc})
     assert args["text"] == ("word " * 4000)[:20_000]
 
 
@@ -126,3 +126,31 @@ def test_this_document_binds_to_an_attached_image_when_no_text_file_is_there():
     check_mentions(scanned, [], ["image"], None)  # the scanned page is the document: planned
     with pytest.raises(InputError, match="no document or text file in this conversation"):
         check_mentions(scanned.replace("an image 'example.jpg'", "a recording"), [], ["audio"], None)
+
+
+async def test_a_text_file_is_read_off_the_event_loop(tmp_path):
+    """A text file on a slow disk (here a pipe whose writer waits 1 s) does not stall the event loop,
+    so every other conversation goes on while it is read."""
+    import asyncio
+    import threading
+    import time
+
+    slow = tmp_path / "slow.txt"
+    os.mkfifo(slow)
+    doc = Resource("text-1", "text", slow, "text/plain", 5, name="slow.txt")
+
+    def writer() -> None:
+        time.sleep(1.0)
+        with open(slow, "w", encoding="utf-8") as f:
+            f.write("hello")
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    reading = asyncio.create_task(resolve_args(Task(0, "summarization", (), {"text": "text-1"}), {}, {"text-1": doc}))
+    began = time.perf_counter()
+    await asyncio.sleep(0.05)  # the loop's other work, while the file is read
+    woke = time.perf_counter() - began
+    args = await reading
+    thread.join()
+    assert args == {"text": "hello"}
+    assert woke < 0.5  # read on the loop, this timer would wait for the whole read (1 s)
