@@ -6,9 +6,12 @@ budget's sentence). Real sandbox stand-ins through the service's front door."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
+from adapters.slack.web import APPROVE_ACTIONS
+from benchmarks.harness.slack import start_harness
 from bot.approval import Approve, ApprovalNeeded
 from bot.incoming import ConversationKey, Message, Requester
 from bot.service import Service
@@ -19,6 +22,7 @@ from tests.conftest import media_file
 
 KEY = ConversationKey("slack", "T1", "C1", "1700.2")
 WHO = Requester("slack", "U1", ("C1",), "T1")
+RUN = APPROVE_ACTIONS[0]
 THRESHOLD = 0.10
 """``approve_above_usd`` in these tests: between the cheap plan's estimate and the image plan's."""
 
@@ -109,4 +113,31 @@ async def test_run_pressed_on_a_plan_over_the_budget_is_refused_with_the_budget_
                                 f"daily budget of $0.2000 ($0.0000 spent); it resets at 00:00 UTC.")
         assert sandbox.inference.records == []  # the approved plan never reached an expert
     finally:
+        await service.close()
+
+
+async def test_on_slack_the_plan_shows_its_estimate_and_run_meets_the_budget(slack, sandbox, tmp_path):
+    """Through real slack-bolt and the stand-in Slack: the plan's blocks carry the estimate; Run
+    pressed on a plan over the requester's daily budget posts the budget's sentence, runs nothing."""
+    service = await Service.create(settings_for(sandbox, tmp_path, per_user_day=0.20))
+    h = await start_harness(slack, service, tmp_path)
+    try:
+        sandbox.controller.script.append(IMAGE)
+        body, _, ts = h.mention("draw a cat on a red sofa")
+        await h.deliver(body)
+        plan = await h.slack.wait_for(lambda: next((m for m in h.replies(ts) if any(
+            b.get("block_id") == "approval" for b in m.blocks)), None))
+        await h.settle()
+        shown = json.dumps(plan.blocks)
+        [estimate] = [float(x) for x in re.findall(r"cost: about \$(\d+\.\d{4})", shown)]
+        assert estimate > THRESHOLD
+        actions = next(b for b in plan.blocks if b.get("block_id") == "approval")
+        run = next(e for e in actions["elements"] if e["action_id"] == RUN)
+        assert await h.click(plan, RUN, run["value"], user="U1") == 200
+        said = await h.slack.wait_for(lambda: next((m for m in h.replies(ts) if "budget" in m.text), None))
+        await h.settle()
+        assert "would pass your daily budget of $0.2000 ($0.0000 spent); it resets at 00:00 UTC." in said.text
+        assert sandbox.inference.records == []
+    finally:
+        await h.close()
         await service.close()
