@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from cachetools import TTLCache
 
+from pipeline.cost import dollars
 from pipeline.types import PLACEHOLDER, Task, placeholder_id
 
 from .errors import InputError, Refused
@@ -96,8 +97,10 @@ def dropped_sentence(tasks: Sequence[Task], removed: dict[int, int]) -> str:
 
 
 def cost_line(estimate_usd: float | None) -> str:
-    """The estimate as a plan display shows it: ``cost: unknown`` or ``cost: about $0.12``."""
-    return "cost: unknown" if estimate_usd is None else f"cost: about ${estimate_usd:.2f}"
+    """The estimate as a plan display shows it: ``cost: unknown`` or ``cost: about $0.0123``, written
+    as budgets and the cost footer write dollars (:func:`pipeline.cost.dollars`: a sub-cent plan is
+    not shown as ``$0.00``)."""
+    return "cost: unknown" if estimate_usd is None else f"cost: about {dollars(estimate_usd)}"
 
 
 def plan_lines(tasks: Sequence[Task]) -> list[str]:

@@ -79,6 +79,12 @@ def component_problem(body: dict[str, Any], flags: int, filenames: set[str]) -> 
             return "an action row holds 1 to 5 components"
         if kind == 2 and len(c.get("custom_id") or "") > 100:
             return "custom_id is longer than 100 characters"
+        if kind == 1 and any(x.get("type") == 3 for x in c["components"]) and len(c["components"]) > 1:
+            return "an action row with a select holds nothing else"
+        if kind == 3:
+            problem = select_problem(c)
+            if problem:
+                return problem
         if kind == 12:
             items = c.get("items") or []
             if not 1 <= len(items) <= 10:
@@ -90,6 +96,28 @@ def component_problem(body: dict[str, Any], flags: int, filenames: set[str]) -> 
         for url in urls:
             if url.startswith("attachment://") and url[len("attachment://"):] not in filenames:
                 return f"{url} refers to no attachment of this message"
+    return None
+
+
+def select_problem(c: dict[str, Any]) -> str | None:
+    """Why Discord would refuse this string select (component type 3), or ``None``. Rules (Discord
+    API docs, "String Select"): ``custom_id`` 1-100 characters; 1-25 options, each ``label`` and
+    ``value`` 1-100 characters, values distinct; ``min_values`` 0-25, ``max_values`` 1-25, at most
+    the options; ``placeholder`` up to 150 characters."""
+    options = c.get("options") or []
+    lo, hi = c.get("min_values", 1), c.get("max_values", 1)
+    if not 1 <= len(c.get("custom_id") or "") <= 100:
+        return "a select needs a custom_id of 1 to 100 characters"
+    if not 1 <= len(options) <= 25:
+        return f"a select holds 1 to 25 options, not {len(options)}"
+    if any(not 1 <= len(o.get("label") or "") <= 100 or not 1 <= len(o.get("value") or "") <= 100 for o in options):
+        return "a select option's label and value are 1 to 100 characters"
+    if len({o["value"] for o in options}) != len(options):
+        return "a select's option values are distinct"
+    if not (0 <= lo <= 25 and 1 <= hi <= 25 and lo <= hi <= len(options)):
+        return f"min_values {lo} / max_values {hi} do not fit {len(options)} options"
+    if len(c.get("placeholder") or "") > 150:
+        return "a select's placeholder is longer than 150 characters"
     return None
 
 
@@ -234,6 +262,24 @@ class StoredMessage:
     def buttons(self) -> list[dict[str, Any]]:
         """The buttons a user can press now."""
         return [c for c in walk_components(self.components) if c.get("type") == 2]
+
+    def selects(self) -> list[dict[str, Any]]:
+        """The string selects a user can choose in now."""
+        return [c for c in walk_components(self.components) if c.get("type") == 3]
+
+    def choice_problem(self, custom_id: str, values: list[str]) -> str | None:
+        """Why a user could not choose ``values`` in the string select ``custom_id`` (none shown,
+        a value not among its options, fewer than ``min_values`` or more than ``max_values``,
+        Discord API docs "String Select"), or ``None``."""
+        select = next((c for c in self.selects() if c.get("custom_id") == custom_id), None)
+        if select is None:
+            return f"no string select {custom_id!r}"
+        offered = {o.get("value") for o in select.get("options") or []}
+        if not set(values) <= offered or len(set(values)) != len(values):
+            return f"{values} are not distinct options of {sorted(map(str, offered))}"
+        if not select.get("min_values", 1) <= len(values) <= select.get("max_values", 1):
+            return f"{len(values)} choices, outside {select.get('min_values', 1)}..{select.get('max_values', 1)}"
+        return None
 
     def gallery(self) -> list[tuple["UploadedFile", str | None]]:
         """The media gallery items as (uploaded file, alt text), in order."""

@@ -556,20 +556,33 @@ class StandinDiscord:
         return cid
 
     async def press(self, message_id: int, custom_id: str, *, user: dict[str, Any] | None = None,
-                    permissions: int = BOT_PERMISSIONS) -> int:
-        """A user presses the button ``custom_id`` of a message (INTERACTION_CREATE, type 3
-        MESSAGE_COMPONENT); ``permissions`` are the member's in that channel. Returns the
-        interaction id."""
+                    permissions: int = BOT_PERMISSIONS, values: list[str] | None = None) -> int:
+        """A user presses the button ``custom_id`` of a message, or (``values`` given) chooses
+        ``values`` in its string select ``custom_id`` (INTERACTION_CREATE, type 3
+        MESSAGE_COMPONENT, ``data.component_type`` 2 or 3); ``permissions`` are the member's in that
+        channel. Returns the interaction id.
+
+        Raises:
+            AssertionError: the message shows no such component, or the choice is one Discord's
+                client would not let a user make (see :meth:`StoredMessage.choice_problem`).
+        """
         user = user or self.user
         msg = self.messages[message_id]
-        if custom_id not in [b.get("custom_id") for b in msg.buttons()]:
-            raise AssertionError(f"message {message_id} shows no button {custom_id!r}: a user cannot press it")
+        if values is None:
+            if custom_id not in [b.get("custom_id") for b in msg.buttons()]:
+                raise AssertionError(f"message {message_id} shows no button {custom_id!r}: a user cannot press it")
+            data: dict[str, Any] = {"custom_id": custom_id, "component_type": 2}
+        else:
+            problem = msg.choice_problem(custom_id, values)
+            if problem:
+                raise AssertionError(f"message {message_id}: {problem}: a user cannot choose it")
+            data = {"custom_id": custom_id, "component_type": 3, "values": list(values)}
         iid = self.snowflake()
         token = f"itoken-{iid}"
         channel = self.channels[msg.channel_id]
         payload: dict[str, Any] = {
             "id": str(iid), "application_id": str(self.app_id), "type": 3, "token": token, "version": 1,
-            "data": {"custom_id": custom_id, "component_type": 2}, "message": msg.payload,
+            "data": data, "message": msg.payload,
             "channel_id": str(msg.channel_id), "channel": channel, "locale": "en-US",
             "app_permissions": str(self.app_permissions), "entitlements": [],
             "attachment_size_limit": self.attachment_size_limit,

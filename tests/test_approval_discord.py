@@ -1,7 +1,8 @@
 """Plan approval on Discord (issue 36 item 2): the real discord.py client against the stand-in
 Discord on 127.0.0.1, the real Service on the sandbox backends (SQLite or PostgreSQL). A plan that
-waits is posted with Run / Cancel / "Run without step N" buttons; presses are INTERACTION_CREATE
-events as Discord sends them; a restart (new service and bot on the same store) keeps them working."""
+waits is posted with Run / Cancel buttons and a "Run without steps…" string select; presses and
+choices are INTERACTION_CREATE events as Discord sends them (type 3 MESSAGE_COMPONENT, component_type
+2 or 3 with ``values``); a restart (new service and bot on the same store) keeps them working."""
 
 from __future__ import annotations
 
@@ -108,10 +109,22 @@ async def test_cancel_expiry_and_dropping_a_step(tmp_path, database):
                 assert sb.inference.records == []
                 env.service.plans.clock = time.time
                 thread, plan = await waiting_plan(env)
-                await d.press(plan.id, button(plan, "Run without step 0"))
+            async with bot_on(d, sb, tmp_path, database) as env:  # a restart: the select still works
+                [select] = plan.selects()
+                assert select["custom_id"] == f"hgpt:plan:without:{select['custom_id'][-16:]}"
+                assert [o["value"] for o in select["options"]] == ["0", "1", "2"]
+                assert (select["min_values"], select["max_values"]) == (1, 2)  # never every step
+                assert [b["label"] for b in plan.buttons()] == ["Run", "Cancel"]
+                with pytest.raises(AssertionError, match="outside 1..2"):  # Discord's client allows no more
+                    await d.press(plan.id, select["custom_id"], values=["0", "1", "2"])
+                nosy = await d.press(plan.id, select["custom_id"], values=["0"], user=d.user2, permissions=BOT_PERMISSIONS)
+                await d.wait_for(lambda: env.ephemeral_reply(nosy), 5)
+                assert env.ephemeral_reply(nosy) == NOT_YOURS and plan.selects()
+                await d.press(plan.id, select["custom_id"], values=["0"])
                 answer = await d.wait_for(lambda: next((m for m in d.bot_messages(thread) if "Dropped as asked" in m.text
                                                         and "Sandbox stand-in controller" in m.text), None), 20)
                 assert "step 1 (text-to-speech, needed step 0)" in answer.text
                 assert {r.task for r in sb.inference.records} == {"image-classification"}
+                assert plan.text.startswith("Running this plan without step 0") and not plan.selects()
         finally:
             d.restore_client_urls(old)

@@ -82,3 +82,33 @@ def test_stop_custom_id_is_checked() -> None:
     assert stop_custom_id("0123abcd") == "hgpt:stop:0123abcd"
     with pytest.raises(ValueError):
         stop_custom_id("not hex")
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(1, 40), name=st.sampled_from(["image-to-text", "x" * 120]))
+async def test_a_waiting_plans_components_stay_within_discord_limits(n: int, name: str) -> None:
+    """Run, Cancel and a "Run without steps…" select of at most 25 steps, never all of them."""
+    from adapters.discord.components import approval_view
+    from bot.approval import ApprovalNeeded
+
+    tasks = tuple(Task(task=name, id=i, dep=[-1], args={"text": "a"}) for i in range(n))
+    body = {"components": approval_view(ApprovalNeeded("0123456789abcdef", tasks, 0.5, 4e9, "U1")).to_components()}
+    assert component_problem(body, 0, set()) is None
+    every = walk_components(body["components"])
+    assert [c["label"] for c in every if c["type"] == 2] == ["Run", "Cancel"]
+    selects = [c for c in every if c["type"] == 3]
+    assert len(selects) == (n > 1)
+    for select in selects:
+        assert len(select["options"]) == min(n, 25) and select["max_values"] == min(n - 1, 25)
+        assert select["custom_id"] == "hgpt:plan:without:0123456789abcdef"
+
+
+def test_the_stand_in_refuses_a_select_discord_would_refuse() -> None:
+    row = {"type": 1, "components": [{"type": 3, "custom_id": "s", "max_values": 1,
+                                      "options": [{"label": str(i), "value": str(i)} for i in range(26)]}]}
+    assert component_problem({"components": [row]}, 0, set()) == "a select holds 1 to 25 options, not 26"
+    row["components"] = [{"type": 3, "custom_id": "s", "max_values": 3, "options": [{"label": "a", "value": "a"}]}]
+    assert "max_values 3" in component_problem({"components": [row]}, 0, set())
+    row["components"] = [{"type": 3, "custom_id": "s", "options": [{"label": "a", "value": "a"}]},
+                         {"type": 2, "custom_id": "b", "label": "b", "style": 1}]
+    assert component_problem({"components": [row]}, 0, set()) == "an action row with a select holds nothing else"

@@ -1,8 +1,8 @@
-"""A plan that waits for approval on Discord (:mod:`bot.approval`): posted with Run, Cancel and
-"Run without step N" buttons.
+"""A plan that waits for approval on Discord (:mod:`bot.approval`): posted with Run and Cancel
+buttons and a "Run without steps…" string select of its steps.
 
-Each button's ``custom_id`` carries the verb and the plan id (``hgpt:plan:run:<hex>``,
-``hgpt:plan:drop2:<hex>``) and is registered as a dynamic item (discord.py ``ui.DynamicItem``,
+Each component's ``custom_id`` carries the verb and the plan id (``hgpt:plan:run:<hex>``,
+``hgpt:plan:without:<hex>``; the steps chosen arrive as the select's values) and is registered as a dynamic item (discord.py ``ui.DynamicItem``,
 ``Client.add_dynamic_items``), so a press is understood whatever process receives it, also after a
 restart: the plan itself is in the store. Only the requester or a ``[planning] approvers`` user or
 role may press; anyone else, a plan run, cancelled or expired, gets one private sentence (an
@@ -26,8 +26,9 @@ from .runs import LiveRun
 
 log = logging.getLogger("hugginggpt.discord")
 
-async def press_plan(bot: Any, interaction: discord.Interaction, verb: str, plan_id: str, step: int | None) -> None:
-    """Answer a press on a plan button (see the module docstring)."""
+async def press_plan(bot: Any, interaction: discord.Interaction, verb: str, plan_id: str, drop: tuple[int, ...]) -> None:
+    """Answer a press on a plan button or a choice in its select (see the module docstring);
+    ``drop``: the step ids to run without."""
     channel = interaction.channel
     who = bot.requester(interaction.user, interaction.guild_id, [interaction.channel_id or 0])
     try:
@@ -48,14 +49,13 @@ async def press_plan(bot: Any, interaction: discord.Interaction, verb: str, plan
     except discord.HTTPException as e:
         log.warning("could not answer the press on plan %s: %s", plan_id, e)
         return
-    without = f" without step {step}" if step is not None else ""
+    without = f" without step{'s' if len(drop) > 1 else ''} {', '.join(map(str, drop))}" if drop else ""
     try:
         await interaction.response.edit_message(content=f"Running this plan{without} (approved by "
                                                         f"{interaction.user.display_name}).", view=None)
     except discord.HTTPException as e:
         log.warning("could not answer the press on plan %s: %s", plan_id, e)
     live = LiveRun(requester=interaction.user.id)
-    drop = () if step is None else (step,)
     message = Message("", who=who, stop=live.stop, memoryless_fallback=True, approve=Approve(plan.plan_id, drop))
     bot.spawn(_approved_run(bot, channel, message, live), live)
 

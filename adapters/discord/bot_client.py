@@ -74,7 +74,7 @@ from .policy import REQUIRED_IN_CHANNEL, AttachmentInfo, attachment_refusal, mis
 from .render import missing_permission_sentence
 from .runs import LiveRun
 from .approval import press_plan
-from .components import PlanButton
+from .components import PlanButton, PlanStepSelect
 from .stop import StopButton
 
 if TYPE_CHECKING:
@@ -207,7 +207,7 @@ class HuggingGPTBot(discord.AutoShardedClient):
     async def setup_hook(self) -> None:
         """Sync the slash command once per process start (``setup_hook`` runs once, before the
         gateway connects; ``on_ready`` runs again after every reconnect)."""
-        self.add_dynamic_items(StopButton, PlanButton)  # Stop and plan presses, also on messages from before a restart
+        self.add_dynamic_items(StopButton, PlanButton, PlanStepSelect)  # Stop and plan presses, also on messages from before a restart
         self.service.events.on_interrupted(self._tell_interrupted)  # logged in now: threads of dead processes can be told
         self.ask_command.file_types = tuple(await self._file_types())
         await self.tree.sync()
@@ -400,9 +400,10 @@ class HuggingGPTBot(discord.AutoShardedClient):
         while len(self.conversation_threads) > 100_000:  # oldest first (dicts keep insertion order)
             del self.conversation_threads[next(iter(self.conversation_threads))]
 
-    async def on_plan_pressed(self, interaction: discord.Interaction, verb: str, plan_id: str, step: int | None) -> None:
-        """A press on a waiting plan's button (:func:`adapters.discord.approval.press_plan`)."""
-        await press_plan(self, interaction, verb, plan_id, step)
+    async def on_plan_pressed(self, interaction: discord.Interaction, verb: str, plan_id: str,
+                              drop: tuple[int, ...]) -> None:
+        """A press on a waiting plan's button or select (:func:`adapters.discord.approval.press_plan`)."""
+        await press_plan(self, interaction, verb, plan_id, drop)
 
     def live_run(self, run_id: str) -> LiveRun | None:
         """The run in flight with id ``run_id``, or ``None`` (ended, or before a restart)."""

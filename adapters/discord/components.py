@@ -240,9 +240,12 @@ def note_view(text: str) -> ui.LayoutView:
 # ---------------------------------------------------------------- a plan waiting for approval
 
 PLAN_TEMPLATE = re.compile(r"hgpt:plan:(?P<verb>run|cancel|drop)(?P<step>\d{0,4}):(?P<plan>[0-9a-f]{16})")
-"""A plan button's ``custom_id`` (at most 100 characters, Discord API docs, "Button")."""
-MAX_DROP_BUTTONS = 15
-""""Run without step N" buttons offered (three rows of five; Discord allows five rows of five)."""
+"""A plan button's ``custom_id`` (at most 100 characters, Discord API docs, "Button"); ``drop<N>``:
+the one-button-per-step form of earlier versions, still understood on their messages."""
+DROP_TEMPLATE = re.compile(r"hgpt:plan:without:(?P<plan>[0-9a-f]{16})")
+"""The ``custom_id`` of a plan's "Run without steps…" string select."""
+MAX_SELECT_OPTIONS = 25
+"""Options of one string select (Discord API docs, "String Select"); a longer plan offers its first 25."""
 
 
 def plan_custom_id(verb: str, plan_id: str, step: int | None = None) -> str:
@@ -251,7 +254,7 @@ def plan_custom_id(verb: str, plan_id: str, step: int | None = None) -> str:
 
 
 class PlanButton(ui.DynamicItem[ui.Button], template=PLAN_TEMPLATE):
-    """Run, Cancel or "Run without step N" of a waiting plan (:mod:`bot.approval`), dispatched to
+    """Run or Cancel of a waiting plan (:mod:`bot.approval`), dispatched to
     ``client.on_plan_pressed`` (:func:`adapters.discord.approval.press_plan`). The ``custom_id``
     carries the verb and the plan id, so a press is understood after a restart too."""
 
@@ -267,18 +270,45 @@ class PlanButton(ui.DynamicItem[ui.Button], template=PLAN_TEMPLATE):
         return cls(match["verb"], match["plan"], int(match["step"]) if match["step"] else None)
 
     async def callback(self, interaction: discord.Interaction) -> None:
-        await interaction.client.on_plan_pressed(interaction, self.verb, self.plan_id, self.step)  # type: ignore[attr-defined]
+        drop = () if self.step is None else (self.step,)
+        await interaction.client.on_plan_pressed(interaction, self.verb, self.plan_id, drop)  # type: ignore[attr-defined]
+
+
+class PlanStepSelect(ui.DynamicItem[ui.Select], template=DROP_TEMPLATE):
+    """"Run without steps…": a string select of a waiting plan's steps; choosing some runs the plan
+    without them (and what needs them), through ``client.on_plan_pressed`` with the verb ``"run"``.
+    A dynamic item like :class:`PlanButton`, so it works after a restart; the choices arrive as the
+    interaction's ``data.values`` (step ids; ones not in the plan are ignored by
+    :func:`bot.approval.drop_steps`)."""
+
+    def __init__(self, plan_id: str, options: list[discord.SelectOption] | None = None) -> None:
+        options = options or [discord.SelectOption(label="-", value="-")]  # a press rebuilds it from the message
+        super().__init__(ui.Select(custom_id=f"hgpt:plan:without:{plan_id}", placeholder="Run without steps…",
+                                   min_values=1, max_values=len(options), options=options))
+        self.plan_id = plan_id
+
+    @classmethod
+    async def from_custom_id(cls, interaction: discord.Interaction, item: ui.Item[Any], match: re.Match[str], /) -> "PlanStepSelect":
+        options = list(item.options) if isinstance(item, ui.Select) else None
+        return cls(match["plan"], options)
+
+    async def callback(self, interaction: discord.Interaction) -> None:
+        drop = tuple(int(v) for v in self.item.values if v.isdigit() and len(v) <= 4)
+        await interaction.client.on_plan_pressed(interaction, "run", self.plan_id, drop)  # type: ignore[attr-defined]
 
 
 def approval_view(waiting: ApprovalNeeded) -> ui.View:
-    """The buttons of a waiting plan: Run, Cancel, then "Run without step N" for each step (a
-    plan of one step has none)."""
+    """A waiting plan's components: Run and Cancel buttons, then (a plan of more than one step) a
+    "Run without steps…" select of its steps, at most all but one of them chosen."""
     view = ui.View(timeout=None)
     view.add_item(PlanButton("run", waiting.plan_id))
     view.add_item(PlanButton("cancel", waiting.plan_id))
     if len(waiting.tasks) > 1:
-        for t in waiting.tasks[:MAX_DROP_BUTTONS]:
-            view.add_item(PlanButton("drop", waiting.plan_id, t.id))
+        options = [discord.SelectOption(label=f"Step {t.id}: {t.task}"[:100], value=str(t.id))
+                   for t in waiting.tasks[:MAX_SELECT_OPTIONS]]
+        select = PlanStepSelect(waiting.plan_id, options)
+        select.item.max_values = min(len(options), len(waiting.tasks) - 1)
+        view.add_item(select)
     return view
 
 
