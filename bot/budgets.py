@@ -20,7 +20,6 @@ charged (budgets count dollars whose price is known): set the prices of what a t
 from __future__ import annotations
 
 import asyncio
-import calendar
 import logging
 import secrets
 import time
@@ -34,12 +33,10 @@ from .errors import Refused, StorageError
 from .incoming import Requester
 from .settings import BudgetSettings
 from .store.protocol import Spending
-from .stored import Limit, Overspent, Payer, Scope, Settled
+from .stored import PERIODS, SCOPES, Limit, Overspent, Payer, Settled, period_bounds
 
 log = logging.getLogger(__name__)
 
-SCOPES: tuple[Scope, ...] = ("user", "channel", "team")
-PERIODS = ("day", "month")
 BUDGET_REFUSED = "budget"
 """The :attr:`bot.errors.Refused.reason` of a budget's refusal."""
 
@@ -51,17 +48,6 @@ def payer_of(who: Requester) -> Payer:
     channel = who.channels[-1] if who.channels else None
     return Payer(p, f"{p}:{who.user}", f"{p}:{channel}" if channel else None,
                  f"{p}:{who.workspace}" if who.workspace else None)
-
-
-def period_bounds(period: str, now: float) -> tuple[float, float]:
-    """``(start, end)`` epoch seconds of the UTC day or month holding ``now``."""
-    t = datetime.fromtimestamp(now, timezone.utc)
-    if period == "day":
-        start = datetime(t.year, t.month, t.day, tzinfo=timezone.utc)
-        return start.timestamp(), start.timestamp() + 86400.0
-    start = datetime(t.year, t.month, 1, tzinfo=timezone.utc)
-    days = calendar.monthrange(t.year, t.month)[1]
-    return start.timestamp(), start.timestamp() + days * 86400.0
 
 
 def limits_for(budgets: BudgetSettings, payer: Payer, now: float) -> list[Limit]:

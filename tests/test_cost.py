@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import sqlite3
 import subprocess
 import sys
 import time
@@ -183,6 +184,27 @@ async def test_twenty_concurrent_reservations_never_pass_one_budget(new_store):
     finally:
         await a.close()
         await b.close()
+
+
+async def test_what_was_spent_before_budgets_and_before_revision_0010_counts(tmp_path):
+    """Runs recorded with no budget set count once one is set; and a database of revision 0009
+    (no ``spend_total``) gets its periods' totals from its runs when it upgrades."""
+    from bot.store import MediaStore
+    from tests.test_store import sqlite_at
+
+    data, now = tmp_path / "data", time.time()
+    payer, since_until = Payer("slack", "slack:U1", "slack:C1", "slack:T1"), period_bounds("month", now)
+    limits = [Limit("team", "slack:T1", "month", 5.0, *since_until)]
+    async with sqlite_at(data, MediaStore(data)) as s:
+        await s.settle_spends([Settled("old", payer, now, None, 5.0, 5.0)])  # recorded only: no budget then
+        assert (await s.check_spend(payer, limits)).spent == pytest.approx(5.0)
+    with sqlite3.connect(data / "conversations.sqlite3") as db:  # as revision 0009 left it
+        db.execute("DROP TABLE spend_total")
+        db.execute("UPDATE alembic_version SET version_num = '0009'")
+    async with sqlite_at(data, MediaStore(data)) as s:
+        assert s.database.applied == ["0010"]
+        assert (await s.check_spend(payer, limits)).spent == pytest.approx(5.0)
+        assert (await s.reserve_spend("new", payer, 0.01, limits)).limit.scope == "team"
 
 
 def test_the_refusal_sentences_name_the_budget_and_its_reset():
