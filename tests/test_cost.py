@@ -20,10 +20,11 @@ import httpx2
 import pytest
 
 from bot.budgets import FLUSH_SECONDS, period_bounds, refusal_sentence
-from bot.errors import ConfigError
+from bot.errors import ConfigError, StorageError
 from bot.incoming import ConversationKey, Message, Requester
 from bot.service import Service
 from bot.settings import load_settings
+from bot.store.sql import spend
 from bot.stored import Limit, Overspent, Payer, Settled
 from pipeline.cost import PriceFileError, PriceTable, dollars, estimate_plan
 from pipeline.experts.http import MAX_BILLED_SECONDS, billed_seconds
@@ -205,6 +206,28 @@ async def test_what_was_spent_before_budgets_and_before_revision_0010_counts(tmp
         assert s.database.applied == ["0010"]
         assert (await s.check_spend(payer, limits)).spent == pytest.approx(5.0)
         assert (await s.reserve_spend("new", payer, 0.01, limits)).limit.scope == "team"
+
+
+async def test_a_reservation_does_not_wait_for_the_disk_but_every_other_write_still_does(tmp_path):
+    """SQLite: the reservation's commit runs at ``synchronous=NORMAL``; the writer is back at
+    FULL (2) for the next transaction, also when the reservation failed (a NOT NULL column left empty)."""
+    from bot.store import MediaStore
+    from tests.test_store import sqlite_at
+
+    payer, limits = Payer("slack", "slack:U1"), [Limit("user", "slack:U1", "day", 1.0, *period_bounds("day", time.time()))]
+    level = []
+
+    def reserve_and_look(conn, *args, **kw):
+        level.append(conn.exec_driver_sql("PRAGMA synchronous").scalar())
+        return spend.reserve(conn, *args, **kw)
+
+    async with sqlite_at(tmp_path, MediaStore(tmp_path)) as s:
+        assert await s.database.run("t", reserve_and_look, "r1", payer, 0.5, limits, now=time.time(),
+                                    durable=False) is None
+        with pytest.raises(StorageError):
+            await s.database.run("t", reserve_and_look, "r2", Payer(None, "slack:U1"), 0.1, limits, now=time.time(), durable=False)
+        after = await s.database.run("t", lambda conn: conn.exec_driver_sql("PRAGMA synchronous").scalar())
+    assert level == [1, 1] and after == 2
 
 
 def test_the_refusal_sentences_name_the_budget_and_its_reset():

@@ -101,9 +101,13 @@ def _add(conn: Connection, amounts: Iterable[tuple[str, float]]) -> None:
     if not params:
         return
     stmt = _upserts(conn)[1]
-    if conn.dialect.name == "sqlite":
-        conn.exec_driver_sql(sqlite_prebuilt(conn, stmt, params[0])[0],
-                             [tuple(sqlite_prebuilt(conn, stmt, p)[1]) for p in params])
+    if conn.dialect.name == "sqlite":  # on the driver's cursor, as dialect.prebuilt
+        cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        try:
+            cursor.executemany(sqlite_prebuilt(conn, stmt, params[0])[0],
+                               [sqlite_prebuilt(conn, stmt, p)[1] for p in params])
+        finally:
+            cursor.close()
     else:
         conn.execute(stmt, params)
 

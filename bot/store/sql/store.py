@@ -461,7 +461,7 @@ class SQLStore:
     async def reserve_spend(self, spend_id: str, payer: Payer, usd: float, limits: Sequence[Limit]) -> Overspent | None:
         """See :meth:`Spending.reserve_spend` (one transaction, :func:`bot.store.sql.spend.reserve`)."""
         return await self.database.run("reserving a budget", spend.reserve, spend_id, payer, usd, limits,
-                                       now=self._clock())
+                                       now=self._clock(), durable=False)
 
     async def check_spend(self, payer: Payer, limits: Sequence[Limit]) -> Overspent | None:
         """See :meth:`Spending.check_spend` (one read of a row per budget, :data:`bot.store.sql.spend.CHECK`)."""
