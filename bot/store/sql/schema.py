@@ -159,12 +159,9 @@ spend = Table(
     Column("estimate_usd", Float),
     Column("actual_usd", Float),
     Column("charged_usd", Float),
-    Index("spend_user", "user", "at"),
-    Index("spend_channel", "channel", "at"),
-    Index("spend_team", "team", "at"),
     Index("spend_at", "at"),
 )
-"""What runs cost (revision 0009): one row per charged run, its reservation then its actual cost;
+"""What runs cost (revision 0009; 0010 dropped its per-scope indexes): one row per charged run, its reservation then its actual cost;
 it counts against a budget as ``coalesce(charged_usd, reserved_usd)`` (:mod:`bot.store.sql.spend`)."""
 
 spend_total = Table(

@@ -49,7 +49,8 @@ class SQLiteWriter:
         self.engine: Engine = create_engine(url.set(drivername="sqlite+pysqlite"), pool_size=1, max_overflow=0,
                                             pool_reset_on_return=None, connect_args={"timeout": busy_timeout})
         event.listen(self.engine, "connect", on_connect)
-        event.listen(self.engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN IMMEDIATE"))
+        # on the driver's own cursor: SQLAlchemy's execution of it cost 20 us of CPU a transaction
+        event.listen(self.engine, "begin", lambda conn: conn.connection.driver_connection.execute("BEGIN IMMEDIATE"))
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="sqlite-writer")
 
     async def call(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
