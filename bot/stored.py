@@ -10,7 +10,9 @@ thousandth page as on the first.
 
 from __future__ import annotations
 
+import calendar
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any, Literal
 
 from pipeline.types import Resource
@@ -55,6 +57,23 @@ class StoredConversation:
 Scope = Literal["user", "channel", "team"]
 """Who a budget is for: a user, a channel (Slack channel, Discord channel) or a team (Slack
 workspace, Discord guild)."""
+
+
+SCOPES: tuple[Scope, ...] = ("user", "channel", "team")
+"""Every scope, in the order budgets are checked."""
+PERIODS = ("day", "month")
+"""A budget's periods: the UTC day and the UTC month (:func:`period_bounds`)."""
+
+
+def period_bounds(period: str, now: float) -> tuple[float, float]:
+    """``(start, end)`` epoch seconds of the UTC day or month holding ``now``."""
+    t = datetime.fromtimestamp(now, timezone.utc)
+    if period == "day":
+        start = datetime(t.year, t.month, t.day, tzinfo=timezone.utc)
+        return start.timestamp(), start.timestamp() + 86400.0
+    start = datetime(t.year, t.month, 1, tzinfo=timezone.utc)
+    days = calendar.monthrange(t.year, t.month)[1]
+    return start.timestamp(), start.timestamp() + days * 86400.0
 
 
 @dataclass(frozen=True)

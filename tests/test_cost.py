@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import sqlite3
 import subprocess
 import sys
 import time
@@ -19,10 +20,11 @@ import httpx2
 import pytest
 
 from bot.budgets import FLUSH_SECONDS, period_bounds, refusal_sentence
-from bot.errors import ConfigError
+from bot.errors import ConfigError, StorageError
 from bot.incoming import ConversationKey, Message, Requester
 from bot.service import Service
 from bot.settings import load_settings
+from bot.store.sql import spend
 from bot.stored import Limit, Overspent, Payer, Settled
 from pipeline.cost import PriceFileError, PriceTable, dollars, estimate_plan
 from pipeline.experts.http import MAX_BILLED_SECONDS, billed_seconds
@@ -183,6 +185,83 @@ async def test_twenty_concurrent_reservations_never_pass_one_budget(new_store):
     finally:
         await a.close()
         await b.close()
+
+
+async def test_what_was_spent_before_budgets_and_before_revision_0010_counts(tmp_path):
+    """Runs recorded with no budget set count once one is set; and a database of revision 0009
+    (no ``spend_total``) gets its periods' totals from its runs when it upgrades."""
+    from bot.store import MediaStore
+    from tests.test_store import sqlite_at
+
+    data, now = tmp_path / "data", time.time()
+    payer, since_until = Payer("slack", "slack:U1", "slack:C1", "slack:T1"), period_bounds("month", now)
+    limits = [Limit("team", "slack:T1", "month", 5.0, *since_until)]
+    async with sqlite_at(data, MediaStore(data)) as s:
+        await s.settle_spends([Settled("old", payer, now, None, 5.0, 5.0)])  # recorded only: no budget then
+        assert (await s.check_spend(payer, limits)).spent == pytest.approx(5.0)
+    with sqlite3.connect(data / "conversations.sqlite3") as db:  # as revision 0009 left it
+        db.execute("DROP TABLE spend_total")
+        for scope in ("user", "channel", "team"):
+            db.execute(f'CREATE INDEX spend_{scope} ON spend ("{scope}", at)')
+        db.execute("UPDATE alembic_version SET version_num = '0009'")
+    async with sqlite_at(data, MediaStore(data)) as s:
+        assert s.database.applied == ["0010"]
+        assert (await s.check_spend(payer, limits)).spent == pytest.approx(5.0)
+        assert (await s.reserve_spend("new", payer, 0.01, limits)).limit.scope == "team"
+
+
+async def test_a_reservation_does_not_wait_for_the_disk_but_every_other_write_still_does(tmp_path):
+    """SQLite: the reservation's commit runs at ``synchronous=NORMAL``; the writer is back at
+    FULL (2) for the next transaction, also when the reservation failed (a NOT NULL column left empty)."""
+    from bot.store import MediaStore
+    from tests.test_store import sqlite_at
+
+    payer, limits = Payer("slack", "slack:U1"), [Limit("user", "slack:U1", "day", 1.0, *period_bounds("day", time.time()))]
+    level = []
+
+    def reserve_and_look(conn, *args, **kw):
+        level.append(conn.exec_driver_sql("PRAGMA synchronous").scalar())
+        return spend.reserve(conn, *args, **kw)
+
+    async with sqlite_at(tmp_path, MediaStore(tmp_path)) as s:
+        assert await s.database.run("t", reserve_and_look, "r1", payer, 0.5, limits, now=time.time(),
+                                    durable=False) is None
+        with pytest.raises(StorageError):
+            await s.database.run("t", reserve_and_look, "r2", Payer(None, "slack:U1"), 0.1, limits, now=time.time(), durable=False)
+        after = await s.database.run("t", lambda conn: conn.exec_driver_sql("PRAGMA synchronous").scalar())
+    assert level == [1, 1] and after == 2
+
+
+async def test_a_check_that_found_budgets_unspent_stands_only_for_checked_seconds(tmp_path):
+    """Another process spends the channel's budget: a run opened within CHECKED_SECONDS of an
+    unspent check plans, and its plan is refused; the next run, or any after CHECKED_SECONDS, is
+    refused before planning."""
+    from bot.budgets import CHECKED_SECONDS, Budgets
+    from bot.errors import Refused
+    from bot.settings import BudgetSettings
+    from bot.store import MediaStore
+    from pipeline.types import Cost, CostLine
+    from tests.test_store import sqlite_at
+
+    base, offset = time.time(), [0.0]
+    payer = Payer("slack", "slack:U1", "slack:C1", "slack:T1")
+    async with sqlite_at(tmp_path, MediaStore(tmp_path)) as mine, sqlite_at(tmp_path, MediaStore(tmp_path)) as other:
+        budgets = Budgets(BudgetSettings(per_channel_day=5.0), mine, clock=lambda: base + offset[0])
+        for spender in ("first", "second"):
+            await budgets.open(SLACK_USER)  # read: unspent
+            limit = Limit("channel", "slack:C1", "day", 5.0, *period_bounds("day", base))
+            assert await other.reserve_spend(spender, payer, 5.0, [limit]) is None
+            if spender == "first":
+                charge = await budgets.open(SLACK_USER)  # within CHECKED_SECONDS: not read again
+                with pytest.raises(Refused) as plan:
+                    await charge.gate((), Cost((CostLine("controller", 0.01),)))
+                assert "would pass this channel's daily budget" in plan.value.user_message
+            else:
+                offset[0] += CHECKED_SECONDS + 0.01
+            with pytest.raises(Refused) as run:
+                await budgets.open(SLACK_USER)
+            assert run.value.user_message.startswith("This channel's daily budget of $5.00 is spent")
+            await other.settle_spends([Settled(spender, payer, base, 0.0, 0.0, 0.0)])  # unspent again
 
 
 def test_the_refusal_sentences_name_the_budget_and_its_reset():

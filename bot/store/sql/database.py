@@ -154,11 +154,12 @@ class Database:
             except (sa_exc.DBAPIError, sa_exc.TimeoutError, OSError, asyncio.TimeoutError) as e:
                 raise self.error(e, action) from None
 
-    async def run(self, action: str, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
+    async def run(self, action: str, fn: Callable[..., R], *args: Any, durable: bool = True, **kwargs: Any) -> R:
         """``fn(connection, *args, **kwargs)`` as one write transaction on a synchronous
         SQLAlchemy ``Connection`` (SQLite: begun, run and committed in one hop to the writer
         thread; PostgreSQL: ``AsyncConnection.run_sync``); its result. For short transactions
-        on the hot path; :meth:`tx` for the others.
+        on the hot path; :meth:`tx` for the others. ``durable`` false: on SQLite its commit does
+        not wait for the disk (:meth:`SQLiteWriter.transaction`).
 
         Raises:
             StorageError: the database failed (mapped by :meth:`error`); whatever ``fn`` raised
@@ -168,10 +169,10 @@ class Database:
         async with self._lock or contextlib.nullcontext():
             try:
                 if self._writer is not None:
-                    return await self._writer.transaction(fn, *args, **kwargs)
+                    return await self._writer.transaction(fn, *args, durable=durable, **kwargs)
                 async with self.engine.begin() as conn:  # type: ignore[union-attr]
                     return await conn.run_sync(fn, *args, **kwargs)
-            except (sa_exc.DBAPIError, sa_exc.TimeoutError, OSError, asyncio.TimeoutError) as e:
+            except (sa_exc.DBAPIError, sqlite3.Error, sa_exc.TimeoutError, OSError, asyncio.TimeoutError) as e:
                 raise self.error(e, action) from None
 
     async def read(self, action: str, *stmts: Any, params: dict[str, Any] | None = None) -> Any:

@@ -3,7 +3,7 @@
 
 They describe the schema the migrations produce (Alembic revision ``head``, see
 :mod:`bot.store.sql.migrate`); they never create it. Columns are those of the SQLite schema
-(Alembic revisions 0001-0009, :mod:`bot.store.sql.migrate`), with times as epoch seconds
+(Alembic revisions 0001-0010, :mod:`bot.store.sql.migrate`), with times as epoch seconds
 (double precision) on both databases.
 """
 
@@ -159,10 +159,15 @@ spend = Table(
     Column("estimate_usd", Float),
     Column("actual_usd", Float),
     Column("charged_usd", Float),
-    Index("spend_user", "user", "at"),
-    Index("spend_channel", "channel", "at"),
-    Index("spend_team", "team", "at"),
     Index("spend_at", "at"),
 )
-"""What runs cost (revision 0009): one row per charged run, its reservation then its actual cost;
+"""What runs cost (revision 0009; 0010 dropped its per-scope indexes): one row per charged run, its reservation then its actual cost;
 it counts against a budget as ``coalesce(charged_usd, reserved_usd)`` (:mod:`bot.store.sql.spend`)."""
+
+spend_total = Table(
+    "spend_total", metadata,
+    Column("budget", Text, primary_key=True),
+    Column("counted_usd", Float, nullable=False),
+)
+"""What each budget period's runs count in ``spend`` (revision 0010), kept with it: ``budget`` is
+``"scope:period:since:key"`` (:func:`bot.store.sql.spend.budget_key`)."""

@@ -461,14 +461,14 @@ class SQLStore:
     async def reserve_spend(self, spend_id: str, payer: Payer, usd: float, limits: Sequence[Limit]) -> Overspent | None:
         """See :meth:`Spending.reserve_spend` (one transaction, :func:`bot.store.sql.spend.reserve`)."""
         return await self.database.run("reserving a budget", spend.reserve, spend_id, payer, usd, limits,
-                                       now=self._clock())
+                                       now=self._clock(), durable=False)
 
     async def check_spend(self, payer: Payer, limits: Sequence[Limit]) -> Overspent | None:
-        """See :meth:`Spending.check_spend` (one read)."""
+        """See :meth:`Spending.check_spend` (one read of a row per budget, :data:`bot.store.sql.spend.CHECK`)."""
         if not limits:
             return None
-        rows = await self.database.read("checking the budgets", spend.CHECK, params=spend.check_params(payer, limits))
-        return spend.first_spent(rows[0], limits)
+        rows = await self.database.read("checking the budgets", spend.CHECK, params=spend.check_params(limits))
+        return spend.first_spent(rows, limits)
 
     async def settle_spends(self, rows: Sequence[Settled]) -> None:
         """See :meth:`Spending.settle_spends` (one transaction)."""
