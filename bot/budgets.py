@@ -4,8 +4,7 @@ A run of a requester is charged to its user, its channel and its team (Slack wor
 guild), each as ``"platform:id"``. Per UTC day and per UTC month each may have a budget in US
 dollars. The rules:
 
-1. before the run: refused when a budget that applies is spent already (a read; a read that found
-   them unspent stands for the requester's runs of the next :data:`CHECKED_SECONDS`);
+1. before the run: refused when a budget that applies is spent already (a read);
 2. after planning (and after each re-planning round), before any task runs: the estimate's known
    part (:attr:`pipeline.cost.Cost.known_usd`) is reserved atomically
    (:meth:`bot.store.protocol.Spending.reserve_spend`); refused when it would pass a budget;
@@ -26,8 +25,6 @@ import secrets
 import time
 from collections.abc import Sequence
 from datetime import datetime, timezone
-
-from cachetools import TTLCache
 
 from pipeline.cost import Cost, dollars
 from pipeline.types import RunRecord, Task
@@ -110,22 +107,14 @@ FLUSH_SECONDS = 2.0
 transaction for them all); until then its reservation counts, which is never less safe."""
 FLUSH_ROWS = 64
 """Settled runs that are written at once, without waiting."""
-CHECKED_SECONDS = 1.0
-"""Seconds a check that found a requester's budgets unspent stands for its next runs: they are not
-read again before planning (under load one read a second per requester, not one per run, about
-0.1 ms of CPU each). Each plan's reservation is still exact; a budget spent meanwhile refuses
-their plans before any task runs (and the next run is read again)."""
-CHECKED_KEEP = 4096
-"""Requesters whose unspent check is remembered (the oldest forgotten first)."""
 
 
 class Charge:
     """The spending of one run (made by :meth:`Budgets.open`): its estimate reserved by
     :meth:`gate`; its actual cost handed to :meth:`Budgets.settle`."""
 
-    def __init__(self, store: Spending, payer: Payer, limits: Sequence[Limit], now: float,
-                 unspent: TTLCache[tuple[Limit, ...], bool]) -> None:
-        self.store, self.payer, self.limits, self.at, self._unspent = store, payer, list(limits), now, unspent
+    def __init__(self, store: Spending, payer: Payer, limits: Sequence[Limit], now: float) -> None:
+        self.store, self.payer, self.limits, self.at = store, payer, list(limits), now
         self.id = secrets.token_hex(8)
 
     async def gate(self, tasks: tuple[Task, ...], estimate: Cost | None) -> None:
@@ -138,7 +127,6 @@ class Charge:
         usd = estimate.known_usd if estimate is not None else 0.0
         over = await self.store.reserve_spend(self.id, self.payer, usd, self.limits)
         if over is not None:
-            self._unspent.pop(tuple(self.limits), None)  # the next run is checked before planning
             log.info("budget refused a plan of %d tasks (%.6f USD) for %s: %s", len(tasks), usd, over.limit.key, over)
             raise Refused(BUDGET_REFUSED, refusal_sentence(over, self.payer.platform, usd))
 
@@ -158,13 +146,12 @@ class Budgets:
     def __init__(self, settings: BudgetSettings, store: Spending | None, clock=time.time) -> None:
         self.settings, self.store, self.clock = settings, store, clock
         self._pending: list[Settled] = []
-        self._unspent: TTLCache[tuple[Limit, ...], bool] = TTLCache(CHECKED_KEEP, CHECKED_SECONDS, timer=clock)
         self._flusher: asyncio.Task[None] | None = None
 
     async def open(self, who: Requester | None) -> Charge | None:
         """The run's charge (its row is made by its reservation or when it is settled); ``None``
         without a store or a requester (nothing is charged). A budget that applies is checked
-        (one read, unless one found them unspent within :data:`CHECKED_SECONDS`).
+        (one read).
 
         Raises:
             Refused: reason ``"budget"``, a budget that applies is spent (one sentence).
@@ -174,13 +161,11 @@ class Budgets:
             return None
         payer, now = payer_of(who), self.clock()
         limits = limits_for(self.settings, payer, now)
-        if tuple(limits) not in self._unspent:
-            over = await self.store.check_spend(payer, limits)
-            if over is not None:
-                log.info("budget refused a run for %s: %s", over.limit.key, over)
-                raise Refused(BUDGET_REFUSED, refusal_sentence(over, payer.platform))
-            self._unspent[tuple(limits)] = True
-        return Charge(self.store, payer, limits, now, self._unspent)
+        over = await self.store.check_spend(payer, limits)
+        if over is not None:
+            log.info("budget refused a run for %s: %s", over.limit.key, over)
+            raise Refused(BUDGET_REFUSED, refusal_sentence(over, payer.platform))
+        return Charge(self.store, payer, limits, now)
 
     def settle(self, charge: Charge, record: RunRecord) -> None:
         """Record the run's estimate and actual cost (written within :data:`FLUSH_SECONDS`, its
