@@ -178,7 +178,8 @@ def image(p: Payload, name: str = "inputs", value: Any = None) -> Any:
         raise BadPayload(name, "is not an image this server can read (PNG, JPEG, WebP, ...)") from None
 
 
-def audio(p: Payload, sampling_rate: int, name: str = "inputs", run_seconds: float | None = None) -> Any:
+def audio(p: Payload, sampling_rate: int, name: str = "inputs", run_seconds: float | None = None,
+          value: Any = None) -> Any:
     """The mono float32 samples (numpy, at ``sampling_rate`` Hz) of the audio file in ``name``,
     decoded and resampled with PyAV (FFmpeg's libraries). The duration the container declares is
     checked against ``max_audio_seconds`` and charged before decoding (:data:`SAMPLE_BYTES` a
@@ -192,7 +193,7 @@ def audio(p: Payload, sampling_rate: int, name: str = "inputs", run_seconds: flo
     import av
     import numpy as np
 
-    data = file_bytes(p, name)
+    data = file_bytes(p, name, value)
     seconds = p.limits.max_audio_seconds if p.limits is not None else float("inf")
     too_long = TooLarge(name, f"is audio longer than {seconds:g} seconds", f"max_audio_seconds = {seconds:g}")
     try:
@@ -211,6 +212,37 @@ def audio(p: Payload, sampling_rate: int, name: str = "inputs", run_seconds: flo
     if not chunks:
         raise BadPayload(name, "is an audio file without samples")
     return np.concatenate(chunks).astype("float32", copy=False)
+
+
+CHAT_MEDIA = {"audio": ("input_audio", "data"), "video": ("video_url", "url")}
+"""Media kind → (part type, field) of an OpenAI-style chat message holding it: audio as OpenAI's
+``input_audio`` (base64 ``data``), video as the ``video_url`` extension vLLM-based servers read."""
+
+
+def chat_parts(p: Payload, kind: str) -> tuple[str, str]:
+    """``(question, base64 media)`` of a chat-completions body (``{"messages": [...]}``, as
+    ``huggingface_hub``'s ``chat_completion`` posts it): the texts of the last message and its one
+    ``kind`` part (:data:`CHAT_MEDIA`), which must be inline (``data:`` URI or base64): a link is
+    refused, never fetched.
+
+    Raises:
+        BadPayload: no such message, no text, not exactly one ``kind`` part, a link.
+        TooLarge: the question is over ``max_text_chars``.
+    """
+    part_type, key = CHAT_MEDIA[kind]
+    messages = p.extra.get("messages")
+    content = messages[-1].get("content") if isinstance(messages, list) and messages and isinstance(
+        messages[-1], dict) else None
+    if not isinstance(content, list):
+        raise BadPayload("messages", f"must end with a user message holding a text part and one {part_type} part")
+    texts = [c.get("text") for c in content if isinstance(c, dict) and c.get("type") == "text"]
+    media = [c.get(part_type) for c in content if isinstance(c, dict) and c.get("type") == part_type]
+    if len(media) != 1 or not isinstance(media[0], dict) or not texts:
+        raise BadPayload("messages", f"must end with a user message holding a text part and one {part_type} part")
+    data = media[0].get(key)
+    if not isinstance(data, str) or data.startswith(("http://", "https://", "file:")):
+        raise BadPayload(f"messages.{part_type}.{key}", "must be the file inline (a data: URI or base64), not a link")
+    return text(p, "messages", " ".join(t for t in texts if isinstance(t, str))), data
 
 
 def _duration(container: Any, stream: Any) -> float | None:

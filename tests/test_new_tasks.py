@@ -266,3 +266,52 @@ async def test_an_instruction_edit_runs_on_the_expert_server_with_a_tiny_instruc
     with Image.open(edited.path) as got, Image.open(image.path) as original:
         assert edited.mime == "image/png" and got.size == original.size
     assert edited.description.startswith(f"{image.id} edited as 'make it red'")
+
+
+# -- on the team's expert server, a tiny Qwen2-Audio -----------------------------------------------
+
+async def test_a_recording_question_runs_on_the_expert_server_with_a_tiny_qwen2_audio(tmp_path, sink):
+    """A tiny random Qwen2-Audio (benchmarks/harness/tinymodels.py) whose card says
+    ``audio-text-to-text``: the bot's client asks it through ``chat_completion`` (the server's
+    ``/v1/chat/completions`` under the model's URL) with a real recording and gets a text answer;
+    the server's HTTP API answers in OpenAI's format naming the model, and a file that is not audio
+    or a link instead of the file is one sentence naming the field (a link is never fetched)."""
+    import base64
+
+    import httpx2
+
+    from benchmarks.harness import tinymodels
+    from tests.test_expert_server import Server
+
+    cache = tmp_path / "hf-cache"
+    tinymodels.build_cache(cache, {"tiny/qwen2-audio": tinymodels.REPOS["tiny/qwen2-audio"]})
+    srv = Server(cache, "", tmp_path / "server.log")
+    runner = HubRunner(pipeline_config(Settings(inference=dict(task_timeout=120, max_attempts=1))))
+    rec = media_file("speech_weather.wav")
+    url = f"{srv.url}/models/tiny/qwen2-audio"
+    try:
+        assert srv.models()["tiny/qwen2-audio"]["task"] == "audio-text-to-text"
+        audio = await stored_upload(sink, rec.data, rec.name, None)
+        out = await runner.run("audio-text-to-text", "tiny/qwen2-audio", {"audio": audio, "text": "Who speaks?"}, sink,
+                               task_id=1, url=url, expert_server=True)
+
+        def ask(data: str, max_tokens: int = 4) -> httpx2.Response:
+            part = {"type": "input_audio", "input_audio": {"data": data, "format": "wav"}}
+            body = {"model": url, "max_tokens": max_tokens,
+                    "messages": [{"role": "user", "content": [{"type": "text", "text": "Who speaks?"}, part]}]}
+            return httpx2.post(f"{url}/v1/chat/completions", json=body, timeout=60)
+
+        good = ask(base64.b64encode(rec.data).decode())
+        bad = ask(base64.b64encode(media_file("chelsea.png").data).decode())
+        link = ask("https://example.invalid/speech.wav")
+    finally:
+        await runner.aclose()
+        srv.stop()
+    assert isinstance(out.text, str) and out.text.strip() and not out.files
+    assert good.status_code == 200 and good.json()["model"] == "tiny/qwen2-audio"
+    (choice,) = good.json()["choices"]
+    assert choice["message"]["role"] == "assistant" and 0 < len(choice["message"]["content"].split()) <= 4
+    assert (bad.status_code, bad.json()) == (400, {"error": "Field 'messages.input_audio.data' is not an audio file "
+                                                            "this server can read (WAV, FLAC, MP3, OGG, ...)."})
+    assert (link.status_code, link.json()) == (400, {"error": "Field 'messages.input_audio.data' must be the file "
+                                                              "inline (a data: URI or base64), not a link."})

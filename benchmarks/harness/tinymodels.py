@@ -354,3 +354,45 @@ REPOS.update({
     "tiny/text-to-video": (text_to_video, None),
     "tiny/instruct-pix2pix": (instruct_pix2pix, "image-text-to-image"),
 })
+
+
+CHAT_TOKENS = ["<|im_start|>", "<|im_end|>", "<|endoftext|>"]
+
+
+def chat_tokenizer(media: list[str]):
+    """A WordLevel tokenizer over :data:`WORDS` with a chat model's turn tokens and the ``media``
+    placeholder tokens (``<|AUDIO|>``...) as special tokens, as a ``PreTrainedTokenizerFast`` (no
+    download); ``<|im_end|>`` ends a turn."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {t: i for i, t in enumerate(SPECIAL + CHAT_TOKENS + media + WORDS)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.normalizer = normalizers.Lowercase()
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.decoder = decoders.WordPiece()  # words joined by spaces
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", eos_token="<|im_end|>",
+                                   additional_special_tokens=CHAT_TOKENS + media, model_max_length=1024)
+
+
+def qwen2_audio(out: Path) -> None:
+    """A tiny Qwen2-Audio (audio-text-to-text): a Whisper-style encoder reading 5 s of 16 mel bins
+    and a one-layer Qwen2 decoder, with its processor (Whisper feature extractor, chat template)."""
+    from transformers import (Qwen2AudioConfig, Qwen2AudioEncoderConfig, Qwen2AudioForConditionalGeneration,
+                              Qwen2AudioProcessor, Qwen2Config, WhisperFeatureExtractor)
+
+    tok = chat_tokenizer(["<|AUDIO|>", "<|audio_bos|>", "<|audio_eos|>"])
+    frames = 500  # 5 s of 10 ms mel frames; the encoder's positions are half of them (its stride-2 conv)
+    audio = Qwen2AudioEncoderConfig(num_mel_bins=16, encoder_layers=1, encoder_attention_heads=2, encoder_ffn_dim=32,
+                                    d_model=16, max_source_positions=frames // 2)
+    text = Qwen2Config(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                       num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=1024,
+                       pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+    model = Qwen2AudioForConditionalGeneration(Qwen2AudioConfig(
+        audio_config=audio, text_config=text, audio_token_index=tok.convert_tokens_to_ids("<|AUDIO|>")))
+    model.generation_config.eos_token_id, model.generation_config.pad_token_id = tok.eos_token_id, tok.pad_token_id
+    fe = WhisperFeatureExtractor(feature_size=16, sampling_rate=16000, chunk_length=frames // 100)
+    _save(model, out, Qwen2AudioProcessor(feature_extractor=fe, tokenizer=tok))
+
+
+REPOS.update({"tiny/qwen2-audio": (qwen2_audio, "audio-text-to-text")})

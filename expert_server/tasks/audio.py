@@ -1,5 +1,6 @@
-"""Audio tasks: speech recognition (``{"text": ...}``), audio classification (labels) and
-text-to-speech (a WAV file). Audio is decoded and resampled with PyAV when the request is read."""
+"""Audio tasks: speech recognition (``{"text": ...}``), audio classification (labels),
+text-to-speech (a WAV file) and audio-text-to-text (a question about a recording, asked and answered
+in the chat-completions format). Audio is decoded and resampled with PyAV when the request is read."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from typing import Any
 
 from .. import payload as P
 from . import Binary, Task
-from .common import load_pipeline, run_grouped
+from .common import chat_answer, chat_reply, load_multimodal, load_pipeline, run_grouped
+from .text import MAX_NEW_TOKENS
 
 
 def _rate(runner: Any) -> int:
@@ -85,3 +87,27 @@ TASKS = [
     Task("text-to-speech", load_pipeline("text-to-audio"), _tts_prepare, _tts_run, _identity, text_only=True),
     Task("text-to-audio", load_pipeline("text-to-audio"), _tts_prepare, _tts_run, _identity, text_only=True),
 ]
+
+
+def _ask_prepare(p: P.Payload) -> tuple[Any, str, int]:
+    """``(samples, question, max new tokens)`` of a chat-completions body holding the audio as an
+    ``input_audio`` part; the answer's length is the request's ``max_tokens``, at most
+    :data:`~expert_server.tasks.text.MAX_NEW_TOKENS`."""
+    question, data = P.chat_parts(p, "audio")
+    asked = p.extra.get("max_tokens")
+    tokens = asked if isinstance(asked, int) and not isinstance(asked, bool) and asked > 0 else MAX_NEW_TOKENS
+    return P.audio(p, RATE, "messages.input_audio.data", value=data), question, min(tokens, MAX_NEW_TOKENS)
+
+
+def _ask_run(runner: Any, items: list[tuple[Any, str, int]]) -> list[Any]:
+    """Chat-completions replies: the model listens to each clip (resampled to its feature
+    extractor's rate; the extractor reads at most its own ``chunk_length`` seconds) and answers."""
+    out = []
+    for (samples, opts), (_, question, tokens) in zip(_decoded(runner[0], [(s, {}) for s, _, _ in items]), items,
+                                                      strict=True):
+        answer = chat_answer(runner, "audio", samples["raw"], question, tokens, sampling_rate=samples["sampling_rate"])
+        out.append(chat_reply(runner[2], answer))
+    return out
+
+
+TASKS.append(Task("audio-text-to-text", load_multimodal, _ask_prepare, _ask_run, _identity))

@@ -58,3 +58,39 @@ def run_grouped(pipe: Any, items: list[tuple[Any, dict]]) -> list[Any]:
 
 def first_device(net: Any) -> Any:
     return next(net.parameters()).device
+
+
+def load_multimodal(model: Any, device: str) -> Any:
+    """``(processor, model, model id)`` of a multimodal chat model (``AutoModelForMultimodalLM``: audio and
+    video language models) from the model's snapshot folder, in eval mode on ``device``."""
+    from transformers import AutoModelForMultimodalLM, AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(str(model.path))
+    net = AutoModelForMultimodalLM.from_pretrained(str(model.path)).to(torch_device(device)).eval()
+    return processor, net, model.id
+
+
+def chat_answer(runner: Any, kind: str, media: Any, question: str, max_tokens: int, **media_kw: Any) -> str:
+    """The model's answer to ``question`` about ``media`` (``kind``: ``audio`` or ``video``, as the
+    processor's keyword names it), at most ``max_tokens`` new tokens, greedy; ``runner`` is
+    :func:`load_multimodal`'s pair."""
+    import torch
+
+    processor, net, _ = runner
+    conversation = [{"role": "user", "content": [{"type": kind}, {"type": "text", "text": question}]}]
+    prompt = processor.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False)
+    enc = processor(text=prompt, **{kind: [media]}, return_tensors="pt", **media_kw).to(first_device(net))
+    with torch.inference_mode():
+        ids = net.generate(**enc, max_new_tokens=max_tokens, do_sample=False)
+    return processor.batch_decode(ids[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)[0].strip()
+
+
+def chat_reply(model_id: str, answer: str) -> dict:
+    """A chat-completions response (OpenAI's format, which ``huggingface_hub`` parses) holding
+    ``answer`` from ``model_id``."""
+    import time
+    import uuid
+
+    return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
+            "model": model_id, "choices": [{"index": 0, "finish_reason": "stop",
+                                            "message": {"role": "assistant", "content": answer}}]}
