@@ -73,7 +73,8 @@ class State:
     def limits(self) -> Limits:
         """One request's input limits, from the config."""
         c = self.config
-        return Limits(c.max_text_chars, c.max_image_pixels, c.max_audio_seconds, c.max_output_pixels)
+        return Limits(c.max_text_chars, c.max_image_pixels, c.max_audio_seconds, c.max_output_pixels,
+                      c.max_video_frames)
 
     def queue(self, model_id: str) -> ModelQueue:
         """The queue of ``model_id`` (created on first use)."""

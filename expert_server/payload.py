@@ -39,12 +39,13 @@ WORK_BYTES = 256  # bytes charged per audio sample the model reads at once, for 
 @dataclass(frozen=True)
 class Limits:
     """One request's input limits (from :class:`expert_server.config.ServerConfig`, whose fields
-    of the same names document them): characters, pixels, seconds."""
+    of the same names document them): characters, pixels, seconds, frames."""
 
     max_text_chars: int
     max_image_pixels: int
     max_audio_seconds: float
     max_output_pixels: int
+    max_video_frames: int
 
 
 def _no_charge(nbytes: int) -> None:
@@ -243,6 +244,65 @@ def chat_parts(p: Payload, kind: str) -> tuple[str, str]:
     if not isinstance(data, str) or data.startswith(("http://", "https://", "file:")):
         raise BadPayload(f"messages.{part_type}.{key}", "must be the file inline (a data: URI or base64), not a link")
     return text(p, "messages", " ".join(t for t in texts if isinstance(t, str))), data
+
+
+VIDEO_FRAMES = 8  # frames a video-language model sees of a video, evenly spread over it
+VIDEO_SIDE = 448  # pixels, the longer side a kept frame is scaled to (Qwen2-VL's default frame is about 448x448)
+
+
+def video_frames(p: Payload, name: str, value: Any) -> list[Any]:
+    """Up to :data:`VIDEO_FRAMES` RGB frames (``PIL.Image``, longer side at most
+    :data:`VIDEO_SIDE` pixels, scaled by FFmpeg's swscale from the decoded frame) evenly spread
+    over the video file in ``value``, decoded with PyAV in one pass. Before decoding, the frame size
+    the stream's header declares is checked against ``max_image_pixels`` and the frame count it
+    declares against ``max_video_frames``, and the kept frames and one decoded frame are charged;
+    frames are counted while decoding too (a container can lie).
+
+    Raises:
+        BadPayload: not a video FFmpeg reads, or no frame. TooLarge: over one of the limits.
+    """
+    import av
+
+    data = file_bytes(p, name, value)
+    limit = p.limits.max_video_frames if p.limits is not None else 2**31
+    too_long = TooLarge(name, f"is a video of more than {limit} frames", f"max_video_frames = {limit}")
+    not_video = BadPayload(name, "is not a video this server can read (MP4, WebM, MKV, ...)")
+    try:
+        with av.open(io.BytesIO(data)) as container:
+            if container.format.name.endswith("_pipe") or container.format.name == "image2":
+                raise not_video  # FFmpeg reads a still image (png_pipe, jpeg_pipe...) as a video of one frame
+            stream = container.streams.video[0]
+            width, height = stream.codec_context.width, stream.codec_context.height
+            pixels = p.limits.max_image_pixels if p.limits is not None else width * height
+            if width * height > pixels:
+                raise TooLarge(name, f"is a video of {width}x{height} pixels a frame", f"max_image_pixels = {pixels}")
+            declared = int(stream.frames or 0) or round((_duration(container, stream) or 0) * float(stream.average_rate or 0))
+            if declared > limit:
+                raise too_long
+            p.charge((VIDEO_FRAMES * VIDEO_SIDE * VIDEO_SIDE + width * height) * RGB_BYTES)
+            frames = _spread_frames(container, stream, max(declared, 1), limit, too_long)
+    except ExpertError:
+        raise
+    except Exception:  # noqa: BLE001 - FFmpeg's many errors all mean "not a video we can read"
+        raise not_video from None
+    if not frames:
+        raise BadPayload(name, "is a video without frames")
+    return frames
+
+
+def _spread_frames(container: Any, stream: Any, declared: int, limit: int, too_long: Exception) -> list[Any]:
+    """Frames at evenly spread indices of ``declared`` frames (then the next ones, up to
+    :data:`VIDEO_FRAMES`, when the container declared too few), scaled to :data:`VIDEO_SIDE`; raises ``too_long`` past ``limit``."""
+    wanted = {int(declared * (i + 0.5) / VIDEO_FRAMES) for i in range(VIDEO_FRAMES)}
+    kept: list[Any] = []
+    for count, frame in enumerate(container.decode(stream), start=1):
+        if count > limit:
+            raise too_long
+        if count - 1 in wanted or (count > declared and len(kept) < VIDEO_FRAMES):
+            scale = min(1.0, VIDEO_SIDE / max(frame.width, frame.height, 1))
+            kept.append(frame.reformat(width=max(1, round(frame.width * scale)),
+                                       height=max(1, round(frame.height * scale)), format="rgb24").to_image())
+    return kept
 
 
 def _duration(container: Any, stream: Any) -> float | None:

@@ -315,3 +315,78 @@ async def test_a_recording_question_runs_on_the_expert_server_with_a_tiny_qwen2_
                                                             "this server can read (WAV, FLAC, MP3, OGG, ...)."})
     assert (link.status_code, link.json()) == (400, {"error": "Field 'messages.input_audio.data' must be the file "
                                                               "inline (a data: URI or base64), not a link."})
+
+
+# -- on the team's expert server, a tiny Qwen2-VL watching a video ---------------------------------
+
+def _clip(fmt: str, frames: int, width: int = 64, height: int = 48) -> bytes:
+    """An H.264 video of ``frames`` frames of ``width`` x ``height`` pixels at 10 fps: in MP4 (which declares its frame count)
+    or as a raw ``h264`` stream (which declares none: only counting while decoding bounds it)."""
+    import io
+
+    import av
+    import numpy as np
+
+    buf = io.BytesIO()
+    with av.open(buf, "w", format=fmt) as out:
+        stream = out.add_stream("libx264", rate=10)
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        for i in range(frames):
+            frame = av.VideoFrame.from_ndarray(np.full((height, width, 3), i * 3, dtype="uint8"), format="rgb24")
+            out.mux(stream.encode(frame))
+        out.mux(stream.encode())
+    return buf.getvalue()
+
+
+async def test_a_video_question_runs_on_the_expert_server_with_a_tiny_qwen2_vl(tmp_path, sink):
+    """A tiny random Qwen2-VL whose card says ``video-text-to-text``: the bot's client asks it with
+    a real clip (50 frames) and gets a text answer; the HTTP API answers in OpenAI's format naming
+    the model; a file that is not a video (a still image), a link, a video over ``max_video_frames``
+    (declared by its MP4, or undeclared in a raw stream and counted while decoding) and one whose
+    frames are over ``max_image_pixels`` are one sentence each."""
+    import base64
+
+    import httpx2
+
+    from benchmarks.harness import tinymodels
+    from tests.test_expert_server import Server
+
+    cache = tmp_path / "hf-cache"
+    tinymodels.build_cache(cache, {"tiny/qwen2-vl": tinymodels.REPOS["tiny/qwen2-vl"]})
+    srv = Server(cache, "max_video_frames = 60\nmax_image_pixels = 200000\n", tmp_path / "server.log")
+    runner = HubRunner(pipeline_config(Settings(inference=dict(task_timeout=120, max_attempts=1))))
+    clip = media_file("rocket_zoom.mp4")
+    url = f"{srv.url}/models/tiny/qwen2-vl"
+
+    def ask(data: bytes | str) -> httpx2.Response:
+        uri = data if isinstance(data, str) else "data:video/mp4;base64," + base64.b64encode(data).decode()
+        content = [{"type": "text", "text": "What happens?"}, {"type": "video_url", "video_url": {"url": uri}}]
+        body = {"model": url, "max_tokens": 3, "messages": [{"role": "user", "content": content}]}
+        return httpx2.post(f"{url}/v1/chat/completions", json=body, timeout=60)
+
+    try:
+        assert srv.models()["tiny/qwen2-vl"]["task"] == "video-text-to-text"
+        video = await stored_upload(sink, clip.data, clip.name, None)
+        out = await runner.run("video-text-to-text", "tiny/qwen2-vl", {"video": video, "text": "What happens?"}, sink,
+                               task_id=1, url=url, expert_server=True)
+        replies = [ask(clip.data), ask(media_file("chelsea.png").data), ask("https://example.invalid/clip.mp4"),
+                   ask(_clip("mp4", 80)), ask(_clip("h264", 80)), ask(_clip("h264", 40)), ask(_clip("mp4", 2, 640, 480))]
+    finally:
+        await runner.aclose()
+        srv.stop()
+    assert isinstance(out.text, str) and out.text.strip() and not out.files
+    good, bad, link, declared, counted, raw, wide = replies
+    assert good.status_code == 200 and good.json()["model"] == "tiny/qwen2-vl"
+    assert 0 < len(good.json()["choices"][0]["message"]["content"].split()) <= 3
+    assert raw.status_code == 200  # a raw stream under the limit is read
+    field = "Field 'messages.video_url.url'"
+    assert (bad.status_code, bad.json()) == (400, {"error": f"{field} is not a video this server can read (MP4, "
+                                                            "WebM, MKV, ...)."})
+    assert (link.status_code, link.json()) == (400, {"error": f"{field} must be the file inline (a data: URI or "
+                                                              "base64), not a link."})
+    for r in (declared, counted):
+        assert r.status_code == 413 and r.json()["error"].startswith("Field 'messages.video_url.url' is a video of "
+                                                                     "more than 60 frames")
+        assert "max_video_frames = 60" in r.json()["error"]
+    assert (wide.status_code, wide.json()) == (413, {"error": f"{field} is a video of 640x480 pixels a frame, over "
+                                                              "this server's limit (max_image_pixels = 200000)."})

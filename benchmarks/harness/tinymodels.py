@@ -396,3 +396,41 @@ def qwen2_audio(out: Path) -> None:
 
 
 REPOS.update({"tiny/qwen2-audio": (qwen2_audio, "audio-text-to-text")})
+
+
+QWEN_VL_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}"
+    "{{ message['content'] }}{% else %}{% for c in message['content'] %}{% if c['type'] == 'video' %}"
+    "<|vision_start|><|video_pad|><|vision_end|>{% elif c['type'] == 'image' %}<|vision_start|><|image_pad|>"
+    "<|vision_end|>{% elif c['type'] == 'text' %}{{ c['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+"""Qwen2-VL's chat template, cut to what the tests use: turns, images, videos and texts."""
+
+
+def qwen2_vl(out: Path) -> None:
+    """A tiny Qwen2-VL (video-text-to-text): a one-layer vision tower and Qwen2 decoder, frames
+    resized to at most 56x56 pixels, with its processor (image and video processors, chat template)."""
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLImageProcessor, Qwen2VLProcessor
+    from transformers import Qwen2VLVideoProcessor
+    from transformers.models.qwen2_vl.configuration_qwen2_vl import Qwen2VLTextConfig, Qwen2VLVisionConfig
+
+    media = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+    tok = chat_tokenizer(media)
+    ids = {t: tok.convert_tokens_to_ids(t) for t in media}
+    size = {"shortest_edge": 28 * 28, "longest_edge": 56 * 56}
+    processor = Qwen2VLProcessor(image_processor=Qwen2VLImageProcessor(size=size), tokenizer=tok,
+                                 video_processor=Qwen2VLVideoProcessor(size=size, cap_pixels_per_frame=True),
+                                 chat_template=QWEN_VL_TEMPLATE)
+    text = Qwen2VLTextConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                             num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=2048,
+                             pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, bos_token_id=None,
+                             rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1]})
+    vision = Qwen2VLVisionConfig(depth=1, embed_dim=16, hidden_size=16, num_heads=2, mlp_ratio=2)
+    model = Qwen2VLForConditionalGeneration(Qwen2VLConfig(
+        text_config=text, vision_config=vision, image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"]))
+    model.generation_config.eos_token_id, model.generation_config.pad_token_id = tok.eos_token_id, tok.pad_token_id
+    _save(model, out, processor)
+
+
+REPOS.update({"tiny/qwen2-vl": (qwen2_vl, "video-text-to-text")})

@@ -8,8 +8,7 @@ from typing import Any
 
 from .. import payload as P
 from . import Binary, Task
-from .common import chat_answer, chat_reply, load_multimodal, load_pipeline, run_grouped
-from .text import MAX_NEW_TOKENS
+from .common import chat_answer, chat_reply, chat_request, load_multimodal, load_pipeline, run_grouped
 
 
 def _rate(runner: Any) -> int:
@@ -90,13 +89,7 @@ TASKS = [
 
 
 def _ask_prepare(p: P.Payload) -> tuple[Any, str, int]:
-    """``(samples, question, max new tokens)`` of a chat-completions body holding the audio as an
-    ``input_audio`` part; the answer's length is the request's ``max_tokens``, at most
-    :data:`~expert_server.tasks.text.MAX_NEW_TOKENS`."""
-    question, data = P.chat_parts(p, "audio")
-    asked = p.extra.get("max_tokens")
-    tokens = asked if isinstance(asked, int) and not isinstance(asked, bool) and asked > 0 else MAX_NEW_TOKENS
-    return P.audio(p, RATE, "messages.input_audio.data", value=data), question, min(tokens, MAX_NEW_TOKENS)
+    return chat_request(p, "audio", lambda name, data: P.audio(p, RATE, name, value=data))
 
 
 def _ask_run(runner: Any, items: list[tuple[Any, str, int]]) -> list[Any]:
