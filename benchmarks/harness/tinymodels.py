@@ -375,6 +375,15 @@ def chat_tokenizer(media: list[str]):
                                    additional_special_tokens=CHAT_TOKENS + media, model_max_length=1024)
 
 
+def chat_generation(model, tok) -> None:
+    """Make a tiny chat model's greedy answers words: its turn end may not come first and no other
+    special token may come at all (random weights would otherwise answer nothing, now and then)."""
+    specials = [i for i in tok.all_special_ids if i != tok.eos_token_id]
+    model.generation_config.eos_token_id, model.generation_config.pad_token_id = tok.eos_token_id, tok.pad_token_id
+    model.generation_config.suppress_tokens = specials
+    model.generation_config.begin_suppress_tokens = [tok.eos_token_id]
+
+
 def qwen2_audio(out: Path) -> None:
     """A tiny Qwen2-Audio (audio-text-to-text): a Whisper-style encoder reading 5 s of 16 mel bins
     and a one-layer Qwen2 decoder, with its processor (Whisper feature extractor, chat template)."""
@@ -390,7 +399,7 @@ def qwen2_audio(out: Path) -> None:
                        pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
     model = Qwen2AudioForConditionalGeneration(Qwen2AudioConfig(
         audio_config=audio, text_config=text, audio_token_index=tok.convert_tokens_to_ids("<|AUDIO|>")))
-    model.generation_config.eos_token_id, model.generation_config.pad_token_id = tok.eos_token_id, tok.pad_token_id
+    chat_generation(model, tok)
     fe = WhisperFeatureExtractor(feature_size=16, sampling_rate=16000, chunk_length=frames // 100)
     _save(model, out, Qwen2AudioProcessor(feature_extractor=fe, tokenizer=tok))
 
@@ -429,7 +438,7 @@ def qwen2_vl(out: Path) -> None:
     model = Qwen2VLForConditionalGeneration(Qwen2VLConfig(
         text_config=text, vision_config=vision, image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
         vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"]))
-    model.generation_config.eos_token_id, model.generation_config.pad_token_id = tok.eos_token_id, tok.pad_token_id
+    chat_generation(model, tok)
     _save(model, out, processor)
 
 
