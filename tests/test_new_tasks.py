@@ -390,3 +390,45 @@ async def test_a_video_question_runs_on_the_expert_server_with_a_tiny_qwen2_vl(t
         assert "max_video_frames = 60" in r.json()["error"]
     assert (wide.status_code, wide.json()) == (413, {"error": f"{field} is a video of 640x480 pixels a frame, over "
                                                               "this server's limit (max_image_pixels = 200000)."})
+
+
+async def test_a_video_is_redrawn_on_the_expert_server_with_a_tiny_video_to_video_pipeline(tmp_path, sink, decoder):
+    """A tiny random ModelScope ``VideoToVideoSDPipeline`` without a card (its task read from
+    ``model_index.json``): the bot's client sends a real clip and an instruction and stores the MP4
+    that comes back, 8 frames at the clip's frames' size scaled to fit ``max_output_pixels``;
+    a still image instead of a video is one sentence naming the field."""
+    import base64
+
+    import httpx2
+
+    from benchmarks.harness import tinymodels
+    from tests.test_expert_server import Server
+
+    cache = tmp_path / "hf-cache"
+    tinymodels.build_cache(cache, {"tiny/video-to-video": tinymodels.REPOS["tiny/video-to-video"]})
+    config = 'max_output_pixels = 4096\ndefault_parameters = {"video-to-video" = {"num_inference_steps" = 2}}\n'
+    srv = Server(cache, config, tmp_path / "server.log")
+    runner = HubRunner(pipeline_config(Settings(inference=dict(task_timeout=120, max_attempts=1))))
+    url = f"{srv.url}/models/tiny/video-to-video"
+    try:
+        assert srv.models()["tiny/video-to-video"]["task"] == "video-to-video"
+        clip = media_file("rocket_zoom.mp4")
+        video = await stored_upload(sink, clip.data, clip.name, None)
+        out = await runner.run("video-to-video", "tiny/video-to-video", {"video": video, "text": "as a cartoon"}, sink,
+                               task_id=1, url=url, expert_server=True)
+        still = httpx2.post(url, json={"inputs": base64.b64encode(media_file("chelsea.png").data).decode()}, timeout=60)
+    finally:
+        await runner.aclose()
+        srv.stop()
+    (made,) = out.files
+    info = await probe(made.path, decoder)
+    (stream,) = [s for s in info["streams"] if s["codec_type"] == "video"]
+    # 320x400 frames, kept at 358x448, drawn within max_output_pixels: 57x71, sides cut to multiples of 8
+    assert made.mime == "video/mp4" and (stream["width"], stream["height"]) == (56, 64)
+    import av
+
+    with av.open(str(made.path)) as container:
+        assert sum(1 for _ in container.decode(video=0)) == 8  # the frames kept of the clip, redrawn
+    assert made.description == f"{video.id} transformed as 'as a cartoon'"
+    assert (still.status_code, still.json()) == (400, {"error": "Field 'inputs' is not a video this server can read "
+                                                                "(MP4, WebM, MKV, ...)."})

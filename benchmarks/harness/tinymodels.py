@@ -335,15 +335,22 @@ def nli(out: Path) -> None:
     BertForSequenceClassification(BertConfig(**{k: v for k, v in cfg.items() if k not in ("architectures",)})).save_pretrained(out)
 
 
-def text_to_video(out: Path) -> None:
-    from diffusers import TextToVideoSDPipeline, UNet3DConditionModel
+def text_to_video(out: Path, pipeline: str = "TextToVideoSDPipeline") -> None:
+    """A tiny ModelScope text-to-video (``pipeline``: or its ``VideoToVideoSDPipeline``, which
+    has the same parts and redraws a video)."""
+    import diffusers
+    from diffusers import UNet3DConditionModel
 
     parts = _sd_parts(out.parent / (out.name + "-tmp"))
     parts["unet"] = UNet3DConditionModel(block_out_channels=(8, 16), layers_per_block=1, sample_size=16, in_channels=4,
                                          out_channels=4, down_block_types=("CrossAttnDownBlock3D", "DownBlock3D"),
                                          up_block_types=("UpBlock3D", "CrossAttnUpBlock3D"), cross_attention_dim=16,
                                          attention_head_dim=2, norm_num_groups=4)
-    TextToVideoSDPipeline(**parts).save_pretrained(out)
+    getattr(diffusers, pipeline)(**parts).save_pretrained(out)
+
+
+def video_to_video(out: Path) -> None:
+    text_to_video(out, "VideoToVideoSDPipeline")
 
 
 REPOS.update({
@@ -404,6 +411,7 @@ def qwen2_audio(out: Path) -> None:
     _save(model, out, Qwen2AudioProcessor(feature_extractor=fe, tokenizer=tok))
 
 
+REPOS.update({"tiny/video-to-video": (video_to_video, None)})
 REPOS.update({"tiny/qwen2-audio": (qwen2_audio, "audio-text-to-text")})
 
 

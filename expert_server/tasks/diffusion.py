@@ -1,5 +1,6 @@
 """diffusers tasks: text-to-image, image-to-image, image-text-to-image (instruction edits),
-text-to-video, and ControlNet generation
+text-to-video, video-to-video (a video redrawn as a prompt says, its frames decoded bounded by
+:func:`expert_server.payload.video_frames`), and ControlNet generation
 (``<cond>-text-to-image``: a ControlNet checkpoint on the Stable Diffusion base named by the
 server's ``controlnet_base``). Images come back as PNG (image-to-image and ControlNet at the input
 image's size, scaled down to ``max_output_pixels`` when it is larger), video as MP4."""
@@ -201,6 +202,33 @@ def _mp4(frames: Any, fps: int = 8) -> bytes:
     return buf.getvalue()
 
 
+def _video2video_prepare(p: P.Payload) -> tuple[Any, dict]:
+    """The frames of the base64 video in ``inputs`` and the optional ``parameters.prompt`` (the
+    bot's client sends the Hub's image-text-to-video input shape with a video)."""
+    frames = P.video_frames(p, "inputs", p.inputs)
+    opts = _common(p)
+    if opts.get("num_inference_steps", MIN_IMAGE_STEPS) < MIN_IMAGE_STEPS:  # strength x steps: one step is none
+        raise BadPayload("parameters.num_inference_steps", f"must be at least {MIN_IMAGE_STEPS} for a drawing from "
+                                                           "a video")
+    opts["prompt"] = P.param(p, "prompt", str, "")
+    if p.limits is not None:
+        opts["max_pixels"] = p.limits.max_output_pixels
+    return frames, opts
+
+
+def _video2video_run(pipe: Any, items: list[tuple[Any, dict]]) -> list[Binary]:
+    """MP4s of the frames redrawn, at the frames' size (sides multiples of 8, within
+    ``max_output_pixels``)."""
+    out = []
+    for frames, opts in items:
+        opts = dict(opts)
+        drawn, _ = fit(frames[0].size, opts.pop("max_pixels", None))
+        video = [f.resize(drawn) for f in frames]
+        made = pipe(opts.pop("prompt"), video=video, generator=_generator(opts), output_type="np", **opts).frames[0]
+        out.append(Binary(_mp4(made), "video/mp4"))
+    return out
+
+
 def _identity(result: Any) -> Any:
     return result
 
@@ -217,4 +245,5 @@ TASKS = [
     # image + prompt payload (``ImageTextToImageInput``) and pipelines as image-to-image
     Task("image-text-to-image", _load_image2image, _image_prompt_prepare, _image2image_run, _identity),
     Task("text-to-video", _load_video, _text2image_prepare, _video_run, _identity),
+    Task("video-to-video", _load_video, _video2video_prepare, _video2video_run, _identity),
 ]
