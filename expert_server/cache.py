@@ -68,6 +68,7 @@ _DIFFUSERS = {
     "StableDiffusionImg2ImgPipeline": "image-to-image", "StableDiffusionInstructPix2PixPipeline": "image-to-image",
     "StableDiffusionImageVariationPipeline": "image-to-image", "StableDiffusionXLImg2ImgPipeline": "image-to-image",
     "TextToVideoSDPipeline": "text-to-video", "VideoToVideoSDPipeline": "video-to-video",
+    "LTXImageToVideoPipeline": "image-text-to-video",
 }
 
 

@@ -432,3 +432,46 @@ async def test_a_video_is_redrawn_on_the_expert_server_with_a_tiny_video_to_vide
     assert made.description == f"{video.id} transformed as 'as a cartoon'"
     assert (still.status_code, still.json()) == (400, {"error": "Field 'inputs' is not a video this server can read "
                                                                 "(MP4, WebM, MKV, ...)."})
+
+
+async def test_an_image_and_a_description_become_a_video_on_the_expert_server_with_a_tiny_ltx_video(tmp_path, sink,
+                                                                                                  decoder):
+    """A tiny random LTX-Video ``LTXImageToVideoPipeline`` without a card (its task read from
+    ``model_index.json``): the bot's client sends a photo and a description in the Hub's
+    ``ImageTextToVideoInput`` shape and stores the MP4 that comes back, drawn within
+    ``max_output_pixels`` (sides multiples of 32) with the frames the operator's default asks;
+    more frames than the server draws is one sentence naming the parameter."""
+    import base64
+
+    import av
+    import httpx2
+
+    from benchmarks.harness import tinymodels
+    from tests.test_expert_server import Server
+
+    cache = tmp_path / "hf-cache"
+    tinymodels.build_cache(cache, {"tiny/ltx-image-to-video": tinymodels.REPOS["tiny/ltx-image-to-video"]})
+    config = ('max_output_pixels = 4096\ndefault_parameters = {"image-text-to-video" = {"num_inference_steps" = 2, '
+              '"num_frames" = 9}}\n')
+    srv = Server(cache, config, tmp_path / "server.log")
+    runner = HubRunner(pipeline_config(Settings(inference=dict(task_timeout=120, max_attempts=1))))
+    url = f"{srv.url}/models/tiny/ltx-image-to-video"
+    photo = media_file("chelsea.png")
+    try:
+        assert srv.models()["tiny/ltx-image-to-video"]["task"] == "image-text-to-video"
+        image = await stored_upload(sink, photo.data, photo.name, None)
+        out = await runner.run("image-text-to-video", "tiny/ltx-image-to-video", {"image": image, "text": "the cat turns"},
+                               sink, task_id=1, url=url, expert_server=True)
+        many = httpx2.post(url, json={"inputs": base64.b64encode(photo.data).decode(),
+                                      "parameters": {"prompt": "the cat turns", "num_frames": 100000}}, timeout=60)
+    finally:
+        await runner.aclose()
+        srv.stop()
+    (made,) = out.files
+    info = await probe(made.path, decoder)
+    (stream,) = [s for s in info["streams"] if s["codec_type"] == "video"]
+    assert made.mime == "video/mp4" and (stream["width"], stream["height"]) == (64, 32)  # 451x300 in 4096 px: 78x52
+    with av.open(str(made.path)) as container:
+        assert sum(1 for _ in container.decode(video=0)) == 9
+    assert made.description == f"video from {image.id}: 'the cat turns'"
+    assert (many.status_code, many.json()) == (400, {"error": "Field 'parameters.num_frames' must be between 1 and 257."})

@@ -411,7 +411,30 @@ def qwen2_audio(out: Path) -> None:
     _save(model, out, Qwen2AudioProcessor(feature_extractor=fe, tokenizer=tok))
 
 
-REPOS.update({"tiny/video-to-video": (video_to_video, None)})
+def ltx_image_to_video(out: Path) -> None:
+    """A tiny LTX-Video image-to-video (image-text-to-video): a one-layer transformer, a small
+    causal video VAE and a one-layer T5 encoder with the word tokenizer."""
+    from diffusers import (AutoencoderKLLTXVideo, FlowMatchEulerDiscreteScheduler, LTXImageToVideoPipeline,
+                           LTXVideoTransformer3DModel)
+    from transformers import T5Config, T5EncoderModel
+
+    tok = word_tokenizer()
+    text = T5EncoderModel(T5Config(vocab_size=len(tok), d_model=32, d_kv=16, d_ff=64, num_layers=1, num_heads=2,
+                                   pad_token_id=tok.pad_token_id))
+    transformer = LTXVideoTransformer3DModel(in_channels=8, out_channels=8, patch_size=1, patch_size_t=1,
+                                             num_attention_heads=4, attention_head_dim=8, cross_attention_dim=32,
+                                             num_layers=1, caption_channels=32)
+    vae = AutoencoderKLLTXVideo(
+        in_channels=3, out_channels=3, latent_channels=8, block_out_channels=(8, 8, 8, 8),
+        decoder_block_out_channels=(8, 8, 8, 8), layers_per_block=(1, 1, 1, 1, 1), decoder_layers_per_block=(1, 1, 1, 1, 1),
+        spatio_temporal_scaling=(True, True, False, False), decoder_spatio_temporal_scaling=(True, True, False, False),
+        decoder_inject_noise=(False,) * 5, upsample_residual=(False,) * 4, upsample_factor=(1,) * 4,
+        timestep_conditioning=False, patch_size=1, patch_size_t=1, encoder_causal=True, decoder_causal=False)
+    LTXImageToVideoPipeline(scheduler=FlowMatchEulerDiscreteScheduler(), vae=vae, text_encoder=text, tokenizer=tok,
+                            transformer=transformer).save_pretrained(out)
+
+
+REPOS.update({"tiny/video-to-video": (video_to_video, None), "tiny/ltx-image-to-video": (ltx_image_to_video, None)})
 REPOS.update({"tiny/qwen2-audio": (qwen2_audio, "audio-text-to-text")})
 
 
