@@ -73,7 +73,8 @@ class State:
     def limits(self) -> Limits:
         """One request's input limits, from the config."""
         c = self.config
-        return Limits(c.max_text_chars, c.max_image_pixels, c.max_audio_seconds, c.max_output_pixels)
+        return Limits(c.max_text_chars, c.max_image_pixels, c.max_audio_seconds, c.max_output_pixels,
+                      c.max_video_frames)
 
     def queue(self, model_id: str) -> ModelQueue:
         """The queue of ``model_id`` (created on first use)."""
@@ -204,8 +205,12 @@ def _deadline(request: Request, config: ServerConfig) -> float:
     return time.monotonic() + min(seconds, config.max_deadline)
 
 
+CHAT_PATH = "/v1/chat/completions"  # what huggingface_hub's chat_completion appends to a model's URL
+
+
 async def _infer(model_id: str, request: Request) -> Response:
     state: State = request.app.state.experts
+    model_id = model_id.removesuffix(CHAT_PATH)  # a chat model (audio/video-text-to-text) asked as OpenAI's API
     known = state.models.get(model_id)
     # a model id the server does not serve is the caller's text: not put on the span
     with tracing.request_span(request.headers, model_id if known else "", known.task if known else ""):

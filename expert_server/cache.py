@@ -67,7 +67,8 @@ _DIFFUSERS = {
     "LatentConsistencyModelPipeline": "text-to-image", "AutoPipelineForText2Image": "text-to-image",
     "StableDiffusionImg2ImgPipeline": "image-to-image", "StableDiffusionInstructPix2PixPipeline": "image-to-image",
     "StableDiffusionImageVariationPipeline": "image-to-image", "StableDiffusionXLImg2ImgPipeline": "image-to-image",
-    "TextToVideoSDPipeline": "text-to-video",
+    "TextToVideoSDPipeline": "text-to-video", "VideoToVideoSDPipeline": "video-to-video",
+    "LTXImageToVideoPipeline": "image-text-to-video",
 }
 
 

@@ -131,6 +131,10 @@ class ServerConfig(BaseSettings):
                                                                  "header before it is decoded (413 beyond)")
     max_audio_seconds: float = Field(600.0, gt=0, description="seconds of one input audio file, probed before "
                                                               "it is decoded and counted while it is (413 beyond)")
+    max_video_frames: int = Field(9000, ge=1, description="frames of one input video a model that watches it "
+                                                          "(video-text-to-text) decodes: the count its container "
+                                                          "declares before decoding, the frames counted while "
+                                                          "decoding (413 beyond); 5 minutes at 30 fps")
     shutdown_grace: float = Field(20.0, gt=0, description="seconds requests in flight get to finish after "
                                                           "SIGTERM/SIGINT before their connections are closed")
     max_output_pixels: int = Field(1024 * 1024, ge=64, description="pixels image-to-image and ControlNet draw: "

@@ -39,12 +39,13 @@ WORK_BYTES = 256  # bytes charged per audio sample the model reads at once, for 
 @dataclass(frozen=True)
 class Limits:
     """One request's input limits (from :class:`expert_server.config.ServerConfig`, whose fields
-    of the same names document them): characters, pixels, seconds."""
+    of the same names document them): characters, pixels, seconds, frames."""
 
     max_text_chars: int
     max_image_pixels: int
     max_audio_seconds: float
     max_output_pixels: int
+    max_video_frames: int
 
 
 def _no_charge(nbytes: int) -> None:
@@ -178,7 +179,8 @@ def image(p: Payload, name: str = "inputs", value: Any = None) -> Any:
         raise BadPayload(name, "is not an image this server can read (PNG, JPEG, WebP, ...)") from None
 
 
-def audio(p: Payload, sampling_rate: int, name: str = "inputs", run_seconds: float | None = None) -> Any:
+def audio(p: Payload, sampling_rate: int, name: str = "inputs", run_seconds: float | None = None,
+          value: Any = None) -> Any:
     """The mono float32 samples (numpy, at ``sampling_rate`` Hz) of the audio file in ``name``,
     decoded and resampled with PyAV (FFmpeg's libraries). The duration the container declares is
     checked against ``max_audio_seconds`` and charged before decoding (:data:`SAMPLE_BYTES` a
@@ -192,7 +194,7 @@ def audio(p: Payload, sampling_rate: int, name: str = "inputs", run_seconds: flo
     import av
     import numpy as np
 
-    data = file_bytes(p, name)
+    data = file_bytes(p, name, value)
     seconds = p.limits.max_audio_seconds if p.limits is not None else float("inf")
     too_long = TooLarge(name, f"is audio longer than {seconds:g} seconds", f"max_audio_seconds = {seconds:g}")
     try:
@@ -211,6 +213,96 @@ def audio(p: Payload, sampling_rate: int, name: str = "inputs", run_seconds: flo
     if not chunks:
         raise BadPayload(name, "is an audio file without samples")
     return np.concatenate(chunks).astype("float32", copy=False)
+
+
+CHAT_MEDIA = {"audio": ("input_audio", "data"), "video": ("video_url", "url")}
+"""Media kind → (part type, field) of an OpenAI-style chat message holding it: audio as OpenAI's
+``input_audio`` (base64 ``data``), video as the ``video_url`` extension vLLM-based servers read."""
+
+
+def chat_parts(p: Payload, kind: str) -> tuple[str, str]:
+    """``(question, base64 media)`` of a chat-completions body (``{"messages": [...]}``, as
+    ``huggingface_hub``'s ``chat_completion`` posts it): the texts of the last message and its one
+    ``kind`` part (:data:`CHAT_MEDIA`), which must be inline (``data:`` URI or base64): a link is
+    refused, never fetched.
+
+    Raises:
+        BadPayload: no such message, no text, not exactly one ``kind`` part, a link.
+        TooLarge: the question is over ``max_text_chars``.
+    """
+    part_type, key = CHAT_MEDIA[kind]
+    messages = p.extra.get("messages")
+    content = messages[-1].get("content") if isinstance(messages, list) and messages and isinstance(
+        messages[-1], dict) else None
+    if not isinstance(content, list):
+        raise BadPayload("messages", f"must end with a user message holding a text part and one {part_type} part")
+    texts = [c.get("text") for c in content if isinstance(c, dict) and c.get("type") == "text"]
+    media = [c.get(part_type) for c in content if isinstance(c, dict) and c.get("type") == part_type]
+    if len(media) != 1 or not isinstance(media[0], dict) or not texts:
+        raise BadPayload("messages", f"must end with a user message holding a text part and one {part_type} part")
+    data = media[0].get(key)
+    if not isinstance(data, str) or data.startswith(("http://", "https://", "file:")):
+        raise BadPayload(f"messages.{part_type}.{key}", "must be the file inline (a data: URI or base64), not a link")
+    return text(p, "messages", " ".join(t for t in texts if isinstance(t, str))), data
+
+
+VIDEO_FRAMES = 8  # frames a video-language model sees of a video, evenly spread over it
+VIDEO_SIDE = 448  # pixels, the longer side a kept frame is scaled to (Qwen2-VL's default frame is about 448x448)
+
+
+def video_frames(p: Payload, name: str, value: Any) -> list[Any]:
+    """Up to :data:`VIDEO_FRAMES` RGB frames (``PIL.Image``, longer side at most
+    :data:`VIDEO_SIDE` pixels, scaled by FFmpeg's swscale from the decoded frame) evenly spread
+    over the video file in ``value``, decoded with PyAV in one pass. Before decoding, the frame size
+    the stream's header declares is checked against ``max_image_pixels`` and the frame count it
+    declares against ``max_video_frames``, and the kept frames and one decoded frame are charged;
+    frames are counted while decoding too (a container can lie).
+
+    Raises:
+        BadPayload: not a video FFmpeg reads, or no frame. TooLarge: over one of the limits.
+    """
+    import av
+
+    data = file_bytes(p, name, value)
+    limit = p.limits.max_video_frames if p.limits is not None else 2**31
+    too_long = TooLarge(name, f"is a video of more than {limit} frames", f"max_video_frames = {limit}")
+    not_video = BadPayload(name, "is not a video this server can read (MP4, WebM, MKV, ...)")
+    try:
+        with av.open(io.BytesIO(data)) as container:
+            if container.format.name.endswith("_pipe") or container.format.name == "image2":
+                raise not_video  # FFmpeg reads a still image (png_pipe, jpeg_pipe...) as a video of one frame
+            stream = container.streams.video[0]
+            width, height = stream.codec_context.width, stream.codec_context.height
+            pixels = p.limits.max_image_pixels if p.limits is not None else width * height
+            if width * height > pixels:
+                raise TooLarge(name, f"is a video of {width}x{height} pixels a frame", f"max_image_pixels = {pixels}")
+            declared = int(stream.frames or 0) or round((_duration(container, stream) or 0) * float(stream.average_rate or 0))
+            if declared > limit:
+                raise too_long
+            p.charge((VIDEO_FRAMES * VIDEO_SIDE * VIDEO_SIDE + width * height) * RGB_BYTES)
+            frames = _spread_frames(container, stream, max(declared, 1), limit, too_long)
+    except ExpertError:
+        raise
+    except Exception:  # noqa: BLE001 - FFmpeg's many errors all mean "not a video we can read"
+        raise not_video from None
+    if not frames:
+        raise BadPayload(name, "is a video without frames")
+    return frames
+
+
+def _spread_frames(container: Any, stream: Any, declared: int, limit: int, too_long: Exception) -> list[Any]:
+    """Frames at evenly spread indices of ``declared`` frames (then the next ones, up to
+    :data:`VIDEO_FRAMES`, when the container declared too few), scaled to :data:`VIDEO_SIDE`; raises ``too_long`` past ``limit``."""
+    wanted = {int(declared * (i + 0.5) / VIDEO_FRAMES) for i in range(VIDEO_FRAMES)}
+    kept: list[Any] = []
+    for count, frame in enumerate(container.decode(stream), start=1):
+        if count > limit:
+            raise too_long
+        if count - 1 in wanted or (count > declared and len(kept) < VIDEO_FRAMES):
+            scale = min(1.0, VIDEO_SIDE / max(frame.width, frame.height, 1))
+            kept.append(frame.reformat(width=max(1, round(frame.width * scale)),
+                                       height=max(1, round(frame.height * scale)), format="rgb24").to_image())
+    return kept
 
 
 def _duration(container: Any, stream: Any) -> float | None:

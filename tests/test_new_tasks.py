@@ -266,3 +266,212 @@ async def test_an_instruction_edit_runs_on_the_expert_server_with_a_tiny_instruc
     with Image.open(edited.path) as got, Image.open(image.path) as original:
         assert edited.mime == "image/png" and got.size == original.size
     assert edited.description.startswith(f"{image.id} edited as 'make it red'")
+
+
+# -- on the team's expert server, a tiny Qwen2-Audio -----------------------------------------------
+
+async def test_a_recording_question_runs_on_the_expert_server_with_a_tiny_qwen2_audio(tmp_path, sink):
+    """A tiny random Qwen2-Audio (benchmarks/harness/tinymodels.py) whose card says
+    ``audio-text-to-text``: the bot's client asks it through ``chat_completion`` (the server's
+    ``/v1/chat/completions`` under the model's URL) with a real recording and gets a text answer;
+    the server's HTTP API answers in OpenAI's format naming the model, and a file that is not audio
+    or a link instead of the file is one sentence naming the field (a link is never fetched)."""
+    import base64
+
+    import httpx2
+
+    from benchmarks.harness import tinymodels
+    from tests.test_expert_server import Server
+
+    cache = tmp_path / "hf-cache"
+    tinymodels.build_cache(cache, {"tiny/qwen2-audio": tinymodels.REPOS["tiny/qwen2-audio"]})
+    srv = Server(cache, "", tmp_path / "server.log")
+    runner = HubRunner(pipeline_config(Settings(inference=dict(task_timeout=120, max_attempts=1))))
+    rec = media_file("speech_weather.wav")
+    url = f"{srv.url}/models/tiny/qwen2-audio"
+    try:
+        assert srv.models()["tiny/qwen2-audio"]["task"] == "audio-text-to-text"
+        audio = await stored_upload(sink, rec.data, rec.name, None)
+        out = await runner.run("audio-text-to-text", "tiny/qwen2-audio", {"audio": audio, "text": "Who speaks?"}, sink,
+                               task_id=1, url=url, expert_server=True)
+
+        def ask(data: str, max_tokens: int = 4) -> httpx2.Response:
+            part = {"type": "input_audio", "input_audio": {"data": data, "format": "wav"}}
+            body = {"model": url, "max_tokens": max_tokens,
+                    "messages": [{"role": "user", "content": [{"type": "text", "text": "Who speaks?"}, part]}]}
+            return httpx2.post(f"{url}/v1/chat/completions", json=body, timeout=60)
+
+        good = ask(base64.b64encode(rec.data).decode())
+        bad = ask(base64.b64encode(media_file("chelsea.png").data).decode())
+        link = ask("https://example.invalid/speech.wav")
+    finally:
+        await runner.aclose()
+        srv.stop()
+    assert isinstance(out.text, str) and out.text.strip() and not out.files
+    assert good.status_code == 200 and good.json()["model"] == "tiny/qwen2-audio"
+    (choice,) = good.json()["choices"]
+    assert choice["message"]["role"] == "assistant" and 0 < len(choice["message"]["content"].split()) <= 4
+    assert (bad.status_code, bad.json()) == (400, {"error": "Field 'messages.input_audio.data' is not an audio file "
+                                                            "this server can read (WAV, FLAC, MP3, OGG, ...)."})
+    assert (link.status_code, link.json()) == (400, {"error": "Field 'messages.input_audio.data' must be the file "
+                                                              "inline (a data: URI or base64), not a link."})
+
+
+# -- on the team's expert server, a tiny Qwen2-VL watching a video ---------------------------------
+
+def _clip(fmt: str, frames: int, width: int = 64, height: int = 48) -> bytes:
+    """An H.264 video of ``frames`` frames of ``width`` x ``height`` pixels at 10 fps: in MP4 (which declares its frame count)
+    or as a raw ``h264`` stream (which declares none: only counting while decoding bounds it)."""
+    import io
+
+    import av
+    import numpy as np
+
+    buf = io.BytesIO()
+    with av.open(buf, "w", format=fmt) as out:
+        stream = out.add_stream("libx264", rate=10)
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        for i in range(frames):
+            frame = av.VideoFrame.from_ndarray(np.full((height, width, 3), i * 3, dtype="uint8"), format="rgb24")
+            out.mux(stream.encode(frame))
+        out.mux(stream.encode())
+    return buf.getvalue()
+
+
+async def test_a_video_question_runs_on_the_expert_server_with_a_tiny_qwen2_vl(tmp_path, sink):
+    """A tiny random Qwen2-VL whose card says ``video-text-to-text``: the bot's client asks it with
+    a real clip (50 frames) and gets a text answer; the HTTP API answers in OpenAI's format naming
+    the model; a file that is not a video (a still image), a link, a video over ``max_video_frames``
+    (declared by its MP4, or undeclared in a raw stream and counted while decoding) and one whose
+    frames are over ``max_image_pixels`` are one sentence each."""
+    import base64
+
+    import httpx2
+
+    from benchmarks.harness import tinymodels
+    from tests.test_expert_server import Server
+
+    cache = tmp_path / "hf-cache"
+    tinymodels.build_cache(cache, {"tiny/qwen2-vl": tinymodels.REPOS["tiny/qwen2-vl"]})
+    srv = Server(cache, "max_video_frames = 60\nmax_image_pixels = 200000\n", tmp_path / "server.log")
+    runner = HubRunner(pipeline_config(Settings(inference=dict(task_timeout=120, max_attempts=1))))
+    clip = media_file("rocket_zoom.mp4")
+    url = f"{srv.url}/models/tiny/qwen2-vl"
+
+    def ask(data: bytes | str) -> httpx2.Response:
+        uri = data if isinstance(data, str) else "data:video/mp4;base64," + base64.b64encode(data).decode()
+        content = [{"type": "text", "text": "What happens?"}, {"type": "video_url", "video_url": {"url": uri}}]
+        body = {"model": url, "max_tokens": 3, "messages": [{"role": "user", "content": content}]}
+        return httpx2.post(f"{url}/v1/chat/completions", json=body, timeout=60)
+
+    try:
+        assert srv.models()["tiny/qwen2-vl"]["task"] == "video-text-to-text"
+        video = await stored_upload(sink, clip.data, clip.name, None)
+        out = await runner.run("video-text-to-text", "tiny/qwen2-vl", {"video": video, "text": "What happens?"}, sink,
+                               task_id=1, url=url, expert_server=True)
+        replies = [ask(clip.data), ask(media_file("chelsea.png").data), ask("https://example.invalid/clip.mp4"),
+                   ask(_clip("mp4", 80)), ask(_clip("h264", 80)), ask(_clip("h264", 40)), ask(_clip("mp4", 2, 640, 480))]
+    finally:
+        await runner.aclose()
+        srv.stop()
+    assert isinstance(out.text, str) and out.text.strip() and not out.files
+    good, bad, link, declared, counted, raw, wide = replies
+    assert good.status_code == 200 and good.json()["model"] == "tiny/qwen2-vl"
+    assert 0 < len(good.json()["choices"][0]["message"]["content"].split()) <= 3
+    assert raw.status_code == 200  # a raw stream under the limit is read
+    field = "Field 'messages.video_url.url'"
+    assert (bad.status_code, bad.json()) == (400, {"error": f"{field} is not a video this server can read (MP4, "
+                                                            "WebM, MKV, ...)."})
+    assert (link.status_code, link.json()) == (400, {"error": f"{field} must be the file inline (a data: URI or "
+                                                              "base64), not a link."})
+    for r in (declared, counted):
+        assert r.status_code == 413 and r.json()["error"].startswith("Field 'messages.video_url.url' is a video of "
+                                                                     "more than 60 frames")
+        assert "max_video_frames = 60" in r.json()["error"]
+    assert (wide.status_code, wide.json()) == (413, {"error": f"{field} is a video of 640x480 pixels a frame, over "
+                                                              "this server's limit (max_image_pixels = 200000)."})
+
+
+async def test_a_video_is_redrawn_on_the_expert_server_with_a_tiny_video_to_video_pipeline(tmp_path, sink, decoder):
+    """A tiny random ModelScope ``VideoToVideoSDPipeline`` without a card (its task read from
+    ``model_index.json``): the bot's client sends a real clip and an instruction and stores the MP4
+    that comes back, 8 frames at the clip's frames' size scaled to fit ``max_output_pixels``;
+    a still image instead of a video is one sentence naming the field."""
+    import base64
+
+    import httpx2
+
+    from benchmarks.harness import tinymodels
+    from tests.test_expert_server import Server
+
+    cache = tmp_path / "hf-cache"
+    tinymodels.build_cache(cache, {"tiny/video-to-video": tinymodels.REPOS["tiny/video-to-video"]})
+    config = 'max_output_pixels = 4096\ndefault_parameters = {"video-to-video" = {"num_inference_steps" = 2}}\n'
+    srv = Server(cache, config, tmp_path / "server.log")
+    runner = HubRunner(pipeline_config(Settings(inference=dict(task_timeout=120, max_attempts=1))))
+    url = f"{srv.url}/models/tiny/video-to-video"
+    try:
+        assert srv.models()["tiny/video-to-video"]["task"] == "video-to-video"
+        clip = media_file("rocket_zoom.mp4")
+        video = await stored_upload(sink, clip.data, clip.name, None)
+        out = await runner.run("video-to-video", "tiny/video-to-video", {"video": video, "text": "as a cartoon"}, sink,
+                               task_id=1, url=url, expert_server=True)
+        still = httpx2.post(url, json={"inputs": base64.b64encode(media_file("chelsea.png").data).decode()}, timeout=60)
+    finally:
+        await runner.aclose()
+        srv.stop()
+    (made,) = out.files
+    info = await probe(made.path, decoder)
+    (stream,) = [s for s in info["streams"] if s["codec_type"] == "video"]
+    # 320x400 frames, kept at 358x448, drawn within max_output_pixels: 57x71, sides cut to multiples of 8
+    assert made.mime == "video/mp4" and (stream["width"], stream["height"]) == (56, 64)
+    import av
+
+    with av.open(str(made.path)) as container:
+        assert sum(1 for _ in container.decode(video=0)) == 8  # the frames kept of the clip, redrawn
+    assert made.description == f"{video.id} transformed as 'as a cartoon'"
+    assert (still.status_code, still.json()) == (400, {"error": "Field 'inputs' is not a video this server can read "
+                                                                "(MP4, WebM, MKV, ...)."})
+
+
+async def test_an_image_and_a_description_become_a_video_on_the_expert_server_with_a_tiny_ltx_video(tmp_path, sink,
+                                                                                                  decoder):
+    """A tiny random LTX-Video ``LTXImageToVideoPipeline`` without a card (its task read from
+    ``model_index.json``): the bot's client sends a photo and a description in the Hub's
+    ``ImageTextToVideoInput`` shape and stores the MP4 that comes back, drawn within
+    ``max_output_pixels`` (sides multiples of 32) with the frames the operator's default asks;
+    more frames than the server draws is one sentence naming the parameter."""
+    import base64
+
+    import av
+    import httpx2
+
+    from benchmarks.harness import tinymodels
+    from tests.test_expert_server import Server
+
+    cache = tmp_path / "hf-cache"
+    tinymodels.build_cache(cache, {"tiny/ltx-image-to-video": tinymodels.REPOS["tiny/ltx-image-to-video"]})
+    config = ('max_output_pixels = 4096\ndefault_parameters = {"image-text-to-video" = {"num_inference_steps" = 2, '
+              '"num_frames" = 9}}\n')
+    srv = Server(cache, config, tmp_path / "server.log")
+    runner = HubRunner(pipeline_config(Settings(inference=dict(task_timeout=120, max_attempts=1))))
+    url = f"{srv.url}/models/tiny/ltx-image-to-video"
+    photo = media_file("chelsea.png")
+    try:
+        assert srv.models()["tiny/ltx-image-to-video"]["task"] == "image-text-to-video"
+        image = await stored_upload(sink, photo.data, photo.name, None)
+        out = await runner.run("image-text-to-video", "tiny/ltx-image-to-video", {"image": image, "text": "the cat turns"},
+                               sink, task_id=1, url=url, expert_server=True)
+        many = httpx2.post(url, json={"inputs": base64.b64encode(photo.data).decode(),
+                                      "parameters": {"prompt": "the cat turns", "num_frames": 100000}}, timeout=60)
+    finally:
+        await runner.aclose()
+        srv.stop()
+    (made,) = out.files
+    info = await probe(made.path, decoder)
+    (stream,) = [s for s in info["streams"] if s["codec_type"] == "video"]
+    assert made.mime == "video/mp4" and (stream["width"], stream["height"]) == (64, 32)  # 451x300 in 4096 px: 78x52
+    with av.open(str(made.path)) as container:
+        assert sum(1 for _ in container.decode(video=0)) == 9
+    assert made.description == f"video from {image.id}: 'the cat turns'"
+    assert (many.status_code, many.json()) == (400, {"error": "Field 'parameters.num_frames' must be between 1 and 257."})

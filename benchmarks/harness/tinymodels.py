@@ -335,15 +335,22 @@ def nli(out: Path) -> None:
     BertForSequenceClassification(BertConfig(**{k: v for k, v in cfg.items() if k not in ("architectures",)})).save_pretrained(out)
 
 
-def text_to_video(out: Path) -> None:
-    from diffusers import TextToVideoSDPipeline, UNet3DConditionModel
+def text_to_video(out: Path, pipeline: str = "TextToVideoSDPipeline") -> None:
+    """A tiny ModelScope text-to-video (``pipeline``: or its ``VideoToVideoSDPipeline``, which
+    has the same parts and redraws a video)."""
+    import diffusers
+    from diffusers import UNet3DConditionModel
 
     parts = _sd_parts(out.parent / (out.name + "-tmp"))
     parts["unet"] = UNet3DConditionModel(block_out_channels=(8, 16), layers_per_block=1, sample_size=16, in_channels=4,
                                          out_channels=4, down_block_types=("CrossAttnDownBlock3D", "DownBlock3D"),
                                          up_block_types=("UpBlock3D", "CrossAttnUpBlock3D"), cross_attention_dim=16,
                                          attention_head_dim=2, norm_num_groups=4)
-    TextToVideoSDPipeline(**parts).save_pretrained(out)
+    getattr(diffusers, pipeline)(**parts).save_pretrained(out)
+
+
+def video_to_video(out: Path) -> None:
+    text_to_video(out, "VideoToVideoSDPipeline")
 
 
 REPOS.update({
@@ -354,3 +361,116 @@ REPOS.update({
     "tiny/text-to-video": (text_to_video, None),
     "tiny/instruct-pix2pix": (instruct_pix2pix, "image-text-to-image"),
 })
+
+
+CHAT_TOKENS = ["<|im_start|>", "<|im_end|>", "<|endoftext|>"]
+
+
+def chat_tokenizer(media: list[str]):
+    """A WordLevel tokenizer over :data:`WORDS` with a chat model's turn tokens and the ``media``
+    placeholder tokens (``<|AUDIO|>``...) as special tokens, as a ``PreTrainedTokenizerFast`` (no
+    download); ``<|im_end|>`` ends a turn."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {t: i for i, t in enumerate(SPECIAL + CHAT_TOKENS + media + WORDS)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.normalizer = normalizers.Lowercase()
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.decoder = decoders.WordPiece()  # words joined by spaces
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", eos_token="<|im_end|>",
+                                   additional_special_tokens=CHAT_TOKENS + media, model_max_length=1024)
+
+
+def chat_generation(model, tok) -> None:
+    """Make a tiny chat model's greedy answers words: its turn end may not come first and no other
+    special token may come at all (random weights would otherwise answer nothing, now and then)."""
+    specials = [i for i in tok.all_special_ids if i != tok.eos_token_id]
+    model.generation_config.eos_token_id, model.generation_config.pad_token_id = tok.eos_token_id, tok.pad_token_id
+    model.generation_config.suppress_tokens = specials
+    model.generation_config.begin_suppress_tokens = [tok.eos_token_id]
+
+
+def qwen2_audio(out: Path) -> None:
+    """A tiny Qwen2-Audio (audio-text-to-text): a Whisper-style encoder reading 5 s of 16 mel bins
+    and a one-layer Qwen2 decoder, with its processor (Whisper feature extractor, chat template)."""
+    from transformers import (Qwen2AudioConfig, Qwen2AudioEncoderConfig, Qwen2AudioForConditionalGeneration,
+                              Qwen2AudioProcessor, Qwen2Config, WhisperFeatureExtractor)
+
+    tok = chat_tokenizer(["<|AUDIO|>", "<|audio_bos|>", "<|audio_eos|>"])
+    frames = 500  # 5 s of 10 ms mel frames; the encoder's positions are half of them (its stride-2 conv)
+    audio = Qwen2AudioEncoderConfig(num_mel_bins=16, encoder_layers=1, encoder_attention_heads=2, encoder_ffn_dim=32,
+                                    d_model=16, max_source_positions=frames // 2)
+    text = Qwen2Config(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                       num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=1024,
+                       pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+    model = Qwen2AudioForConditionalGeneration(Qwen2AudioConfig(
+        audio_config=audio, text_config=text, audio_token_index=tok.convert_tokens_to_ids("<|AUDIO|>")))
+    chat_generation(model, tok)
+    fe = WhisperFeatureExtractor(feature_size=16, sampling_rate=16000, chunk_length=frames // 100)
+    _save(model, out, Qwen2AudioProcessor(feature_extractor=fe, tokenizer=tok))
+
+
+def ltx_image_to_video(out: Path) -> None:
+    """A tiny LTX-Video image-to-video (image-text-to-video): a one-layer transformer, a small
+    causal video VAE and a one-layer T5 encoder with the word tokenizer."""
+    from diffusers import (AutoencoderKLLTXVideo, FlowMatchEulerDiscreteScheduler, LTXImageToVideoPipeline,
+                           LTXVideoTransformer3DModel)
+    from transformers import T5Config, T5EncoderModel
+
+    tok = word_tokenizer()
+    text = T5EncoderModel(T5Config(vocab_size=len(tok), d_model=32, d_kv=16, d_ff=64, num_layers=1, num_heads=2,
+                                   pad_token_id=tok.pad_token_id))
+    transformer = LTXVideoTransformer3DModel(in_channels=8, out_channels=8, patch_size=1, patch_size_t=1,
+                                             num_attention_heads=4, attention_head_dim=8, cross_attention_dim=32,
+                                             num_layers=1, caption_channels=32)
+    vae = AutoencoderKLLTXVideo(
+        in_channels=3, out_channels=3, latent_channels=8, block_out_channels=(8, 8, 8, 8),
+        decoder_block_out_channels=(8, 8, 8, 8), layers_per_block=(1, 1, 1, 1, 1), decoder_layers_per_block=(1, 1, 1, 1, 1),
+        spatio_temporal_scaling=(True, True, False, False), decoder_spatio_temporal_scaling=(True, True, False, False),
+        decoder_inject_noise=(False,) * 5, upsample_residual=(False,) * 4, upsample_factor=(1,) * 4,
+        timestep_conditioning=False, patch_size=1, patch_size_t=1, encoder_causal=True, decoder_causal=False)
+    LTXImageToVideoPipeline(scheduler=FlowMatchEulerDiscreteScheduler(), vae=vae, text_encoder=text, tokenizer=tok,
+                            transformer=transformer).save_pretrained(out)
+
+
+REPOS.update({"tiny/video-to-video": (video_to_video, None), "tiny/ltx-image-to-video": (ltx_image_to_video, None)})
+REPOS.update({"tiny/qwen2-audio": (qwen2_audio, "audio-text-to-text")})
+
+
+QWEN_VL_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}"
+    "{{ message['content'] }}{% else %}{% for c in message['content'] %}{% if c['type'] == 'video' %}"
+    "<|vision_start|><|video_pad|><|vision_end|>{% elif c['type'] == 'image' %}<|vision_start|><|image_pad|>"
+    "<|vision_end|>{% elif c['type'] == 'text' %}{{ c['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+"""Qwen2-VL's chat template, cut to what the tests use: turns, images, videos and texts."""
+
+
+def qwen2_vl(out: Path) -> None:
+    """A tiny Qwen2-VL (video-text-to-text): a one-layer vision tower and Qwen2 decoder, frames
+    resized to at most 56x56 pixels, with its processor (image and video processors, chat template)."""
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLImageProcessor, Qwen2VLProcessor
+    from transformers import Qwen2VLVideoProcessor
+    from transformers.models.qwen2_vl.configuration_qwen2_vl import Qwen2VLTextConfig, Qwen2VLVisionConfig
+
+    media = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+    tok = chat_tokenizer(media)
+    ids = {t: tok.convert_tokens_to_ids(t) for t in media}
+    size = {"shortest_edge": 28 * 28, "longest_edge": 56 * 56}
+    processor = Qwen2VLProcessor(image_processor=Qwen2VLImageProcessor(size=size), tokenizer=tok,
+                                 video_processor=Qwen2VLVideoProcessor(size=size, cap_pixels_per_frame=True),
+                                 chat_template=QWEN_VL_TEMPLATE)
+    text = Qwen2VLTextConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                             num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=2048,
+                             pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, bos_token_id=None,
+                             rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1]})
+    vision = Qwen2VLVisionConfig(depth=1, embed_dim=16, hidden_size=16, num_heads=2, mlp_ratio=2)
+    model = Qwen2VLForConditionalGeneration(Qwen2VLConfig(
+        text_config=text, vision_config=vision, image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"]))
+    chat_generation(model, tok)
+    _save(model, out, processor)
+
+
+REPOS.update({"tiny/qwen2-vl": (qwen2_vl, "video-text-to-text")})

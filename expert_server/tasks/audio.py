@@ -1,5 +1,6 @@
-"""Audio tasks: speech recognition (``{"text": ...}``), audio classification (labels) and
-text-to-speech (a WAV file). Audio is decoded and resampled with PyAV when the request is read."""
+"""Audio tasks: speech recognition (``{"text": ...}``), audio classification (labels),
+text-to-speech (a WAV file) and audio-text-to-text (a question about a recording, asked and answered
+in the chat-completions format). Audio is decoded and resampled with PyAV when the request is read."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 from .. import payload as P
 from . import Binary, Task
-from .common import load_pipeline, run_grouped
+from .common import chat_answer, chat_reply, chat_request, load_multimodal, load_pipeline, run_grouped
 
 
 def _rate(runner: Any) -> int:
@@ -85,3 +86,21 @@ TASKS = [
     Task("text-to-speech", load_pipeline("text-to-audio"), _tts_prepare, _tts_run, _identity, text_only=True),
     Task("text-to-audio", load_pipeline("text-to-audio"), _tts_prepare, _tts_run, _identity, text_only=True),
 ]
+
+
+def _ask_prepare(p: P.Payload) -> tuple[Any, str, int]:
+    return chat_request(p, "audio", lambda name, data: P.audio(p, RATE, name, value=data))
+
+
+def _ask_run(runner: Any, items: list[tuple[Any, str, int]]) -> list[Any]:
+    """Chat-completions replies: the model listens to each clip (resampled to its feature
+    extractor's rate; the extractor reads at most its own ``chunk_length`` seconds) and answers."""
+    out = []
+    for (samples, opts), (_, question, tokens) in zip(_decoded(runner[0], [(s, {}) for s, _, _ in items]), items,
+                                                      strict=True):
+        answer = chat_answer(runner, "audio", samples["raw"], question, tokens, sampling_rate=samples["sampling_rate"])
+        out.append(chat_reply(runner[2], answer))
+    return out
+
+
+TASKS.append(Task("audio-text-to-text", load_multimodal, _ask_prepare, _ask_run, _identity))

@@ -1,5 +1,6 @@
 """diffusers tasks: text-to-image, image-to-image, image-text-to-image (instruction edits),
-text-to-video, and ControlNet generation
+text-to-video, image-text-to-video, video-to-video (a video redrawn as a prompt says, its frames decoded bounded by
+:func:`expert_server.payload.video_frames`), and ControlNet generation
 (``<cond>-text-to-image``: a ControlNet checkpoint on the Stable Diffusion base named by the
 server's ``controlnet_base``). Images come back as PNG (image-to-image and ControlNet at the input
 image's size, scaled down to ``max_output_pixels`` when it is larger), video as MP4."""
@@ -136,17 +137,17 @@ def _text2image_run(pipe: Any, items: list[tuple[Any, dict]]) -> list[Binary]:
     return out
 
 
-def fit(size: tuple[int, int], max_pixels: int | None) -> tuple[tuple[int, int], tuple[int, int]]:
+def fit(size: tuple[int, int], max_pixels: int | None, multiple: int = 8) -> tuple[tuple[int, int], tuple[int, int]]:
     """``(drawn, answered)`` sizes for an input of ``size``: the size the pipeline draws (sides
-    multiples of 8, at most ``max_pixels`` pixels, the aspect ratio kept) and the size of the
-    answer (the input's, or the drawn one when the input was over ``max_pixels``)."""
+    multiples of ``multiple`` pixels, at most ``max_pixels`` pixels, the aspect ratio kept) and the
+    size of the answer (the input's, or the drawn one when the input was over ``max_pixels``)."""
     w, h = size
     answered = size
     if max_pixels is not None and w * h > max_pixels:
         scale = (max_pixels / (w * h)) ** 0.5
         w, h = max(1, int(w * scale)), max(1, int(h * scale))
-        answered = (max(8, w - w % 8), max(8, h - h % 8))
-    drawn = (max(8, w - w % 8), max(8, h - h % 8))
+        answered = (max(multiple, w - w % multiple), max(multiple, h - h % multiple))
+    drawn = (max(multiple, w - w % multiple), max(multiple, h - h % multiple))
     return drawn, answered
 
 
@@ -201,6 +202,62 @@ def _mp4(frames: Any, fps: int = 8) -> bytes:
     return buf.getvalue()
 
 
+def _video2video_prepare(p: P.Payload) -> tuple[Any, dict]:
+    """The frames of the base64 video in ``inputs`` and the optional ``parameters.prompt`` (the
+    bot's client sends the Hub's image-text-to-video input shape with a video)."""
+    frames = P.video_frames(p, "inputs", p.inputs)
+    opts = _common(p)
+    if opts.get("num_inference_steps", MIN_IMAGE_STEPS) < MIN_IMAGE_STEPS:  # strength x steps: one step is none
+        raise BadPayload("parameters.num_inference_steps", f"must be at least {MIN_IMAGE_STEPS} for a drawing from "
+                                                           "a video")
+    opts["prompt"] = P.param(p, "prompt", str, "")
+    if p.limits is not None:
+        opts["max_pixels"] = p.limits.max_output_pixels
+    return frames, opts
+
+
+def _video2video_run(pipe: Any, items: list[tuple[Any, dict]]) -> list[Binary]:
+    """MP4s of the frames redrawn, at the frames' size (sides multiples of 8, within
+    ``max_output_pixels``)."""
+    out = []
+    for frames, opts in items:
+        opts = dict(opts)
+        drawn, _ = fit(frames[0].size, opts.pop("max_pixels", None))
+        video = [f.resize(drawn) for f in frames]
+        made = pipe(opts.pop("prompt"), video=video, generator=_generator(opts), output_type="np", **opts).frames[0]
+        out.append(Binary(_mp4(made), "video/mp4"))
+    return out
+
+
+MAX_FRAMES = 257  # frames image-text-to-video may be asked to draw (LTX-Video's longest clip, about 10 s)
+VIDEO_MULTIPLE = 32  # pixels: image-to-video transformers (LTX-Video) take sides that are multiples of 32
+
+
+def _image2video_prepare(p: P.Payload) -> tuple[Any, dict]:
+    """The image and ``parameters.prompt`` (the Hub's ``ImageTextToVideoInput``), with an optional
+    ``parameters.num_frames`` (1 to :data:`MAX_FRAMES`)."""
+    img, opts = _image_prompt_prepare(p)
+    frames = P.param(p, "num_frames", int)
+    if frames is not None:
+        if not 1 <= frames <= MAX_FRAMES:
+            raise BadPayload("parameters.num_frames", f"must be between 1 and {MAX_FRAMES}")
+        opts["num_frames"] = frames
+    return img, opts
+
+
+def _image2video_run(pipe: Any, items: list[tuple[Any, dict]]) -> list[Binary]:
+    """MP4s of videos starting from each image, drawn at its size within ``max_output_pixels``
+    (sides multiples of :data:`VIDEO_MULTIPLE`)."""
+    out = []
+    for img, opts in items:
+        opts = dict(opts)
+        (w, h), _ = fit(img.size, opts.pop("max_pixels", None), VIDEO_MULTIPLE)
+        made = pipe(image=img.resize((w, h)), prompt=opts.pop("prompt"), width=w, height=h,
+                    generator=_generator(opts), output_type="np", **opts).frames[0]
+        out.append(Binary(_mp4(made), "video/mp4"))
+    return out
+
+
 def _identity(result: Any) -> Any:
     return result
 
@@ -217,4 +274,6 @@ TASKS = [
     # image + prompt payload (``ImageTextToImageInput``) and pipelines as image-to-image
     Task("image-text-to-image", _load_image2image, _image_prompt_prepare, _image2image_run, _identity),
     Task("text-to-video", _load_video, _text2image_prepare, _video_run, _identity),
+    Task("video-to-video", _load_video, _video2video_prepare, _video2video_run, _identity),
+    Task("image-text-to-video", _load_video, _image2video_prepare, _image2video_run, _identity),
 ]

@@ -10,9 +10,8 @@ from typing import Any
 from .. import payload as P
 from ..errors import BadPayload
 from . import Task
-from .common import first_device, load_pipeline, run_grouped, with_options
+from .common import MAX_NEW_TOKENS, first_device, load_pipeline, run_grouped, with_options
 
-MAX_NEW_TOKENS = 512
 NEW_TOKENS = 20  # new tokens of a generation that asks for no number (transformers' default length)
 MAX_TOKENS = 512  # tokens of a text the directly run models read (less when the tokenizer says so)
 # sampling parameters: (type, lowest, highest, whether the lowest is allowed); transformers' own

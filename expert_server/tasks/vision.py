@@ -1,6 +1,8 @@
 """Vision tasks: image classification, object detection, image segmentation (masks as base64 PNG),
 depth estimation (a PNG depth map), image-to-text, visual question answering and document question
-answering. transformers 5 has no pipeline for captioning or visual question answering, so those
+answering, and video-text-to-text (a question about a video, asked and answered in the
+chat-completions format; the video decoded bounded, :func:`expert_server.payload.video_frames`).
+transformers 5 has no pipeline for captioning or visual question answering, so those
 run the model directly (generative models decode text; ViLT-like classifiers pick a label)."""
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from typing import Any
 from .. import payload as P
 from ..errors import BadPayload
 from . import Binary, Task
-from .common import first_device, load_pipeline, run_grouped, with_options
+from .common import (chat_answer, chat_reply, chat_request, first_device, load_multimodal, load_pipeline,
+                     run_grouped, with_options)
 
 MAX_NEW_TOKENS = 64
 
@@ -112,6 +115,19 @@ def _identity(result: Any) -> Any:
     return result
 
 
+def _watch_prepare(p: P.Payload) -> tuple[Any, str, int]:
+    return chat_request(p, "video", lambda name, data: P.video_frames(p, name, data))
+
+
+def _watch_run(runner: Any, items: list[tuple[Any, str, int]]) -> list[Any]:
+    """Chat-completions replies: the model watches each video's kept frames (one array, frames x
+    height x width x RGB) and answers."""
+    import numpy as np
+
+    return [chat_reply(runner[2], chat_answer(runner, "video", np.stack([np.asarray(f) for f in frames]), question,
+                                              tokens)) for frames, question, tokens in items]
+
+
 TASKS = [
     Task("image-classification", load_pipeline("image-classification"), with_options(P.image, ("top_k", int)), _plain_run,
          _identity, batch=True),
@@ -124,4 +140,5 @@ TASKS = [
     Task("visual-question-answering", _load_vision_text, _question_prepare, _vqa_run, _identity),
     Task("document-question-answering", load_pipeline("document-question-answering"), _question_prepare, _docqa_run,
          _identity),
+    Task("video-text-to-text", load_multimodal, _watch_prepare, _watch_run, _identity),
 ]
