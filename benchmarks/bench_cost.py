@@ -24,8 +24,10 @@ import tempfile
 import time
 from pathlib import Path
 
-REQUESTS = ("Generate an image of a cat on a red sofa", "Describe a photo of a dog in one sentence please",
+REQUESTS = ("Generate an image of a cat on a red sofa",
+            "Generate an image of a dog on a beach, then tell me what objects are in it",
             "Tell me a short joke about cats")
+"""Requests the sandbox planner plans (one, two and no expert task): every measured run succeeds."""
 
 
 async def _serve_standins() -> None:
@@ -64,7 +66,8 @@ async def _measure(base: dict, runs: int, repeat: int) -> dict[str, float]:
             for n in range(runs):
                 key = ConversationKey("slack", "T1", "C1", f"t{n}")
                 events = [e async for e in service.handle(Message(REQUESTS[n % len(REQUESTS)], key=key, who=who))]
-                assert isinstance(events[-1], Done) and events[-1].record.cost is not None, events[-1]
+                assert isinstance(events[-1], Done) and events[-1].record.status == "ok", events[-1]
+                assert events[-1].record.cost is not None
                 records.append(events[-1].record)
             run_cpu = statistics.fmean(r.timings_ms["cpu"] for r in records) / 1000
             pricing, budgets = service.pipeline.pricing, Budgets(service.settings.budgets, service.store)
