@@ -10,7 +10,6 @@ SDK raises ``APIError`` on it).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
@@ -22,7 +21,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from adapters.progress import Progress
-from adapters.turn import CRASHED, Outcome, follow
+from adapters.turn import CRASHED, Outcome
 from bot.incoming import Message, Requester
 from bot.errors import InputError, StorageError
 from pipeline.errors import ControllerError, DeadlineError, PlanError
@@ -43,7 +42,6 @@ log = logging.getLogger("adapters.http")
 router = APIRouter()
 router.include_router(files.router)
 _STARTED = int(time.time())
-_END = object()
 
 
 APPROVAL_OVER_V1 = ("This request's plan needs approval before anything runs ([planning] approve), which this "
@@ -257,7 +255,7 @@ async def chat_completions(request: Request) -> Response:
         log.info("client went away; run %s/%d cancelled", run.conversation_id, run.turn)
         return Response(status_code=499)
     view = CompletionView(request, caller, run, mode)
-    outcome = await follow(run.events(), view, where=f"http {run.conversation_id}/{run.turn}")
+    outcome = await run.follow(view)
     record = outcome.record
     if record is None or not record.answered:
         raise turn_error(outcome)
@@ -283,17 +281,10 @@ async def _sse(request: Request, caller: Caller, run: Run, completion: Completio
             yield _data(refused.body())
             yield "data: [DONE]\n\n"
             return
-        chunks: asyncio.Queue[object] = asyncio.Queue()
-        view = CompletionView(request, caller, run, mode, emit=chunks.put_nowait, completion=completion,
-                              include_usage=include_usage, prompt=prompt)
-        turn = asyncio.create_task(follow(run.events(), view, where=f"http {run.conversation_id}/{run.turn}"))
-        turn.add_done_callback(lambda _: chunks.put_nowait(_END))
-        try:
-            while (item := await chunks.get()) is not _END:
-                yield item  # type: ignore[misc]
-        finally:
-            if not turn.done():
-                turn.cancel()
+        async for chunk in run.streamed(lambda emit: CompletionView(request, caller, run, mode, emit=emit,
+                                                                   completion=completion,
+                                                                   include_usage=include_usage, prompt=prompt)):
+            yield chunk  # type: ignore[misc]
     finally:
         if not run.done:
             log.info("client went away; run %s/%d cancelled", run.conversation_id, run.turn)

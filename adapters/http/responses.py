@@ -29,7 +29,6 @@ Wire format: the OpenAI API reference, "Create a model response" and "Streaming 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
@@ -41,7 +40,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from adapters.progress import Progress
-from adapters.turn import Outcome, follow
+from adapters.turn import Outcome
 
 from .auth import Caller
 from .common import CONVERSATION_HEADER, caller_of, conversation_of, read_json, safe_answer, state_of
@@ -54,7 +53,6 @@ from .runs import Run
 
 log = logging.getLogger("adapters.http")
 router = APIRouter()
-_END = object()
 
 
 def chat_messages(body: ResponsesRequest) -> list[Message]:
@@ -234,7 +232,7 @@ async def create_response(request: Request) -> Response:
         log.info("client went away; run %s/%d cancelled", run.conversation_id, run.turn)
         return Response(status_code=499)
     view = CompletionView(request, caller, run, mode)
-    outcome = await follow(run.events(), view, where=f"http {run.conversation_id}/{run.turn}")
+    outcome = await run.follow(view)
     record = outcome.record
     if record is None or not record.answered:
         raise turn_error(outcome)
@@ -256,16 +254,8 @@ async def _events(request: Request, caller: Caller, run: Run, doc: ResponseDoc, 
             yield doc.event("response.failed", response=doc.response("failed", [], error=refused))
             return
         yield doc.event("response.in_progress", response=doc.response("in_progress", []))
-        events: asyncio.Queue[object] = asyncio.Queue()
-        view = ResponsesView(request, caller, run, mode, events.put_nowait, doc, prompt)
-        turn = asyncio.create_task(follow(run.events(), view, where=f"http {run.conversation_id}/{run.turn}"))
-        turn.add_done_callback(lambda _: events.put_nowait(_END))
-        try:
-            while (item := await events.get()) is not _END:
-                yield item  # type: ignore[misc]
-        finally:
-            if not turn.done():
-                turn.cancel()
+        async for event in run.streamed(lambda emit: ResponsesView(request, caller, run, mode, emit, doc, prompt)):
+            yield event  # type: ignore[misc]
     finally:
         if not run.done:
             log.info("client went away; run %s/%d cancelled", run.conversation_id, run.turn)

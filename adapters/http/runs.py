@@ -17,6 +17,7 @@ from dataclasses import replace
 
 from bot.errors import InputError, StorageError
 from bot.incoming import Message
+from adapters.turn import Outcome, TurnView, follow
 from bot.service import Service
 from pipeline.types import Done, Event, RunRecord
 
@@ -93,6 +94,24 @@ class Run:
             if isinstance(item, BaseException):
                 raise item
             yield item  # type: ignore[misc]
+
+    async def follow(self, view: TurnView) -> Outcome:
+        """This run's turn followed with ``view`` (:func:`adapters.turn.follow`) to its end."""
+        return await follow(self.events(), view, where=f"http {self.conversation_id}/{self.turn}")
+
+    async def streamed(self, view_emitting: Callable[[Callable[[object], None]], TurnView]) -> AsyncIterator[object]:
+        """What the view ``view_emitting(emit)`` emits while it follows this run's turn, as it comes
+        (a streamed reply's chunks or events); the turn's following is cancelled when the consumer
+        stops first (the client went away)."""
+        items: asyncio.Queue[object] = asyncio.Queue()
+        turn = asyncio.create_task(self.follow(view_emitting(items.put_nowait)))
+        turn.add_done_callback(lambda _: items.put_nowait(_END))
+        try:
+            while (item := await items.get()) is not _END:
+                yield item
+        finally:
+            if not turn.done():
+                turn.cancel()
 
     @property
     def done(self) -> bool:
