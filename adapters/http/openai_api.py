@@ -251,18 +251,32 @@ async def chat_completions(request: Request) -> Response:
         return StreamingResponse(_sse(request, caller, run, completion, mode, include_usage, prompt),
                                  media_type="text/event-stream", headers={**headers, "Cache-Control": "no-cache",
                                                                            "X-Accel-Buffering": "no"})
+    answer = await whole_answer(request, caller, run, mode)
+    if answer is None:
+        return Response(status_code=499)
+    content, reasoning = answer
+    doc = completion.whole(content, "\n".join(reasoning) or None, usage(prompt, content))
+    return JSONResponse(doc, headers=headers)
+
+
+async def whole_answer(request: Request, caller: Caller, run: Run, mode: str) -> tuple[str, list[str]] | None:
+    """A reply that is not streamed: the answer's text (with its file links and what was said
+    about the request) and the progress lines, once the run ended; ``None`` when the client went
+    away first (the run is cancelled).
+
+    Raises:
+        ApiError: the turn ended without an answer (:func:`turn_error`).
+    """
     if not await run.wait_or_disconnect(request.receive):
         log.info("client went away; run %s/%d cancelled", run.conversation_id, run.turn)
-        return Response(status_code=499)
+        return None
     view = CompletionView(request, caller, run, mode)
     outcome = await run.follow(view)
     record = outcome.record
     if record is None or not record.answered:
         raise turn_error(outcome)
     content = safe_answer(request, (record.response or view.content) if mode != "preamble" else view.content)
-    content += view.links(record) + (notice_paragraph(view.said) if view.said else "")
-    doc = completion.whole(content, "\n".join(view.reasoning) or None, usage(prompt, content))
-    return JSONResponse(doc, headers=headers)
+    return content + view.links(record) + (notice_paragraph(view.said) if view.said else ""), view.reasoning
 
 
 def _data(obj: Any) -> str:

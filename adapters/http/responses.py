@@ -43,11 +43,11 @@ from adapters.progress import Progress
 from adapters.turn import Outcome
 
 from .auth import Caller
-from .common import CONVERSATION_HEADER, caller_of, conversation_of, read_json, safe_answer, state_of
+from .common import CONVERSATION_HEADER, caller_of, conversation_of, read_json, state_of
 from .content import text_of
 from .errors import ApiError
 from .models import ContentPart, ImageURL, InputItem, Message, ResponsesRequest, schema_of
-from .openai_api import CompletionView, notice_paragraph, start_run, turn_error, unknown_model
+from .openai_api import CompletionView, start_run, turn_error, unknown_model, whole_answer
 from .render import MODEL_ID, usage
 from .runs import Run
 
@@ -228,17 +228,11 @@ async def create_response(request: Request) -> Response:
     if body.stream:
         return StreamingResponse(_events(request, caller, run, doc, mode, prompt), media_type="text/event-stream",
                                  headers={**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-    if not await run.wait_or_disconnect(request.receive):
-        log.info("client went away; run %s/%d cancelled", run.conversation_id, run.turn)
+    answer = await whole_answer(request, caller, run, mode)
+    if answer is None:
         return Response(status_code=499)
-    view = CompletionView(request, caller, run, mode)
-    outcome = await run.follow(view)
-    record = outcome.record
-    if record is None or not record.answered:
-        raise turn_error(outcome)
-    text = safe_answer(request, (record.response or view.content) if mode != "preamble" else view.content)
-    text += view.links(record) + (notice_paragraph(view.said) if view.said else "")
-    output = ([doc.reasoning([line + "\n" for line in view.reasoning])] if view.reasoning else []) + [doc.message(text)]
+    text, reasoning = answer
+    output = ([doc.reasoning([line + "\n" for line in reasoning])] if reasoning else []) + [doc.message(text)]
     return JSONResponse(doc.response("completed", output, usage(prompt, text)), headers=headers)
 
 

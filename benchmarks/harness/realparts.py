@@ -203,6 +203,19 @@ http {{
 """
 
 
+
+def terminate(proc: subprocess.Popen | None) -> None:
+    """Stop a server process quickly (SIGTERM, SIGKILL after 10 s); nothing when it is gone."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 class NginxServer:
     """nginx on 127.0.0.1 balancing over ``upstreams`` (``"127.0.0.1:PORT"`` each, round robin;
     a replica that refuses connections or answers 502/503 is skipped, as in production configs).
@@ -240,14 +253,7 @@ class NginxServer:
     def stop(self) -> None:
         """Quick shutdown (SIGTERM); idempotent."""
         proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        terminate(proc)
 
     def __enter__(self) -> NginxServer:
         return self.start()
@@ -341,14 +347,7 @@ class PrometheusServer:
     def stop(self) -> None:
         """Quick shutdown (SIGTERM); idempotent."""
         proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        terminate(proc)
 
     def __enter__(self) -> PrometheusServer:
         return self.start()
