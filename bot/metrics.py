@@ -34,6 +34,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, 
 from prometheus_client import generate_latest, make_wsgi_app, multiprocess
 
 from pipeline.experts.providers import client_knows
+from pipeline.mcp_tools import PREFIX as MCP_TASKS
 from pipeline.tasks import TASKS
 from pipeline.types import RunRecord, Selection, TaskResult
 
@@ -112,6 +113,14 @@ def place_of(result: TaskResult, selection: Selection | None) -> tuple[str, str]
     return kind, target if target and client_knows(target) else OTHER
 
 
+def task_label(tag: str | None) -> str:
+    """The ``task`` label of a task: its pipeline tag; ``"mcp"`` for any tool of an MCP tool server
+    (their names come from the servers, so they are not labels); ``"other"`` for anything else."""
+    if tag is not None and tag.startswith(MCP_TASKS):
+        return "mcp"
+    return bounded(tag, TASKS)
+
+
 def observe_record(record: RunRecord, front_end: str) -> None:
     """Count one finished run: its duration and CPU, each stage's duration, each task (pipeline
     tag, where, provider, outcome) and its expert time, the controller's tokens and the cost.
@@ -132,7 +141,7 @@ def observe_record(record: RunRecord, front_end: str) -> None:
     tags = {t.id: t.task for t in record.tasks}
     for tid, result in record.results.items():
         where, provider = place_of(result, record.selections.get(tid))
-        TASKS_DONE.labels(bounded(tags.get(tid), TASKS), where, provider, bounded(result.status, TASK_OUTCOMES)).inc()
+        TASKS_DONE.labels(task_label(tags.get(tid)), where, provider, bounded(result.status, TASK_OUTCOMES)).inc()
         if result.started is not None and result.finished is not None:
             EXPERT_SECONDS.labels(where, provider).observe(max(0.0, result.finished - result.started))
     if record.prompt_tokens:

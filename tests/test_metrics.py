@@ -194,11 +194,12 @@ def _label_values() -> dict[str, set[str]]:
 def test_label_values_stay_in_their_fixed_sets_whatever_the_run_says():
     odd_tag = f"image-classification {ODD}"
     record = RunRecord(
-        ODD, tasks=[Task(1, odd_tag), Task(2, "translation")],
+        ODD, tasks=[Task(1, odd_tag), Task(2, "translation"), Task(3, f"mcp.{ODD}.tool")],
         selections={1: Selection(1, ODD, "r", where=f"provider {ODD}"),
                     2: Selection(2, "m", "r", where="provider evil-corp")},
         results={1: TaskResult(1, "ok", output=Output(text=ODD, where=f"gateway http://{ODD}"), started=1.0, finished=2.0),
-                 2: TaskResult(2, "failed", error=ODD, started=1.0, finished=1.5)},
+                 2: TaskResult(2, "failed", error=ODD, started=1.0, finished=1.5),
+                 3: TaskResult(3, "ok", started=1.0, finished=1.2)},
         timings_ms={"planning": 10.0, ODD: 5.0, "total": 20.0})
     turn = metrics.TurnMetrics(f"{ODD} C1/1")
     turn.ended(ODD, record)
@@ -209,14 +210,14 @@ def test_label_values_stay_in_their_fixed_sets_whatever_the_run_says():
 
     allowed = {
         "front_end": {*metrics.FRONT_ENDS, metrics.OTHER}, "outcome": {*metrics.OUTCOMES, *metrics.TASK_OUTCOMES, metrics.OTHER},
-        "stage": set(metrics.STAGES.values()), "task": {*TASKS, metrics.OTHER}, "where": {*metrics.WHERES, metrics.OTHER},
+        "stage": set(metrics.STAGES.values()), "task": {*TASKS, "mcp", metrics.OTHER}, "where": {*metrics.WHERES, metrics.OTHER},
         "provider": {"", metrics.OTHER}, "direction": {"input", "output"}, "step": {*metrics.STORE_STEPS, metrics.OTHER},
     }
     seen = _label_values()
     assert set(seen) <= set(allowed), set(seen) - set(allowed)
     for name, values in seen.items():
         assert values <= allowed[name], (name, values - allowed[name])
-    assert {"other", "translation"} <= seen["task"] and "slack" in seen["front_end"]
+    assert {"other", "translation", "mcp"} <= seen["task"] and "slack" in seen["front_end"]
 
 
 def test_a_runs_known_cost_is_added_to_the_cost_counter_and_an_unknown_part_is_not():
