@@ -52,7 +52,7 @@ def add_parser(subparsers: Any) -> None:
 
 def period_of(args: argparse.Namespace, now: float) -> tuple[str, float, float]:
     """``(label, since, until)`` of the period asked (epoch seconds, UTC)."""
-    from bot.budgets import period_bounds
+    from bot.stored import period_bounds
 
     if args.day is not None:
         since, until = period_bounds("day", args.day.timestamp())

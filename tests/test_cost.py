@@ -19,13 +19,13 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from bot.budgets import FLUSH_SECONDS, period_bounds, refusal_sentence
+from bot.budgets import FLUSH_SECONDS, refusal_sentence
 from bot.errors import ConfigError, StorageError
 from bot.incoming import ConversationKey, Message, Requester
 from bot.service import Service
 from bot.settings import load_settings
 from bot.store.sql import spend
-from bot.stored import Limit, Overspent, Payer, Settled
+from bot.stored import Limit, Overspent, Payer, Settled, period_bounds
 from pipeline.cost import PriceFileError, PriceTable, dollars, estimate_plan
 from pipeline.experts.http import MAX_BILLED_SECONDS, billed_seconds
 from pipeline.types import Task
