@@ -8,7 +8,6 @@ import io
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx2
@@ -16,7 +15,7 @@ import pytest
 from PIL import Image
 
 from benchmarks.harness import tinymodels
-from benchmarks.harness.realparts import free_port
+from benchmarks.harness.realparts import free_port, wait_ready
 
 ROOT = Path(__file__).resolve().parents[1]
 LABELS = ("cat", "dog", "rocket", "coffee")
@@ -30,18 +29,6 @@ def _serve(tmp_path: Path, config: str, port: int) -> subprocess.Popen[bytes]:
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
-def _ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            if httpx2.get(f"{url}/readyz", timeout=1).status_code == 200:
-                return
-        except httpx2.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"the expert server did not start: {proc.stdout.read().decode()[-3000:] if proc.poll() is not None else ''}")
-
-
 @pytest.mark.slow
 def test_a_checkpoint_folder_named_in_local_models_is_served_and_answers(tmp_path):
     folder = tmp_path / "vit-pets"
@@ -50,7 +37,7 @@ def test_a_checkpoint_folder_named_in_local_models_is_served_and_answers(tmp_pat
     proc = _serve(tmp_path, f'[local_models]\n"my-team/vit-pets" = "{folder}"\n', port)
     url = f"http://127.0.0.1:{port}"
     try:
-        _ready(url, proc)
+        wait_ready(url, proc, 180, lambda: proc.stdout.read().decode() if proc.poll() is not None else "")
         listed = {m["id"]: m for m in httpx2.get(f"{url}/models", timeout=10).json()["models"]}
         assert set(listed) >= {"my-team/vit-pets"} and listed["my-team/vit-pets"]["task"] == "image-classification"
         photo = io.BytesIO()

@@ -27,7 +27,7 @@ import pytest
 from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from benchmarks.harness.realparts import Missing, PrometheusServer, free_port
+from benchmarks.harness.realparts import Missing, PrometheusServer, free_port, wait_ready
 from bot import metrics
 from bot.errors import ConfigError
 from bot.settings import TelemetrySettings
@@ -48,18 +48,6 @@ def _prometheus(root: Path, targets: dict[str, list[str]]) -> PrometheusServer:
         if os.environ.get("HUGGINGGPT_REQUIRE_REAL_PARTS") == "1":
             raise
         pytest.skip(str(e))
-
-
-def _wait_ready(url: str, proc: subprocess.Popen, log: Path, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            if httpx2.get(f"{url}/readyz", timeout=1).status_code == 200:
-                return
-        except httpx2.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"{url} did not get ready: {log.read_text(errors='replace')[-3000:]}")
 
 
 def _expert_server(tmp_path: Path, port: int) -> tuple[subprocess.Popen, Path]:
@@ -125,7 +113,7 @@ def test_prometheus_scrapes_the_runs_stages_tasks_and_expert_batches_that_were_m
     try:
         experts, experts_log = _expert_server(tmp_path, port)
         url = _address(serve, serve_log)
-        _wait_ready(experts_url, experts, experts_log)
+        wait_ready(experts_url, experts, 120, lambda: experts_log.read_text(errors="replace"))
         prom = _prometheus(tmp_path / "prometheus", {"hugginggpt-api": [url.removeprefix("http://")],
                                                      "hugginggpt-experts": [experts_url.removeprefix("http://")]})
         assert "tiny/vit-classifier" in _ask(url, "What animal is in this photo? Classify it.", photo=True)

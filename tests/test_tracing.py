@@ -15,14 +15,12 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx2
 import pytest
 
 from benchmarks.harness.otlp import OtlpReceiver, ReceivedSpan
-from benchmarks.harness.realparts import free_port
+from benchmarks.harness.realparts import free_port, wait_ready
 from bot.settings import load_settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,16 +42,12 @@ def start_expert_server(cache: Path, tmp: Path, endpoint: str) -> tuple[subproce
     proc = subprocess.Popen([sys.executable, "-m", "expert_server", "--port", str(port), "--device", "cpu"], cwd=ROOT,
                             env=env, stdout=open(tmp / "server.log", "wb"), stderr=subprocess.STDOUT)  # noqa: SIM115
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            if httpx2.get(f"{url}/readyz", timeout=1).status_code == 200:
-                return proc, url
-        except httpx2.HTTPError:
-            pass
-        time.sleep(0.2)
-    proc.kill()
-    raise RuntimeError(f"the expert server did not start:\n{(tmp / 'server.log').read_text()[-3000:]}")
+    try:
+        wait_ready(url, proc, 180, lambda: (tmp / "server.log").read_text(errors="replace"))
+    except AssertionError:
+        proc.kill()
+        raise
+    return proc, url
 
 
 def run_turn(tmp: Path, experts_url: str, env: dict[str, str]) -> dict:

@@ -22,6 +22,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -202,6 +203,27 @@ http {{
 }}
 """
 
+
+
+
+def wait_ready(url: str, proc: subprocess.Popen, timeout: float, said: Callable[[], str]) -> None:
+    """Wait until the server at ``url`` answers ``GET /readyz`` with 200 (the expert server, ``serve``).
+
+    Raises:
+        AssertionError: ``proc`` ended or ``timeout`` seconds passed first; the message ends with
+            ``said()`` (the server's log, read then).
+    """
+    import httpx2
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if httpx2.get(f"{url}/readyz", timeout=1).status_code == 200:
+                return
+        except httpx2.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"{url} did not get ready:\n{said()[-3000:]}")
 
 
 def terminate(proc: subprocess.Popen | None) -> None:
