@@ -32,14 +32,16 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
         ConfigError: a credential or setting is missing (exit status 2, said on stderr).
         StorageError: the conversation store cannot be opened (exit status 8).
     """
-    from adapters.mcp import build_server, serve_stdio
+    from adapters.mcp import build, serve_stdio
 
     from bot.service import Service
     from . import package_version
 
     service = await Service.create(settings)
+    server, tasks = build(service, version=package_version())
     try:
-        await serve_stdio(build_server(service, version=package_version()))
+        await serve_stdio(server)
     finally:
+        await tasks.close()  # the runs of MCP tasks still working stop, as a Stop does
         await service.close()
     return 0

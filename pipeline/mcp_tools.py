@@ -54,6 +54,7 @@ import json_repair
 from .config import McpServerConfig, ToolOffer
 from .llm import Usage
 from .mcp_offer import offered_tools
+from .mcp_tasks import TasksClient
 from .selection import Selector
 from .tasks import TASKS, TaskSpec
 from .types import Modality, Selection, Task
@@ -126,9 +127,10 @@ def _one_line(text: Any, limit: int) -> str:
 
 def tool_from_listing(server: str, tool: Any) -> McpTool | None:
     """The task of one listed tool (``mcp.types.Tool``); ``None`` when its name or schema cannot
-    be used, or when it can only run as an MCP task (``execution.taskSupport: "required"``, MCP
-    2025-11-25 "Tasks": a call without a task would be refused, and the SDK cannot poll one);
-    logged."""
+    be used, or when it can only run as a task of the 2025-11-25 revision (``execution.taskSupport:
+    "required"``: a call that does not ask for a task with its ``task`` parameter is refused, and
+    this client speaks only the 2026-07-28 Tasks extension, :mod:`pipeline.mcp_tasks`, where the
+    server decides and no tool is marked); logged."""
     name = str(getattr(tool, "name", "") or "")
     task = task_name(server, name)
     schema = getattr(tool, "input_schema", None) or {}
@@ -137,8 +139,9 @@ def tool_from_listing(server: str, tool: Any) -> McpTool | None:
         log.warning("MCP server %s: tool %r skipped (unusable name or input schema)", server, name[:80])
         return None
     if getattr(getattr(tool, "execution", None), "task_support", None) == "required":
-        log.warning("MCP server %s: tool %r skipped: it runs only as an MCP task (execution.taskSupport "
-                    "'required'), which the mcp SDK's client cannot follow yet", server, name[:80])
+        log.warning("MCP server %s: tool %r skipped: it runs only as a 2025-11-25 MCP task (execution.taskSupport "
+                    "'required'); tasks are followed in the 2026-07-28 revision only (protocol = \"auto\")",
+                    server, name[:80])
         return None
     args: dict[str, ToolArg] = {}
     for key, prop in (props or {}).items():
@@ -240,8 +243,10 @@ class ToolServer:
         assert closing is not None
         try:
             # the SDK's Client settles the protocol era (McpServerConfig.protocol); no response
-            # cache: the tool list is read once per connection
-            async with Client(self._transport(), mode=self.config.protocol, cache=None) as session:
+            # cache: the tool list is read once per connection;
+            # and the Tasks extension: a tool answering with a task is polled to its end (pipeline.mcp_tasks)
+            async with Client(self._transport(), mode=self.config.protocol, cache=None,
+                              extensions=[TasksClient()]) as session:
                 listed: list[Any] = []
                 cursor = None
                 while True:

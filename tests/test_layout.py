@@ -40,6 +40,8 @@ PACKAGES = ("hugginggpt", "pipeline", "bot", "adapters", "prompts", "expert_serv
 MAX_LINES = 800
 MAX_FUNCTION_LINES = 60
 NEW_CONCEPTS: tuple[str, ...] = (
+    "pipeline.mcp_tasks",
+    "adapters.mcp.tasks",
     "adapters.http.responses",
     "adapters.discord.upload",
     "hugginggpt.jobs",

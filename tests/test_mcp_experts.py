@@ -24,6 +24,7 @@ from pipeline.tasks import TASKS
 from tests.conftest import mcp_server
 
 MEDIA = Path(__file__).parent / "fixtures" / "media"
+ROOT = Path(__file__).parents[1]
 
 
 def run(tmp_path: Path, text: str, modes: dict[str, str], task_timeout: float = 60) -> tuple[subprocess.CompletedProcess, dict]:
@@ -33,7 +34,8 @@ def run(tmp_path: Path, text: str, modes: dict[str, str], task_timeout: float = 
     lines = [f"[inference]\ntask_timeout = {task_timeout}\n"]
     for name, mode in modes.items():
         lines.append(f"[mcp.servers.{name}]\ncommand = {json.dumps(sys.executable)}\nconnect_timeout = 90\n"
-                     f'args = ["-m", "sandbox.mcp_tools", "--mode", "{mode}"]\n')
+                     f'args = ["-m", "sandbox.mcp_tools", "--mode", "{mode}"]\n'
+                     f"env = {{ PYTHONPATH = {json.dumps(str(ROOT))} }}\n")  # this checkout's stand-in, not the installed one
     config.write_text("\n".join(lines), encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HUGGINGGPT_", "OPENAI_", "HF_TOKEN"))}
     env["HUGGINGGPT_STORAGE__DATA_DIR"] = str(tmp_path / "data")
@@ -297,8 +299,9 @@ async def test_a_tool_call_cut_at_its_deadline_is_cancelled_on_the_tool_server(p
 
 def test_a_tool_that_runs_only_as_an_mcp_task_is_not_offered(caplog):
     """A tool that declares ``execution.taskSupport: "required"`` (MCP 2025-11-25) would refuse
-    a plain call, and the SDK's client cannot poll a task: it is left out, saying why; a tool
-    that only allows tasks is offered and called plainly."""
+    a call that does not ask for a task of that revision, which this client does not speak (it
+    follows the 2026-07-28 Tasks extension, tests/test_mcp_tasks.py): it is left out, saying
+    why; a tool that only allows tasks is offered and called plainly."""
     from mcp import types
 
     def listed(support: str | None) -> types.Tool:
@@ -306,6 +309,6 @@ def test_a_tool_that_runs_only_as_an_mcp_task_is_not_offered(caplog):
                           execution=types.ToolExecution(task_support=support))
 
     assert tool_from_listing("gen", listed("required")) is None
-    assert any("runs only as an MCP task" in r.getMessage() for r in caplog.records)
+    assert any("runs only as a 2025-11-25 MCP task" in r.getMessage() for r in caplog.records)
     assert tool_from_listing("gen", listed("optional")).task == "mcp.gen.generate-video"
     assert tool_from_listing("gen", listed(None)).task == "mcp.gen.generate-video"

@@ -3,6 +3,6 @@
 ``hugginggpt serve`` (:mod:`adapters.mcp.http`). The tools are described in :mod:`.server`.
 """
 
-from .server import LocalAccess, build_server, serve_stdio
+from .server import LocalAccess, build, build_server, serve_stdio
 
-__all__ = ["LocalAccess", "build_server", "serve_stdio"]
+__all__ = ["LocalAccess", "build", "build_server", "serve_stdio"]

@@ -43,7 +43,7 @@ from adapters.http.auth import Caller, Keys
 from adapters.http.common import PLATFORM, State
 from adapters.http.errors import ApiError
 
-from .server import build_server
+from .server import build
 
 log = logging.getLogger("adapters.mcp")
 PATH = "/mcp"
@@ -104,7 +104,7 @@ class McpEndpoint:
 
     def __init__(self, state: State, *, version: str = "") -> None:
         self.keys = state.keys
-        server = build_server(state.service, KeyAccess(state.keys), version=version)
+        server, self.tasks = build(state.service, KeyAccess(state.keys), version=version)
         security = TransportSecuritySettings(enable_dns_rebinding_protection=False)  # BrowserGuard's job
         self.manager = StreamableHTTPSessionManager(app=server, security_settings=security,
                                                     max_request_body_size=state.settings.server.max_body_bytes)
@@ -139,7 +139,9 @@ class McpEndpoint:
             await self._stop.wait()
 
     async def close(self) -> None:
-        """Stop the session manager (open MCP sessions end; their runs are cancelled)."""
+        """Stop the runs of MCP tasks still working (as a Stop does) and the session manager
+        (open MCP sessions end; their runs are cancelled)."""
+        await self.tasks.close()
         self._stop.set()
         if self._runner is not None:
             with contextlib.suppress(Exception):

@@ -16,8 +16,9 @@ Tools:
 Protocol versions: the SDK's runner serves both eras on one server, the client's first request
 deciding: the ``initialize`` handshake (2024-11-05 to 2025-11-25) and the stateless 2026-07-28
 revision (``server/discover``, a ``_meta`` envelope on every request, no session); progress and
-cancellation work alike in both. MCP Tasks are not offered: the SDK (2.3) carries the 2025-11-25
-task types only as types and does not ship the 2026-07-28 Tasks extension (docs/mcp.md).
+cancellation work alike in both. A client that declares the Tasks extension (2026-07-28) gets a
+``hugginggpt`` call as an MCP Task: a handle at once, the run followed with ``tasks/get`` and
+stopped with ``tasks/cancel`` (:mod:`adapters.mcp.tasks`).
 
 Who may call and how often is the transport's :class:`Access`: over stdio the local user (no
 limits, conversations of their own); over HTTP the API keys, rate and concurrency limits and
@@ -27,15 +28,17 @@ conversations of the OpenAI-compatible API (:mod:`adapters.mcp.http`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import uuid
 from dataclasses import replace
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, Protocol
 
 import anyio
 from mcp import types
+from mcp.server.extension import compose_tool_call_handler
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 
@@ -52,6 +55,7 @@ from pipeline.types import Event, RunRecord
 
 from .arguments import REQUEST_SCHEMA, RUN_SCHEMA, BadArguments, RunArguments, run_arguments, task_arguments, task_schema
 from .results import Progress, plan_result, run_result, task_result
+from .tasks import RunTasks, TaskTable
 
 log = logging.getLogger("adapters.mcp")
 
@@ -112,6 +116,31 @@ def invalid(sentence: str) -> MCPError:
     return MCPError(types.INVALID_PARAMS, sentence)
 
 
+@contextlib.contextmanager
+def as_mcp_errors(name: str) -> Iterator[None]:
+    """Within it, what a call of tool ``name`` raises becomes the MCP error the client gets:
+    bad arguments and input (``-32602``) and storage failures with their sentence, anything
+    unexpected :data:`adapters.turn.CRASHED` (logged with its traceback); MCP errors and
+    cancellation pass unchanged.
+
+    Raises:
+        MCPError: as said.
+    """
+    try:
+        yield
+    except BadArguments as e:
+        raise invalid(str(e)) from None
+    except InputError as e:
+        raise invalid(e.user_message) from None
+    except StorageError as e:
+        raise MCPError(types.INTERNAL_ERROR, e.user_message) from None
+    except (MCPError, asyncio.CancelledError):
+        raise
+    except Exception as e:  # one line for the operator, one sentence for the client
+        log.error("MCP tool %s failed: %s: %s", name, e.__class__.__name__, e, exc_info=e)
+        raise MCPError(types.INTERNAL_ERROR, CRASHED) from None
+
+
 class Tools:
     """The tool handlers over one service.
 
@@ -146,9 +175,13 @@ class Tools:
             MCPError: unknown tool, bad arguments, over a limit, storage unavailable.
         """
         name, args = params.name, params.arguments
-        try:
+        with as_mcp_errors(name):
             if name == "hugginggpt":
-                return await self._run(ctx, run_arguments(args, name, conversations=True))
+                caller, a, release = await self.admitted(ctx, args)
+                try:
+                    return await self.turn(caller, a, Progress(ctx.session), ctx.session)
+                finally:
+                    release()
             if name == "plan":
                 return await self._plan(ctx, run_arguments(args, name, conversations=False))
             spec = TASKS.get(name)
@@ -156,34 +189,50 @@ class Tools:
                 raise invalid(f"There is no tool called {name!r}; list the tools to see them.")
             text, files = task_arguments(args, spec)
             return await self._task(ctx, name, text, files)
-        except BadArguments as e:
-            raise invalid(str(e)) from None
-        except InputError as e:
-            raise invalid(e.user_message) from None
-        except StorageError as e:
-            raise MCPError(types.INTERNAL_ERROR, e.user_message) from None
-        except (MCPError, asyncio.CancelledError):
-            raise
-        except Exception as e:  # one line for the operator, one sentence for the client
-            log.error("MCP tool %s failed: %s: %s", name, e.__class__.__name__, e, exc_info=e)
-            raise MCPError(types.INTERNAL_ERROR, CRASHED) from None
 
-    async def _run(self, ctx: Any, a: RunArguments) -> types.CallToolResult:
-        caller = await self.access.caller(ctx)
-        release = await self.access.admit(caller)
-        try:
-            files = await self.service.check_files(a.files)
-            key, name = await self._conversation(caller, a.conversation_id)
-            progress = Progress(ctx.session)
-            await progress.say("Task planning: reading the request")
+    @property
+    def deadline(self) -> float:
+        """Seconds a run may take (``[inference] deadline``)."""
+        return self.service.settings.inference.deadline
+
+    async def admitted(self, ctx: Any, args: Any) -> tuple[str, RunArguments, Callable[[], None]]:
+        """The checked arguments of a ``hugginggpt`` call, its caller, and the release of the run
+        it was admitted for (:meth:`Access.admit`).
+
+        Raises:
+            MCPError: bad arguments (``-32602``), no or a wrong key, over a limit.
+        """
+        with as_mcp_errors("hugginggpt"):
+            a = run_arguments(args, "hugginggpt", conversations=True)
+            caller = await self.access.caller(ctx)
+            return caller, a, await self.access.admit(caller)
+
+    async def answer_run(self, caller: str, a: RunArguments, progress: Progress) -> types.CallToolResult:
+        """:meth:`turn` for a run of an MCP task (:mod:`adapters.mcp.tasks`): no one to ask about
+        a plan that waits for approval; failures as :meth:`call_tool` raises them.
+
+        Raises:
+            MCPError: as :meth:`call_tool`.
+        """
+        with as_mcp_errors("hugginggpt"):
+            return await self.turn(caller, a, progress, None)
+
+    async def turn(self, caller: str, a: RunArguments, progress: Progress, asker: Any) -> types.CallToolResult:
+        """One ``hugginggpt`` turn of ``caller``, reported to ``progress``; a plan that waits for
+        approval is asked of the user through ``asker`` (the request's session; ``None`` in a task).
+
+        Raises:
+            InputError, StorageError, HuggingGPTError, MCPError: :meth:`call_tool` maps them.
+        """
+        files = await self.service.check_files(a.files)
+        key, name = await self._conversation(caller, a.conversation_id)
+        await progress.say("Task planning: reading the request")
+        view = McpView(progress)
+        record, notice = await self._drive(Message(a.text, files, who=Requester("mcp", caller), key=key), view)
+        if view.waiting is not None:  # the plan waits for approval: asked of the user through the client
+            approve = await ask_approval(asker, view.waiting, self.service)
             view = McpView(progress)
-            record, notice = await self._drive(Message(a.text, files, who=Requester("mcp", caller), key=key), view)
-            if view.waiting is not None:  # the plan waits for approval: asked of the user through the client
-                approve = await ask_approval(ctx.session, view.waiting, self.service)
-                view = McpView(progress)
-                record, notice = await self._drive(Message("", who=Requester("mcp", caller), approve=approve), view)
-        finally:
-            release()
+            record, notice = await self._drive(Message("", who=Requester("mcp", caller), approve=approve), view)
         return await run_result(record, name, self.service.settings.server.external_images, notice)
 
     async def _conversation(self, caller: str, given: str | None) -> tuple[ConversationKey, str]:
@@ -333,6 +382,8 @@ APPROVAL_FORM: dict[str, Any] = {
 """The form a client shows for a plan waiting for approval (MCP elicitation, form mode)."""
 NO_ELICITATION = ("This plan needs approval and this MCP client cannot ask you (it declares no elicitation); "
                   "nothing was run. Ask again from a client that can, or set [planning] approve = \"never\".")
+NO_APPROVAL = ("This plan needs approval, which cannot be asked while it runs as an MCP task; nothing was run. "
+               "Ask again from a client without the Tasks extension, or set [planning] approve = \"never\".")
 
 
 async def ask_approval(session: Any, waiting: ApprovalNeeded, service: Service) -> Approve:
@@ -342,10 +393,16 @@ async def ask_approval(session: Any, waiting: ApprovalNeeded, service: Service) 
     Returns:
         What runs it (:class:`bot.incoming.Approve`, with the steps to leave out).
 
+    Args:
+        session: the request's session; ``None`` in an MCP task (:data:`NO_APPROVAL`).
+
     Raises:
-        InputError: the client declares no elicitation (:data:`NO_ELICITATION`), or the user
-            declined or cancelled (:data:`bot.approval.CANCELLED`).
+        InputError: a task cannot ask (:data:`NO_APPROVAL`), the client declares no elicitation
+            (:data:`NO_ELICITATION`), or the user declined or cancelled (:data:`bot.approval.CANCELLED`).
     """
+    if session is None:
+        await service.cancel_plan(waiting.plan_id, None)
+        raise InputError(NO_APPROVAL)
     if not session.check_client_capability(types.ClientCapabilities(elicitation=types.ElicitationCapability())):
         await service.cancel_plan(waiting.plan_id, None)
         raise InputError(NO_ELICITATION)
@@ -358,11 +415,29 @@ async def ask_approval(session: Any, waiting: ApprovalNeeded, service: Service) 
     return Approve(waiting.plan_id, drop)
 
 
-def build_server(service: Service, access: Access | None = None, *, version: str = "") -> Server:
-    """The MCP server over ``service`` (stdio access unless ``access`` is given)."""
+def build(service: Service, access: Access | None = None, *, version: str = "") -> tuple[Server, TaskTable]:
+    """The MCP server over ``service`` (stdio access unless ``access`` is given) with the Tasks
+    extension (:mod:`adapters.mcp.tasks`), and its tasks (close them when the server stops).
+
+    The SDK's ``MCPServer(extensions=...)`` applies an extension to the decorator-based server;
+    this is the same on the low-level ``Server``: its methods registered, its settings advertised
+    under ``capabilities.extensions``, and ``tools/call`` wrapped by its interceptor
+    (``compose_tool_call_handler``)."""
     tools = Tools(service, access or LocalAccess())
-    return Server("hugginggpt", version=version, title="HuggingGPT", instructions=INSTRUCTIONS,
-                  on_list_tools=tools.list_tools, on_call_tool=tools.call_tool)
+    server = Server("hugginggpt", version=version, title="HuggingGPT", instructions=INSTRUCTIONS,
+                    on_list_tools=tools.list_tools)
+    tasks = RunTasks(tools)
+    for method in tasks.methods():
+        server.add_request_handler(method.method, method.params_type, method.handler)
+    server.extensions[tasks.identifier] = tasks.settings()
+    server.add_request_handler("tools/call", types.CallToolRequestParams,
+                               compose_tool_call_handler([tasks], tools.call_tool))
+    return server, tasks.table
+
+
+def build_server(service: Service, access: Access | None = None, *, version: str = "") -> Server:
+    """The MCP server of :func:`build` (its tasks end with the process)."""
+    return build(service, access, version=version)[0]
 
 
 async def serve_stdio(server: Server) -> None:

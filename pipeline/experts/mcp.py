@@ -7,7 +7,9 @@ an image or audio (sniffed, never the server's label) within the size and pixel 
 resources the same (text or a blob); resource links are not followed (noted in the text);
 ``structuredContent`` is kept as data (and is the text when there is no other). A result marked
 ``isError``, a lost connection, an answer that breaks the protocol or media that are not what
-they claim end the task as failed with one sentence.
+they claim end the task as failed with one sentence. A tool that answers with an MCP task is
+polled to its end by the client (:mod:`pipeline.mcp_tasks`) within the same per-task timeout;
+a task that fails, is cancelled by its server or asks for input is the task's failure sentence.
 
 Bounds, as any expert's answer (``[inference]`` settings): a result whose text and structured
 content together pass ``max_json_bytes``, or whose files together pass ``max_media_bytes``, is
@@ -28,6 +30,7 @@ from typing import Any
 from ..errors import ExpertError
 from ..llm import Usage
 from ..media import PixelLimitError, sniff
+from ..mcp_tasks import TaskEnded
 from ..mcp_tools import McpTool, Toolbox, call_arguments
 from ..config import OutputLimits
 from ..types import Output, Resource, ResourceSink
@@ -97,6 +100,9 @@ class McpRunner:
                               reason="unavailable") from None
         try:
             result = await session.call_tool(tool.name, arguments)
+        except TaskEnded as e:  # the server ran the call as a task, which ended without a result
+            log.warning("MCP tool %s: its task ended %s: %s", tool.label, e.status, _one_line(e.detail, 300))
+            raise ExpertError(_task_sentence(tool, e), str(e), reason="server") from None
         except Exception as e:  # noqa: BLE001 - whatever the server or transport did is this task's failure
             log.warning("MCP tool %s failed: %s: %s", tool.label, e.__class__.__name__, e)
             if not _is_tool_error(e):
@@ -198,6 +204,19 @@ class McpRunner:
                 raise ExpertError(f"The tool {tool.label} returned an image that cannot be read.", str(e),
                                   reason="bad_output") from None
         return await saver.file(data, found.kind, found.mime, f"{what} ({len(data):,} bytes)")
+
+
+def _task_sentence(tool: McpTool, ended: TaskEnded) -> str:
+    """The user's sentence for a task of ``tool`` that ended without a result
+    (:class:`pipeline.mcp_tasks.TaskEnded`); what the server said is cut to one line."""
+    said = _one_line(ended.detail, 200).rstrip(".")
+    if ended.status == "failed":
+        return f"The tool {tool.label} failed: {said or 'its server gave no reason'}."
+    if ended.status == "cancelled":
+        return f"The tool {tool.label} was cancelled by its server before it finished{': ' + said if said else ''}."
+    if ended.status == "input_required":
+        return f"The tool {tool.label} asked for input that HuggingGPT cannot give it, so its task was cancelled."
+    return f"The tool {tool.label} finished its task without a result."
 
 
 def _is_tool_error(e: Exception) -> bool:
