@@ -180,3 +180,39 @@ async def test_a_registered_url_that_is_not_an_http_base_url_is_left_out(new_sto
         await servers.aclose()
         await store.close()
     assert "is not an http(s) base URL; it is left out" in caplog.text
+
+
+async def test_catalog_show_coverage_and_doctor_see_a_registered_server_and_never_its_key(tmp_path):
+    import argparse
+    import io
+
+    from bot.store.sql.experts import database_of
+    from hugginggpt.catalog import add_parser, main
+    from hugginggpt.doctor import check_experts
+    from tests.test_hybrid import DEPTH, dead_url
+
+    settings = load_settings(env={}, overrides={"inference": {"base_url": dead_url()},
+                                                "storage": {"data_dir": str(tmp_path / "data")}})
+    parser = argparse.ArgumentParser(prog="hugginggpt")
+    add_parser(parser.add_subparsers(dest="command"))
+    key = "registered-key-5f1e2d3c4b"
+    with ExpertServerStandIn([model(DEPTH, "depth-estimation")]) as es:
+        out = io.StringIO()
+        assert await main(parser.parse_args(["catalog", "show", "depth-estimation"]), settings, stdout=out) == 0
+        assert es.url not in out.getvalue()  # nothing registered (and no store created to say so)
+        assert not (tmp_path / "data" / "conversations.sqlite3").exists()
+        database = database_of(settings.storage)
+        await database.open()
+        await experts.register(database, es.url, key, "job-1", time.time() + 600)
+        await database.close()
+        show, coverage = io.StringIO(), io.StringIO()
+        assert await main(parser.parse_args(["catalog", "show", "depth-estimation"]), settings, stdout=show) == 0
+        assert await main(parser.parse_args(["catalog", "show", "--coverage"]), settings, stdout=coverage) == 0
+        check = await check_experts(settings.inference, 5, settings.storage)
+        sent = {r.authorization for r in es.requests}
+    assert f"{DEPTH}  loaded, 1 MB  where: local {es.url} (cpu)" in show.getvalue()
+    [row] = [line for line in coverage.getvalue().splitlines() if line.startswith("depth-estimation ")]
+    assert f"expert server: {DEPTH} on local {es.url}" in row
+    assert (check.status, check.message) == ("ok", f"1 models at {es.url}.")
+    assert sent == {f"Bearer {key}"}
+    assert key not in show.getvalue() + coverage.getvalue() + check.message
