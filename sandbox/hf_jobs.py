@@ -77,6 +77,8 @@ class JobsApi:
         token: the one token it accepts.
         busy: whether the played expert server says it is never idle.
         fails: whether a job ends in ERROR (out of memory) soon after it starts running.
+        ready: whether the played server's ``GET /readyz`` says ready (200; else 503, its cache
+            still being scanned).
         container: ``await container(secrets)`` starts a job's server with the job's secrets and
             returns ``(its base URL, an async function that stops it)``; ``None``: the stand-in
             plays the server.
@@ -88,6 +90,7 @@ class JobsApi:
     token: str = "hf_standin_jobs_token"
     busy: bool = False
     fails: bool = False
+    ready: bool = True
     jobs: dict[str, Job] = field(default_factory=dict)
     cancelled: list[str] = field(default_factory=list)
     container: Callable[[dict[str, str]], Awaitable[tuple[str, Callable[[], Awaitable[None]]]]] | None = None
@@ -176,7 +179,7 @@ class JobsApi:
         if job.id in self._running:
             return await self._forward(request, self._running[job.id][0], tail)
         if tail == "readyz":
-            return web.json_response({"ready": True})
+            return web.json_response({"ready": self.ready}, status=200 if self.ready else 503)
         return await self._models(request) if tail == "models" else web.json_response({}, status=404)
 
     async def _forward(self, request: web.Request, upstream: str, tail: str) -> web.Response:

@@ -85,3 +85,15 @@ async def test_a_job_that_fails_before_its_server_answers_is_one_sentence_and_it
     assert code == 6 and "Traceback" not in err + out
     assert f"The job {job.id} ended (error) before its expert server answered: CUDA out of memory." in err
     assert f"It ran {job.running_secs()} seconds on a10g-small" in out
+
+
+async def test_a_server_not_ready_yet_is_not_registered(tmp_path):
+    from bot.settings import StorageSettings
+    from bot.store.sql.experts import read_registered
+
+    async with JobsApi(ready=False) as api:  # answers GET /models, but /readyz says 503 (cache scan under way)
+        code, out, err = await launch(api, tmp_path / "data", "--flavor", "cpu-basic", "--max-minutes", "0.05")
+    assert code == 0, err
+    assert "The deadline of 0.05 minutes passed." in out and "registered" not in out
+    assert await read_registered(StorageSettings(data_dir=tmp_path / "data")) == []
+    assert (tmp_path / "data" / "conversations.sqlite3").exists()  # the store was opened before the job started

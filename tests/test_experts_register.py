@@ -216,3 +216,16 @@ async def test_catalog_show_coverage_and_doctor_see_a_registered_server_and_neve
     assert (check.status, check.message) == ("ok", f"1 models at {es.url}.")
     assert sent == {f"Bearer {key}"}
     assert key not in show.getvalue() + coverage.getvalue() + check.message
+
+
+async def test_at_most_the_newest_registered_servers_are_read(new_store):
+    store = new_store()
+    await store.open()
+    try:
+        for n in range(experts.MAX_REGISTERED + 8):
+            await experts.register(store.database, f"http://127.0.0.1:{20000 + n}", "k", f"job-{n}", time.time() + 600)
+        read = await store.live_experts()
+    finally:
+        await store.close()
+    assert len(read) == experts.MAX_REGISTERED
+    assert {r.url for r in read} == {f"http://127.0.0.1:{20000 + n}" for n in range(8, experts.MAX_REGISTERED + 8)}
