@@ -88,7 +88,8 @@ def expert_servers(settings: Settings, registry: Registry | None = None,
     inf = settings.inference
     if not (inf.experts_url or registry or registered) or inf.mode == "providers":
         return None
-    async def once() -> Sequence[RegisteredServer]:
+
+    async def once() -> Sequence[RegisteredServer]:  # the records a command read once
         return registered
 
     return ExpertServers(list(inf.experts_url), ttl=inf.experts_ttl, timeout=inf.experts_timeout,
