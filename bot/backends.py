@@ -20,13 +20,14 @@ import asyncio
 import functools
 import importlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 
 from huggingface_hub import get_token
 
 from pipeline.catalog import Availability, Catalog
 from pipeline.catalog.placement import Mode
-from pipeline.catalog.servers import ExpertServers
+from pipeline.catalog.servers import ExpertServers, RegisteredServer, Registry
 from pipeline.config import ExecutionLimits, ExpertAccess, McpServerConfig, OutputLimits, PipelineConfig, ToolOffer
 from pipeline.core import Pipeline
 from pipeline.cost import PriceFileError, PriceTable, Pricing, likely_provider
@@ -78,14 +79,39 @@ def uses_experts_only(settings: Settings) -> bool:
     return inf.mode == "hybrid" and bool(inf.experts_url) and not inf.base_url and not secret(inf.token)
 
 
-def expert_servers(settings: Settings) -> ExpertServers | None:
-    """The expert servers of ``[inference] experts_url`` (``None`` when none are set or
-    ``mode = "providers"``); close with ``aclose``."""
+def expert_servers(settings: Settings, registry: Registry | None = None,
+                   registered: Sequence[RegisteredServer] = ()) -> ExpertServers | None:
+    """The expert servers of ``[inference] experts_url``, then those registered in the store by
+    ``hugginggpt experts launch``: followed through ``registry`` (a running bot) or as read once
+    (``registered``: a command). ``None`` when there are none and no registry, or with
+    ``mode = "providers"``; close with ``aclose``."""
     inf = settings.inference
-    if not inf.experts_url or inf.mode == "providers":
+    if not (inf.experts_url or registry or registered) or inf.mode == "providers":
         return None
+
+    async def once() -> Sequence[RegisteredServer]:  # the records a command read once
+        return registered
+
     return ExpertServers(list(inf.experts_url), ttl=inf.experts_ttl, timeout=inf.experts_timeout,
-                         keys={url: key.get_secret_value() for url, key in inf.experts_api_keys.items()})
+                         keys={url: key.get_secret_value() for url, key in inf.experts_api_keys.items()},
+                         registry=registry or (once if registered else None))
+
+
+class RegisteredExperts:
+    """The registry of a running bot: the servers registered in its store (``live_experts`` of
+    :class:`bot.store.protocol.ExpertRegistry`), once :attr:`source` is set (the pipeline is
+    built before the store opens); none before."""
+
+    def __init__(self) -> None:
+        self.source: Callable[[], Awaitable[Sequence[RegisteredServer]]] | None = None
+
+    async def __call__(self) -> Sequence[RegisteredServer]:
+        """The live registered servers (``[]`` while no store is open).
+
+        Raises:
+            StorageError: the store could not be read.
+        """
+        return await self.source() if self.source is not None else []
 
 
 def _mode(settings: Settings) -> Mode:
@@ -187,8 +213,9 @@ def build_pricing(settings: Settings, mode: Mode) -> Pricing:
     return Pricing(table, guess)
 
 
-def build_pipeline(settings: Settings) -> tuple[Pipeline, list[Callable[[], Awaitable[None]]]]:
-    """Build the four stages' backends from ``settings``.
+def build_pipeline(settings: Settings, registry: Registry | None = None) -> tuple[Pipeline, list[Callable[[], Awaitable[None]]]]:
+    """Build the four stages' backends from ``settings`` (``registry``: where the expert servers
+    registered by ``hugginggpt experts launch`` are read, :class:`RegisteredExperts`).
 
     Returns:
         The pipeline and the coroutine functions that close its HTTP clients (call each once).
@@ -211,8 +238,10 @@ def build_pipeline(settings: Settings) -> tuple[Pipeline, list[Callable[[], Awai
     )
     watch = start_provider_watch(availability, settings) if availability.policy is not None else None
     config = pipeline_config(settings)
+    servers = expert_servers(settings, registry)
+    if servers is not None:  # the hub sends each server its key, registered servers' included
+        config = replace(config, experts=replace(config.experts, expert_keys=servers.keys))
     hub = HubRunner(config)
-    servers = expert_servers(settings)
     toolbox = Toolbox(config.mcp_servers)  # [mcp] servers: tools are tasks too
     mode = _mode(settings)
     selector = ToolSelector(

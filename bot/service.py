@@ -26,7 +26,7 @@ from pipeline.followup import work_summary
 from pipeline.run import PlanGate
 from pipeline.types import Done, Event, Notice, Request, Resource, ResourceSink, ResponseDelta, RunRecord, Task, Turn
 
-from .backends import build_pipeline, start_first_use_imports
+from .backends import RegisteredExperts, build_pipeline, start_first_use_imports
 from .budgets import Budgets, Charge, cost_footer
 from .degraded import (KeepOrFail, ScratchSpace, ToldThreads, UnsavedTurns, lost_context_sentence,
                        unsaved_sentence, without_memory_sentence)
@@ -102,7 +102,8 @@ class Service:
             ConfigError: a credential is missing or the catalog file is unusable.
             StorageError: the conversation database is corrupt, locked or not writable.
         """
-        pipeline, closers = build_pipeline(settings)
+        registry = RegisteredExperts()  # the expert servers `experts launch` registers, once the store opens
+        pipeline, closers = build_pipeline(settings, registry)
         closers = [*closers, start_first_use_imports()]  # paid now, not in a user's first run
         media = MediaStore(settings.storage.data_dir)
         events = Handover()  # turns of gone processes found while opening wait there for a front end
@@ -115,9 +116,11 @@ class Service:
                     await close()
                 raise
             closers = [*closers, store.close]
+            registry.source = store.live_experts
         else:
             media.ledger = ledger = DeferredLedger(settings.storage, media)
             ledger.start()  # ready before a run's first file: off the path between two tasks
+            registry.source = ledger.live_experts
             closers = [*closers, ledger.close]
             log.info("no conversation is kept by this command; the store under %s is opened only to record files",
                      settings.storage.data_dir)

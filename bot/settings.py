@@ -186,16 +186,15 @@ class InferenceSettings(ProviderKeys, Section):
         default_factory=dict, description="expert server URL (as in experts_url) -> the API key the bot sends it "
                                           "as 'Authorization: Bearer KEY' (the server's api_key)")
     mode: Literal["providers", "local", "hybrid"] = Field("hybrid", description="hybrid: expert servers, then providers")
-    experts_ttl: float = Field(10.0, ge=0, le=DAY, description="seconds an expert server's GET /models answer is reused")
+    experts_ttl: float = Field(10.0, ge=0, le=DAY, description="seconds a server's GET /models, and the launched ones' "
+                               "list (experts launch), are reused")
     experts_timeout: float = Field(3.0, gt=0, le=600, description="seconds to wait for an expert server's GET /models")
     controller_tasks: list[str] = Field(
         default_factory=lambda: ["summarization", "translation", "conversational", "text-generation", "text2text-generation"],
         description="text tasks the controller LLM serves itself",
     )
-    selection: Literal["llm", "top"] = Field(
-        "llm", description="model selection: the controller picks among the candidates (the paper's stage), or "
-        "top: the most downloaded available one without a call",
-    )
+    selection: Literal["llm", "top"] = Field("llm", description="model selection: the controller picks among the candidates "
+                                             "(the paper's stage), or top: the most downloaded available one without a call")
     top_k: int = Field(5, ge=1, le=20, description="candidate models shown to the controller per task")
     task_timeout: float = Field(120.0, gt=0, le=DAY, description="seconds per expert call")
     deadline: float = Field(

@@ -126,7 +126,7 @@ async def _coverage(args: argparse.Namespace, settings: Any, out: TextIO) -> int
     from bot.backends import expert_servers
 
     inf = settings.inference
-    servers = expert_servers(settings)
+    servers = expert_servers(settings, registered=await registered_servers(settings, out))
     placement = Placement(Catalog.load(settings.catalog.path), _availability(settings, args.hub_endpoint), servers,
                           mode=inf.mode)
     controller = set(inf.controller_tasks)
@@ -175,7 +175,7 @@ async def _show(args: argparse.Namespace, settings: Any, out: TextIO) -> int:
     catalog = Catalog.load(settings.catalog.path)
     inf = settings.inference
     availability = _availability(settings, args.hub_endpoint)
-    servers = expert_servers(settings)
+    servers = expert_servers(settings, registered=await registered_servers(settings, out))
     try:
         local = await _show_servers(task, servers, out)
     finally:
@@ -219,6 +219,23 @@ def _where(model: str, local: list[str], placement: Placement | None) -> str:
     if route is not None:
         places.append(route.label)
     return ", then ".join(places) or "-"
+
+
+async def registered_servers(settings: Any, out: TextIO) -> list[Any]:
+    """The expert servers ``hugginggpt experts launch`` registered in the store (``[storage]``),
+    shown like configured ones; when the store cannot be read, one sentence says so on ``out``
+    (the details in the log) and only the configured servers are shown."""
+    from bot.errors import StorageError
+    from bot.store.sql.experts import read_registered
+
+    if settings.inference.mode == "providers":
+        return []
+    try:
+        return await read_registered(settings.storage)
+    except StorageError as e:
+        log.warning("the registered expert servers could not be read: %s", e)
+        print(f"The expert servers registered by `hugginggpt experts launch` are left out: {e.user_message}", file=out)
+        return []
 
 
 async def _show_servers(task: str, servers: ExpertServers | None, out: TextIO) -> dict[str, list[str]]:

@@ -14,7 +14,8 @@ something is wrong, what to do:
 * ``providers``: every provider the settings name (``[inference] provider``, each
   ``[inference.providers]`` override and ``model:provider`` pin) is one Hugging Face still routes
   to (not removed, known to the installed client or live on the Hub; a pin's model live there);
-* ``experts``: every ``[inference] experts_url`` answers ``GET /models``;
+* ``experts``: every ``[inference] experts_url``, and every server ``hugginggpt experts launch``
+  registered in the store, answers ``GET /models``;
 * ``mcp``: every ``[mcp] servers`` entry starts (a stdio program) or answers (a URL) and lists
   its tools;
 * ``ffmpeg``: the ``ffmpeg`` program runs (the sound of videos, media for Discord, the sandbox);
@@ -302,10 +303,16 @@ async def _check_postgres(storage: StorageSettings, timeout: float) -> Check:
     return Check("store", "ok", f"The database {db.name} connects and is up to date.")
 
 
-async def check_experts(inference: InferenceSettings, timeout: float) -> Check:
-    """``GET {url}/models`` on every expert server (``[inference] experts_url``)."""
-    if not inference.experts_url:
-        return Check("experts", "skip", "No expert servers configured ([inference] experts_url is empty).")
+async def check_experts(inference: InferenceSettings, timeout: float, storage: StorageSettings | None = None) -> Check:
+    """``GET {url}/models`` on every expert server (``[inference] experts_url``, then those
+    ``hugginggpt experts launch`` registered in the store of ``storage``)."""
+    keys = {url: key.get_secret_value() for url, key in inference.experts_api_keys.items()}
+    urls = list(inference.experts_url)
+    for record in await _registered(storage) if inference.mode != "providers" else []:
+        urls, keys = urls + [record.url], {record.url: record.key, **keys}
+    if not urls:
+        return Check("experts", "skip", "No expert servers configured ([inference] experts_url is empty) or "
+                                        "registered (`hugginggpt experts launch`).")
     if inference.mode == "providers":
         return Check("experts", "skip", "[inference] mode is providers: the expert servers are not used.")
     import httpx2
@@ -315,8 +322,8 @@ async def check_experts(inference: InferenceSettings, timeout: float) -> Check:
     async def ask(url: str) -> str:
         try:
             async with httpx2.AsyncClient(timeout=timeout, follow_redirects=False) as http:
-                key = inference.experts_api_keys.get(url)
-                auth = {"authorization": f"Bearer {key.get_secret_value()}"} if key else {}
+                key = keys.get(url)
+                auth = {"authorization": f"Bearer {key}"} if key else {}
                 r = await http.get(f"{url.rstrip('/')}/models", headers={"accept": "application/json", **auth})
             if r.status_code == 401:
                 return f"{safe_url(url)} answered HTTP 401 (its key goes in [inference] experts_api_keys)"
@@ -328,12 +335,26 @@ async def check_experts(inference: InferenceSettings, timeout: float) -> Check:
         except ValueError:
             return f"{safe_url(url)} answered something that is not a model listing"
 
-    said = await asyncio.gather(*(ask(u) for u in inference.experts_url))
+    said = await asyncio.gather(*(ask(u) for u in urls))
     bad = [s for s in said if not s[0].isdigit()]
     if bad:
         return Check("experts", "FAIL", "; ".join(bad) + ".",
                      "start `hugginggpt experts serve` there or remove the URL from [inference] experts_url")
     return Check("experts", "ok", "; ".join(said) + ".")
+
+
+async def _registered(storage: StorageSettings | None) -> list[Any]:
+    """The live registered expert servers; ``[]`` when the store cannot be read (the store check
+    says why)."""
+    if storage is None:
+        return []
+    from bot.store.sql.experts import read_registered
+
+    try:
+        return await read_registered(storage)
+    except StorageError as e:
+        logging.getLogger(__name__).info("doctor: the registered expert servers could not be read: %s", e)
+        return []
 
 
 async def check_mcp(settings: Settings, timeout: float) -> Check:
@@ -464,7 +485,8 @@ async def run_checks(settings: Settings, timeout: float, min_free_mb: float,
         Step("providers", ("huggingface_hub", "pipeline.catalog.availability"),
              lambda: check_providers(settings.inference, timeout)),
         Step("store", ("bot.store.sql.probes", "bot.store.sql.database"), lambda: check_store(settings.storage, timeout)),
-        Step("experts", ("httpx2", "pipeline.catalog.servers"), lambda: check_experts(settings.inference, timeout)),
+        Step("experts", ("httpx2", "pipeline.catalog.servers", "bot.store.sql.experts"),
+             lambda: check_experts(settings.inference, timeout, settings.storage)),
         Step("mcp", ("mcp", "pipeline.mcp_tools", "bot.backends"), lambda: check_mcp(settings, timeout), 1.0 + MCP_STOP_SECONDS),
         Step("ffmpeg", (), lambda: check_ffmpeg(timeout)),
     ]

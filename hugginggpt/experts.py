@@ -3,6 +3,7 @@
     hugginggpt experts serve [--host H] [--port N] [--device auto|cpu|cuda|cuda:N] [--memory-budget SIZE] [--config FILE]
     hugginggpt experts download MODEL... | --preset minimal|standard|full
     hugginggpt experts launch --image IMAGE --flavor FLAVOUR [--port N] [--idle-minutes M] [--max-minutes M]
+                              [--no-register]
 
 Only parses options: the server is the separate package ``expert_server`` (its libraries are the
 ``experts`` extra), imported when a subcommand runs. ``--config`` here is the expert server's own
@@ -59,6 +60,8 @@ def _add_launch(sub: Any) -> None:
     la.add_argument("--preset", choices=("none", "minimal", "standard", "full"), default="minimal",
                     help="models the job downloads before serving (none: the image holds its cache; default minimal)")
     la.add_argument("--namespace", default=None, help="user or organisation billed (default: the token's owner)")
+    la.add_argument("--no-register", action="store_true", help="record nothing in the bot's store: print the two "
+                                                               "settings to give the bot by hand instead")
 
 
 def _download(args: argparse.Namespace) -> int:

@@ -1,7 +1,7 @@
 """``hugginggpt experts launch``: the expert server on a rented GPU, as a Hugging Face Job.
 
     hugginggpt experts launch --image IMAGE --flavor a10g-small [--preset minimal] [--port 8081]
-                              [--idle-minutes 15] [--max-minutes 60] [--namespace NS]
+                              [--idle-minutes 15] [--max-minutes 60] [--namespace NS] [--no-register]
 
 With huggingface_hub's ``HfApi`` (the Jobs API: ``list_jobs_hardware``, ``run_job``,
 ``inspect_job``, ``cancel_job``) and the bot's HF token (``[inference] token``):
@@ -14,11 +14,17 @@ With huggingface_hub's ``HfApi`` (the Jobs API: ``list_jobs_hardware``, ``run_jo
    the job as the secret ``HUGGINGGPT_EXPERTS_API_KEY``, guards it, and the HF token is a secret
    so the server can download models. The job's own timeout is ``--max-minutes``, so Hugging Face
    stops it even if this command dies;
-3. once the job runs and its server answers ``GET /models`` with the key, the two settings that
-   register it with the bot are printed (``[inference] experts_url`` and ``experts_api_keys``,
-   as environment variables);
+3. once the job runs and its server answers ``GET /models`` with the key and ``GET /readyz``,
+   it is registered with the bot: its URL, key, job id and the launch's deadline are recorded in
+   the store the bot shares (``[storage]``, :mod:`bot.store.sql.experts`), and every running bot
+   process sharing that store routes to it within ``[inference] experts_ttl`` seconds, no restart
+   needed. The key is a secret: it is kept only in the store, never logged or printed (only the
+   URL is). With ``--no-register`` nothing is recorded and the two settings to give the bot by
+   hand are printed instead (``[inference] experts_url`` and ``experts_api_keys``);
 4. it is watched every ``--poll`` seconds and cancelled when its server has been idle
    (``GET /models`` ``idle_seconds``) for ``--idle-minutes``, at ``--max-minutes``, or on Ctrl-C;
+   its record is removed first (if this command dies, the record expires at the deadline, when
+   Hugging Face stops the job anyway, and bots ignore it from then on);
 5. what it cost is said: the job's running time (``durations.runningSecs``) at the flavour's
    ``unitCostUSD`` per ``unitLabel`` (minute).
 """
@@ -26,6 +32,7 @@ With huggingface_hub's ``HfApi`` (the Jobs API: ``list_jobs_hardware``, ``run_jo
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import logging
@@ -36,13 +43,15 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from bot.errors import ConfigError
+from bot.errors import ConfigError, StorageError
 from pipeline.errors import HubError
 
 log = logging.getLogger("hugginggpt.jobs")
 
 SECRET_KEY = "HUGGINGGPT_EXPERTS_API_KEY"
 """The job's secret that the expert server reads as its ``api_key`` (its settings' env prefix)."""
+STORE_SECONDS = 60.0
+"""Seconds a registration or its removal may take before the launch says the store did not answer."""
 ENDED = ("COMPLETED", "CANCELED", "ERROR", "DELETED")
 """Job stages after which it runs no more (huggingface_hub's ``TERMINAL_JOB_STAGES``)."""
 
@@ -138,11 +147,25 @@ def _look(api: Any, spec: LaunchSpec, job_id: str) -> Any:
         raise _hub("look at the job", e) from None
 
 
-def watch(api: Any, spec: LaunchSpec, job: Any, key: str, stop: threading.Event, say: Callable[[str], None]) -> str:
-    """Follow the job until it ends or is to be stopped; returns why (a sentence).
+def answers_ready(url: str) -> bool:
+    """Whether the server says it is ready (``GET {url}/readyz`` 200: its cache was scanned;
+    the route needs no key)."""
+    from huggingface_hub import get_session
+
+    try:
+        return get_session().get(f"{url}/readyz", timeout=10).status_code == 200
+    except Exception as e:  # noqa: BLE001 - a transport error: not ready yet
+        log.info("expert server at %s not ready yet: %s", url, e.__class__.__name__)
+        return False
+
+
+def watch(api: Any, spec: LaunchSpec, job: Any, key: str, stop: threading.Event, ready: Callable[[str], None]) -> str:
+    """Follow the job until it ends or is to be stopped, calling ``ready(url)`` once when its
+    server first answers ``GET /models`` with ``key`` and ``GET /readyz``; returns why (a sentence).
 
     Raises:
         HubError: the job ended with an error before its server answered, or the API failed.
+        StorageError: ``ready`` could not register the server.
     """
     end = time.monotonic() + spec.deadline
     url: str | None = None
@@ -161,15 +184,18 @@ def watch(api: Any, spec: LaunchSpec, job: Any, key: str, stop: threading.Event,
         if idle is None:
             continue
         if url is None:
+            if not answers_ready(urls[0].rstrip("/")):
+                continue
             url = urls[0].rstrip("/")
-            say(register_lines(url, key))
+            ready(url)
         if idle >= spec.idle:
             return f"Its expert server was idle for {spec.idle / 60:g} minutes."
     return "Stopped on request."
 
 
 def register_lines(url: str, key: str) -> str:
-    """What to tell the bot: the server's URL and key as ``[inference]`` environment variables."""
+    """What to tell the bot by hand (``--no-register``): the server's URL and key as
+    ``[inference]`` environment variables."""
     return (f"The expert server answers at {url}.\nGive it to the bot (until this command stops it):\n"
             f"  HUGGINGGPT_INFERENCE__EXPERTS_URL={url}\n"
             f"  HUGGINGGPT_INFERENCE__EXPERTS_API_KEYS={json.dumps({url: key})}")
@@ -183,29 +209,104 @@ def cost_line(job: Any, hardware: Any) -> str:
             f"${secs / per * hardware.unit_cost_usd:.4f}.")
 
 
-def launch(api: Any, spec: LaunchSpec, token: str, stop: threading.Event, say: Callable[[str], None]) -> int:
-    """Check the flavour, start the job, watch it, cancel it and say what it cost (see the module
-    docstring). Returns the exit status (0).
+class Registration:
+    """The launched server's record in the bot's store (:mod:`bot.store.sql.experts`), written from
+    the launch's thread on the event loop the store's database was opened on.
+
+    Args:
+        database: the open :class:`bot.store.sql.database.Database`.
+        loop: the loop it was opened on (running while the launch runs).
+    """
+
+    def __init__(self, database: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self.database, self.loop = database, loop
+        self.url: str | None = None
+
+    def add(self, url: str, key: str, job: str, expires: float) -> None:
+        """Record the server (``expires``: epoch seconds).
+
+        Raises:
+            StorageError: the store failed or did not answer within :data:`STORE_SECONDS`.
+        """
+        from bot.store.sql import experts
+
+        self._call(experts.register(self.database, url, key, job, expires))
+        self.url = url
+
+    def remove(self, job: str) -> None:
+        """Remove the record :meth:`add` made, if any.
+
+        Raises:
+            StorageError: as :meth:`add`.
+        """
+        from bot.store.sql import experts
+
+        if self.url is not None:
+            self._call(experts.unregister(self.database, self.url, job))
+            self.url = None
+
+    def _call(self, coro: Any) -> Any:
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result(STORE_SECONDS)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise StorageError(f"The conversation store did not answer within {STORE_SECONDS:g} seconds.") from None
+
+
+def _when(at: float) -> str:
+    return time.strftime("%H:%M UTC", time.gmtime(at))
+
+
+def launch(api: Any, spec: LaunchSpec, token: str, stop: threading.Event, say: Callable[[str], None],
+           registration: Registration | None = None) -> int:
+    """Check the flavour, start the job, watch it, register its server with the bot (or print
+    the settings to give it, without ``registration``), remove the record, cancel the job and say
+    what it cost (see the module docstring). Returns the exit status (0).
 
     Raises:
         ConfigError: no such flavour.
         HubError: the Jobs API failed, or the job ended before its server answered.
+        StorageError: the server could not be registered (the job is cancelled).
     """
     hardware = choose_hardware(api, spec.flavor)
     key = secrets.token_urlsafe(32)
+    expires = time.time() + spec.deadline  # the job's own timeout: the record lasts no longer than the job
     job = start_job(api, spec, key, token)
     say(f"Started job {job.id} on {hardware.name} (${hardware.unit_cost_usd:g} per {hardware.unit_label}); "
         f"follow it at {job.url}.")
+
+    def ready(url: str) -> None:
+        if registration is None:
+            return say(register_lines(url, key))
+        registration.add(url, key, job.id, expires)
+        say(f"The expert server answers at {url} and is registered with the bot until this command stops it "
+            f"(at the latest {_when(expires)}).")
+
     try:
-        why = watch(api, spec, job, key, stop, say)
+        why = watch(api, spec, job, key, stop, ready)
+        _unregister(registration, job.id, expires, say)
         say(f"{why} Job {job.id} is cancelled." if _cancel(api, spec, job.id, say) else why)
     except BaseException:
+        _unregister(registration, job.id, expires, say)
         _cancel(api, spec, job.id, say)
         raise
     finally:  # said even when the job failed: its minutes are billed all the same
         with contextlib.suppress(HubError):
             say(cost_line(_look(api, spec, job.id), hardware))
     return 0
+
+
+def _unregister(registration: Registration | None, job_id: str, expires: float, say: Callable[[str], None]) -> None:
+    """Remove the server's record; a failure is said (bots stop using it when it expires)."""
+    if registration is None or registration.url is None:
+        return
+    try:
+        registration.remove(job_id)
+    except StorageError as e:
+        log.warning("could not remove the registration of job %s: %s", job_id, e)
+        say(f"Its registration could not be removed from the conversation store; bots stop using it when it "
+            f"expires at {_when(expires)}.")
 
 
 def _cancel(api: Any, spec: LaunchSpec, job_id: str, say: Callable[[str], None]) -> bool:
@@ -220,11 +321,13 @@ def _cancel(api: Any, spec: LaunchSpec, job_id: str, say: Callable[[str], None])
 
 
 async def main(args: Any, settings: Any) -> int:
-    """``experts launch``: :func:`launch` in a thread, Ctrl-C and SIGTERM stopping it.
+    """``experts launch``: :func:`launch` in a thread, Ctrl-C and SIGTERM stopping it; the store
+    (``[storage]``) is opened first, so a store that cannot register the server rents nothing.
 
     Raises:
         ConfigError: no HF token, or no such flavour.
         HubError: the Jobs API failed.
+        StorageError: the store cannot be opened or the server registered.
     """
     from huggingface_hub import HfApi
 
@@ -236,10 +339,20 @@ async def main(args: Any, settings: Any) -> int:
                       args.namespace, args.preset)
     stop = threading.Event()
     loop = asyncio.get_running_loop()
+    database = None
+    if not args.no_register:
+        from bot.store.sql.experts import database_of
+
+        database = database_of(settings.storage)
+        await database.open(upgrade=settings.storage.auto_migrate)
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
-        return await asyncio.to_thread(launch, HfApi(token=token), spec, token, stop, lambda s: print(s, flush=True))
+        registration = Registration(database, loop) if database is not None else None
+        return await asyncio.to_thread(launch, HfApi(token=token), spec, token, stop, lambda s: print(s, flush=True),
+                                       registration)
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+        if database is not None:
+            await database.close()

@@ -14,8 +14,11 @@
 The "container" of a running job is played by the stand-in itself: each exposed port's URL
 serves the expert server's ``GET /models`` (with the ``HUGGINGGPT_EXPERTS_API_KEY`` the job was
 given as a secret; 401 otherwise), whose ``idle_seconds`` count from the job's start unless the
-stand-in is told the server is ``busy``. Every request needs ``Authorization: Bearer TOKEN``.
-Imports nothing of ``bot/`` or ``adapters/``.
+stand-in is told the server is ``busy``, and ``GET /readyz``. Given a ``container`` (a function
+that starts a real server from the job's secrets), the stand-in starts it when the job begins
+running, forwards every request under the exposed URL to it as the Jobs proxy does (502 while it
+does not answer), and stops it when the job is cancelled. Every request to the API needs
+``Authorization: Bearer TOKEN``. Imports nothing of ``bot/`` or ``adapters/``.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -73,6 +77,11 @@ class JobsApi:
         token: the one token it accepts.
         busy: whether the played expert server says it is never idle.
         fails: whether a job ends in ERROR (out of memory) soon after it starts running.
+        ready: whether the played server's ``GET /readyz`` says ready (200; else 503, its cache
+            still being scanned).
+        container: ``await container(secrets)`` starts a job's server with the job's secrets and
+            returns ``(its base URL, an async function that stops it)``; ``None``: the stand-in
+            plays the server.
 
     Attributes:
         jobs: the jobs made, by id; ``cancelled``: the ids cancelled, in order.
@@ -81,10 +90,14 @@ class JobsApi:
     token: str = "hf_standin_jobs_token"
     busy: bool = False
     fails: bool = False
+    ready: bool = True
     jobs: dict[str, Job] = field(default_factory=dict)
     cancelled: list[str] = field(default_factory=list)
+    container: Callable[[dict[str, str]], Awaitable[tuple[str, Callable[[], Awaitable[None]]]]] | None = None
     url: str = ""
     _runner: Any = None
+    _running: dict[str, tuple[str, Callable[[], Awaitable[None]]]] = field(default_factory=dict)
+    _client: Any = None
 
     async def __aenter__(self) -> "JobsApi":
         app = web.Application()
@@ -93,14 +106,23 @@ class JobsApi:
         app.router.add_post("/api/jobs/{ns}", self._run)
         app.router.add_get("/api/jobs/{ns}/{id}", self._inspect)
         app.router.add_post("/api/jobs/{ns}/{id}/cancel", self._cancel)
-        app.router.add_get("/proxy/{id}/{port}/models", self._models)
+        app.router.add_route("*", "/proxy/{id}/{port}/{tail:.*}", self._proxy)
         app.middlewares.append(self._auth)
         self._runner, port = await serve_loopback(app)
         self.url = f"http://127.0.0.1:{port}"
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        for job_id in list(self._running):
+            await self._stop(job_id)
+        if self._client is not None:
+            await self._client.close()
         await self._runner.cleanup()
+
+    async def _stop(self, job_id: str) -> None:
+        running = self._running.pop(job_id, None)
+        if running is not None:
+            await running[1]()
 
     @web.middleware
     async def _auth(self, request: web.Request, handler: Any) -> web.StreamResponse:
@@ -133,6 +155,8 @@ class JobsApi:
         job.looks += 1
         if job.stage == "SCHEDULING" and job.looks > 1:
             job.stage, job.started = "RUNNING", time.monotonic()
+            if self.container is not None:
+                self._running[job.id] = await self.container(dict(job.spec.get("secrets") or {}))
         elif job.stage == "RUNNING" and self.fails and job.looks > 3:
             job.stage, job.finished, job.message = "ERROR", time.monotonic(), "CUDA out of memory"
         return web.json_response(self._info(job, request))
@@ -144,7 +168,34 @@ class JobsApi:
         if job.stage in ("SCHEDULING", "RUNNING"):
             job.stage, job.finished = "CANCELED", time.monotonic()
             self.cancelled.append(job.id)
+            await self._stop(job.id)
         return web.Response(status=200)
+
+    async def _proxy(self, request: web.Request) -> web.Response:
+        job = self.jobs.get(request.match_info["id"])
+        tail = request.match_info["tail"]
+        if job is None or job.stage != "RUNNING":
+            return web.json_response({"error": "no such job running"}, status=502)
+        if job.id in self._running:
+            return await self._forward(request, self._running[job.id][0], tail)
+        if tail == "readyz":
+            return web.json_response({"ready": self.ready}, status=200 if self.ready else 503)
+        return await self._models(request) if tail == "models" else web.json_response({}, status=404)
+
+    async def _forward(self, request: web.Request, upstream: str, tail: str) -> web.Response:
+        """Send the request on to the job's server, as the Jobs proxy does (502 when it does not answer)."""
+        import aiohttp
+
+        if self._client is None:
+            self._client = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120))
+        headers = {k: v for k, v in request.headers.items() if k.lower() in ("authorization", "content-type", "accept")}
+        try:
+            async with self._client.request(request.method, f"{upstream}/{tail}", headers=headers,
+                                            data=await request.read()) as r:
+                body = await r.read()
+                return web.Response(status=r.status, body=body, content_type=r.content_type)
+        except aiohttp.ClientConnectionError:
+            return web.json_response({"error": "the job's server does not answer"}, status=502)
 
     async def _models(self, request: web.Request) -> web.Response:
         job = self.jobs.get(request.match_info["id"])

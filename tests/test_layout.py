@@ -53,6 +53,7 @@ NEW_CONCEPTS: tuple[str, ...] = (
     "pipeline.cost",
     "bot.budgets",
     "bot.store.sql.spend",
+    "bot.store.sql.experts",
     "hugginggpt.usage",
     "pipeline.tracing",
     "expert_server.tracing",

@@ -51,13 +51,10 @@ def make_store(storage: StorageSettings, media: MediaWriter, *, busy_timeout: fl
     Raises:
         StorageError: ``database_url`` is not a PostgreSQL URL.
     """
-    from .sql.database import DB_NAME, Database
+    from .sql.experts import database_of
     from .sql.store import SQLStore
 
-    if storage.database_url is not None:
-        database = Database(url=storage.database_url.get_secret_value())
-    else:
-        database = Database(path=storage.data_dir.expanduser().resolve() / DB_NAME, busy_timeout=busy_timeout)
+    database = database_of(storage, busy_timeout=busy_timeout)
     upgrade = storage.auto_migrate if upgrade is None else upgrade
     return SQLStore(database, storage.data_dir, media, events=events, max_media_bytes=storage.max_media_bytes,
                     max_age_days=storage.max_age_days, upgrade=upgrade, **kw)  # type: ignore[arg-type]

@@ -9,9 +9,12 @@ counted against ``[storage] max_media_bytes`` like every other file (:mod:`bot.s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import logging
 from pathlib import Path
+
+from pipeline.catalog.servers import RegisteredServer
 
 from ..settings import StorageSettings
 from .media import MediaStore
@@ -115,6 +118,20 @@ class DeferredLedger:
     async def release(self, path: Path) -> None:
         """See ``MediaLedger.release``."""
         await (await self._ledger()).release(path)
+
+    async def live_experts(self) -> list[RegisteredServer]:
+        """The store's registered expert servers (:meth:`ExpertRegistry.live_experts`) once it
+        has opened (an opening under way is awaited); ``[]`` when it did not open (the file that
+        needs the store says why).
+
+        Raises:
+            StorageError: the open store could not be read.
+        """
+        opening = self._opening
+        if opening is not None and self.store is None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(opening)
+        return await self.store.live_experts() if self.store is not None else []
 
     async def close(self) -> None:
         """Close the store if it was opened (this process's pins are released); an opening still

@@ -6,6 +6,7 @@ needs from the media store.
 * :class:`Deliveries`: platform deliveries taken once across processes (the Slack and Discord
   front ends, through the service);
 * :class:`SharedLimits`: rate budgets and run slots shared by every process (admission);
+* :class:`ExpertRegistry`: expert servers registered by ``hugginggpt experts launch``;
 * :class:`Upkeep`: opening and closing, leases and retention (start-up, ``hugginggpt store``).
 
 :class:`ConversationStore` is all four: what :func:`bot.store.open_store` returns.
@@ -22,6 +23,7 @@ from pathlib import Path
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from pipeline.catalog.servers import RegisteredServer
 from pipeline.types import Modality, Resource, ResourceSink, RunRecord, Turn
 
 from ..incoming import ConversationKey
@@ -241,6 +243,15 @@ class Spending(Protocol):
         ...
 
 
+class ExpertRegistry(Protocol):
+    """The expert servers ``hugginggpt experts launch`` registered, shared by every process
+    (:mod:`bot.store.sql.experts`)."""
+
+    async def live_experts(self) -> list[RegisteredServer]:
+        """The records not expired now, newest first (a bounded, indexed read)."""
+        ...
+
+
 class Upkeep(Protocol):
     """Opening and closing the store, process leases (turns of gone processes are marked interrupted
     and published on :class:`bot.store.handover.Handover`) and retention."""
@@ -268,6 +279,6 @@ class Upkeep(Protocol):
         ...
 
 
-class ConversationStore(Conversations, Deliveries, SharedLimits, Approvals, Spending, Upkeep, Protocol):
+class ConversationStore(Conversations, Deliveries, SharedLimits, Approvals, Spending, ExpertRegistry, Upkeep, Protocol):
     """The whole store (what :func:`bot.store.open_store` returns): give each caller only the
     part it needs."""

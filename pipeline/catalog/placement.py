@@ -132,7 +132,7 @@ class Placement:
                  mode: Mode = "hybrid") -> None:
         self.catalog = catalog
         self.availability = availability
-        self.servers = servers if servers is not None and servers.urls else None
+        self.servers = servers if servers is not None and (servers.urls or servers.registry) else None
         self.mode: Mode = mode
 
     @property
@@ -277,6 +277,8 @@ class Placement:
             return "no expert server is configured"
         if self.mode == "providers":
             return 'expert servers are not used ([inference] mode = "providers")'
+        if not self.servers.urls:
+            return "no expert server is configured or registered now"
         return "the expert servers list no model for it"
 
     def server_failed(self, url: str) -> None:

@@ -5,7 +5,7 @@ of databases this bot must not touch.
 
 from __future__ import annotations
 
-REVISIONS = ("0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009", "0010")
+REVISIONS = ("0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009", "0010", "0011")
 """Every shipped revision, oldest first (bot/store/sql/alembic/versions)."""
 HEAD = REVISIONS[-1]
 """The revision this bot writes."""

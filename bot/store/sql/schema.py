@@ -3,7 +3,7 @@
 
 They describe the schema the migrations produce (Alembic revision ``head``, see
 :mod:`bot.store.sql.migrate`); they never create it. Columns are those of the SQLite schema
-(Alembic revisions 0001-0010, :mod:`bot.store.sql.migrate`), with times as epoch seconds
+(Alembic revisions 0001-0011, :mod:`bot.store.sql.migrate`), with times as epoch seconds
 (double precision) on both databases.
 """
 
@@ -171,3 +171,16 @@ spend_total = Table(
 )
 """What each budget period's runs count in ``spend`` (revision 0010), kept with it: ``budget`` is
 ``"scope:period:since:key"`` (:func:`bot.store.sql.spend.budget_key`)."""
+
+expert_servers = Table(
+    "expert_servers", metadata,
+    Column("url", Text, primary_key=True),
+    Column("api_key", Text, nullable=False),
+    Column("job", Text, nullable=False),
+    Column("registered", Float, nullable=False),
+    Column("expires", Float, nullable=False),
+    Index("expert_servers_expires", "expires"),
+)
+"""Expert servers ``hugginggpt experts launch`` registered (revision 0011): base URL, the API key
+the bot sends it (a secret: never logged or shown), the Jobs job running it, and when the record
+expires (epoch seconds; an expired record is ignored, :mod:`bot.store.sql.experts`)."""

@@ -34,6 +34,7 @@ from typing import Any
 
 from sqlalchemy import bindparam, func, select, update
 
+from pipeline.catalog.servers import RegisteredServer
 from pipeline.errors import HuggingGPTError
 from pipeline.types import MODALITIES, Modality, Resource, ResourceSink, RunRecord, Turn
 
@@ -47,7 +48,7 @@ from ..lease import RECENT_SECONDS, new_owner_id
 from ...stored import Limit, Order, Origin, Overspent, Payer, Scope, Settled, SpendRow, StoredFile
 from ..protocol import MediaWriter, PruneReport, TurnSink
 from ..text import clip_summary, valid_utf8
-from . import listing, resource_cache, retention, spend, turns, upkeep
+from . import experts, listing, resource_cache, retention, spend, turns, upkeep
 from .database import Database
 from .dialect import greatest, insert, lock_conversation, upsert
 from .schema import conversations as C, deliveries as D, feedback as F, resources as R, run_slots as S
@@ -479,6 +480,12 @@ class SQLStore:
         """See :meth:`Spending.spend_report`."""
         rows = await self.database.read("reading what runs cost", spend.report_query(scope, since, until))
         return spend.report_rows(rows)
+
+    # -- registered expert servers (bot.store.sql.experts) -------------------------------------------
+
+    async def live_experts(self) -> list[RegisteredServer]:
+        """See :meth:`ExpertRegistry.live_experts`."""
+        return await experts.live(self.database)
 
     # -- retention (rules: bot.store.retention) -------------------------------------------------------
 
