@@ -7,7 +7,8 @@ two warm-up runs. It prints:
 
 - the loop thread's CPU per conversation (``time.thread_time`` of the loop thread: the stand-ins,
   worker threads and the store's writer thread are not counted) and the loop lag (how late a
-  10 ms timer wakes), p99 and max, in a run without a profiler;
+  10 ms timer wakes), p99 and max, in a run without a profiler, and the garbage collector's pauses
+  in that run (all of them, and the longest: a collection stops the loop);
 - then the same run under ``cProfile`` (loop thread only), and the cumulative time of each stage's
   functions per conversation. A profiler slows Python code about 2–4×, so read the stage figures
   against each other, not as absolute times; stages overlap where one calls another.
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import gc
 import json
 import os
 import pstats
@@ -68,23 +70,35 @@ async def conversations(urls: dict[str, str], data_dir: Path, n: int, plan: list
     async def one(i: int) -> None:
         await one_conversation(service, i)
 
+    pauses: list[float] = []  # seconds of each garbage collection during the run
+    began = [0.0]
+
+    def collected(phase: str, _info: dict) -> None:
+        if phase == "start":
+            began[0] = time.perf_counter()
+        else:
+            pauses.append(time.perf_counter() - began[0])
+
     try:
         await one(-1)
         await one(-2)  # warm: imports, database, connection pools
         c0 = time.thread_time()
         if profile is not None:
             profile.enable()
+        gc.callbacks.append(collected)
         ticking = asyncio.create_task(tick(done, lags))
         await asyncio.gather(*(one(i) for i in range(n)))
         done.set()
         await ticking
+        gc.callbacks.remove(collected)
         if profile is not None:
             profile.disable()
         cpu = time.thread_time() - c0
     finally:
         await service.close()
     lags.sort()
-    return {"cpu_ms": cpu / n * 1000, "p99_ms": lags[int(len(lags) * 0.99) - 1] * 1000, "max_ms": lags[-1] * 1000}
+    return {"cpu_ms": cpu / n * 1000, "p99_ms": lags[int(len(lags) * 0.99) - 1] * 1000, "max_ms": lags[-1] * 1000,
+            "gc_max_ms": max(pauses, default=0.0) * 1000, "gc_ms": sum(pauses) * 1000}
 
 
 def stage_rows(profile: cProfile.Profile, n: int) -> list[tuple[str, float, float]]:
@@ -120,7 +134,8 @@ def main() -> None:
         proc.wait(10)
     print(f"{n} conversations at once, plan {args.plan!r}, {os.cpu_count()} CPUs: loop CPU {plain['cpu_ms']:.1f} ms "
           f"per conversation; loop lag p99 {plain['p99_ms']:.1f} ms (max {plain['max_ms']:.1f} ms); "
-          f"target p99 < 20 ms at 100: {'met' if plain['p99_ms'] < 20 else 'NOT met'}")
+          f"target p99 < 20 ms at 100: {'met' if plain['p99_ms'] < 20 else 'NOT met'}; garbage collection "
+          f"{plain['gc_ms']:.0f} ms in all, longest pause {plain['gc_max_ms']:.1f} ms")
     print("\n| stage (under cProfile) | ms per conversation | calls per conversation |\n|---|---:|---:|")
     for stage, ms, calls in stage_rows(profile, n):
         print(f"| {stage} | {ms:.2f} | {calls:.1f} |")
