@@ -128,3 +128,33 @@ async def test_nothing_listening_is_a_connect_error_and_an_expert_server_is_not_
     finally:
         await hub.aclose()
     assert refused_connection(ei.value) and ei.value.user_message == "The model ok/model could not be reached."
+
+
+async def test_the_environment_proxy_carries_calls_except_for_no_proxy_hosts(server, sink, monkeypatch):
+    monkeypatch.setenv("HTTP_PROXY", server.url)  # the recorder answers as the proxy would
+    monkeypatch.setenv("NO_PROXY", "bypassed.invalid")
+    hub = runner("http://expert.invalid")  # a host that resolves nowhere: only the proxy reaches it
+    try:
+        out = await hub.run("text-classification", "ok/model", {"text": "great"}, sink, task_id=1)
+        with pytest.raises(ExpertError) as ei:
+            await hub.run("text-classification", "ok/model", {"text": "great"}, sink, task_id=2,
+                          url="http://bypassed.invalid/models/ok/model")
+    finally:
+        await hub.aclose()
+    assert "POSITIVE" in (out.text or "") and len(server.ports) == 1
+    assert ei.value.reason == "server" and ei.value.user_message == "The model ok/model could not be reached."
+
+
+async def test_no_netrc_credentials_are_added(server, sink, tmp_path, monkeypatch):
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine 127.0.0.1 login someone password netrc-SECRET\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    hub = runner(server.url, token=None)
+    try:
+        await hub.run("text-classification", "ok/model", {"text": "great"}, sink, task_id=1,
+                      url=f"{server.url}/models/ok/model", expert_server=True)
+    finally:
+        await hub.aclose()
+    sent = dict((k.lower(), v) for k, v in server.headers[0])
+    assert "authorization" not in sent, sent

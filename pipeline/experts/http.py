@@ -41,6 +41,7 @@ import functools
 import heapq
 import json
 import ssl
+import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextvars import ContextVar
@@ -413,7 +414,10 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
     them, through the hooks), no cookie kept (httpx2 keeps them), the reply not decoded (httpx2
     decodes it while the hooks bound it). The request's httpx2 timeouts apply (``connect``: the
     TCP/TLS connect; ``pool``: the wait for a connection; ``read``: between two reads); TLS is
-    :func:`tls_context`; ``HTTP(S)_PROXY`` and ``NO_PROXY`` are honoured as httpx2 honours them.
+    :func:`tls_context`; ``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY`` and ``NO_PROXY``, read when
+    the transport is made, are honoured as httpx2 honours them (an ``http://`` proxy). Nothing else
+    of the environment is read: no ``.netrc`` credentials are added (aiohttp's ``trust_env`` would
+    add them, and look both up on a thread for every request).
     Failures are raised as the ``httpx2`` errors the default transport raises
     (``httpx2.ConnectError``, ``httpx2.ReadTimeout``, …).
 
@@ -425,13 +429,21 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
     def __init__(self, *, max_connections: int = 100, keepalive_seconds: float = 5.0) -> None:
         self._limits = (max_connections, keepalive_seconds)
         self._session: aiohttp.ClientSession | None = None
+        self._proxies = urllib.request.getproxies_environment()
+
+    def _proxy_for(self, url: httpx2.URL) -> str | None:
+        """The proxy of the environment for ``url`` (``None``: none, or ``NO_PROXY`` names its host)."""
+        proxy = self._proxies.get(url.scheme) or self._proxies.get("all")
+        if proxy is None or urllib.request.proxy_bypass_environment(url.host, self._proxies):
+            return None
+        return proxy
 
     def _opened(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             limit, keepalive = self._limits
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(ssl=tls_context(), limit=limit, keepalive_timeout=keepalive),
-                auto_decompress=False, trust_env=True, cookie_jar=aiohttp.DummyCookieJar(),
+                auto_decompress=False, trust_env=False, cookie_jar=aiohttp.DummyCookieJar(),
                 skip_auto_headers=("Accept", "Accept-Encoding", "User-Agent", "Content-Type"),
             )
         return self._session
@@ -452,7 +464,7 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
         try:
             response = await self._opened().request(
                 request.method, yarl.URL(str(request.url), encoded=True), headers=headers, data=body or None,
-                allow_redirects=False, timeout=timeout,
+                allow_redirects=False, timeout=timeout, proxy=self._proxy_for(request.url),
             )
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
             raise _as_httpx(exc, request) from exc
