@@ -15,7 +15,8 @@ two warm-up runs. It prints:
 
 ``--plan`` chooses what the controller plans: ``none`` (planning and the answer only) or ``chain``
 (text-to-image, then image-to-text and image-classification on its output: expert calls and a
-generated file).
+generated file). ``--expert-calls N`` prints instead the loop CPU of ``N`` expert calls alone, beside
+a bare aiohttp POST of the same bytes (their floor).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import functools
 import gc
 import json
 import os
@@ -32,6 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from benchmarks.bench_e2e import one_conversation, stand_in_service, tick
 
@@ -101,6 +104,50 @@ async def conversations(urls: dict[str, str], data_dir: Path, n: int, plan: list
             "gc_max_ms": max(pauses, default=0.0) * 1000, "gc_ms": sum(pauses) * 1000}
 
 
+async def per_expert_call(urls: dict[str, str], data_dir: Path, n: int) -> dict[str, float]:
+    """Loop CPU (ms) per expert call, ``n`` calls 100 at a time: ``HubRunner.run`` of
+    image-classification on a 64x64 PNG, and a bare ``aiohttp`` POST of the same bytes to the same
+    stand-in (the floor: the bytes on one keep-alive pool, the reply read and parsed)."""
+    import aiohttp
+    from PIL import Image
+
+    from bot.backends import pipeline_config
+    from bot.settings import load_settings
+    from pipeline.experts.hub import HubRunner
+    from pipeline.types import Resource
+
+    data_dir.mkdir(parents=True)
+    photo = data_dir / "photo.png"
+    Image.new("RGB", (64, 64), (200, 20, 20)).save(photo)
+    image = Resource("image-1", "image", photo, "image/png", photo.stat().st_size)
+    model = "google/vit-base-patch16-224"
+    url = f"{urls['inference'].rstrip('/')}/models/{model}"
+    hub = HubRunner(pipeline_config(load_settings(env={}, overrides={"inference": {
+        "base_url": urls["inference"], "provider": None, "token": None}, "storage": {"data_dir": str(data_dir)}})))
+    gate = asyncio.Semaphore(100)
+
+    async def timed(call: Any) -> float:
+        async def one(i: int) -> None:
+            async with gate:
+                await call(i)
+        await asyncio.gather(*(one(i) for i in range(20)))  # warm: connections, imports
+        c0 = time.thread_time()
+        await asyncio.gather(*(one(i) for i in range(n)))
+        return (time.thread_time() - c0) / n * 1000
+
+    async def bare(session: aiohttp.ClientSession, _i: int) -> None:
+        async with session.post(url, data=photo.read_bytes(), headers={"content-type": "image/png"}) as r:
+            json.loads(await r.read())
+
+    try:
+        hub_ms = await timed(lambda i: hub.run("image-classification", model, {"image": image}, None, task_id=i))
+        async with aiohttp.ClientSession() as session:
+            floor_ms = await timed(functools.partial(bare, session))
+    finally:
+        await hub.aclose()
+    return {"hub_ms": hub_ms, "floor_ms": floor_ms}
+
+
 def stage_rows(profile: cProfile.Profile, n: int) -> list[tuple[str, float, float]]:
     """``(stage, cumulative ms per conversation, calls per conversation)`` from a profile."""
     stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
@@ -119,12 +166,20 @@ def main() -> None:
     parser.add_argument("--conversations", type=int, default=100)
     parser.add_argument("--plan", choices=sorted(PLANS), default="none")
     parser.add_argument("--plan-seconds", type=float, default=1.0)
+    parser.add_argument("--expert-calls", type=int, default=0,
+                        help="instead: the loop CPU of this many expert calls, against a bare aiohttp POST")
     args = parser.parse_args()
     proc = subprocess.Popen([sys.executable, "-m", "benchmarks.e2e_standins", "--latency", "{}"], stdout=subprocess.PIPE,
                             text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
         urls = json.loads(proc.stdout.readline())  # type: ignore[union-attr]
         plan, n = PLANS[args.plan], args.conversations
+        if args.expert_calls:
+            with tempfile.TemporaryDirectory() as tmp:
+                calls = asyncio.run(per_expert_call(urls, Path(tmp) / "calls", args.expert_calls))
+            print(f"{args.expert_calls} expert calls, 100 at a time: loop CPU {calls['hub_ms']:.2f} ms per call "
+                  f"(HubRunner.run); a bare aiohttp POST of the same bytes {calls['floor_ms']:.2f} ms")
+            return
         with tempfile.TemporaryDirectory() as tmp:
             plain = asyncio.run(conversations(urls, Path(tmp) / "a", n, plan, args.plan_seconds, None))
             profile = cProfile.Profile()
