@@ -167,11 +167,15 @@ def main() -> None:
     parser.add_argument("--conversations", type=int, default=100)
     parser.add_argument("--plan", choices=sorted(PLANS), default="none")
     parser.add_argument("--plan-seconds", type=float, default=1.0)
+    parser.add_argument("--standins-nice", type=int, default=0,
+                        help="run the stand-ins at this niceness (19: they take a core only when the loop's "
+                             "process does not want it, as experts on other machines would)")
     parser.add_argument("--expert-calls", type=int, default=0,
                         help="instead: the loop CPU of this many expert calls, against a bare aiohttp POST")
     args = parser.parse_args()
     proc = subprocess.Popen([sys.executable, "-m", "benchmarks.e2e_standins", "--latency", "{}"], stdout=subprocess.PIPE,
-                            text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                            text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            preexec_fn=(lambda: os.nice(args.standins_nice)) if args.standins_nice else None)
     try:
         urls = json.loads(proc.stdout.readline())  # type: ignore[union-attr]
         plan, n = PLANS[args.plan], args.conversations
