@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import importlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
@@ -309,10 +310,15 @@ def _import_all() -> None:
             importlib.import_module(name)
         except ImportError as e:  # an optional part not installed: the run that needs it says so
             log.debug("first-use import of %s skipped: %s", name, e)
+    # What start-up built (modules, catalog, clients: about 190,000 objects) lives as long as the
+    # process: out of the collector's generations, a full collection no longer scans it on the
+    # event loop (one took 140 ms of the loop with 100 conversations in flight; ``gc.freeze``).
+    gc.freeze()
 
 
 def start_first_use_imports() -> Callable[[], Awaitable[None]]:
-    """Start importing :data:`FIRST_USE_MODULES` on a worker thread (call it from a running loop).
+    """Start importing :data:`FIRST_USE_MODULES` on a worker thread (call it from a running loop),
+    then move what start-up built out of the collector's reach (``gc.freeze``).
 
     Returns:
         An async closer that waits for the imports to end (a service's close awaits it, so that
