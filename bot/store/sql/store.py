@@ -94,6 +94,11 @@ async def _get_or_create(conn: Tx, key: ConversationKey, *, now: float) -> str:
             return row[0]
 
 
+async def _set_payload(conn: Tx, key: str, payload: str | None) -> None:
+    """Keep ``payload`` with the unsettled delivery ``key`` (``None``: settle it)."""
+    await conn.execute(update(D).where(D.c.key == key, D.c.payload.is_not(None)).values(payload=payload))
+
+
 class SQLStore:
     """:class:`bot.store.protocol.ConversationStore` on one database plus a media directory.
 
@@ -247,20 +252,18 @@ class SQLStore:
         """See :meth:`Deliveries.claim_delivery` (a unique key per delivery; keys older than a day
         are deleted as new ones arrive)."""
         try:
-            async with self.database.tx("recording a delivery") as conn:
-                return await upkeep.claim(conn, list(keys), now=self._clock(), owner=self._me(), payload=payload)
+            return await self.database.atomic("recording a delivery", upkeep.claim, list(keys), now=self._clock(),
+                                              owner=self._me(), payload=payload)
         except upkeep.Taken:
             return False
 
     async def note_delivery(self, key: str, payload: str) -> None:
         """See :meth:`Deliveries.note_delivery`."""
-        async with self.database.tx("noting a delivery") as conn:
-            await conn.execute(update(D).where(D.c.key == key, D.c.payload.is_not(None)).values(payload=payload))
+        await self.database.atomic("noting a delivery", _set_payload, key, payload)
 
     async def settle_delivery(self, key: str) -> None:
         """See :meth:`Deliveries.settle_delivery`."""
-        async with self.database.tx("settling a delivery") as conn:
-            await conn.execute(update(D).where(D.c.key == key, D.c.payload.is_not(None)).values(payload=None))
+        await self.database.atomic("settling a delivery", _set_payload, key, None)
 
     async def adopt_deliveries(self) -> list[tuple[str, str]]:
         """Take the unsettled deliveries of gone processes whose key starts with the prefix a front
