@@ -65,3 +65,29 @@ async def test_a_one_hop_transaction_that_would_suspend_is_refused_and_rolled_ba
         assert sqlite3.connect(path).execute("SELECT x FROM t ORDER BY x").fetchall() == [(1,), (2,)]
     finally:
         await writer.dispose()
+
+
+async def test_a_write_that_goes_first_waits_for_a_multi_hop_transaction_holding_the_connection(tmp_path):
+    from bot.store.sql.database import Database
+    from bot.store.sql.schema import owners
+
+    db = Database(path=tmp_path / "db.sqlite3")
+    await db.open()
+    order: list[str] = []
+
+    async def first_write(conn) -> None:
+        await conn.execute(owners.delete())
+        order.append("first")
+
+    try:
+        async with db.tx("a long transaction") as conn:
+            await conn.execute(owners.delete())
+            ahead = asyncio.create_task(db.atomic("a run slot", first_write, first=True))
+            await asyncio.sleep(0.2)  # queued on the writer thread now, it would wait for the one connection
+            await conn.execute(owners.delete())  # ... and this hop behind it: a deadlock until the pool times out
+            order.append("tx")
+        await asyncio.wait_for(ahead, timeout=10)
+        assert order == ["tx", "first"]
+        await asyncio.wait_for(db.atomic("a run slot", first_write, first=True), timeout=10)  # no transaction open: at once
+    finally:
+        await db.close()

@@ -435,7 +435,7 @@ class SQLStore:
         if limit <= 0:
             return 0.0
         return await self.database.atomic("counting a request", upkeep.take_rate, key, limit=limit, period=period,
-                                          now=self._clock())
+                                          now=self._clock(), first=True)
 
     async def take_slot(self, key: str, limit: int) -> str | None:
         """See :meth:`SharedLimits.take_slot` (taken with the others waiting, :class:`upkeep.SlotQueue`)."""

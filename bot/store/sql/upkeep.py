@@ -277,7 +277,7 @@ class SlotQueue:
                 batch, self._waiting = self._waiting, []
                 try:
                     taken = await self.database.atomic("reserving run slots", take_slots, [b[:3] for b in batch],
-                                                       owner=self._owner(), now=self._clock(), durable=False)
+                                                       owner=self._owner(), now=self._clock(), durable=False, first=True)
                 except BaseException as e:
                     for *_, waiting in batch:
                         if waiting.done():
