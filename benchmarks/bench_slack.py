@@ -13,13 +13,14 @@ its own CPU time does not count against the bot.
 
 Targets (issue 5): p99 acknowledgement < 100 ms; duplicate deliveries answered: 0.
 
-    python benchmarks/bench_slack.py [--sequential 100] [--burst 50] [--rounds 4] [--channels 50]
+    python benchmarks/bench_slack.py [--sequential 100] [--burst 50] [--rounds 4] [--channels 50] [--no-freeze]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
 import os
 import statistics
@@ -42,6 +43,13 @@ def line(label: str, values: list[float]) -> str:
     ms = [v * 1000 for v in values]
     return (f"{label:<36} n={len(ms):<4} p50={statistics.median(ms):6.1f} ms  p99={pct(ms, 99):6.1f} ms  "
             f"max={max(ms):6.1f} ms")
+
+
+def outcome(text: str) -> str:
+    """What a finished reply says, in a word: an answer, or the first words of a refusal/error."""
+    if "Here is what I found" in text or "Sandbox stand-in controller" in text:
+        return "answer"
+    return " ".join(text.split()[:6])
 
 
 # ---------------------------------------------------------------------------------- load generator
@@ -86,11 +94,14 @@ async def client_main() -> int:
 async def run(args: argparse.Namespace) -> int:
     from benchmarks.harness.slack import SECRET, start_harness
     from benchmarks.harness.slack import SERVICE_KIND, make_service
+    from hugginggpt.common import freeze_startup_heap
     from sandbox.slack_api import SlackStandIn
 
     with tempfile.TemporaryDirectory() as tmp:
         async with SlackStandIn() as slack, make_service(Path(tmp)) as service:
             h = await start_harness(slack, service, Path(tmp), rate_limit_per_minute=0)
+            if args.freeze:
+                freeze_startup_heap()  # as `hugginggpt slack` does before serving
             try:
                 warm, _, _ = h.mention("draw a picture of a red fox", user="U0WARM")
                 _, first = await h.deliver(warm)  # includes bolt's one-time auth.test
@@ -162,13 +173,14 @@ async def run(args: argparse.Namespace) -> int:
                     pass
                 drain = time.perf_counter() - t0
                 await asyncio.sleep(0.5)  # let a late duplicate show up
-                status_prefixes = (":thinking_face:", ":gear:", ":writing_hand:", ":white_check_mark: Done", ":warning:")
-                per_thread = [len([m for m in h.replies(ts, channel=ch) if m.text.startswith(status_prefixes)])
-                              for ch, ts in mentions]
-                duplicates = sum(max(0, n - 1) for n in per_thread)
+                # each run replies with one message (a chat stream or a status message): more is a duplicate
+                # answer; a reply no longer streaming is finished (answer, refusal or error)
+                replies = [[m for m in h.replies(ts, channel=ch) if not m.files] for ch, ts in mentions]
+                duplicates = sum(max(0, len(r) - 1) for r in replies)
                 deliveries = len(seq_items) + len(burst_items) + len(replay_items) + len(socket_seq) + len(socket_burst)
-                missing = sum(1 for n in per_thread if n == 0)
-                answered = sum(1 for ch, ts in mentions if len(h.replies(ts, channel=ch)) >= 2)
+                missing = sum(1 for r in replies if not r)
+                answered = sum(1 for r in replies if r and not r[0].streaming)
+                kinds = collections.Counter(outcome(r[0].text) for r in replies if r and not r[0].streaming)
                 print(f"service: {SERVICE_KIND}")
                 print(f"first event (bolt auth.test once)    {first * 1000:.1f} ms")
                 print(line("ack, 1 event at a time", times["sequential"]))
@@ -181,6 +193,7 @@ async def run(args: argparse.Namespace) -> int:
                       f"duplicate deliveries suppressed {h.bot.stats.duplicates}")
                 print(f"duplicate answers {duplicates}, unanswered mentions {missing}")
                 print(f"answers posted within {drain:.1f} s after the last delivery: {answered}/{len(mentions)}")
+                print("finished replies: " + ", ".join(f"{k} {n}" for k, n in kinds.most_common()))
                 ok = (pct(times["sequential"], 99) < 0.1 and pct(times["burst"], 99) < 0.1 and duplicates == 0
                       and missing == 0)
                 print("targets met" if ok else "TARGETS NOT MET")
@@ -196,6 +209,8 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=4, help="bursts")
     p.add_argument("--channels", type=int, default=50, help="channels the mentions are spread over")
     p.add_argument("--drain", type=float, default=20.0, help="seconds to wait for runs to finish before stopping")
+    p.add_argument("--no-freeze", dest="freeze", action="store_false",
+                   help="keep the start-up heap in the collected generations (the bot freezes it)")
     p.add_argument("--no-socket", dest="socket", action="store_false", help="skip the Socket Mode phase")
     p.add_argument("--client", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()

@@ -85,6 +85,24 @@ async def test_a_file_that_is_not_what_it_claims_is_400(served):
     assert_error_object(e.value, 400, "invalid_file")
 
 
+async def test_a_refused_file_gives_its_run_slot_back(served):
+    fake = "data:image/png;base64," + base64.b64encode(b"this is not a picture at all").decode()
+    messages = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": fake}}]}]
+    for _ in range(3):  # more than the key's 2 run slots (the file is checked while a slot is reserved)
+        with pytest.raises(openai.BadRequestError) as e:
+            await served.client().chat.completions.create(model="hugginggpt", messages=messages, stream=True)
+        assert_error_object(e.value, 400, "invalid_file")
+    for _ in range(100):  # a slot goes back once its reservation ends: a kept one would stay taken
+        try:
+            answer = await served.client().chat.completions.create(model="hugginggpt", messages=TEXT)
+            break
+        except openai.RateLimitError:
+            await asyncio.sleep(0.1)
+    else:
+        raise AssertionError("the refused requests kept their run slots")
+    assert answer.choices[0].message.content
+
+
 async def test_not_json_is_400_other_types_415_and_oversized_body_is_413(served):
     async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {KEY}"}) as http:
         async with http.post(served.url + "/v1/chat/completions", data=b"{not json",

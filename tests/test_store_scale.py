@@ -124,6 +124,23 @@ async def test_run_slots_are_shared_and_a_closed_process_gives_its_slots_back(ne
         await b.close()
 
 
+async def test_run_slots_asked_for_at_once_keep_the_limit_and_a_caller_gone_holds_none(new_store):
+    a, b = await pair(new_store)
+    try:  # a burst: the reservations that wait for a transaction go together in the next one
+        burst = await asyncio.gather(*(s.take_slot("api:k1", 3) for s in [a] * 12 + [b] * 4))
+        assert len([slot for slot in burst if slot]) == 3
+        kept = asyncio.create_task(a.take_slot("api:k2", 2))
+        gone = asyncio.create_task(a.take_slot("api:k2", 2))
+        await asyncio.sleep(0)  # both are queued for the next transaction
+        gone.cancel()
+        assert await kept and (await asyncio.gather(gone, return_exceptions=True))[0].__class__ is asyncio.CancelledError
+        assert await a.take_slot("api:k2", 2) is not None  # the slot taken for the caller that left was given back
+        assert await b.take_slot("api:k2", 2) is None
+    finally:
+        await a.close()
+        await b.close()
+
+
 async def test_a_dead_process_turn_is_marked_and_its_thread_told(new_store, monkeypatch):
     now = time.time()
     a = new_store(clock=lambda: now)

@@ -10,6 +10,7 @@ SDK raises ``APIError`` on it).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -182,11 +183,7 @@ async def start_run(request: Request, caller: Caller, messages: list[Any], conve
     if not turn.text.strip() and not turn.files:
         raise ApiError(400, "The last user message is empty: write a request (and attach files if it needs them).",
                        "invalid_request", "messages")
-    try:
-        files = await st.service.check_files(turn.files)
-    except InputError as e:
-        raise ApiError(400, e.user_message, "invalid_file", "messages") from None
-    release = await st.keys.reserve(caller)
+    files, release = await _checked_and_reserved(st, caller, turn.files)
     who = Requester("http", user) if user is not None else None
     message = Message(turn.text, files, who=who, key=conversation[1] if conversation else None, chat_log=turn.chat_log)
     run = Run(st.service, message, on_end=release)
@@ -198,6 +195,34 @@ async def start_run(request: Request, caller: Caller, messages: list[Any], conve
         await run.cancel()
         raise
     return run
+
+
+async def _checked_and_reserved(st: Any, caller: Caller, incoming: list[Any]) -> tuple[list[Any], Callable[[], None]]:
+    """The request's files checked (``Service.check_files``) while one of the caller's run slots
+    is reserved (``Keys.reserve``): each is a hop to a thread that then waits for a busy event
+    loop, and the first streamed byte waits for both. A refused file wins over a full slot count;
+    a slot reserved for a request that fails or goes away is given back once reserved.
+
+    Raises:
+        ApiError: 400 for an unusable file, 429 when the caller's runs are all in flight.
+        StorageError: the shared store fails.
+    """
+    reserving = asyncio.ensure_future(st.keys.reserve(caller))
+    try:
+        files = await st.service.check_files(incoming)
+        return files, await asyncio.shield(reserving)
+    except BaseException as e:
+        reserving.add_done_callback(_give_back)
+        if isinstance(e, InputError):
+            raise ApiError(400, e.user_message, "invalid_file", "messages") from None
+        raise
+
+
+def _give_back(reserving: asyncio.Future[Callable[[], None]]) -> None:
+    """Give back the slot a reservation took, if it took one (its error, if any, is not the
+    request's answer any more)."""
+    if not reserving.cancelled() and reserving.exception() is None:
+        reserving.result()()
 
 
 def model_object() -> dict[str, Any]:

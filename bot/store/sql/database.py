@@ -6,7 +6,8 @@ migration is due, :mod:`bot.store.sql.migrate`).
 SQLite: one file in WAL mode; write transactions begin with ``BEGIN IMMEDIATE`` (as SQLAlchemy's
 documentation advises for pysqlite/aiosqlite, "Serializable isolation / Savepoints /
 Transactional DDL"), run on a thread of their own (:mod:`bot.store.sql.threads`) and are
-serialised in the process by an asyncio lock, so writers wait for each other here rather than in
+serialised in the process by an asyncio lock (a write a request's answer waits for goes ahead of
+it, see :meth:`Database.run`), so writers wait for each other here rather than in
 SQLite's busy handler; reads run on a separate pool of read-only connections in autocommit
 mode on threads of their own, so a slow write never delays reading another conversation.
 SQLAlchemy's asyncio extension is imported only for PostgreSQL.
@@ -19,7 +20,7 @@ import asyncio
 import contextlib
 import logging
 import sqlite3
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -32,7 +33,7 @@ from .errors import POOL_TIMEOUT, message
 from .probes import DB_NAME
 from .revisions import HEAD, REVISIONS, SQLITE_STATE, Refused, check_sqlite
 from .dialect import Tx, sqlite_prebuilt
-from .threads import SQLiteReader, SQLiteWriter, read_all
+from .threads import SQLiteReader, SQLiteWriter, inline, read_all
 
 if TYPE_CHECKING:  # the asyncio extension loads the ORM: imported when a PostgreSQL database opens
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -104,6 +105,7 @@ class Database:
         self._readers: SQLiteReader | None = None
         self.applied: list[str] = []
         self._lock = asyncio.Lock() if self.dialect == "sqlite" else None
+        self._multi_hop = False  # a tx holds the SQLite writer's one connection across hops
 
     def error(self, exc: BaseException, action: str) -> StorageError:
         """Map a driver, connection or OS error to one sentence naming the database, and log it.
@@ -146,27 +148,36 @@ class Database:
         async with self._lock or contextlib.nullcontext():
             try:
                 if self._writer is not None:
-                    async with self._writer.begin() as conn:
-                        yield conn
+                    self._multi_hop = True
+                    try:
+                        async with self._writer.begin() as conn:
+                            yield conn
+                    finally:
+                        self._multi_hop = False
                 else:
                     async with self.engine.begin() as conn:  # type: ignore[union-attr]
                         yield conn
             except (sa_exc.DBAPIError, sa_exc.TimeoutError, OSError, asyncio.TimeoutError) as e:
                 raise self.error(e, action) from None
 
-    async def run(self, action: str, fn: Callable[..., R], *args: Any, durable: bool = True, **kwargs: Any) -> R:
+    async def run(self, action: str, fn: Callable[..., R], *args: Any, durable: bool = True, first: bool = False,
+                  **kwargs: Any) -> R:
         """``fn(connection, *args, **kwargs)`` as one write transaction on a synchronous
         SQLAlchemy ``Connection`` (SQLite: begun, run and committed in one hop to the writer
         thread; PostgreSQL: ``AsyncConnection.run_sync``); its result. For short transactions
         on the hot path; :meth:`tx` for the others. ``durable`` false: on SQLite its commit does
-        not wait for the disk (:meth:`SQLiteWriter.transaction`).
+        not wait for the disk (:meth:`SQLiteWriter.transaction`). ``first``: a write a request's
+        answer waits for before it starts (a run slot, a request count): on SQLite it goes to the
+        writer thread at once, ahead of the writes waiting for the lock (runs' turns and files,
+        which can come later), unless a multi-hop :meth:`tx` holds the one connection.
 
         Raises:
             StorageError: the database failed (mapped by :meth:`error`); whatever ``fn`` raised
                 otherwise (the transaction rolled back).
         """
         self._engine()
-        async with self._lock or contextlib.nullcontext():
+        ahead = first and not self._multi_hop  # a one-hop job needs the connection only on the thread
+        async with contextlib.nullcontext() if ahead or self._lock is None else self._lock:
             try:
                 if self._writer is not None:
                     return await self._writer.transaction(fn, *args, durable=durable, **kwargs)
@@ -174,6 +185,23 @@ class Database:
                     return await conn.run_sync(fn, *args, **kwargs)
             except (sa_exc.DBAPIError, sqlite3.Error, sa_exc.TimeoutError, OSError, asyncio.TimeoutError) as e:
                 raise self.error(e, action) from None
+
+    async def atomic(self, action: str, afn: Callable[..., Awaitable[R]], *args: Any, durable: bool = True,
+                     first: bool = False, **kwargs: Any) -> R:
+        """``await afn(connection, *args, **kwargs)`` as one write transaction (a function of a
+        :class:`~bot.store.sql.dialect.Tx` that awaits only ``execute``); its result. On SQLite the
+        whole transaction is one hop to the writer thread (:func:`~bot.store.sql.threads.inline`)
+        where :meth:`tx` takes one per statement, each waiting for the event loop: for short
+        transactions on a request's path. ``durable``, ``first``: as for :meth:`run`.
+
+        Raises:
+            StorageError: the database failed (mapped by :meth:`error`); whatever ``afn`` raised
+                otherwise (the transaction rolled back).
+        """
+        if self._writer is None:
+            async with self.tx(action) as conn:
+                return await afn(conn, *args, **kwargs)
+        return await self.run(action, inline, afn, *args, durable=durable, first=first, **kwargs)
 
     async def read(self, action: str, *stmts: Any, params: dict[str, Any] | None = None) -> Any:
         """All rows of each query on one pooled read connection in autocommit mode (each query

@@ -136,20 +136,27 @@ class Ledger:
                 database is unusable.
         """
         rel, now, me = self.paths.rel(path), self.clock(), self.me
-        async with self.db.tx("saving a file") as conn:
-            live_pin = and_(M.c.owner.is_not(None), M.c.owner != me, M.c.owner.in_(select(O.c.id)))
-            touched = (await conn.execute(update(M).where(M.c.path == rel).values(
-                used=now, owner=case((live_pin, M.c.owner), else_=me)).returning(M.c.path))).first()
-            if touched:
-                return False
-            p = await self._make_room(conn, size, now) if self.max_media_bytes is not None else Plan()
-            await conn.execute(insert(conn, M).values(path=rel, size=size, created=now, used=now, owner=me)
-                               .on_conflict_do_nothing())
+        p = await self.db.atomic("saving a file", self._reserve, rel, size, now, me)
+        if p is None:
+            return False
         if p.files:
             nfiles, freed = await upkeep.unlink_unrecorded(self.db, p.files, self.paths.resolve)
             log.info("media quota: made room for %d bytes in %s: %d conversation(s), %d file(s), %d bytes",
                      size, self.db.name, len(p.conversations), nfiles, freed)
         return True
+
+    async def _reserve(self, conn: Tx, rel: str, size: int, now: float, me: str) -> Plan | None:
+        """In one write transaction: mark ``rel`` used (``None``: it was recorded already), or
+        record it after making room for it; what was deleted to make room."""
+        live_pin = and_(M.c.owner.is_not(None), M.c.owner != me, M.c.owner.in_(select(O.c.id)))
+        touched = (await conn.execute(update(M).where(M.c.path == rel).values(
+            used=now, owner=case((live_pin, M.c.owner), else_=me)).returning(M.c.path))).first()
+        if touched:
+            return None
+        p = await self._make_room(conn, size, now) if self.max_media_bytes is not None else Plan()
+        await conn.execute(insert(conn, M).values(path=rel, size=size, created=now, used=now, owner=me)
+                           .on_conflict_do_nothing())
+        return p
 
     async def _make_room(self, conn: Tx, size: int, now: float) -> Plan:
         """Delete the rows retention chooses so that ``size`` more bytes fit (the files after commit)."""

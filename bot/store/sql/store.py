@@ -29,6 +29,7 @@ import logging
 import secrets
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -50,8 +51,8 @@ from ..protocol import MediaWriter, PruneReport, TurnSink
 from ..text import clip_summary, valid_utf8
 from . import experts, listing, resource_cache, retention, spend, turns, upkeep
 from .database import Database
-from .dialect import greatest, insert, lock_conversation, upsert
-from .schema import conversations as C, deliveries as D, feedback as F, resources as R, run_slots as S
+from .dialect import Tx, greatest, insert, lock_conversation, upsert
+from .schema import conversations as C, deliveries as D, feedback as F, resources as R
 from .schema import pending_plans as P, turn_records as TR, turns as T
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,32 @@ _TURNS = (select(T.c.idx, T.c.user, T.c.user_text, func.coalesce(TR.c.answer, ""
 
 def _gone(where: str, what: str, name: str) -> StorageError:
     return StorageError("This conversation no longer exists; start a new thread.", f"{where}: unknown {what} in {name}")
+
+
+async def _get_or_create(conn: Tx, key: ConversationKey, *, now: float) -> str:
+    """The id of the conversation of ``key``, marked as used at ``now``, created if new (see
+    :meth:`SQLStore.get_or_create`); inside the caller's write transaction."""
+    skey = key.as_string()
+    row = (await conn.execute(update(C).where(C.c.key == skey).values(
+        updated=greatest(conn, C.c.updated, now)).returning(C.c.id))).first()
+    if row:
+        return row[0]
+    while True:
+        cid = secrets.token_hex(5)
+        row = (await conn.execute(
+            insert(conn, C).values(id=cid, key=skey, created=now, platform=key.platform, workspace=key.workspace,
+                                   channel=key.channel, thread=key.thread, updated=now)
+            .on_conflict_do_nothing().returning(C.c.id))).first()
+        if row:
+            return cid
+        row = (await conn.execute(select(C.c.id).where(C.c.key == skey))).first()
+        if row:  # another process created it meanwhile
+            return row[0]
+
+
+async def _set_payload(conn: Tx, key: str, payload: str | None) -> None:
+    """Keep ``payload`` with the unsettled delivery ``key`` (``None``: settle it)."""
+    await conn.execute(update(D).where(D.c.key == key, D.c.payload.is_not(None)).values(payload=payload))
 
 
 class SQLStore:
@@ -106,6 +133,7 @@ class SQLStore:
         self.owner_id: str | None = None
         self._heartbeat: asyncio.Task[None] | None = None
         self._resources = resource_cache.ResourceCache(self._resource)
+        self._slots = upkeep.SlotQueue(database, self._me, clock)
 
     # -- life cycle ------------------------------------------------------------------------------
 
@@ -192,23 +220,7 @@ class SQLStore:
         rows = await self.database.read("looking up a conversation", select(C.c.id, C.c.updated).where(C.c.key == skey))
         if rows and rows[0][1] >= self._clock() - RECENT_SECONDS / 2:
             return rows[0][0]
-        async with self.database.tx("looking up a conversation") as conn:
-            now = self._clock()
-            row = (await conn.execute(update(C).where(C.c.key == skey).values(
-                updated=greatest(conn, C.c.updated, now)).returning(C.c.id))).first()
-            if row:
-                return row[0]
-            while True:
-                cid = secrets.token_hex(5)
-                row = (await conn.execute(
-                    insert(conn, C).values(id=cid, key=skey, created=now, platform=key.platform,
-                                           workspace=key.workspace, channel=key.channel, thread=key.thread,
-                                           updated=now).on_conflict_do_nothing().returning(C.c.id))).first()
-                if row:
-                    return cid
-                row = (await conn.execute(select(C.c.id).where(C.c.key == skey))).first()
-                if row:  # another process created it meanwhile
-                    return row[0]
+        return await self.database.atomic("looking up a conversation", _get_or_create, key, now=self._clock())
 
     async def find(self, conversation_id: str) -> ConversationKey | None:
         """See :meth:`Conversations.find`."""
@@ -241,20 +253,18 @@ class SQLStore:
         """See :meth:`Deliveries.claim_delivery` (a unique key per delivery; keys older than a day
         are deleted as new ones arrive)."""
         try:
-            async with self.database.tx("recording a delivery") as conn:
-                return await upkeep.claim(conn, list(keys), now=self._clock(), owner=self._me(), payload=payload)
+            return await self.database.atomic("recording a delivery", upkeep.claim, list(keys), now=self._clock(),
+                                              owner=self._me(), payload=payload)
         except upkeep.Taken:
             return False
 
     async def note_delivery(self, key: str, payload: str) -> None:
         """See :meth:`Deliveries.note_delivery`."""
-        async with self.database.tx("noting a delivery") as conn:
-            await conn.execute(update(D).where(D.c.key == key, D.c.payload.is_not(None)).values(payload=payload))
+        await self.database.atomic("noting a delivery", _set_payload, key, payload)
 
     async def settle_delivery(self, key: str) -> None:
         """See :meth:`Deliveries.settle_delivery`."""
-        async with self.database.tx("settling a delivery") as conn:
-            await conn.execute(update(D).where(D.c.key == key, D.c.payload.is_not(None)).values(payload=None))
+        await self.database.atomic("settling a delivery", _set_payload, key, None)
 
     async def adopt_deliveries(self) -> list[tuple[str, str]]:
         """Take the unsettled deliveries of gone processes whose key starts with the prefix a front
@@ -339,18 +349,22 @@ class SQLStore:
             raise _gone("add_resource", f"conversation {conversation_id!r}", self.path)
         path = await self._put(data, mime)  # pinned by this process until its row is stored (bot.store.lease)
         rel, now = self.paths.rel(path), self._clock()
-        async with self.database.tx("saving a file") as conn:
-            if not await lock_conversation(conn, C, conversation_id):
-                raise _gone("add_resource", f"conversation {conversation_id!r}", self.path)
-            seq, n = (await conn.execute(
-                select(func.coalesce(func.max(R.c.seq).filter(R.c.kind == kind), 0) + 1,
-                       func.coalesce(func.max(R.c.n), 0) + 1).where(R.c.conversation_id == conversation_id))).one()
-            res = Resource(f"{kind}-{seq}", kind, self.paths.resolve(rel), mime, len(data), origin, description, turn, name)
-            await conn.execute(R.insert().values(
-                conversation_id=conversation_id, n=n, id=res.id, kind=kind, path=rel, mime=mime, size=res.size,
-                origin=origin, description=description, turn=turn, seq=seq, name=name,
-                tokens=count_json_tokens(res.prompt_view()), created=now))
-            await retention.record_media(conn, rel, res.size, now, self.owner_id)
+        res = Resource(f"{kind}-0", kind, self.paths.resolve(rel), mime, len(data), origin, description, turn, name)
+        return await self.database.atomic("saving a file", self._add_resource, conversation_id, res, rel, now)
+
+    async def _add_resource(self, conn: Tx, conversation_id: str, res: Resource, rel: str, now: float) -> Resource:
+        """Record ``res`` (its id numbered here) in one write transaction (see :meth:`add_resource`)."""
+        if not await lock_conversation(conn, C, conversation_id):
+            raise _gone("add_resource", f"conversation {conversation_id!r}", self.path)
+        seq, n = (await conn.execute(
+            select(func.coalesce(func.max(R.c.seq).filter(R.c.kind == res.kind), 0) + 1,
+                   func.coalesce(func.max(R.c.n), 0) + 1).where(R.c.conversation_id == conversation_id))).one()
+        res = replace(res, id=f"{res.kind}-{seq}")
+        await conn.execute(R.insert().values(
+            conversation_id=conversation_id, n=n, id=res.id, kind=res.kind, path=rel, mime=res.mime, size=res.size,
+            origin=res.origin, description=res.description, turn=res.turn, seq=seq, name=res.name,
+            tokens=count_json_tokens(res.prompt_view()), created=now))
+        await retention.record_media(conn, rel, res.size, now, self.owner_id)
         return res
 
     async def _put(self, data: bytes, mime: str) -> Path:
@@ -421,20 +435,18 @@ class SQLStore:
         """See :meth:`SharedLimits.take_rate` (GCRA, ITU-T I.371)."""
         if limit <= 0:
             return 0.0
-        async with self.database.tx("counting a request") as conn:
-            return await upkeep.take_rate(conn, key, limit=limit, period=period, now=self._clock())
+        return await self.database.atomic("counting a request", upkeep.take_rate, key, limit=limit, period=period,
+                                          now=self._clock(), first=True)
 
     async def take_slot(self, key: str, limit: int) -> str | None:
-        """See :meth:`SharedLimits.take_slot`."""
+        """See :meth:`SharedLimits.take_slot` (taken with the others waiting, :class:`upkeep.SlotQueue`)."""
         slot = secrets.token_hex(8)
-        async with self.database.tx("reserving a run slot") as conn:
-            ok = await upkeep.take_slot(conn, key, slot, limit=limit, owner=self._me(), now=self._clock())
-        return slot if ok else None
+        return slot if await self._slots.take(key, slot, limit) else None
 
     async def release_slot(self, slot: str) -> None:
         """See :meth:`SharedLimits.release_slot`."""
-        async with self.database.tx("releasing a run slot") as conn:
-            await conn.execute(S.delete().where(S.c.id == slot))
+        # not durable: a slot lost with the machine's power was held by a process gone with it
+        await self.database.atomic("releasing a run slot", upkeep.release_slots, [slot], durable=False)
 
     # -- plans waiting for approval (bot.approval) ----------------------------------------------------
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -182,6 +182,46 @@ class ThreadConnection:
         """``fn(connection, *args, **kwargs)`` with the sync connection, on the writer thread (as
         ``AsyncConnection.run_sync``)."""
         return await self._writer.call(fn, self._conn, *args, **kwargs)
+
+
+class InlineConnection:
+    """A connection of :class:`SQLiteWriter` inside a transaction on the writer thread, with the
+    async face of :class:`ThreadConnection` whose ``execute`` never suspends: an async function
+    of a :class:`~bot.store.sql.dialect.Tx` then runs to its end in one hop (:func:`inline`)."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+
+    @property
+    def dialect(self) -> Dialect:
+        """The connection's SQLAlchemy dialect (``name == "sqlite"``)."""
+        return self._conn.dialect
+
+    async def execute(self, statement: Any) -> Fetched:
+        """Run ``statement`` now, on this thread; its rows, already fetched.
+
+        Raises:
+            sqlalchemy.exc.DBAPIError: the driver failed.
+        """
+        return _buffered(self._conn, statement)
+
+
+def inline(conn: Connection, afn: Callable[..., Coroutine[Any, Any, R]], *args: Any, **kwargs: Any) -> R:
+    """``await afn(InlineConnection(conn), *args, **kwargs)`` driven to its end on this thread,
+    for :meth:`SQLiteWriter.transaction`: a transaction of several statements written once for
+    both databases costs one hop instead of one per statement.
+
+    Raises:
+        RuntimeError: ``afn`` awaited something that suspends (only ``execute`` may be awaited);
+            whatever ``afn`` raised.
+    """
+    coro = afn(InlineConnection(conn), *args, **kwargs)
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    coro.close()
+    raise RuntimeError(f"{getattr(afn, '__qualname__', afn)} suspended inside a one-hop transaction")
 
 
 def _begin(engine: Engine) -> Connection:

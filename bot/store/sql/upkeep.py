@@ -10,6 +10,7 @@ caller's transaction (``conn``, a :class:`~bot.store.sql.threads.Tx`) unless it 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from collections.abc import Callable, Sequence
@@ -219,14 +220,80 @@ async def take_rate(conn: Tx, key: str, *, limit: int, period: float, now: float
     return 0.0
 
 
-async def take_slot(conn: Tx, key: str, slot: str, *, limit: int, owner: str, now: float) -> bool:
-    """Reserve run slot ``slot`` of ``key`` if fewer than ``limit`` are held by live owners (the
-    slots of gone owners are deleted with them first, :func:`sweep`)."""
-    await advisory_lock(conn, key)
+async def take_slots(conn: Tx, wanted: Sequence[tuple[str, str, int]], *, owner: str, now: float) -> list[bool]:
+    """Reserve each ``(key, slot, limit)`` of ``wanted``, in order, if fewer than ``limit`` slots of
+    its key are held by live owners (the slots of gone owners are deleted with them first,
+    :func:`sweep`); whether each was taken."""
+    for key in sorted({key for key, _, _ in wanted}):  # one order: two batches never wait for each other in a cycle
+        await advisory_lock(conn, key)
     await sweep(conn, now=now, me=owner)
     live = select(O.c.id).where(O.c.heartbeat >= now - lease.LEASE_SECONDS)
-    held = (await conn.execute(select(func.count()).select_from(S).where(S.c.key == key, S.c.owner.in_(live)))).scalar()
-    if int(held or 0) >= limit:
-        return False
-    await conn.execute(S.insert().values(id=slot, key=key, owner=owner, at=now))
-    return True
+    taken = []
+    for key, slot, limit in wanted:
+        held = (await conn.execute(select(func.count()).select_from(S).where(S.c.key == key, S.c.owner.in_(live)))).scalar()
+        taken.append(int(held or 0) < limit)
+        if taken[-1]:
+            await conn.execute(S.insert().values(id=slot, key=key, owner=owner, at=now))
+    return taken
+
+
+async def release_slots(conn: Tx, slots: Sequence[str]) -> None:
+    """Give back run slots ``slots`` (nothing for one that is gone already)."""
+    await conn.execute(delete(S).where(S.c.id.in_(list(slots))))
+
+
+class SlotQueue:
+    """Run-slot reservations taken together: those that arrive while a transaction takes others
+    wait for it and go in the next one (as a group commit), so a burst of requests costs a few
+    write transactions instead of one each, and each request waits for the writer about once.
+
+    Args:
+        database: the store's database.
+        owner: this process's owner id (a function: it is known once the store is open).
+        clock: current time in epoch seconds.
+    """
+
+    def __init__(self, database: Database, owner: Callable[[], str], clock: Callable[[], float]) -> None:
+        self.database, self._owner, self._clock = database, owner, clock
+        self._waiting: list[tuple[str, str, int, asyncio.Future[bool]]] = []
+        self._flushing: asyncio.Task[None] | None = None
+
+    async def take(self, key: str, slot: str, limit: int) -> bool:
+        """Reserve ``slot`` of ``key`` (see :func:`take_slots`); whether it was taken. A caller
+        cancelled meanwhile leaves nothing held (a slot taken for it is given back).
+
+        Raises:
+            StorageError: the database failed.
+        """
+        waiting = asyncio.get_running_loop().create_future()
+        self._waiting.append((key, slot, limit, waiting))
+        if self._flushing is None:
+            self._flushing = asyncio.create_task(self._flush(), name="run slot reservations")
+        return await waiting
+
+    async def _flush(self) -> None:
+        try:
+            while self._waiting:
+                batch, self._waiting = self._waiting, []
+                try:
+                    taken = await self.database.atomic("reserving run slots", take_slots, [b[:3] for b in batch],
+                                                       owner=self._owner(), now=self._clock(), durable=False, first=True)
+                except BaseException as e:
+                    for *_, waiting in batch:
+                        if waiting.done():
+                            continue
+                        if isinstance(e, Exception):
+                            waiting.set_exception(e)
+                        else:
+                            waiting.cancel()
+                    if not isinstance(e, Exception):
+                        raise
+                    continue
+                gone = [slot for (_, slot, _, waiting), ok in zip(batch, taken) if ok and waiting.done()]
+                for (*_, waiting), ok in zip(batch, taken):
+                    if not waiting.done():
+                        waiting.set_result(ok)
+                if gone:  # not durable: a slot lost with the machine's power was held by a process gone with it
+                    await self.database.atomic("releasing run slots", release_slots, gone, durable=False)
+        finally:
+            self._flushing = None
