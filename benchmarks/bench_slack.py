@@ -13,7 +13,7 @@ its own CPU time does not count against the bot.
 
 Targets (issue 5): p99 acknowledgement < 100 ms; duplicate deliveries answered: 0.
 
-    python benchmarks/bench_slack.py [--sequential 100] [--burst 50] [--rounds 4] [--channels 50] [--no-freeze]
+    python benchmarks/bench_slack.py [--sequential 100] [--burst 50] [--rounds 4] [--channels 50]
 """
 
 from __future__ import annotations
@@ -94,14 +94,11 @@ async def client_main() -> int:
 async def run(args: argparse.Namespace) -> int:
     from benchmarks.harness.slack import SECRET, start_harness
     from benchmarks.harness.slack import SERVICE_KIND, make_service
-    from hugginggpt.common import freeze_startup_heap
     from sandbox.slack_api import SlackStandIn
 
     with tempfile.TemporaryDirectory() as tmp:
         async with SlackStandIn() as slack, make_service(Path(tmp)) as service:
             h = await start_harness(slack, service, Path(tmp), rate_limit_per_minute=0)
-            if args.freeze:
-                freeze_startup_heap()  # as `hugginggpt slack` does before serving
             try:
                 warm, _, _ = h.mention("draw a picture of a red fox", user="U0WARM")
                 _, first = await h.deliver(warm)  # includes bolt's one-time auth.test
@@ -209,8 +206,6 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=4, help="bursts")
     p.add_argument("--channels", type=int, default=50, help="channels the mentions are spread over")
     p.add_argument("--drain", type=float, default=20.0, help="seconds to wait for runs to finish before stopping")
-    p.add_argument("--no-freeze", dest="freeze", action="store_false",
-                   help="keep the start-up heap in the collected generations (the bot freezes it)")
     p.add_argument("--no-socket", dest="socket", action="store_false", help="skip the Socket Mode phase")
     p.add_argument("--client", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()

@@ -89,19 +89,6 @@ def record_exit_status(record: RunRecord) -> int:
 # Options shared by several commands, each defined once
 
 
-def freeze_startup_heap() -> None:
-    """Collect, then move every object alive once a long-running server has started (modules,
-    settings, the service, the app) to the garbage collector's permanent generation
-    (``gc.freeze``, Python's ``gc`` documentation): a full collection later scans only what
-    requests created. Measured (``benchmarks/bench_slack.py``): a full collection of the
-    start-up heap paused the event loop 60-95 ms in the middle of a burst of Slack events, every
-    acknowledgement waiting behind it. Call it once per process, just before serving."""
-    import gc
-
-    gc.collect()
-    gc.freeze()
-
-
 def add_sandbox_option(parser: argparse.ArgumentParser, still_needed: str | None = None) -> None:
     """``--sandbox``: run on the stand-in backends for the controller and the models.
 

@@ -23,7 +23,7 @@ import socket
 from typing import TYPE_CHECKING, Any
 
 from bot.errors import ConfigError
-from .common import add_grace_option, add_sandbox_option, freeze_startup_heap, port_number
+from .common import add_grace_option, add_sandbox_option, port_number
 
 if TYPE_CHECKING:
     from bot.settings import Settings
@@ -96,7 +96,6 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
     config = uvicorn.Config(app, log_config=None, access_log=False, timeout_graceful_shutdown=args.grace,
                             server_header=False, lifespan="off")
     server = uvicorn.Server(config)
-    freeze_startup_heap()
     server.install_signal_handlers = lambda: None  # type: ignore[method-assign]  # ours, below
     loop = asyncio.get_running_loop()
     installed = []

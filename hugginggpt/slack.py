@@ -14,7 +14,7 @@ import argparse
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from .common import INTERRUPTED, add_grace_option, add_sandbox_option, freeze_startup_heap, port_number
+from .common import INTERRUPTED, add_grace_option, add_sandbox_option, port_number
 
 if TYPE_CHECKING:
     from bot.settings import Settings
@@ -56,7 +56,6 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
     )
     client = await serve.connect(settings, options.mode, args.api_url)  # before the store opens
     service = await Service.create(settings)
-    freeze_startup_heap()
     try:
         cut_short = await serve.run(settings, service, client, options)
     finally:
