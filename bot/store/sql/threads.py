@@ -158,36 +158,11 @@ class SQLiteReader:
         self._hot.shutdown(wait=False)
 
 
-class ThreadConnection:
-    """A connection of :class:`SQLiteWriter` inside its transaction, with the async face of
-    ``AsyncConnection`` that the store uses (:class:`~bot.store.sql.dialect.Tx`)."""
-
-    def __init__(self, conn: Connection, writer: SQLiteWriter) -> None:
-        self._conn, self._writer = conn, writer
-
-    @property
-    def dialect(self) -> Dialect:
-        """The connection's SQLAlchemy dialect (``name == "sqlite"``)."""
-        return self._conn.dialect
-
-    async def execute(self, statement: Any) -> Fetched:
-        """Run ``statement`` on the writer thread; its rows, already fetched.
-
-        Raises:
-            sqlalchemy.exc.DBAPIError: the driver failed.
-        """
-        return await self._writer.call(_buffered, self._conn, statement)
-
-    async def run_sync(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
-        """``fn(connection, *args, **kwargs)`` with the sync connection, on the writer thread (as
-        ``AsyncConnection.run_sync``)."""
-        return await self._writer.call(fn, self._conn, *args, **kwargs)
-
-
 class InlineConnection:
     """A connection of :class:`SQLiteWriter` inside a transaction on the writer thread, with the
-    async face of :class:`ThreadConnection` whose ``execute`` never suspends: an async function
-    of a :class:`~bot.store.sql.dialect.Tx` then runs to its end in one hop (:func:`inline`)."""
+    async face of ``AsyncConnection`` that the store uses (:class:`~bot.store.sql.dialect.Tx`),
+    whose ``execute`` never suspends: an async function of a ``Tx`` then runs to its end in one
+    hop (:func:`inline`)."""
 
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
@@ -204,6 +179,28 @@ class InlineConnection:
             sqlalchemy.exc.DBAPIError: the driver failed.
         """
         return _buffered(self._conn, statement)
+
+
+class ThreadConnection(InlineConnection):
+    """A connection of :class:`SQLiteWriter` inside its transaction, used from the event loop:
+    each statement is one hop to the writer thread."""
+
+    def __init__(self, conn: Connection, writer: SQLiteWriter) -> None:
+        super().__init__(conn)
+        self._writer = writer
+
+    async def execute(self, statement: Any) -> Fetched:
+        """Run ``statement`` on the writer thread; its rows, already fetched.
+
+        Raises:
+            sqlalchemy.exc.DBAPIError: the driver failed.
+        """
+        return await self._writer.call(_buffered, self._conn, statement)
+
+    async def run_sync(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
+        """``fn(connection, *args, **kwargs)`` with the sync connection, on the writer thread (as
+        ``AsyncConnection.run_sync``)."""
+        return await self._writer.call(fn, self._conn, *args, **kwargs)
 
 
 def inline(conn: Connection, afn: Callable[..., Coroutine[Any, Any, R]], *args: Any, **kwargs: Any) -> R:
