@@ -11,7 +11,8 @@
    service; the difference of the medians is what HTTP, JSON, the content parts and the file links
    cost.
 
-Target (issue 12): p99 time to first byte < 100 ms at 50 concurrent clients on the sandbox.
+Targets: p99 time to first byte < 300 ms at 50 concurrent clients on the sandbox (issue 35, the
+front end under load); < 100 ms (issue 12's earlier aim, printed beside it).
 
     python -m benchmarks.bench_server [--concurrency 50] [--rounds 4] [--sequential 40]
 """
@@ -185,8 +186,9 @@ async def main() -> int:
     diff = statistics.median(http) - statistics.median(direct)
     print(f"\nHTTP layer overhead (median difference): {diff * 1000:.1f} ms per request "
           f"({diff / statistics.median(direct) * 100:.1f} % of a run)")
-    ok = pct([v * 1000 for v in ttfb], 99) < 100
-    print(f"target p99 first byte < 100 ms: {'met' if ok else 'NOT met'}")
+    p99 = pct([v * 1000 for v in ttfb], 99)
+    for target in (300, 100):
+        print(f"target p99 first byte < {target} ms: {'met' if p99 < target else 'NOT met'}")
     return 0
 
 

@@ -687,12 +687,13 @@ class _Attempt:
 async def _early_tasks(stream: AsyncIterator[str], request: Request, available: AbstractSet[str],
                        attempt: _Attempt) -> AsyncIterator[TaskPlanned]:
     """Read the controller's answer into ``attempt.raw``; each task of the complete records so far
-    that form a valid plan prefix is handed out once (``attempt.started``)."""
+    that form a valid plan prefix is handed out once (``attempt.started``). The answer so far is
+    parsed again only when a delta brings a ``}``: no record can become complete without one."""
     seen = deltas = 0
     async for delta in stream:
         attempt.raw += delta
         deltas += 1
-        if deltas < 2:  # a whole answer in one piece (no streaming) is not "early"
+        if deltas < 2 or "}" not in delta:  # a whole answer in one piece (no streaming) is not "early"
             continue
         records = complete_records(attempt.raw)
         if len(records) <= seen:
