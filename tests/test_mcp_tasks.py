@@ -14,6 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import os
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -39,7 +43,7 @@ from pipeline.mcp_tools import Toolbox
 from sandbox import Sandbox
 from sandbox.mcp_tools import POLLED, TASK_CANCELLED, TASK_FAILED
 from tests.conftest import mcp_server, stored_upload
-from tests.test_mcp_experts import run
+from tests.test_mcp_experts import MEDIA, ROOT, run
 from tests.test_mcp_server import KEY, KEY_B, PHOTO, ServedApi, data_uri, picture
 
 SEGMENT = {"request": "Segment this photo", "files": [data_uri()]}
@@ -251,3 +255,31 @@ def test_tool_servers_answering_with_tasks_are_polled_said_failed_or_cancelled_a
     polled = (logs / "mcp-polls.log").read_text()
     assert polled.count("tasks/get") == 3 and POLLED.format("standin-1", "completed") in polled
     assert doc["status"] == "partial" and doc["response"]
+
+
+@pytest.mark.slow
+def test_a_run_stopped_with_ctrl_c_cancels_the_tool_servers_task(tmp_path):
+    """Ctrl-C on ``hugginggpt run`` while a tool server's task is being polled: the run stops and
+    ``tasks/cancel`` reaches the tool server (its own log shows it), not only at a deadline."""
+    config = tmp_path / "hugginggpt.toml"
+    config.write_text(f"[inference]\ntask_timeout = 120\n\n[mcp.servers.forever]\ncommand = {json.dumps(sys.executable)}\n"
+                      'connect_timeout = 90\nargs = ["-m", "sandbox.mcp_tools", "--mode", "task-forever"]\n'
+                      f"env = {{ PYTHONPATH = {json.dumps(str(ROOT))} }}\n", encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HUGGINGGPT_", "OPENAI_", "HF_TOKEN"))}
+    env["HUGGINGGPT_STORAGE__DATA_DIR"] = str(tmp_path / "data")
+    log = tmp_path / "data" / "logs" / "mcp-forever.log"
+    p = subprocess.Popen([sys.executable, "-m", "hugginggpt", "--config", str(config), "run", "--sandbox",
+                          'Stamp "HI" on chelsea.png.', "--file", str(MEDIA / "chelsea.png")],
+                         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (log.exists() and "tasks/get" in log.read_text()):
+            assert p.poll() is None and time.monotonic() < deadline, "the tool server's task was never polled"
+            time.sleep(0.1)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode != 0 and "Traceback" not in out + err, (out, err)
+    assert TASK_CANCELLED.format("standin-1") in log.read_text()
