@@ -201,11 +201,12 @@ async def test_what_was_spent_before_budgets_and_before_revision_0010_counts(tmp
         assert (await s.check_spend(payer, limits)).spent == pytest.approx(5.0)
     with sqlite3.connect(data / "conversations.sqlite3") as db:  # as revision 0009 left it
         db.execute("DROP TABLE spend_total")
+        db.execute("DROP TABLE expert_servers")  # revision 0011's
         for scope in ("user", "channel", "team"):
             db.execute(f'CREATE INDEX spend_{scope} ON spend ("{scope}", at)')
         db.execute("UPDATE alembic_version SET version_num = '0009'")
     async with sqlite_at(data, MediaStore(data)) as s:
-        assert s.database.applied == ["0010"]
+        assert s.database.applied == ["0010", "0011"]
         assert (await s.check_spend(payer, limits)).spent == pytest.approx(5.0)
         assert (await s.reserve_spend("new", payer, 0.01, limits)).limit.scope == "team"
 
