@@ -54,7 +54,6 @@ import json_repair
 from .config import McpServerConfig, ToolOffer
 from .llm import Usage
 from .mcp_offer import offered_tools
-from .mcp_tasks import TasksClient
 from .selection import Selector
 from .tasks import TASKS, TaskSpec
 from .types import Modality, Selection, Task
@@ -238,6 +237,8 @@ class ToolServer:
 
     async def _hold(self, ready: asyncio.Future[list[Any]]) -> None:
         from mcp import Client
+
+        from .mcp_tasks import TasksClient  # imports mcp: only when a tool server is configured
 
         closing = self._closing
         assert closing is not None

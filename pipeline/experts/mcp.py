@@ -25,16 +25,18 @@ import binascii
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ExpertError
 from ..llm import Usage
 from ..media import PixelLimitError, sniff
-from ..mcp_tasks import TaskEnded
 from ..mcp_tools import McpTool, Toolbox, call_arguments
 from ..config import OutputLimits
 from ..types import Output, Resource, ResourceSink
 from .base import TaskSaver, condense, read_inputs
+
+if TYPE_CHECKING:
+    from ..mcp_tasks import TaskEnded
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +95,8 @@ class McpRunner:
         return await condense(await self._output(tool, result, saver), saver)
 
     async def _call(self, tool: McpTool, arguments: dict[str, Any]) -> Any:
+        from ..mcp_tasks import TaskEnded  # imports mcp: only once a tool is called
+
         try:
             session = await self.toolbox.session_for(tool)
         except ConnectionError as e:
