@@ -49,6 +49,7 @@ from . import tracing
 from .bounded import bound_body
 from .errors import ControllerError
 from .redact import host_of, mask_credentials
+from .wire import AiohttpTransport
 
 log = logging.getLogger(__name__)
 
@@ -130,12 +131,12 @@ class BoundedTransport(httpx2.AsyncBaseTransport):
     Args:
         limit: bytes; a reply whose ``Content-Length`` or decoded body passes it raises
             :class:`ReplyTooLarge` (:func:`pipeline.bounded.bound_body`).
-        inner: the transport that does the I/O (default ``httpx2.AsyncHTTPTransport()``).
+        inner: the transport that does the I/O (default :class:`pipeline.wire.AiohttpTransport`).
     """
 
     def __init__(self, limit: int, inner: httpx2.AsyncBaseTransport | None = None) -> None:
         self.limit = limit
-        self._inner = inner or httpx2.AsyncHTTPTransport()
+        self._inner = inner or AiohttpTransport()
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         usage = _CURRENT_USAGE.get()

@@ -16,7 +16,7 @@ from bot.backends import pipeline_config
 from bot.settings import Settings
 from pipeline.errors import ExpertError
 from pipeline.experts.hub import HubRunner, refused_connection
-from pipeline.experts.http import AiohttpTransport
+from pipeline.wire import AiohttpTransport
 
 ANSWER = json.dumps([[{"label": "POSITIVE", "score": 0.9}, {"label": "NEGATIVE", "score": 0.1}]]).encode()
 

@@ -41,6 +41,7 @@ MAX_LINES = 800
 MAX_FUNCTION_LINES = 60
 NEW_CONCEPTS: tuple[str, ...] = (
     "pipeline.mcp_tasks",
+    "pipeline.wire",  # the HTTP wire (aiohttp under httpx2) of the controller and the experts
     "adapters.mcp.tasks",
     "adapters.http.responses",
     "adapters.discord.upload",

@@ -44,6 +44,7 @@ from ..media import PixelLimitError
 from ..tasks import TASKS
 from ..tasks.base import Call, Inputs, Normalise
 from ..types import Output, Resource, ResourceSink
+from ..wire import tls_context
 from . import http
 from .base import TaskSaver, condense, read_inputs
 from .providers import CHAT_TASKS, client_knows, warm_mapping
@@ -105,7 +106,7 @@ class HubRunner:
         self.config = config
         self.access = config.experts
         http.install(router_url=self.access.router_url, transport=transport)
-        http.tls_context()  # at start-up, not in the first task
+        tls_context()  # at start-up, not in the first task
         self._clients: dict[str, AsyncInferenceClient] = {}
         self._client = self._client_for(None)
         self._http: httpx2.AsyncClient | None = None
