@@ -7,6 +7,7 @@ user's label; a file whose content is another kind than its label is refused.
 from __future__ import annotations
 
 import asyncio
+import codecs
 import io
 import json
 import logging
@@ -50,13 +51,11 @@ def _looks_like(data: bytes) -> str:
         return "an HTML page"
     if head.startswith(b"<?xml") or head.startswith(b"<svg"):
         return "an XML/SVG document"
-    if head.startswith((b"{", b"[")):
-        return "JSON text"
-    try:
-        data[:4096].decode("utf-8")
-        return "plain text"
+    try:  # JSON is text too: bytes that are not UTF-8 are neither, whatever their first byte
+        codecs.getincrementaldecoder("utf-8")().decode(data[:4096], final=False)  # a character cut at 4096 is fine
     except UnicodeDecodeError:
         return "of a kind I cannot read"
+    return "JSON text" if head.startswith((b"{", b"[")) else "plain text"
 
 
 TEXT_TYPES: dict[str, str] = {

@@ -59,8 +59,9 @@ async def test_html_named_png_is_refused():
     assert ei.value.user_message == "The photo.png is an HTML page, not an image, audio, video or text file."
 
 
-async def test_unreadable_bytes_read_as_one_sentence():
-    noise = bytes(range(128, 256)) * 40  # no known signature, not UTF-8
+@pytest.mark.parametrize("lead", [b"", b"{", b" ["])  # random bytes that happen to start like JSON are not JSON
+async def test_unreadable_bytes_read_as_one_sentence(lead):
+    noise = lead + bytes(range(128, 256)) * 40  # no known signature, not UTF-8
     with pytest.raises(InputError) as ei:
         await inspect_upload(noise, None, "image/png", max_bytes=LIMIT, **upload_limits())
     assert ei.value.user_message == "The file is of a kind I cannot read, not an image, audio, video or text file."
