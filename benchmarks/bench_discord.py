@@ -29,7 +29,6 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import os
 import statistics
 import sys
 import tempfile
@@ -40,7 +39,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 from adapters.discord.bot_client import HuggingGPTBot  # noqa: E402
 from bot.settings import load_settings  # noqa: E402

@@ -42,7 +42,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT)]
-os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 TARGET_ACK_P99_MS = 100.0
 TARGET_SPEEDUP = 2.5

@@ -34,7 +34,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT)]
-os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 MEDIA = ROOT / "tests" / "fixtures" / "media"
 REQUESTS = ["Generate an image of a cat on a red sofa", "Detect the objects in this photo", "Caption this picture"]
