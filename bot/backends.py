@@ -302,6 +302,9 @@ FIRST_USE_MODULES = (
 )
 """The modules a first run imports that the service's own imports do not (found by comparing
 ``sys.modules`` before and after a first request through the sandbox)."""
+YOUNG_COLLECTION = 20_000
+"""Container allocations (net of deallocations) between two young garbage collections once the
+service has started (``gc.set_threshold``'s first value; Python's default is 700)."""
 
 
 def _import_all() -> None:
@@ -310,16 +313,41 @@ def _import_all() -> None:
             importlib.import_module(name)
         except ImportError as e:  # an optional part not installed: the run that needs it says so
             log.debug("first-use import of %s skipped: %s", name, e)
+    _warm_agent_registry()
     # What start-up built (modules, catalog, clients: about 190,000 objects) lives as long as the
     # process: out of the collector's generations, a full collection no longer scans it on the
     # event loop (one took 140 ms of the loop with 100 conversations in flight; ``gc.freeze``).
     gc.collect()  # start-up's garbage is collected, not frozen
     gc.freeze()
+    # A young collection every YOUNG_COLLECTION container allocations instead of Python's 700: a
+    # full collection (every 100 young ones, over all that runs in flight hold) then comes 28
+    # times less often; collections took 150-270 ms of the loop's time in a burst of 100
+    # conversations, 16-75 ms with this (``benchmarks.bench_loop --plan chain``).
+    gc.set_threshold(YOUNG_COLLECTION, *gc.get_threshold()[1:])
+
+
+def _warm_agent_registry() -> None:
+    """huggingface_hub (2.4) names the AI agent running the process in its user agent, from a
+    registry it fetches from the Hub (a synchronous request, up to 3 s) the first time it builds
+    request headers: with telemetry on, that would be on the event loop in a run's first expert
+    call. Here it is done on this worker thread instead. The program turns telemetry off
+    (``HF_HUB_DISABLE_TELEMETRY``, :mod:`hugginggpt`): then nothing is fetched."""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_DISABLE_TELEMETRY:
+        return
+    try:
+        from huggingface_hub.utils import detect_agent
+    except ImportError:  # a huggingface_hub without agent detection fetches nothing
+        return
+    detect_agent()
 
 
 def start_first_use_imports() -> Callable[[], Awaitable[None]]:
-    """Start importing :data:`FIRST_USE_MODULES` on a worker thread (call it from a running loop),
-    then move what start-up built out of the collector's reach (``gc.freeze``).
+    """Start importing :data:`FIRST_USE_MODULES` on a worker thread (call it from a running loop)
+    and fetching what the Hub client fetches at its first request, then move what start-up built
+    out of the collector's reach (``gc.freeze``) and space young collections
+    :data:`YOUNG_COLLECTION` allocations apart.
 
     Returns:
         An async closer that waits for the imports to end (a service's close awaits it, so that

@@ -7,11 +7,12 @@ first imported during that run are listed."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
-from bot.backends import FIRST_USE_MODULES
+from bot.backends import FIRST_USE_MODULES, YOUNG_COLLECTION
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -73,15 +74,72 @@ from bot.backends import start_first_use_imports
 async def main():
     await start_first_use_imports()()  # the closer waits for the imports
 asyncio.run(main())
-print(json.dumps({"frozen": gc.get_freeze_count(), "collectable": len(gc.get_objects())}))
+print(json.dumps({"frozen": gc.get_freeze_count(), "collectable": len(gc.get_objects()), "young": gc.get_threshold()[0]}))
 """
 
 
 def test_after_start_up_a_full_collection_scans_only_what_runs_made():
     """Once the first-use imports are done, what start-up built is out of the collector's
     generations (``gc.freeze``): a full collection on the event loop walks only what was made
-    since, not the ~190,000 objects of the modules and clients."""
+    since, not the ~190,000 objects of the modules and clients; and young collections come
+    :data:`bot.backends.YOUNG_COLLECTION` allocations apart, so that full ones are rare."""
     p = subprocess.run([sys.executable, "-c", FROZEN], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr[-3000:]
     doc = json.loads(p.stdout.strip().splitlines()[-1])
     assert doc["frozen"] > 50_000 and doc["collectable"] < doc["frozen"] // 10, doc
+    assert doc["young"] == YOUNG_COLLECTION > 700, doc
+
+
+REGISTRY = """
+import asyncio, json, threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from bot.backends import start_first_use_imports
+
+asked = []
+
+class Hub(BaseHTTPRequestHandler):  # the Hub's agent registry (huggingface_hub.utils._detect_agent)
+    def do_GET(self):
+        asked.append(self.path)
+        body = json.dumps({"standardEnvVars": ["AI_AGENT"], "harnesses": {}}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+async def main():
+    await start_first_use_imports()()
+
+with open("port") as f:
+    hub = ThreadingHTTPServer(("127.0.0.1", int(f.read())), Hub)
+threading.Thread(target=hub.serve_forever, daemon=True).start()
+asyncio.run(main())
+at_start = list(asked)
+from huggingface_hub.utils import build_hf_headers
+build_hf_headers()  # what an expert call does on the event loop
+print(json.dumps({"at_start": at_start, "in_a_run": asked[len(at_start):]}))
+"""
+
+
+def test_the_hubs_agent_registry_is_never_fetched_on_the_event_loop(tmp_path):
+    """huggingface_hub fetches its agent registry (a synchronous request of up to 3 s) the first
+    time it builds request headers, when telemetry is on: start-up fetches it on its worker
+    thread, so a run's first expert call does not; with telemetry off (the program's default)
+    nothing is fetched at all."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (tmp_path / "port").write_text(str(port))
+    for telemetry_off, expected in (("0", {"at_start": ["/api/agent-harnesses"], "in_a_run": []}),
+                                    ("1", {"at_start": [], "in_a_run": []})):
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HOME": str(tmp_path / f"hf{telemetry_off}"),
+               "HF_ENDPOINT": f"http://127.0.0.1:{port}", "HF_HUB_DISABLE_TELEMETRY": telemetry_off}
+        p = subprocess.run([sys.executable, "-c", REGISTRY], cwd=tmp_path, env=env, capture_output=True, text=True,
+                           timeout=120)
+        assert p.returncode == 0, p.stderr[-3000:]
+        assert json.loads(p.stdout.strip().splitlines()[-1]) == expected, telemetry_off
