@@ -21,7 +21,7 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from . import memory, tracing
@@ -42,6 +42,7 @@ class Job:
     release: Callable[[], None] | None = None
     trace: Any = None  # the request's trace context (expert_server.tracing.current), None when off
     queued: int = 0  # expert_server.tracing.now() when queued
+    arrived: float = field(default_factory=time.monotonic)  # when queued, for the batch window
 
     @property
     def live(self) -> bool:
@@ -127,8 +128,12 @@ class ModelQueue:
         return fut
 
     async def _take(self) -> list[Job]:
+        """The next batch: the oldest waiting job and those after it, up to ``max_batch``, waiting
+        for more only until the oldest has waited ``window`` seconds since it arrived (as Triton's
+        dynamic batcher's ``max_queue_delay``): jobs that queued while the previous batch ran have
+        waited already, and run at once."""
         jobs = [await self.queue.get()]
-        end = time.monotonic() + self.window
+        end = jobs[0].arrived + self.window
         while len(jobs) < self.max_batch:
             try:
                 jobs.append(self.queue.get_nowait())

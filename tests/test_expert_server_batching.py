@@ -115,3 +115,50 @@ def test_a_model_whose_only_request_expired_is_not_even_loaded(server):
     time.sleep(WINDOW_MS / 1000 + 0.5)
     row = server.models()["tiny/vit-classifier"]
     assert row["state"] == "on_disk" and row["loads"] == 0 and row["batches"]["items"] == 0
+
+
+def test_requests_that_queued_while_a_batch_ran_start_when_it_ends_not_a_window_later(tmp_path):
+    """The batch window counts from a request's arrival (as Triton's ``max_queue_delay``): a request
+    that queued while the model ran a batch has waited already, and runs the moment that batch
+    ends. The model's scheduling alone: a queue of the real pool, whose model holds its first
+    batch for longer than the window."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from expert_server.cache import CachedModel
+    from expert_server.pool import Pool
+    from expert_server.queues import ModelQueue
+
+    window, held = 2.0, 2.5
+    release = threading.Event()
+    ran: list[tuple[list[int], float]] = []
+
+    def run(_runner: object, items: list[int]) -> list[str]:
+        ran.append((list(items), time.monotonic()))
+        if len(ran) == 1:
+            release.wait(30)
+        return [f"answer {i}" for i in items]
+
+    async def main() -> tuple[list[str], float]:
+        executor = ThreadPoolExecutor(2)
+        model = CachedModel("org/model", "text-classification", "transformers", tmp_path, 0)
+        pool = Pool({model.id: model}, "cpu", None, lambda _m, _d: object(), executor)
+        queue = ModelQueue(model.id, pool, run, executor, batch=True, max_batch=2, window=window, limit=8)
+        deadline = time.monotonic() + 60
+        first = [queue.submit(i, deadline) for i in (0, 1)]  # a full batch: runs at once
+        while not ran:
+            await asyncio.sleep(0.01)
+        late = queue.submit(2, deadline)  # queues while the first batch runs
+        await asyncio.sleep(held)
+        release.set()
+        answers = await asyncio.gather(*first, late)
+        ended = time.monotonic()
+        await queue.close()
+        executor.shutdown()
+        return answers, ended
+
+    answers, ended = asyncio.run(main())
+    assert answers == ["answer 0", "answer 1", "answer 2"]
+    assert [items for items, _ in ran] == [[0, 1], [2]]
+    started_late = ran[1][1] - (ran[0][1] + held)  # after the first batch was let go
+    assert started_late < window / 2, started_late  # not a whole window after it was taken
