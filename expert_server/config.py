@@ -8,7 +8,7 @@
     max_deadline = 900              # seconds; longer X-Request-Timeout values are cut to this
     queue_limit = 64                # requests waiting per model before 503 "busy"
     max_batch_size = 16             # requests run as one batch, for the tasks whose pipelines batch
-    batch_window_ms = 5             # how long a worker waits to fill a batch
+    batch_window_ms = 5             # how long a batch's oldest request waits for others
     allow_models = ["*"]            # fnmatch patterns of model ids; deny_models likewise
     allow_tasks = []                # empty: every task the server knows
     controlnet_base = "stable-diffusion-v1-5/stable-diffusion-v1-5"
@@ -96,8 +96,8 @@ class ServerConfig(BaseSettings):
         16, ge=1, le=256, description="requests for one model run as one batch at most (one call of its pipeline on "
                                       "the list), for the tasks whose pipelines batch; 1 turns batching off")
     batch_window_ms: float = Field(
-        5.0, ge=0, le=1000, description="milliseconds a model's worker waits, from the first request it takes, for "
-                                        "more to fill a batch (a request whose deadline passes meanwhile is not run)")
+        5.0, ge=0, le=1000, description="milliseconds the oldest request of a batch may wait, from its arrival, for "
+                                        "more to fill the batch (a request whose deadline passes meanwhile is not run)")
     allow_models: list[str] = ["*"]
     deny_models: list[str] = []
     allow_tasks: list[str] = []
