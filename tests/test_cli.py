@@ -283,11 +283,40 @@ def test_a_file_from_process_substitution_is_attached(tmp_path):
     assert [t["task"] for t in doc["tasks"]] == ["image-to-text"]  # the piped photo reached the plan
 
 
-def test_ctrl_c_stops_a_read_that_waits(tmp_path):
+def _sigint_to_a_worker_thread(pid: int) -> None:
+    """SIGINT to one of ``pid``'s threads other than its main one (``tgkill``), as the kernel may
+    hand a process's signal to any of its threads."""
+    import ctypes
+
+    workers = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task") if int(t) != pid)
+    assert workers, "the program has no worker thread yet"
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.tgkill(pid, workers[0], signal.SIGINT) == 0, os.strerror(ctypes.get_errno())
+
+
+def _wait_until_idle(pid: int, quiet: float = 0.5, limit: float = 30.0) -> None:
+    """Return once process ``pid`` used no CPU for ``quiet`` seconds (its event loop waits)."""
+    def cpu() -> int:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])  # utime + stime, in clock ticks
+
+    last, since, end = cpu(), time.monotonic(), time.monotonic() + limit
+    while time.monotonic() < end:
+        time.sleep(0.1)
+        now = cpu()
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet:
+            return
+
+
+@pytest.mark.parametrize("to", ["process", "worker thread"])
+def test_ctrl_c_stops_a_read_that_waits(tmp_path, to):
     fifo = tmp_path / "speech.wav"
     os.mkfifo(fifo)
+    env = {**_env(tmp_path), "HUGGINGGPT_STORAGE__FILE_READ_TIMEOUT": "600"}
     proc = subprocess.Popen([sys.executable, "-m", "hugginggpt", "run", "--sandbox", "Transcribe", "--file", str(fifo)],
-                            cwd=tmp_path, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     writer = None
     deadline = time.monotonic() + 60
     while writer is None and time.monotonic() < deadline and proc.poll() is None:
@@ -297,8 +326,13 @@ def test_ctrl_c_stops_a_read_that_waits(tmp_path):
             time.sleep(0.05)
     assert writer is not None, proc.communicate(timeout=5)
     try:
-        time.sleep(0.3)
-        proc.send_signal(signal.SIGINT)  # the writer stays open and silent: only Ctrl-C ends the wait
+        # the writer stays open and silent: only Ctrl-C ends the wait (the read's own limit is 600 s)
+        if to == "process":
+            time.sleep(0.3)
+            proc.send_signal(signal.SIGINT)
+        else:  # once the event loop sleeps on the FIFO: only a wake-up by the signal notices it
+            _wait_until_idle(proc.pid)
+            _sigint_to_a_worker_thread(proc.pid)
         # the exit waits for start-up work already on worker threads (the store's schema in a new
         # data directory, the first-use imports): seconds on a loaded machine; the bound is a hang's
         _, err = proc.communicate(timeout=60)
