@@ -693,10 +693,8 @@ def config_path(explicit: str | os.PathLike[str] | None = None, env: dict[str, s
     """The config file to read: ``explicit``, else ``$HUGGINGGPT_CONFIG``, else ``./hugginggpt.toml``
     if it exists, else ``None``."""
     env = os.environ if env is None else env
-    if explicit:
-        return Path(explicit)
-    if env.get("HUGGINGGPT_CONFIG"):
-        return Path(env["HUGGINGGPT_CONFIG"])
+    if chosen := explicit or env.get("HUGGINGGPT_CONFIG"):
+        return Path(chosen)
     default = Path("hugginggpt.toml")
     return default if default.is_file() else None
 
@@ -722,8 +720,8 @@ def load_settings(
         The validated :class:`Settings`.
 
     Raises:
-        ConfigError: the file is missing/unreadable/not TOML, or a value is invalid; the message
-            names the file and the key.
+        ConfigError: the file is missing/unreadable/not TOML, a value is invalid, or a key or a
+            section (also a ``HUGGINGGPT_<SECTION>__`` variable's) is unknown; the message names where.
     """
     env = dict(os.environ if env is None else env)
     file = config_path(path, env)
@@ -738,6 +736,9 @@ def load_settings(
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"The config file {file} is not valid TOML: {e}.") from None
     _renamed(data, env, file)
+    for section in {m[1].lower() for v in env if (m := re.fullmatch(r"HUGGINGGPT_(\w+?)__\w+", v, re.I))}:
+        if section not in Settings.model_fields:  # a variable of no section is refused below, not ignored
+            data.setdefault(section, {})
     for var, (section, key) in USUAL_VARIABLES.items():
         if env.get(var) and not _env_has(env, section, key) and not (data.get(section) or {}).get(key):
             data.setdefault(section, {})[key] = env[var]
@@ -773,10 +774,10 @@ def describe_errors(
             choices: list[str] = list(Settings.model_fields)
         else:
             where = f"[{section}] {'.'.join(loc[1:])}"
-            field = Settings.model_fields.get(section)
-            model = field.annotation if field is not None else None
+            model = getattr(Settings.model_fields.get(section), "annotation", None)
             choices = list(getattr(model, "model_fields", {}))
-        var = f"HUGGINGGPT_{section}__{key}".upper() if key else None
+        var = f"HUGGINGGPT_{section}__{key}".upper() if key else next(
+            (v for v in upper_env if v.startswith(f"HUGGINGGPT_{section.upper()}__")), None)
         usual = next((v for v, sk in USUAL_VARIABLES.items() if sk == (section, key) and env.get(v)), None)
         if var and var in upper_env:
             origin = f"from {var}"
@@ -789,8 +790,7 @@ def describe_errors(
         else:
             origin = "in the settings"
         if err["type"] == "extra_forbidden":
-            name = key if key is not None else section
-            kind = "key" if key is not None else "section"
+            name, kind = (key, "key") if key is not None else (section, "section")
             near = difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
             hint = f"; did you mean {near[0]}?" if near else f"; valid {kind}s: {', '.join(choices)}."
             lines.append(f"{where} {origin} is not a known {kind}{hint}")

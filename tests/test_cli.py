@@ -92,6 +92,15 @@ def test_config_errors_one_line_each_no_secret_values(tmp_path):
     assert p.returncode == 2 and "not valid TOML" in p.stderr
 
 
+def test_a_variable_of_no_settings_section_is_refused_not_ignored(tmp_path):
+    """``HUGGINGGPT_APROVAL__APPROVE`` would otherwise be read by nothing and the run go on with the
+    default: a typo in a section's name is refused like one in a key's."""
+    p = hugginggpt(["run", "--sandbox", "hello"], tmp_path, {"HUGGINGGPT_PLANING__APPROVE": "always"})
+    no_traceback(p)
+    assert p.returncode == 2, p.stderr
+    assert "[planing] from HUGGINGGPT_PLANING__APPROVE is not a known section; did you mean planning?" in p.stderr
+
+
 @pytest.mark.parametrize(
     "make, expected",
     [
