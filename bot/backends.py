@@ -321,8 +321,8 @@ def _import_all() -> None:
     gc.freeze()
     # A young collection every YOUNG_COLLECTION container allocations instead of Python's 700: a
     # full collection (every 100 young ones, over all that runs in flight hold) then comes 28
-    # times less often; collections took 150-270 ms of the loop's time in a burst of 100
-    # conversations, 16-75 ms with this (``benchmarks.bench_loop --plan chain``).
+    # times less often; collections took 257-394 ms of the loop's time in a burst of 100
+    # conversations, 14-114 ms with this (``benchmarks.bench_loop --plan chain``).
     gc.set_threshold(YOUNG_COLLECTION, *gc.get_threshold()[1:])
 
 

@@ -91,11 +91,9 @@ async def plans_main(args: argparse.Namespace, settings: Settings) -> int:
     from pipeline.tasks import TASKS
 
     from .evaluation.plans import evaluate, load_plans, summary, text_report
-    from adapters.terminal import ctrl_c_interrupts
     from adapters.terminal.files import read_user_file
 
-    with ctrl_c_interrupts():
-        data = (await read_user_file(args.file, settings)).data.decode("utf-8", errors="replace")
+    data = (await read_user_file(args.file, settings)).data.decode("utf-8", errors="replace")
     report = summary([evaluate(case, frozenset(TASKS)) for case in load_plans(data)])
     print(json.dumps(report, indent=2) if args.json else text_report(report))
     return 0

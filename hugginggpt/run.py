@@ -73,14 +73,12 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
             ``[planning] max_request_chars`` (exit status 3).
         ConfigError, StorageError: settings or storage unusable.
     """
-    from adapters.terminal import ctrl_c_interrupts
     from adapters.terminal.files import clean_text, read_user_file
 
     from bot.store.deferred import begin_store_imports
 
     begin_store_imports(settings.storage)  # on a thread while the pipeline loads: the media ledger opens sooner
-    with ctrl_c_interrupts():
-        files = [await read_user_file(p, settings) for p in args.file]
+    files = [await read_user_file(p, settings) for p in args.file]
     if not getattr(args, "said_starting", False):
         from bot.limits import check_request_size
 

@@ -127,19 +127,6 @@ def on_ctrl_c(handler: Callable[[], None]) -> Iterator[None]:
         loop.remove_signal_handler(signal.SIGINT)
 
 
-def ctrl_c_interrupts() -> contextlib.AbstractContextManager[None]:
-    """While active, Ctrl-C interrupts the command (``KeyboardInterrupt``: exit status 130) through
-    the event loop's own signal handling (:func:`on_ctrl_c`), which wakes the loop whichever of the
-    process's threads the kernel hands the signal to. Python's default handling runs only when the
-    main thread runs: a signal given to a worker thread while the loop waited on a silent FIFO was
-    seen only when the file's read timed out (``[storage] file_read_timeout``)."""
-    def interrupt() -> None:
-        raise KeyboardInterrupt
-
-    return on_ctrl_c(interrupt)
-
-
-
 async def ask_approval(waiting: ApprovalNeeded, *, yes: bool, stdin: TextIO, out: TextIO) -> bool:
     """Ask on the terminal whether to run a plan that waits for approval: its steps and estimate,
     then ``Run this plan? [y/N]`` (anything but y or yes is no).

@@ -29,7 +29,7 @@ from bot.errors import unknown_conversation
 from bot.incoming import Approve, ConversationKey, IncomingFile, Message, Requester
 from pipeline.errors import HuggingGPTError
 
-from . import ctrl_c_interrupts, on_ctrl_c
+from . import on_ctrl_c
 from .files import clean_text, read_user_file
 
 if TYPE_CHECKING:  # rich is imported when a run is drawn on a terminal
@@ -193,8 +193,7 @@ async def _loop(service: Service, renderer: Renderer, reader: Reader, key: Conve
 async def _attach(service: Service, path: str, pending: list[IncomingFile], out: TextIO) -> list[IncomingFile]:
     """``pending`` with the file at ``path`` added (checked now), or as it was after an error."""
     try:
-        with ctrl_c_interrupts():
-            f = await read_user_file(path, service.settings)
+        f = await read_user_file(path, service.settings)
         checked = await service.check_files([*pending, f])
     except HuggingGPTError as e:
         print(f"Error: {e.user_message}", file=out)

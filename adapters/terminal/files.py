@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 from bot.errors import InputError
 from bot.incoming import IncomingFile
 
+from . import on_ctrl_c
+
 if TYPE_CHECKING:
     from bot.settings import Settings
 
@@ -64,7 +66,8 @@ async def read_user_file(path: str, settings: Settings) -> IncomingFile:
             raise _too_large(shown, max_bytes, kind.st_size)
         try:
             async with asyncio.timeout(timeout):
-                data = await _read_bounded(fd, shown, max_bytes, stat.S_ISFIFO(kind.st_mode))
+                with on_ctrl_c(_interrupt):
+                    data = await _read_bounded(fd, shown, max_bytes, stat.S_ISFIFO(kind.st_mode))
         except TimeoutError:
             raise InputError(f"The file {shown} was still not read after {timeout:g} seconds (a pipe or FIFO that "
                              "nothing writes to, or one that keeps sending), so I stopped reading it.") from None
@@ -76,6 +79,15 @@ async def read_user_file(path: str, settings: Settings) -> IncomingFile:
         raise InputError(f"The file {shown} is empty.")
     name = clean_text(Path(path).name)
     return IncomingFile(data=data, name=name, declared_mime=mimetypes.guess_type(name)[0])
+
+
+def _interrupt() -> None:
+    """Ctrl-C during a read: the command is interrupted (``KeyboardInterrupt``: exit status 130).
+    Through the event loop's own signal handling (:func:`adapters.terminal.on_ctrl_c`), which wakes
+    the loop whichever of the process's threads the kernel hands the signal to: Python's default
+    handling runs only when the main thread runs, and a signal given to a worker thread while the
+    loop waited on a silent FIFO was seen only when the read timed out."""
+    raise KeyboardInterrupt
 
 
 def _too_large(shown: str, max_bytes: int, size: int | None) -> InputError:
