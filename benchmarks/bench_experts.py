@@ -17,7 +17,8 @@ real server (``python -m expert_server``) and prints:
 at 6 layers of 384 (where inference, not HTTP, is most of a request's cost), the requests
 per second of the server at 16 concurrent clients against the items per second of the same
 pipeline called in process on lists of 16 (``batch_size=16``), their ratio (target >= 0.8), and the
-batches the server ran (its ``/models`` counters).
+batches the server ran (its ``/models`` counters), and the cores the server and the load generator
+used meanwhile (both share this machine's cores with the in-process figure's one torch thread).
 
 ``--flood`` (issue 39) instead floods one server at once with large bodies (text over its limits),
 many large images and long audio clips, each retrying its 503s for a minute as the bot would,
@@ -326,8 +327,15 @@ def in_process(snap: Path, task: str, model: str, seconds: float, threads: int) 
     return n / (time.perf_counter() - t)
 
 
-async def concurrent(url: str, model: str, seconds: float) -> float:
-    """Requests per second of ``BATCH`` clients each sending one request after another."""
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU seconds process ``pid`` has used (Linux ``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def concurrent(url: str, model: str, seconds: float, server: int) -> tuple[float, float, float]:
+    """Requests per second of ``BATCH`` clients each sending one request after another, and the
+    cores (CPU seconds per second) the server process ``server`` and this load generator used."""
     bodies, headers = _batch_inputs(model)
     async with httpx2.AsyncClient(timeout=60, limits=httpx2.Limits(max_connections=BATCH)) as http:
         async def client(i: int, end: float) -> int:
@@ -339,9 +347,10 @@ async def concurrent(url: str, model: str, seconds: float) -> float:
                 n += 1
             return n
         await asyncio.gather(*(client(i, time.perf_counter() + 1) for i in range(BATCH)))  # warm up
-        t = time.perf_counter()
+        t, mine, theirs = time.perf_counter(), time.process_time(), cpu_seconds(server)
         counts = await asyncio.gather(*(client(i, t + seconds) for i in range(BATCH)))
-        return sum(counts) / (time.perf_counter() - t)
+        wall = time.perf_counter() - t
+        return sum(counts) / wall, (cpu_seconds(server) - theirs) / wall, (time.process_time() - mine) / wall
 
 
 def batching(tmp: Path, seconds: float, threads: int) -> list[tuple[str, str]]:
@@ -354,7 +363,7 @@ def batching(tmp: Path, seconds: float, threads: int) -> list[tuple[str, str]]:
         local = in_process(snaps[model], task, model, seconds, threads)
         proc, url, _ = start(tmp / "cache", f"max_batch_size = {BATCH}\n", tmp, {"OMP_NUM_THREADS": str(threads)})
         try:
-            remote = asyncio.run(concurrent(url, model, seconds))
+            remote, server_cores, client_cores = asyncio.run(concurrent(url, model, seconds, proc.pid))
             row = next(m for m in httpx2.get(f"{url}/models").json()["models"] if m["id"] == model)
         finally:
             proc.terminate()
@@ -365,7 +374,9 @@ def batching(tmp: Path, seconds: float, threads: int) -> list[tuple[str, str]]:
         rows += [(f"{label}: in process, lists of {BATCH}", f"{local:.0f} items/s"),
                  (f"{label}: server, {BATCH} concurrent", f"{remote:.0f} req/s"),
                  (f"{label}: ratio server / in process", f"{remote / local:.2f} (target >= 0.8)"),
-                 (f"{label}: server batches", shown)]
+                 (f"{label}: server batches", shown),
+                 (f"{label}: cores used by the server / the load generator",
+                  f"{server_cores:.2f} / {client_cores:.2f} of {os.cpu_count()}")]
     return rows
 
 

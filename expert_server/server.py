@@ -70,7 +70,11 @@ def build(config: ServerConfig) -> Any:
 
 
 def listen(host: str, port: int) -> socket.socket:
-    """A listening, non-blocking TCP socket on ``host:port`` (IPv6 when ``host`` has a colon).
+    """A listening, non-blocking TCP socket on ``host:port`` (IPv6 when ``host`` has a colon),
+    whose connections send each write at once (``TCP_NODELAY``, inherited by accepted sockets on
+    Linux): uvicorn serving a socket it did not open leaves Nagle's algorithm on, and a reply
+    written in two parts on a kept-alive connection then waited for the client's delayed ACK
+    (40 ms per request, RFC 1122 §4.2.3.2, measured on the expert server).
 
     Raises:
         OSError: the address cannot be bound (in use, not an address of this machine).
@@ -78,6 +82,7 @@ def listen(host: str, port: int) -> socket.socket:
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.bind((host, port))
         sock.listen(2048)
         sock.setblocking(False)

@@ -317,6 +317,24 @@ async def test_models_says_how_long_the_server_has_been_idle(server):
     assert r.status_code == 200 and httpx2.get(f"{server.url}/models").json()["idle_seconds"] < 1 <= later
 
 
+def test_the_servers_connections_send_each_reply_at_once():
+    """``listen`` (the expert server's and ``hugginggpt serve``'s socket): an accepted connection
+    has Nagle's algorithm off, else each reply on a kept-alive connection waited 40 ms for the
+    client's delayed ACK."""
+    import socket
+
+    from expert_server.server import listen
+
+    with listen("127.0.0.1", 0) as sock:
+        sock.setblocking(True)
+        with socket.create_connection(sock.getsockname()) as client:
+            accepted, _ = sock.accept()
+            with accepted:
+                assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+                client.sendall(b"ping")
+                assert accepted.recv(4) == b"ping"
+
+
 def test_health_and_readiness(server):
     assert httpx2.get(f"{server.url}/healthz").json() == {"status": "ok"}
     assert httpx2.get(f"{server.url}/readyz").status_code == 200
