@@ -20,6 +20,7 @@ from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pipeline.decoding import Decoder, DecodeError
+from pipeline.tasks.drawing import to_png
 
 from .errors import InputError
 from .incoming import IncomingFile
@@ -203,10 +204,7 @@ def _render(data: bytes, pages: list[int], limits: _Limits, label: str) -> list[
                 if scale is None:
                     log.warning("%s: page %d has a box of %rx%r points: not rendered", label, n + 1, width, height)
                     continue
-                image = page.render(scale=scale).to_pil()
-                buf = io.BytesIO()
-                image.convert("RGB").save(buf, "PNG")
-                out.append((n, buf.getvalue()))
+                out.append((n, to_png(page.render(scale=scale).to_pil().convert("RGB"))))
             except MemoryError:
                 raise
             except Exception as e:  # noqa: BLE001 - the page is left out and logged

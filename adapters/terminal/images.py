@@ -19,7 +19,6 @@ shows the file's path, as it always does too.
 from __future__ import annotations
 
 import base64
-import io
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -27,6 +26,8 @@ from typing import Literal
 
 import numpy as np
 from PIL import Image
+
+from pipeline.tasks.drawing import to_png
 
 log = logging.getLogger(__name__)
 
@@ -62,12 +63,6 @@ def _thumbnail(path: Path) -> Image.Image:
         out = im.convert("RGBA" if im.mode in ("RGBA", "LA", "P") else "RGB")
     out.thumbnail((MAX_WIDTH, MAX_HEIGHT))
     return out
-
-
-def _png(image: Image.Image) -> bytes:
-    buf = io.BytesIO()
-    image.save(buf, format="PNG")
-    return buf.getvalue()
 
 
 def kitty_sequence(png: bytes) -> str:
@@ -139,7 +134,7 @@ def inline_image(path: Path, protocol: Protocol) -> str | None:
         image = _thumbnail(path)
         if protocol == "sixel":
             return sixel_sequence(image)
-        png = _png(image)
+        png = to_png(image)
     except (OSError, ValueError, Image.DecompressionBombError) as e:
         log.warning("cannot draw %s inline: %s", path, e)
         return None
