@@ -350,7 +350,10 @@ class SQLStore:
         path = await self._put(data, mime)  # pinned by this process until its row is stored (bot.store.lease)
         rel, now = self.paths.rel(path), self._clock()
         res = Resource(f"{kind}-0", kind, self.paths.resolve(rel), mime, len(data), origin, description, turn, name)
-        return await self.database.atomic("saving a file", self._add_resource, conversation_id, res, rel, now)
+        # not durable (the turn's durable finish makes it so): lost to a power cut only with its
+        # unfinished turn, while the file stays recorded in the media ledger for retention
+        return await self.database.atomic("saving a file", self._add_resource, conversation_id, res, rel, now,
+                                          durable=False)
 
     async def _add_resource(self, conn: Tx, conversation_id: str, res: Resource, rel: str, now: float) -> Resource:
         """Record ``res`` (its id numbered here) in one write transaction (see :meth:`add_resource`)."""
