@@ -569,12 +569,13 @@ class TelemetrySettings(Section):
     _url = field_validator("otlp_endpoint")(_http_url)
 
 
+ENV_PREFIX, ENV_DELIMITER = "HUGGINGGPT_", "__"  # a setting's variable: HUGGINGGPT_<SECTION>__<KEY>
+
+
 class Settings(BaseSettings):
     """All settings. Build with :func:`load_settings`."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="HUGGINGGPT_", env_nested_delimiter="__", extra="forbid", case_sensitive=False
-    )
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter=ENV_DELIMITER, extra="forbid", case_sensitive=False)
 
     llm: LLMSettings = Field(default_factory=LLMSettings)
     inference: InferenceSettings = Field(default_factory=InferenceSettings)
@@ -674,7 +675,7 @@ def _renamed(data: dict[str, Any], env: dict[str, str], file: Path | None) -> No
     from pydantic import TypeAdapter
 
     for (section, old), new in RENAMED.items():
-        old_var, new_var = (f"HUGGINGGPT_{section}__{key}".upper() for key in (old, new))
+        old_var, new_var = (_variable(section, key) for key in (old, new))
         found = [(name, env.pop(name), env, new_var) for name in [k for k in env if k.upper() == old_var]]
         if old in (data.get(section) or {}):
             found.append((f"[{section}] {old} in {file}", data[section].pop(old), data[section], new))
@@ -695,13 +696,12 @@ def config_path(explicit: str | os.PathLike[str] | None = None, env: dict[str, s
     env = os.environ if env is None else env
     if chosen := explicit or env.get("HUGGINGGPT_CONFIG"):
         return Path(chosen)
-    default = Path("hugginggpt.toml")
-    return default if default.is_file() else None
+    return default if (default := Path("hugginggpt.toml")).is_file() else None
 
 
-def _env_has(env: dict[str, str], section: str, key: str) -> bool:
-    name = f"HUGGINGGPT_{section}__{key}".upper()
-    return any(k.upper() == name for k in env)
+def _variable(section: str, key: str = "") -> str:
+    """The environment variable of ``[section] key``; no ``key``: what the section's variables begin with."""
+    return f"{ENV_PREFIX}{section}{ENV_DELIMITER}{key}".upper()
 
 
 def load_settings(
@@ -736,11 +736,12 @@ def load_settings(
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"The config file {file} is not valid TOML: {e}.") from None
     _renamed(data, env, file)
-    for section in {m[1].lower() for v in env if (m := re.fullmatch(r"HUGGINGGPT_(\w+?)__\w+", v, re.I))}:
+    for section in {m[1].lower() for v in env if (m := re.fullmatch(rf"{ENV_PREFIX}(\w+?){ENV_DELIMITER}\w+", v, re.I))}:
         if section not in Settings.model_fields:  # a variable of no section is refused below, not ignored
             data.setdefault(section, {})
+    named = {v.upper() for v in env}
     for var, (section, key) in USUAL_VARIABLES.items():
-        if env.get(var) and not _env_has(env, section, key) and not (data.get(section) or {}).get(key):
+        if env.get(var) and _variable(section, key) not in named and not (data.get(section) or {}).get(key):
             data.setdefault(section, {})[key] = env[var]
     for section, values in (overrides or {}).items():
         data.setdefault(section, {}).update(values)
@@ -776,8 +777,7 @@ def describe_errors(
             where = f"[{section}] {'.'.join(loc[1:])}"
             model = getattr(Settings.model_fields.get(section), "annotation", None)
             choices = list(getattr(model, "model_fields", {}))
-        var = f"HUGGINGGPT_{section}__{key}".upper() if key else next(
-            (v for v in upper_env if v.startswith(f"HUGGINGGPT_{section.upper()}__")), None)
+        var = _variable(section, key) if key else next((v for v in upper_env if v.startswith(_variable(section))), None)
         usual = next((v for v, sk in USUAL_VARIABLES.items() if sk == (section, key) and env.get(v)), None)
         if var and var in upper_env:
             origin = f"from {var}"
