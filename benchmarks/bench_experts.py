@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT))
 
 from expert_server.memory import rss_bytes  # noqa: E402
 from benchmarks.harness import tinymodels  # noqa: E402
-from benchmarks.harness.realparts import free_port  # noqa: E402
+from benchmarks.harness.realparts import cpu_seconds, free_port  # noqa: E402
 
 
 def _mid_vit(out: Path) -> None:
@@ -327,17 +327,11 @@ def in_process(snap: Path, task: str, model: str, seconds: float, threads: int) 
     return n / (time.perf_counter() - t)
 
 
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU seconds process ``pid`` has used (Linux ``/proc/PID/stat``)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 async def concurrent(url: str, model: str, seconds: float, server: int) -> tuple[float, float, float]:
     """Requests per second of ``BATCH`` clients each sending one request after another, and the
     cores (CPU seconds per second) the server process ``server`` and this load generator used.
     The clients send as the bot does (httpx2 on :class:`pipeline.wire.AiohttpTransport`): httpx2's
-    own transport costs the load generator three times the CPU per request, on the cores the
+    own transport costs the load generator twice the CPU per request, on the cores the
     server is measured on."""
     from pipeline.wire import AiohttpTransport
 

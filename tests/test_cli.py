@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from benchmarks.harness.realparts import cpu_seconds
+
 MEDIA = Path(__file__).parent / "fixtures" / "media"
 
 
@@ -305,14 +307,10 @@ def _sigint_to_a_worker_thread(pid: int) -> None:
 
 def _wait_until_idle(pid: int, quiet: float = 0.5, limit: float = 30.0) -> None:
     """Return once process ``pid`` used no CPU for ``quiet`` seconds (its event loop waits)."""
-    def cpu() -> int:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return int(fields[11]) + int(fields[12])  # utime + stime, in clock ticks
-
-    last, since, end = cpu(), time.monotonic(), time.monotonic() + limit
+    last, since, end = cpu_seconds(pid), time.monotonic(), time.monotonic() + limit
     while time.monotonic() < end:
         time.sleep(0.1)
-        now = cpu()
+        now = cpu_seconds(pid)
         if now != last:
             last, since = now, time.monotonic()
         elif time.monotonic() - since >= quiet:

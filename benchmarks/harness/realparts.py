@@ -226,6 +226,12 @@ def wait_ready(url: str, proc: subprocess.Popen, timeout: float, said: Callable[
     raise AssertionError(f"{url} did not get ready:\n{said()[-3000:]}")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU seconds process ``pid`` has used, all its threads (Linux ``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def terminate(proc: subprocess.Popen | None) -> None:
     """Stop a server process quickly (SIGTERM, SIGKILL after 10 s); nothing when it is gone."""
     if proc is None or proc.poll() is not None:
