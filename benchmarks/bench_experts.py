@@ -20,6 +20,11 @@ pipeline called in process on lists of 16 (``batch_size=16``), their ratio (targ
 batches the server ran (its ``/models`` counters), and the cores the server and the load generator
 used meanwhile (both share this machine's cores with the in-process figure's one torch thread).
 
+The server's event loop (HTTP, JSON, queueing) shares the interpreter's lock with the inference
+thread, which needs it between torch's operations: the last row runs the in-process pipeline again
+beside a thread that runs Python for the share of the time the server's loop ran (bursts of
+:data:`PYTHON_BURST`), the ceiling of a server that serves HTTP and runs inference in one process.
+
 ``--flood`` (issue 39) instead floods one server at once with large bodies (text over its limits),
 many large images and long audio clips, each retrying its 503s for a minute as the bot would,
 and prints its peak RSS growth (over its RSS with the models loaded and each library's code
@@ -302,9 +307,25 @@ def _batch_inputs(model: str) -> tuple[list, dict]:
     return [{"inputs": " ".join(tinymodels.WORDS[i: i + 6])} for i in range(BATCH)], {}
 
 
-def in_process(snap: Path, task: str, model: str, seconds: float, threads: int) -> float:
+PYTHON_BURST = 0.0007  # seconds of one burst of Python in --batching's contention figure: the server's loop CPU per request
+
+
+def _python_beside(share: float, stop: threading.Event) -> None:
+    """Run pure Python ``share`` of the time (bursts of :data:`PYTHON_BURST` s, sleeping between)
+    until ``stop``: what the server's event loop adds beside its inference thread."""
+    while not stop.is_set():
+        end = time.perf_counter() + PYTHON_BURST
+        while time.perf_counter() < end:
+            pass
+        time.sleep(PYTHON_BURST * (1 - share) / share)
+
+
+def in_process(snap: Path, task: str, model: str, seconds: float, threads: int, beside: float = 0.0) -> tuple[float, float]:
     """Items per second of ``pipeline(task)`` called on lists of ``BATCH`` inputs (images decoded
-    from their PNG bytes in the loop, as the server decodes each request's), torch on ``threads``."""
+    from their PNG bytes in the loop, as the server decodes each request's), torch on ``threads``:
+    ``(alone, beside a thread running Python for the share `beside` of the time)`` (the second 0.0
+    when ``beside`` is 0). Both threads need the interpreter's lock, the pipeline between torch's
+    operations, so the second figure is what one process that also serves HTTP can reach."""
     import torch
     from PIL import Image
     from transformers import pipeline
@@ -318,18 +339,32 @@ def in_process(snap: Path, task: str, model: str, seconds: float, threads: int) 
             pipe([Image.open(io.BytesIO(b)).convert("RGB") for b in bodies], batch_size=BATCH)
         else:
             pipe([b["inputs"] for b in bodies], batch_size=BATCH, truncation=True)
+
+    def rate() -> float:
+        n, t = 0, time.perf_counter()
+        while time.perf_counter() - t < seconds:
+            one()
+            n += BATCH
+        return n / (time.perf_counter() - t)
     for _ in range(5):
         one()
-    n, t = 0, time.perf_counter()
-    while time.perf_counter() - t < seconds:
-        one()
-        n += BATCH
-    return n / (time.perf_counter() - t)
+    alone = rate()
+    if not beside:
+        return alone, 0.0
+    stop = threading.Event()
+    python = threading.Thread(target=_python_beside, args=(beside, stop))
+    python.start()
+    try:
+        return alone, rate()
+    finally:
+        stop.set()
+        python.join()
 
 
-async def concurrent(url: str, model: str, seconds: float, server: int) -> tuple[float, float, float]:
+async def concurrent(url: str, model: str, seconds: float, server: int) -> tuple[float, float, float, float]:
     """Requests per second of ``BATCH`` clients each sending one request after another, and the
-    cores (CPU seconds per second) the server process ``server`` and this load generator used.
+    cores (CPU seconds per second) the server process ``server``, its event loop (main thread) and
+    this load generator used.
     The clients send as the bot does (httpx2 on :class:`pipeline.wire.AiohttpTransport`): httpx2's
     own transport costs the load generator twice the CPU per request, on the cores the
     server is measured on."""
@@ -346,27 +381,29 @@ async def concurrent(url: str, model: str, seconds: float, server: int) -> tuple
                 n += 1
             return n
         await asyncio.gather(*(client(i, time.perf_counter() + 1) for i in range(BATCH)))  # warm up
-        t, mine, theirs = time.perf_counter(), time.process_time(), cpu_seconds(server)
+        t, mine, theirs, loop = time.perf_counter(), time.process_time(), cpu_seconds(server), cpu_seconds(server, server)
         counts = await asyncio.gather(*(client(i, t + seconds) for i in range(BATCH)))
         wall = time.perf_counter() - t
-        return sum(counts) / wall, (cpu_seconds(server) - theirs) / wall, (time.process_time() - mine) / wall
+        return (sum(counts) / wall, (cpu_seconds(server) - theirs) / wall, (cpu_seconds(server, server) - loop) / wall,
+                (time.process_time() - mine) / wall)
 
 
 def batching(tmp: Path, seconds: float, threads: int) -> list[tuple[str, str]]:
     """The ``--batching`` rows: torch on ``threads`` threads in both places (on a shared machine,
-    its OpenMP threads spinning against other processes otherwise decide the figure)."""
+    its OpenMP threads spinning against other processes otherwise decide the figure). The server
+    is measured first: the in-process pipeline is then measured alone and beside a thread running
+    Python for the share of the time the server's event loop ran."""
     snaps = tinymodels.build_cache(tmp / "cache", BATCH_REPOS)
     rows = []
     for model, label in BATCH_LABELS.items():
-        task = BATCH_REPOS[model][1]
-        local = in_process(snaps[model], task, model, seconds, threads)
         proc, url, _ = start(tmp / "cache", f"max_batch_size = {BATCH}\n", tmp, {"OMP_NUM_THREADS": str(threads)})
         try:
-            remote, server_cores, client_cores = asyncio.run(concurrent(url, model, seconds, proc.pid))
+            remote, server_cores, loop_cores, client_cores = asyncio.run(concurrent(url, model, seconds, proc.pid))
             row = next(m for m in httpx2.get(f"{url}/models").json()["models"] if m["id"] == model)
         finally:
             proc.terminate()
             proc.wait(10)
+        local, beside = in_process(snaps[model], BATCH_REPOS[model][1], model, seconds, threads, loop_cores)
         stats = row.get("batches")
         shown = (f"{stats['items']} requests in {stats['runs']} runs (mean {stats['items'] / max(1, stats['runs']):.1f}, "
                  f"largest {stats['largest']})" if stats else "not reported")
@@ -374,8 +411,10 @@ def batching(tmp: Path, seconds: float, threads: int) -> list[tuple[str, str]]:
                  (f"{label}: server, {BATCH} concurrent", f"{remote:.0f} req/s"),
                  (f"{label}: ratio server / in process", f"{remote / local:.2f} (target >= 0.8)"),
                  (f"{label}: server batches", shown),
-                 (f"{label}: cores used by the server / the load generator",
-                  f"{server_cores:.2f} / {client_cores:.2f} of {os.cpu_count()}")]
+                 (f"{label}: cores used by the server (its event loop) / the load generator",
+                  f"{server_cores:.2f} ({loop_cores:.2f}) / {client_cores:.2f} of {os.cpu_count()}"),
+                 (f"{label}: in process beside Python {loop_cores:.0%} of the time (the server loop's share)",
+                  f"{beside:.0f} items/s ({beside / local:.2f} of alone: one lock for both threads)")]
     return rows
 
 

@@ -226,9 +226,12 @@ def wait_ready(url: str, proc: subprocess.Popen, timeout: float, said: Callable[
     raise AssertionError(f"{url} did not get ready:\n{said()[-3000:]}")
 
 
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU seconds process ``pid`` has used, all its threads (Linux ``/proc/PID/stat``)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def cpu_seconds(pid: int, thread: int | None = None) -> float:
+    """User plus system CPU seconds process ``pid`` has used, all its threads (Linux
+    ``/proc/PID/stat``), or its thread ``thread`` alone (``/proc/PID/task/TID/stat``; a process's
+    main thread has its PID as TID)."""
+    stat = Path(f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat")
+    fields = stat.read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
