@@ -307,7 +307,8 @@ def _batch_inputs(model: str) -> tuple[list, dict]:
     return [{"inputs": " ".join(tinymodels.WORDS[i: i + 6])} for i in range(BATCH)], {}
 
 
-PYTHON_BURST = 0.0007  # seconds of one burst of Python in --batching's contention figure: the server's loop CPU per request
+PYTHON_BURST = 0.0007
+"""Seconds of one burst of Python in ``--batching``'s last row: the server's loop CPU per request."""
 
 
 def _python_beside(share: float, stop: threading.Event) -> None:
@@ -317,15 +318,15 @@ def _python_beside(share: float, stop: threading.Event) -> None:
         end = time.perf_counter() + PYTHON_BURST
         while time.perf_counter() < end:
             pass
-        time.sleep(PYTHON_BURST * (1 - share) / share)
+        time.sleep(PYTHON_BURST * (1 - share) / max(share, 0.01))
 
 
-def in_process(snap: Path, task: str, model: str, seconds: float, threads: int, beside: float = 0.0) -> tuple[float, float]:
+def in_process(snap: Path, task: str, model: str, seconds: float, threads: int, beside: float) -> tuple[float, float]:
     """Items per second of ``pipeline(task)`` called on lists of ``BATCH`` inputs (images decoded
     from their PNG bytes in the loop, as the server decodes each request's), torch on ``threads``:
-    ``(alone, beside a thread running Python for the share `beside` of the time)`` (the second 0.0
-    when ``beside`` is 0). Both threads need the interpreter's lock, the pipeline between torch's
-    operations, so the second figure is what one process that also serves HTTP can reach."""
+    ``(alone, beside a thread running Python for the share `beside` of the time)``. Both threads
+    need the interpreter's lock, the pipeline between torch's operations, so the second figure is
+    what one process that also serves HTTP can reach."""
     import torch
     from PIL import Image
     from transformers import pipeline
@@ -349,8 +350,6 @@ def in_process(snap: Path, task: str, model: str, seconds: float, threads: int, 
     for _ in range(5):
         one()
     alone = rate()
-    if not beside:
-        return alone, 0.0
     stop = threading.Event()
     python = threading.Thread(target=_python_beside, args=(beside, stop))
     python.start()

@@ -575,7 +575,8 @@ ENV_PREFIX, ENV_DELIMITER = "HUGGINGGPT_", "__"  # a setting's variable: HUGGING
 class Settings(BaseSettings):
     """All settings. Build with :func:`load_settings`."""
 
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter=ENV_DELIMITER, extra="forbid", case_sensitive=False)
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter=ENV_DELIMITER, extra="forbid",
+                                      case_sensitive=False)
 
     llm: LLMSettings = Field(default_factory=LLMSettings)
     inference: InferenceSettings = Field(default_factory=InferenceSettings)
