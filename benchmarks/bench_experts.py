@@ -13,8 +13,9 @@ real server (``python -m expert_server``) and prints:
   in turn under a budget of 2 models' size (target: never above the budget + 10 %), and which
   models are still loaded afterwards (the others were evicted, least recently used first).
 
-``--batching`` (issue 35) instead prints, for a tiny ViT and a tiny BERT classifier, and for both
-at 6 layers of 384 (where inference, not HTTP, is most of a request's cost), the requests
+``--batching`` (issue 35) instead prints, for a tiny ViT and a tiny BERT classifier, for both
+at 6 layers of 384 (where inference, not HTTP, is most of a request's cost), and for a classifier
+of the size of transformers' default one (DistilBERT, 6 layers of 768), the requests
 per second of the server at 16 concurrent clients against the items per second of the same
 pipeline called in process on lists of 16 (``batch_size=16``), their ratio (target >= 0.8), and the
 batches the server ran (its ``/models`` counters), and the cores the server and the load generator
@@ -24,6 +25,8 @@ The server's event loop (HTTP, JSON, queueing) shares the interpreter's lock wit
 thread, which needs it between torch's operations: the last row runs the in-process pipeline again
 beside a thread that runs Python for the share of the time the server's loop ran (bursts of
 :data:`PYTHON_BURST`), the ceiling of a server that serves HTTP and runs inference in one process.
+The server's own settings come from the environment as usual: ``HUGGINGGPT_EXPERTS_BATCH_REFILL_MS=0``
+measures it without waiting for a batch's callers after it (``expert_server.queues.Refill``).
 
 ``--flood`` (issue 39) instead floods one server at once with large bodies (text over its limits),
 many large images and long audio clips, each retrying its 503s for a minute as the bot would,
@@ -295,9 +298,23 @@ def _mid_bert(out: Path) -> None:
     tinymodels.word_tokenizer().save_pretrained(out)
 
 
+def _distilbert(out: Path) -> None:
+    """A DistilBERT classifier of the size of transformers' default text-classification model
+    (``distilbert/distilbert-base-uncased-finetuned-sst-2-english``: 6 layers of 768, about 260
+    MB), random weights and the word tokenizer."""
+    from transformers import DistilBertConfig, DistilBertForSequenceClassification
+
+    cfg = DistilBertConfig(vocab_size=len(tinymodels.SPECIAL) + len(tinymodels.WORDS), max_position_embeddings=64,
+                           id2label={0: "NEGATIVE", 1: "POSITIVE"}, label2id={"NEGATIVE": 0, "POSITIVE": 1})
+    DistilBertForSequenceClassification(cfg).save_pretrained(out)
+    tinymodels.word_tokenizer().save_pretrained(out)
+
+
 BATCH_REPOS = {"tiny/vit": REPOS["tiny/vit"], "tiny/bert-cls": REPOS["tiny/bert-cls"],
-               "mid/vit": (_mid_vit, "image-classification"), "mid/bert-cls": (_mid_bert, "text-classification")}
-BATCH_LABELS = {"tiny/vit": "tiny ViT", "tiny/bert-cls": "tiny BERT", "mid/vit": "ViT 6x384", "mid/bert-cls": "BERT 6x384"}
+               "mid/vit": (_mid_vit, "image-classification"), "mid/bert-cls": (_mid_bert, "text-classification"),
+               "base/distilbert-cls": (_distilbert, "text-classification")}
+BATCH_LABELS = {"tiny/vit": "tiny ViT", "tiny/bert-cls": "tiny BERT", "mid/vit": "ViT 6x384", "mid/bert-cls": "BERT 6x384",
+                "base/distilbert-cls": "DistilBERT 6x768"}
 
 
 def _batch_inputs(model: str) -> tuple[list, dict]:

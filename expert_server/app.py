@@ -84,7 +84,7 @@ class State:
             task = task_for(model.task)
             assert task is not None and self.pool is not None
             q = ModelQueue(model_id, self.pool, task.run, self.executor, batch=task.batch, max_batch=cfg.max_batch_size,
-                           window=cfg.batch_window_ms / 1000, limit=cfg.queue_limit,
+                           window=cfg.batch_window_ms / 1000, refill=cfg.batch_refill_ms / 1000, limit=cfg.queue_limit,
                            min_free=cfg.min_free_memory_for.get(model_id, cfg.min_free_memory))
             self.queues[model_id] = q
         return q

@@ -9,6 +9,8 @@
     queue_limit = 64                # requests waiting per model before 503 "busy"
     max_batch_size = 16             # requests run as one batch, for the tasks whose pipelines batch
     batch_window_ms = 5             # how long a batch's oldest request waits for others
+    batch_refill_ms = 30            # after a batch of several, how long the model may wait for
+                                    # the callers it answered to send again
     allow_models = ["*"]            # fnmatch patterns of model ids; deny_models likewise
     allow_tasks = []                # empty: every task the server knows
     controlnet_base = "stable-diffusion-v1-5/stable-diffusion-v1-5"
@@ -98,6 +100,10 @@ class ServerConfig(BaseSettings):
     batch_window_ms: float = Field(
         5.0, ge=0, le=1000, description="milliseconds the oldest request of a batch may wait, from its arrival, for "
                                         "more to fill the batch (a request whose deadline passes meanwhile is not run)")
+    batch_refill_ms: float = Field(
+        30.0, ge=0, le=1000, description="after a batch of several requests, milliseconds the model may wait for as "
+                                         "many as it answered (their callers sending again) before it runs a smaller "
+                                         "batch, and at most half the batch's run time; 0 turns this wait off")
     allow_models: list[str] = ["*"]
     deny_models: list[str] = []
     allow_tasks: list[str] = []

@@ -4,7 +4,8 @@ A request becomes a :class:`Job` (its prepared input, a future, its deadline, an
 that gives back the memory its input holds in the pool: called once the job leaves the queue
 unrun, or once its batch has run, so a decoded input counts until nothing references it). The
 model's worker takes the next job and, for tasks whose pipelines batch, the jobs behind it (up to
-``max_batch_size``, waiting at most ``batch_window_ms`` from the first for more), skips those whose
+``max_batch_size``, waiting at most ``batch_window_ms`` from the first for more, and after a batch of
+several for the callers it answered: :class:`Refill`), skips those whose
 caller gave up (cancelled, deadline passed: their slot is free at once, and they are skipped again
 once the model is loaded, just before the run), loads the model through the pool (once, however
 many requests wait) and runs the batch in the executor: one call of the task's pipeline on the
@@ -74,6 +75,33 @@ class BatchStats:
         self.runs, self.items, self.largest = self.runs + 1, self.items + size, max(self.largest, size)
 
 
+@dataclass
+class Refill:
+    """What the model waits for after running a batch of several requests: ``callers`` jobs (as
+    many as it answered, plus those already waiting then, at most the batch limit) until ``until``
+    (``time.monotonic()``): ``batch_refill_ms`` after the batch ended, and at most
+    :data:`REFILL_SHARE` of its run time.
+
+    Callers that wait for each answer before they send again (a bot's parallel tasks, a client's
+    pool of connections) come back together a little after their batch ends. Run at once, the
+    first to come back would make a small batch, and the others the next one: batches alternate
+    between two sizes, each paying the model's fixed cost per call (its weights read once per call:
+    a 6-layer BERT answers 16 texts in 52 ms and 8 in 30 ms). Waiting for them fills the batch; the
+    wait ends as soon as they are in. Its bound: 16 clients of the server on this machine sent again
+    12–24 ms after their batch ended, and waiting longer than half a batch's run time cannot be
+    won back by the next one. Triton's dynamic batcher counts its delay from the oldest request's
+    arrival (``batch_window_ms`` here), TorchServe's from when the worker is free; this wait is
+    for the callers the model just answered, so a lone caller never waits for it. Figures:
+    ``python -m benchmarks.bench_experts --batching``."""
+
+    callers: int
+    until: float
+
+
+REFILL_SHARE = 0.5
+"""The most of a batch's run time the model waits after it for the callers it answered."""
+
+
 def is_oom(e: BaseException) -> bool:
     """Whether ``e`` is running out of memory: ``torch.OutOfMemoryError`` (CUDA, and CPU in recent
     torch), ``MemoryError``, or torch's CPU allocator failure (a ``RuntimeError``)."""
@@ -97,16 +125,20 @@ class ModelQueue:
     Args:
         model_id: the model. pool: where it is loaded. run: ``(runner, items) -> results`` (blocking,
         one result per item, or an exception instance for an item that failed alone).
-        batch: whether several items may go in one call. limit: jobs waiting before 503 "busy".
+        batch: whether several items may go in one call. max_batch: items per call at most.
+        window: seconds the oldest job of a batch may wait, from its arrival, for more.
+        refill: after a batch of several, seconds the model may wait for the callers it answered
+        (:class:`Refill`; 0: it does not). limit: jobs waiting before 503 "busy".
         min_free: on CPU, the free RAM (bytes) below which no inference starts (counts as out of
         memory), 0 for no floor.
     """
 
     def __init__(self, model_id: str, pool: Pool, run: Run, executor: Executor, *, batch: bool, max_batch: int,
-                 window: float, limit: int, min_free: int = 0) -> None:
+                 window: float, refill: float, limit: int, min_free: int = 0) -> None:
         self.model_id, self.pool, self.run, self.executor = model_id, pool, run, executor
         self.max_batch = max_batch if batch else 1
-        self.window, self.min_free = window, min_free
+        self.window, self.refill, self.min_free = window, refill, min_free
+        self._refill: Refill | None = None
         self.queue: asyncio.Queue[Job] = asyncio.Queue(maxsize=limit)
         self.stats = BatchStats()
         self._worker: asyncio.Task | None = None
@@ -130,22 +162,31 @@ class ModelQueue:
     async def _take(self) -> list[Job]:
         """The next batch: the oldest waiting job and those after it, up to ``max_batch``, waiting
         for more only until the oldest has waited ``window`` seconds since it arrived (as Triton's
-        dynamic batcher's ``max_queue_delay``): jobs that queued while the previous batch ran have
-        waited already, and run at once."""
+        dynamic batcher's ``max_queue_delay``: jobs that queued while the previous batch ran have
+        waited already), or, after a batch of several, while fewer than the callers it answered are
+        back (:class:`Refill`)."""
         jobs = [await self.queue.get()]
-        end = jobs[0].arrived + self.window
         while len(jobs) < self.max_batch:
             try:
                 jobs.append(self.queue.get_nowait())
             except asyncio.QueueEmpty:
-                left = end - time.monotonic()
+                left = self._end(jobs) - time.monotonic()
                 if left <= 0:
                     break
                 try:
                     jobs.append(await asyncio.wait_for(self.queue.get(), left))
                 except TimeoutError:
                     break
+        self._refill = None
         return _live(jobs)
+
+    def _end(self, jobs: list[Job]) -> float:
+        """When the batch of ``jobs`` stops waiting for more (``time.monotonic()``)."""
+        end = jobs[0].arrived + self.window
+        refill = self._refill
+        if refill is not None and len(jobs) < refill.callers:
+            end = max(end, refill.until)
+        return end
 
     async def _work(self) -> None:
         while True:
@@ -184,12 +225,17 @@ class ModelQueue:
         jobs = _live(jobs)
         if not jobs:
             return [], []
-        began = tracing.now()
+        began, start = tracing.now(), time.monotonic()
         try:
-            return jobs, await asyncio.get_running_loop().run_in_executor(self.executor, self._run_batch, runner,
-                                                                           [j.item for j in jobs])
+            results = await asyncio.get_running_loop().run_in_executor(self.executor, self._run_batch, runner,
+                                                                        [j.item for j in jobs])
         finally:
             tracing.record_batch([(j.trace, j.queued) for j in jobs], began, tracing.now(), self.model_id, len(jobs))
+        if len(jobs) > 1 and self.refill:
+            ended = time.monotonic()
+            self._refill = Refill(min(self.max_batch, len(jobs) + self.queue.qsize()),
+                                  ended + min(self.refill, REFILL_SHARE * (ended - start)))
+        return jobs, results
 
     def _run_batch(self, runner: Any, items: list[Any]) -> list[Any]:
         """Runs in the executor. Out of memory → :class:`OutOfMemory` (the worker then unloads)."""

@@ -143,7 +143,8 @@ def test_requests_that_queued_while_a_batch_ran_start_when_it_ends_not_a_window_
         executor = ThreadPoolExecutor(2)
         model = CachedModel("org/model", "text-classification", "transformers", tmp_path, 0)
         pool = Pool({model.id: model}, "cpu", None, lambda _m, _d: object(), executor)
-        queue = ModelQueue(model.id, pool, run, executor, batch=True, max_batch=2, window=window, limit=8)
+        queue = ModelQueue(model.id, pool, run, executor, batch=True, max_batch=2, window=window, refill=0,
+                           limit=8)
         deadline = time.monotonic() + 60
         first = [queue.submit(i, deadline) for i in (0, 1)]  # a full batch: runs at once
         while not ran:
@@ -162,3 +163,80 @@ def test_requests_that_queued_while_a_batch_ran_start_when_it_ends_not_a_window_
     assert [items for items, _ in ran] == [[0, 1], [2]]
     started_late = ran[1][1] - (ran[0][1] + held)  # after the first batch was let go
     assert started_late < window / 2, started_late  # not a whole window after it was taken
+
+
+def _closed_loop(tmp_path: Path, refill: float, callers: int, rounds: int, run_seconds: float) -> list[list[int]]:
+    """The batches a queue of the real pool runs for ``callers`` that each send ``rounds`` requests,
+    one after another, caller ``i`` sending again ``i + 1`` ms after its answer (window 0: no
+    waiting from a request's arrival)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from expert_server.cache import CachedModel
+    from expert_server.pool import Pool
+    from expert_server.queues import ModelQueue
+
+    ran: list[list[int]] = []
+
+    def run(_runner: object, items: list[int]) -> list[int]:
+        ran.append(list(items))
+        time.sleep(run_seconds)
+        return items
+
+    async def caller(queue: ModelQueue, i: int) -> None:
+        for _ in range(rounds):
+            assert await queue.submit(i, time.monotonic() + 60) == i
+            await asyncio.sleep(0.001 * (i + 1))
+
+    async def main() -> None:
+        executor = ThreadPoolExecutor(2)
+        model = CachedModel("org/model", "text-classification", "transformers", tmp_path, 0)
+        pool = Pool({model.id: model}, "cpu", None, lambda _m, _d: object(), executor)
+        queue = ModelQueue(model.id, pool, run, executor, batch=True, max_batch=callers, window=0, refill=refill,
+                           limit=64)
+        await asyncio.gather(*(caller(queue, i) for i in range(callers)))
+        await queue.close()
+        executor.shutdown()
+
+    asyncio.run(main())
+    return ran
+
+
+def test_after_a_batch_the_model_waits_for_the_callers_it_answered(tmp_path):
+    """Callers that send again a few milliseconds after their answer: with the refill wait every
+    batch holds all of them; without it the first to come back runs alone and the rest after it."""
+    full = _closed_loop(tmp_path, refill=0.2, callers=8, rounds=4, run_seconds=0.1)
+    assert [len(b) for b in full] == [8] * 4
+    assert all(sorted(b) == list(range(8)) for b in full)
+    split = _closed_loop(tmp_path, refill=0, callers=8, rounds=4, run_seconds=0.1)
+    assert len(split) > 4 and min(len(b) for b in split) < 8
+
+
+def test_a_lone_caller_and_callers_that_do_not_come_back_are_not_kept_waiting(tmp_path):
+    """The refill wait is for the callers of a batch of several, bounded by half its run time: a
+    caller alone never waits for it, and a batch whose callers went away waits at most that long."""
+    t = time.monotonic()
+    assert _closed_loop(tmp_path, refill=10, callers=1, rounds=3, run_seconds=0.4) == [[0]] * 3
+    assert time.monotonic() - t < 3 * 0.4 + 0.4  # waiting would add half of each run: 0.6 s
+    from concurrent.futures import ThreadPoolExecutor
+
+    from expert_server.cache import CachedModel
+    from expert_server.pool import Pool
+    from expert_server.queues import REFILL_SHARE, ModelQueue
+
+    async def main() -> float:
+        executor = ThreadPoolExecutor(2)
+        model = CachedModel("org/model", "text-classification", "transformers", tmp_path, 0)
+        pool = Pool({model.id: model}, "cpu", None, lambda _m, _d: object(), executor)
+        queue = ModelQueue(model.id, pool, lambda _r, items: (time.sleep(0.4), items)[1], executor, batch=True,
+                           max_batch=8, window=0, refill=10, limit=64)
+        deadline = time.monotonic() + 60
+        await asyncio.gather(*(queue.submit(i, deadline) for i in range(8)))  # a batch of 8 callers
+        t = time.monotonic()
+        assert await queue.submit(8, deadline) == 8  # only one of them comes back
+        waited = time.monotonic() - t
+        await queue.close()
+        executor.shutdown()
+        return waited
+
+    waited = asyncio.run(main())
+    assert REFILL_SHARE * 0.4 <= waited + 0.05 < 0.4 + REFILL_SHARE * 0.4 + 1.0  # waited for the others, then ran
