@@ -291,9 +291,8 @@ def _mid_bert(out: Path) -> None:
     HTTP, is most of a request's cost."""
     from transformers import BertConfig, BertForSequenceClassification
 
-    cfg = BertConfig(vocab_size=len(tinymodels.SPECIAL) + len(tinymodels.WORDS), hidden_size=384, num_hidden_layers=6,
-                     num_attention_heads=6, intermediate_size=1536, max_position_embeddings=64,
-                     id2label={0: "negative", 1: "positive"}, label2id={"negative": 0, "positive": 1})
+    cfg = BertConfig(vocab_size=tinymodels.VOCAB_SIZE, hidden_size=384, num_hidden_layers=6, num_attention_heads=6,
+                     intermediate_size=1536, max_position_embeddings=64, **tinymodels.labelled(["negative", "positive"]))
     BertForSequenceClassification(cfg).save_pretrained(out)
     tinymodels.word_tokenizer().save_pretrained(out)
 
@@ -304,8 +303,8 @@ def _distilbert(out: Path) -> None:
     MB), random weights and the word tokenizer."""
     from transformers import DistilBertConfig, DistilBertForSequenceClassification
 
-    cfg = DistilBertConfig(vocab_size=len(tinymodels.SPECIAL) + len(tinymodels.WORDS), max_position_embeddings=64,
-                           id2label={0: "NEGATIVE", 1: "POSITIVE"}, label2id={"NEGATIVE": 0, "POSITIVE": 1})
+    cfg = DistilBertConfig(vocab_size=tinymodels.VOCAB_SIZE, max_position_embeddings=64,
+                           **tinymodels.labelled(["NEGATIVE", "POSITIVE"]))
     DistilBertForSequenceClassification(cfg).save_pretrained(out)
     tinymodels.word_tokenizer().save_pretrained(out)
 

@@ -18,6 +18,13 @@ from pathlib import Path
 WORDS = ("the a cat dog sat on mat is red blue green what who where when paris london city capital of in "
          "photo picture and to was big small happy sad good bad").split()
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "<s>", "</s>"]
+VOCAB_SIZE = len(SPECIAL) + len(WORDS)
+"""Tokens of :func:`word_tokenizer`: the vocabulary of every text model built here."""
+
+
+def labelled(labels) -> dict:
+    """A config's keyword arguments naming its classes ``labels`` (``id2label`` and ``label2id``)."""
+    return {"id2label": dict(enumerate(labels)), "label2id": {x: i for i, x in enumerate(labels)}}
 
 
 def write_repo(cache: Path, repo_id: str, folder: Path, card_tag: str | None = None) -> Path:
@@ -63,7 +70,7 @@ def word_tokenizer(model_max_length: int = 64):
 def _bert_cfg(**kw):
     from transformers import BertConfig
 
-    return BertConfig(vocab_size=len(SPECIAL) + len(WORDS), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+    return BertConfig(vocab_size=VOCAB_SIZE, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                       intermediate_size=64, max_position_embeddings=64, **kw)
 
 
@@ -80,7 +87,7 @@ def bert(kind: str) -> Callable[[Path], None]:
 
         labels = {"BertForSequenceClassification": ["negative", "positive"],
                   "BertForTokenClassification": ["O", "B-LOC", "I-LOC", "B-PER"]}.get(kind)
-        kw = {"id2label": dict(enumerate(labels)), "label2id": {x: i for i, x in enumerate(labels)}} if labels else {}
+        kw = labelled(labels) if labels else {}
         _save(getattr(transformers, kind)(_bert_cfg(**kw)), out, word_tokenizer())
     return build
 
@@ -89,7 +96,7 @@ def gpt2(out: Path) -> None:
     from transformers import GPT2Config, GPT2LMHeadModel
 
     tok = word_tokenizer()
-    cfg = GPT2Config(vocab_size=len(SPECIAL) + len(WORDS), n_embd=32, n_layer=2, n_head=2, n_positions=64,
+    cfg = GPT2Config(vocab_size=VOCAB_SIZE, n_embd=32, n_layer=2, n_head=2, n_positions=64,
                      bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
     _save(GPT2LMHeadModel(cfg), out, tok)
 
@@ -98,7 +105,7 @@ def t5(out: Path) -> None:
     from transformers import T5Config, T5ForConditionalGeneration
 
     tok = word_tokenizer()
-    cfg = T5Config(vocab_size=len(SPECIAL) + len(WORDS), d_model=32, d_kv=16, d_ff=64, num_layers=2, num_heads=2,
+    cfg = T5Config(vocab_size=VOCAB_SIZE, d_model=32, d_kv=16, d_ff=64, num_layers=2, num_heads=2,
                    decoder_start_token_id=tok.pad_token_id, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
     _save(T5ForConditionalGeneration(cfg), out, tok)
 
@@ -107,7 +114,7 @@ def vit(out: Path, labels=("cat", "dog", "rocket", "coffee"), layers: int = 2, h
     from transformers import ViTConfig, ViTForImageClassification, ViTImageProcessor
 
     cfg = ViTConfig(image_size=32, patch_size=8, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=2,
-                    intermediate_size=hidden * 2, id2label=dict(enumerate(labels)), label2id={x: i for i, x in enumerate(labels)})
+                    intermediate_size=hidden * 2, **labelled(labels))
     _save(ViTForImageClassification(cfg), out, ViTImageProcessor(size={"height": 32, "width": 32}))
 
 
@@ -117,8 +124,7 @@ def detr(out: Path) -> None:
     backbone = ResNetConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], out_features=["stage2"])
     cfg = DetrConfig(use_timm_backbone=False, backbone_config=backbone, use_pretrained_backbone=False, d_model=32,
                      encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
-                     encoder_ffn_dim=32, decoder_ffn_dim=32, num_queries=5, id2label={0: "cat", 1: "dog"},
-                     label2id={"cat": 0, "dog": 1})
+                     encoder_ffn_dim=32, decoder_ffn_dim=32, num_queries=5, **labelled(["cat", "dog"]))
     _save(DetrForObjectDetection(cfg), out, DetrImageProcessor(size={"shortest_edge": 64, "longest_edge": 64}))
 
 
@@ -137,7 +143,7 @@ def segformer(out: Path) -> None:
     labels = ["sky", "ground", "cat"]
     cfg = SegformerConfig(num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[8, 16], patch_sizes=[7, 3],
                           strides=[4, 2], num_attention_heads=[1, 2], mlp_ratios=[2, 2], decoder_hidden_size=16,
-                          id2label=dict(enumerate(labels)), label2id={x: i for i, x in enumerate(labels)})
+                          **labelled(labels))
     _save(SegformerForSemanticSegmentation(cfg), out, SegformerImageProcessor(size={"height": 32, "width": 32}))
 
 
@@ -154,8 +160,7 @@ def wav2vec2(kind: str) -> Callable[[Path], None]:
         cfg = Wav2Vec2Config(vocab_size=len(chars), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                              intermediate_size=64, conv_dim=(16, 16), conv_stride=(5, 4), conv_kernel=(10, 4),
                              num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=2, pad_token_id=0,
-                             classifier_proj_size=16, id2label=dict(enumerate(labels)),
-                             label2id={x: i for i, x in enumerate(labels)})
+                             classifier_proj_size=16, **labelled(labels))
         model = getattr(transformers, kind)(cfg)
         fe = Wav2Vec2FeatureExtractor(sampling_rate=16000, return_attention_mask=True)
         if kind == "Wav2Vec2ForCTC":
@@ -297,9 +302,9 @@ def vilt(out: Path) -> None:
     from transformers import ViltConfig, ViltForQuestionAnswering, ViltImageProcessor
 
     answers = ["yes", "no", "cat", "two"]
-    cfg = ViltConfig(vocab_size=len(SPECIAL) + len(WORDS), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+    cfg = ViltConfig(vocab_size=VOCAB_SIZE, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                      intermediate_size=64, image_size=32, patch_size=8, max_position_embeddings=64, num_images=1,
-                     id2label=dict(enumerate(answers)), label2id={a: i for i, a in enumerate(answers)})
+                     **labelled(answers))
     _save(ViltForQuestionAnswering(cfg), out, word_tokenizer(),
           ViltImageProcessor(size={"shortest_edge": 32}, size_divisor=8))
 
