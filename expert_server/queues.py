@@ -138,7 +138,7 @@ class ModelQueue:
         self.model_id, self.pool, self.run, self.executor = model_id, pool, run, executor
         self.max_batch = max_batch if batch else 1
         self.window, self.refill, self.min_free = window, refill, min_free
-        self._refill: Refill | None = None
+        self._after: Refill | None = None  # what the model waits for after its last batch
         self.queue: asyncio.Queue[Job] = asyncio.Queue(maxsize=limit)
         self.stats = BatchStats()
         self._worker: asyncio.Task | None = None
@@ -177,15 +177,15 @@ class ModelQueue:
                     jobs.append(await asyncio.wait_for(self.queue.get(), left))
                 except TimeoutError:
                     break
-        self._refill = None
+        self._after = None
         return _live(jobs)
 
     def _end(self, jobs: list[Job]) -> float:
         """When the batch of ``jobs`` stops waiting for more (``time.monotonic()``)."""
         end = jobs[0].arrived + self.window
-        refill = self._refill
-        if refill is not None and len(jobs) < refill.callers:
-            end = max(end, refill.until)
+        after = self._after
+        if after is not None and len(jobs) < after.callers:
+            end = max(end, after.until)
         return end
 
     async def _work(self) -> None:
@@ -233,8 +233,8 @@ class ModelQueue:
             tracing.record_batch([(j.trace, j.queued) for j in jobs], began, tracing.now(), self.model_id, len(jobs))
         if len(jobs) > 1 and self.refill:
             ended = time.monotonic()
-            self._refill = Refill(min(self.max_batch, len(jobs) + self.queue.qsize()),
-                                  ended + min(self.refill, REFILL_SHARE * (ended - start)))
+            self._after = Refill(min(self.max_batch, len(jobs) + self.queue.qsize()),
+                                 ended + min(self.refill, REFILL_SHARE * (ended - start)))
         return jobs, results
 
     def _run_batch(self, runner: Any, items: list[Any]) -> list[Any]:
