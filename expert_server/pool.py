@@ -125,12 +125,12 @@ class Pool:
     def free(self, nbytes: int) -> None:
         """Give back ``nbytes`` held with :meth:`hold`; once no input is held and at least
         :data:`RELEASE_AFTER` bytes were freed, hand freed memory back to the system (in the
-        executor: a garbage collection and ``malloc_trim`` take milliseconds)."""
+        executor: a young garbage collection and ``malloc_trim`` take milliseconds)."""
         self.inputs = max(0, self.inputs - nbytes)
         self._freed += nbytes
         if self.inputs == 0 and self._freed >= RELEASE_AFTER:
             self._freed = 0
-            asyncio.get_running_loop().run_in_executor(self._executor, memory.release, self.device)
+            asyncio.get_running_loop().run_in_executor(self._executor, memory.release, self.device, memory.YOUNG)
 
     def state(self, model_id: str) -> str:
         """``loaded`` | ``on_disk`` | ``refused``."""
