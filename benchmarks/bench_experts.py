@@ -332,11 +332,10 @@ PYTHON_BURST = 0.0007
 
 @contextlib.contextmanager
 def _frozen() -> Iterator[None]:
-    """Keep what this process holds now (torch, transformers, the test models: about 470,000
-    objects) out of its garbage collector's reach while a figure is measured (``gc.freeze``): a
-    full collection of them took 233 ms in the middle of a run, stopping the load generator's 16
-    clients (or the in-process pipeline), and the figure measured this process instead of the
-    server or the model."""
+    """Keep what this process holds now (torch, transformers, the test models) out of its garbage
+    collector's reach while a figure is measured (``gc.freeze``): a full collection of them took
+    233 ms in the middle of a run, stopping the load generator's 16 clients (or the in-process
+    pipeline), and the figure measured this process instead of the server or the model."""
     gc.collect()
     gc.freeze()
     try:
