@@ -11,6 +11,7 @@ import io
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -117,6 +118,20 @@ def test_a_model_whose_only_request_expired_is_not_even_loaded(server):
     assert row["state"] == "on_disk" and row["loads"] == 0 and row["batches"]["items"] == 0
 
 
+STUB_MODEL = "org/model"
+
+
+def stub_pool(tmp_path: Path, executor) -> Any:
+    """The real pool (:class:`expert_server.pool.Pool`, no memory budget) holding one model,
+    :data:`STUB_MODEL`, whose load returns a placeholder: the queue's scheduling and the pool's
+    accounting without a checkpoint."""
+    from expert_server.cache import CachedModel
+    from expert_server.pool import Pool
+
+    model = CachedModel(STUB_MODEL, "text-classification", "transformers", tmp_path, 0)
+    return Pool({model.id: model}, "cpu", None, lambda _m, _d: object(), executor)
+
+
 def test_requests_that_queued_while_a_batch_ran_start_when_it_ends_not_a_window_later(tmp_path):
     """The batch window counts from a request's arrival (as Triton's ``max_queue_delay``): a request
     that queued while the model ran a batch has waited already, and runs the moment that batch
@@ -125,8 +140,6 @@ def test_requests_that_queued_while_a_batch_ran_start_when_it_ends_not_a_window_
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    from expert_server.cache import CachedModel
-    from expert_server.pool import Pool
     from expert_server.queues import ModelQueue
 
     window, held = 2.0, 2.5
@@ -141,9 +154,8 @@ def test_requests_that_queued_while_a_batch_ran_start_when_it_ends_not_a_window_
 
     async def main() -> tuple[list[str], float]:
         executor = ThreadPoolExecutor(2)
-        model = CachedModel("org/model", "text-classification", "transformers", tmp_path, 0)
-        pool = Pool({model.id: model}, "cpu", None, lambda _m, _d: object(), executor)
-        queue = ModelQueue(model.id, pool, run, executor, batch=True, max_batch=2, window=window, refill=0,
+        pool = stub_pool(tmp_path, executor)
+        queue = ModelQueue(STUB_MODEL, pool, run, executor, batch=True, max_batch=2, window=window, refill=0,
                            limit=8)
         deadline = time.monotonic() + 60
         first = [queue.submit(i, deadline) for i in (0, 1)]  # a full batch: runs at once
@@ -171,8 +183,6 @@ def _closed_loop(tmp_path: Path, refill: float, callers: int, rounds: int, run_s
     waiting from a request's arrival)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from expert_server.cache import CachedModel
-    from expert_server.pool import Pool
     from expert_server.queues import ModelQueue
 
     ran: list[list[int]] = []
@@ -189,9 +199,8 @@ def _closed_loop(tmp_path: Path, refill: float, callers: int, rounds: int, run_s
 
     async def main() -> None:
         executor = ThreadPoolExecutor(2)
-        model = CachedModel("org/model", "text-classification", "transformers", tmp_path, 0)
-        pool = Pool({model.id: model}, "cpu", None, lambda _m, _d: object(), executor)
-        queue = ModelQueue(model.id, pool, run, executor, batch=True, max_batch=callers, window=0, refill=refill,
+        pool = stub_pool(tmp_path, executor)
+        queue = ModelQueue(STUB_MODEL, pool, run, executor, batch=True, max_batch=callers, window=0, refill=refill,
                            limit=64)
         await asyncio.gather(*(caller(queue, i) for i in range(callers)))
         await queue.close()
@@ -219,15 +228,12 @@ def test_a_lone_caller_and_callers_that_do_not_come_back_are_not_kept_waiting(tm
     assert time.monotonic() - t < 3 * 0.4 + 0.4  # waiting would add half of each run: 0.6 s
     from concurrent.futures import ThreadPoolExecutor
 
-    from expert_server.cache import CachedModel
-    from expert_server.pool import Pool
     from expert_server.queues import REFILL_SHARE, ModelQueue
 
     async def main() -> float:
         executor = ThreadPoolExecutor(2)
-        model = CachedModel("org/model", "text-classification", "transformers", tmp_path, 0)
-        pool = Pool({model.id: model}, "cpu", None, lambda _m, _d: object(), executor)
-        queue = ModelQueue(model.id, pool, lambda _r, items: (time.sleep(0.4), items)[1], executor, batch=True,
+        pool = stub_pool(tmp_path, executor)
+        queue = ModelQueue(STUB_MODEL, pool, lambda _r, items: (time.sleep(0.4), items)[1], executor, batch=True,
                            max_batch=8, window=0, refill=10, limit=64)
         deadline = time.monotonic() + 60
         await asyncio.gather(*(queue.submit(i, deadline) for i in range(8)))  # a batch of 8 callers

@@ -25,6 +25,7 @@ from PIL import Image  # noqa: E402
 
 from benchmarks.harness import tinymodels  # noqa: E402
 from tests.test_expert_server import ROOT, Server  # noqa: E402
+from tests.test_expert_server_batching import STUB_MODEL, stub_pool  # noqa: E402
 
 KEY = "test-expert-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -170,8 +171,7 @@ def test_inputs_given_back_are_collected_without_walking_the_loaded_models(tmp_p
     import weakref
     from concurrent.futures import ThreadPoolExecutor
 
-    from expert_server.cache import CachedModel
-    from expert_server.pool import RELEASE_AFTER, Pool
+    from expert_server.pool import RELEASE_AFTER
 
     class Input:
         """A decoded input in a reference cycle."""
@@ -184,12 +184,11 @@ def test_inputs_given_back_are_collected_without_walking_the_loaded_models(tmp_p
 
     async def give_back() -> weakref.ref:
         executor = ThreadPoolExecutor(1)
-        model = CachedModel("org/model", "image-classification", "transformers", tmp_path, 0)
-        pool = Pool({model.id: model}, "cpu", None, lambda _m, _d: object(), executor)
+        pool = stub_pool(tmp_path, executor)
         item = Input()
         item.cycle, item.pixels = item, bytearray(RELEASE_AFTER)
         alive = weakref.ref(item)
-        pool.hold(RELEASE_AFTER, model.id)
+        pool.hold(RELEASE_AFTER, STUB_MODEL)
         del item
         gc.callbacks.append(collected)
         try:
