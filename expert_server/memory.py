@@ -94,6 +94,14 @@ def cuda_total(device: str) -> int:
 
 MMAP_THRESHOLD = 2**20
 """Bytes from which glibc serves an allocation by ``mmap``, returned to the system when freed."""
+TRIM_THRESHOLD = 4 * 2**20
+"""Free bytes at the top of an arena's heap that glibc keeps rather than hands back at each
+``free``. Its default (128 KiB, which a fixed :data:`MMAP_THRESHOLD` leaves in place) made the
+inference thread's arena give back the 1.0–1.4 MiB a 6-layer BERT's batch had just freed after
+most batches (``madvise``, 112 times in 3 s), and the next batch fault the pages in again: 355
+requests a second at 16 concurrent instead of 390 (ViT 6x384: 272 instead of 287; medians of
+alternated 4 s runs of ``benchmarks.bench_experts``' ``concurrent``), and no lower peak in its
+``--flood``. What it keeps is at most this much per arena, and goes back at the next :func:`release`."""
 ARENAS = 2
 """glibc malloc arenas: each thread that decodes an input otherwise gets its own, whose freed
 pages other threads cannot reuse."""
@@ -102,12 +110,15 @@ pages other threads cannot reuse."""
 def tune_allocator() -> bool:
     """Make freed inputs go back to the system at once: a fixed ``mmap`` threshold of
     :data:`MMAP_THRESHOLD` (glibc otherwise raises it to the largest block freed, after which
-    decoded images live in the heap and stay resident) and :data:`ARENAS` arenas (``mallopt``,
-    glibc only). Returns whether it applied (``False`` on another libc)."""
+    decoded images live in the heap and stay resident), :data:`ARENAS` arenas, and a trim
+    threshold of :data:`TRIM_THRESHOLD` so that the smaller buffers a model's run frees are reused
+    by the next run (``mallopt``, glibc only). Returns whether it applied (``False`` on another libc)."""
     try:
         libc = ctypes.CDLL("libc.so.6")
-        m_mmap_threshold, m_arena_max = -3, -8  # <malloc.h>
-        return bool(libc.mallopt(m_mmap_threshold, MMAP_THRESHOLD)) and bool(libc.mallopt(m_arena_max, ARENAS))
+        m_trim_threshold, m_mmap_threshold, m_arena_max = -1, -3, -8  # <malloc.h>
+        return all(libc.mallopt(option, value) for option, value in ((m_mmap_threshold, MMAP_THRESHOLD),
+                                                                   (m_arena_max, ARENAS),
+                                                                   (m_trim_threshold, TRIM_THRESHOLD)))
     except (OSError, AttributeError):
         return False
 
