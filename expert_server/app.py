@@ -256,8 +256,12 @@ async def _admit(state: State, model_id: str, task_name: str, request: Request, 
         assert task is not None
         body = await read_body(request, body_limit(task, state.config.max_body_bytes, state.config.max_text_chars),
                                held)
-        item = await asyncio.to_thread(_prepare, state, task_name, body, request.headers.get("content-type", ""),
-                                       held.from_thread(asyncio.get_running_loop()))
+        content_type = request.headers.get("content-type", "")
+        if task.text_only and len(body) <= INLINE_BODY_BYTES:
+            item = _prepare(state, task_name, body, content_type, held.grow)
+        else:
+            item = await asyncio.to_thread(_prepare, state, task_name, body, content_type,
+                                           held.from_thread(asyncio.get_running_loop()))
         del body
         return state.queue(model_id).submit(item, deadline, held.release)  # the job holds the item from now on
     except ExpertError as e:
@@ -270,9 +274,16 @@ async def _admit(state: State, model_id: str, task_name: str, request: Request, 
     raise error
 
 
+INLINE_BODY_BYTES = 16 * 2**10
+"""A text task's body up to this size is parsed on the event loop (tens of microseconds), not in a
+worker thread: the thread's two hops (there and back, and the memory charged from it) took longer,
+and the 16 requests of a batch came in later."""
+
+
 def _prepare(state: State, task_name: str, body: bytes, content_type: str, charge: Any) -> Any:
-    """The task's input from ``body`` (in a worker thread: parsing and decoding take time), the
-    config's default parameters filled in, each decoded input charged before it is decoded."""
+    """The task's input from ``body`` (in a worker thread unless it is a small text body: parsing
+    and decoding take time), the config's default parameters filled in, each decoded input charged
+    (``charge(bytes)``) before it is decoded."""
     task = task_for(task_name)
     assert task is not None
     payload = parse_body(body, content_type, state.limits, charge)
