@@ -415,7 +415,8 @@ async def concurrent(url: str, model: str, seconds: float, server: int) -> tuple
             return n
         await asyncio.gather(*(client(i, time.perf_counter() + 1) for i in range(BATCH)))  # warm up
         with _frozen():
-            t, mine, theirs, loop = time.perf_counter(), time.process_time(), cpu_seconds(server), cpu_seconds(server, server)
+            t, mine = time.perf_counter(), time.process_time()
+            theirs, loop = cpu_seconds(server), cpu_seconds(server, server)
             counts = await asyncio.gather(*(client(i, t + seconds) for i in range(BATCH)))
             wall = time.perf_counter() - t
         return (sum(counts) / wall, (cpu_seconds(server) - theirs) / wall, (cpu_seconds(server, server) - loop) / wall,

@@ -100,8 +100,8 @@ TRIM_THRESHOLD = 4 * 2**20
 inference thread's arena give back the 1.0–1.4 MiB a 6-layer BERT's batch had just freed after
 most batches (``madvise``, 112 times in 3 s), and the next batch fault the pages in again: 355
 requests a second at 16 concurrent instead of 390 (ViT 6x384: 272 instead of 287; medians of
-alternated 4 s runs of ``benchmarks.bench_experts``' ``concurrent``), and no lower peak in its
-``--flood``. What it keeps is at most this much per arena, and goes back at the next :func:`release`."""
+alternated 4 s runs of ``benchmarks.bench_experts``' ``concurrent``), with its ``--flood`` peak
+no higher. What it keeps is at most this much per arena, and goes back at the next :func:`release`."""
 ARENAS = 2
 """glibc malloc arenas: each thread that decodes an input otherwise gets its own, whose freed
 pages other threads cannot reuse."""
