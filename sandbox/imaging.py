@@ -91,7 +91,8 @@ def colour_shares(im: Image.Image) -> list[tuple[str, float, np.ndarray]]:
 def describe_image(im: Image.Image) -> str:
     """``"a 451x300 image, mostly brown, brighter at the top"``."""
     half = im.height // 2
-    top, bottom = (sum(ImageStat.Stat(im.crop(box)).mean) / 3 for box in ((0, 0, im.width, half), (0, half, im.width, im.height)))
+    halves = ((0, 0, im.width, half), (0, half, im.width, im.height))
+    top, bottom = (sum(ImageStat.Stat(im.crop(box)).mean) / 3 for box in halves)
     where = "brighter at the top" if top > bottom + 8 else "brighter at the bottom" if bottom > top + 8 else "evenly lit"
     return f"a {im.width}x{im.height} image, mostly {colour_name(ImageStat.Stat(im).mean)}, {where}"
 
