@@ -181,9 +181,8 @@ def boxes(im: Image.Image) -> list[dict[str, Any]]:
                 continue
             region = arr[y : y + h, x : x + w].reshape(-1, 3).mean(axis=0)
             score = round(min(0.99, 0.5 + area / grey.size), 3)
-            found.append(
-                {"score": score, "label": f"{colour_name(region)} {which} object", "box": {"xmin": x, "ymin": y, "xmax": x + w - 1, "ymax": y + h - 1}}
-            )
+            box = {"xmin": x, "ymin": y, "xmax": x + w - 1, "ymax": y + h - 1}
+            found.append({"score": score, "label": f"{colour_name(region)} {which} object", "box": box})
     found.sort(key=lambda o: -o["score"])
     return found[:4]
 
