@@ -13,6 +13,8 @@ two warm-up runs. It prints:
   functions per conversation. A profiler slows Python code about 2–4×, so read the stage figures
   against each other, not as absolute times; stages overlap where one calls another.
 
+The runs are on the program's event loop (:func:`hugginggpt.common.loop_factory`: uvloop where it is
+installed); ``--loop asyncio`` runs them on the standard library's loop instead, for a comparison.
 ``--plan`` chooses what the controller plans: ``none`` (planning and the answer only) or ``chain``
 (text-to-image, then image-to-text and image-classification on its output: expert calls and a
 generated file). ``--expert-calls N`` prints instead the loop CPU of ``N`` expert calls alone, beside
@@ -36,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bench_e2e import one_conversation, stand_in_service, tick
+from benchmarks.bench_e2e import one_conversation, run_on, stand_in_service, tick
 
 ROOT = Path(__file__).resolve().parent.parent
 PLANS = {
@@ -170,6 +172,8 @@ def main() -> None:
     parser.add_argument("--standins-nice", type=int, default=0,
                         help="run the stand-ins at this niceness (19: they take a core only when the loop's "
                              "process does not want it, as experts on other machines would)")
+    parser.add_argument("--loop", choices=("program", "asyncio"), default="program",
+                        help="the event loop: the program's (uvloop where installed) or the standard library's")
     parser.add_argument("--expert-calls", type=int, default=0,
                         help="instead: the loop CPU of this many expert calls, against a bare aiohttp POST")
     args = parser.parse_args()
@@ -181,18 +185,18 @@ def main() -> None:
         plan, n = PLANS[args.plan], args.conversations
         if args.expert_calls:
             with tempfile.TemporaryDirectory() as tmp:
-                calls = asyncio.run(per_expert_call(urls, Path(tmp) / "calls", args.expert_calls))
+                calls = run_on(args.loop, per_expert_call(urls, Path(tmp) / "calls", args.expert_calls))
             print(f"{args.expert_calls} expert calls, 100 at a time: loop CPU {calls['hub_ms']:.2f} ms per call "
                   f"(HubRunner.run); a bare aiohttp POST of the same bytes {calls['floor_ms']:.2f} ms")
             return
         with tempfile.TemporaryDirectory() as tmp:
-            plain = asyncio.run(conversations(urls, Path(tmp) / "a", n, plan, args.plan_seconds, None))
+            plain = run_on(args.loop, conversations(urls, Path(tmp) / "a", n, plan, args.plan_seconds, None))
             profile = cProfile.Profile()
-            asyncio.run(conversations(urls, Path(tmp) / "b", n, plan, args.plan_seconds, profile))
+            run_on(args.loop, conversations(urls, Path(tmp) / "b", n, plan, args.plan_seconds, profile))
     finally:
         proc.terminate()
         proc.wait(10)
-    print(f"{n} conversations at once, plan {args.plan!r}, {os.cpu_count()} CPUs: loop CPU {plain['cpu_ms']:.1f} ms "
+    print(f"{n} conversations at once, plan {args.plan!r}, {os.cpu_count()} CPUs, {args.loop} loop: loop CPU {plain['cpu_ms']:.1f} ms "
           f"per conversation; loop lag p99 {plain['p99_ms']:.1f} ms (max {plain['max_ms']:.1f} ms); "
           f"target p99 < 20 ms at 100: {'met' if plain['p99_ms'] < 20 else 'NOT met'}; garbage collection "
           f"{plain['gc_ms']:.0f} ms in all, longest pause {plain['gc_max_ms']:.1f} ms "

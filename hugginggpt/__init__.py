@@ -131,11 +131,12 @@ def _run(args: argparse.Namespace) -> int:
 
     from pipeline.errors import HuggingGPTError
 
-    from .common import BROKEN_PIPE, INTERRUPTED, exit_status
+    from .common import BROKEN_PIPE, INTERRUPTED, exit_status, loop_factory
 
     log = logging.getLogger("hugginggpt")
     try:
-        return asyncio.run(_main(args)) or 0
+        with asyncio.Runner(loop_factory=loop_factory()) as runner:
+            return runner.run(_main(args)) or 0
     except HuggingGPTError as e:
         if logging.getLogger().handlers:  # not before logging is set up (stderr would say it twice)
             log.warning("%s: %s", e.__class__.__name__, e)

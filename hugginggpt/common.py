@@ -18,7 +18,7 @@ import os
 import shlex
 import shutil
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +53,22 @@ BROKEN_PIPE = 141
 """Exit status when the reader of our output went away (128 + SIGPIPE, as ``cat`` or ``grep``)."""
 MAX_PORT = 65535
 """The largest TCP port number (RFC 793: 16 bits)."""
+
+
+def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The event loop every command runs on (``asyncio.Runner``'s ``loop_factory``): uvloop's, a
+    dependency wherever it builds (not on Windows), whose I/O callbacks and timers are C code on
+    libuv where the standard library's are Python on ``selectors``. ``None`` (asyncio's own loop)
+    where uvloop is not installed.
+
+    Returns:
+        ``uvloop.new_event_loop``, or ``None``.
+    """
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
 
 
 def exit_status(error: BaseException | None) -> int:
