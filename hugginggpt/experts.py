@@ -36,6 +36,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="RAM (CPU) or VRAM (GPU) the loaded models may take, e.g. 8GB")
     s.add_argument("--config", dest="experts_config", default=None, metavar="FILE",
                    help="the expert server's TOML settings (docs/experts.md)")
+    # asyncio's own event loop, as ``python -m expert_server``: its bound on memory under a flood was
+    # measured there (benchmarks.bench_experts --flood: 91-105 % of the budget; on uvloop 105-118 %)
+    s.set_defaults(event_loop="asyncio")
     d = sub.add_parser("download", help="download models (or a preset) into the Hugging Face cache")
     d.add_argument("models", nargs="*", metavar="MODEL", help="Hub ids, e.g. google/vit-base-patch16-224")
     d.add_argument("--preset", choices=("minimal", "standard", "full"), help="a shipped set for every paper task")
