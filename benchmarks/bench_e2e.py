@@ -39,6 +39,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from benchmarks import run_on
+
 ROOT = Path(__file__).resolve().parent.parent
 CODE = ROOT
 """The checkout whose ``hugginggpt run`` is timed (``--code``: e.g. the main branch, for a before/after)."""
@@ -198,14 +200,6 @@ async def one_conversation(service: Any, i: int) -> None:
     key = ConversationKey("bench", "w", "c", f"thread-{i}")
     async for _ in service.handle(Message(f"hello number {i}", key=key, who=Requester("terminal", f"u{i % 50}"))):
         pass
-
-
-def run_on(loop: str, coro: Any) -> Any:
-    """``coro`` run to its end on a new event loop: the program's (``"program"``) or asyncio's own."""
-    from hugginggpt.common import loop_factory
-
-    with asyncio.Runner(loop_factory=loop_factory() if loop == "program" else None) as runner:
-        return runner.run(coro)
 
 
 async def tick(done: asyncio.Event, lags: list[float]) -> None:

@@ -59,6 +59,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from expert_server.memory import rss_bytes  # noqa: E402
+from benchmarks import run_on  # noqa: E402
 from benchmarks.harness import tinymodels  # noqa: E402
 from benchmarks.harness.realparts import cpu_seconds, free_port  # noqa: E402
 
@@ -398,9 +399,9 @@ async def concurrent(url: str, model: str, seconds: float, server: int) -> tuple
     """Requests per second of ``BATCH`` clients each sending one request after another, and the
     cores (CPU seconds per second) the server process ``server``, its event loop (main thread) and
     this load generator used.
-    The clients send as the bot does (httpx2 on :class:`pipeline.wire.AiohttpTransport`): httpx2's
-    own transport costs the load generator twice the CPU per request, on the cores the
-    server is measured on."""
+    The clients send as the bot does (httpx2 on :class:`pipeline.wire.AiohttpTransport`, on the
+    program's event loop): httpx2's own transport costs the load generator twice the CPU per
+    request, on the cores the server is measured on."""
     from pipeline.wire import AiohttpTransport
 
     bodies, headers = _batch_inputs(model)
@@ -433,7 +434,7 @@ def batching(tmp: Path, seconds: float, threads: int) -> list[tuple[str, str]]:
     for model, label in BATCH_LABELS.items():
         proc, url, _ = start(tmp / "cache", f"max_batch_size = {BATCH}\n", tmp, {"OMP_NUM_THREADS": str(threads)})
         try:
-            remote, server_cores, loop_cores, client_cores = asyncio.run(concurrent(url, model, seconds, proc.pid))
+            remote, server_cores, loop_cores, client_cores = run_on("program", concurrent(url, model, seconds, proc.pid))
             row = next(m for m in httpx2.get(f"{url}/models").json()["models"] if m["id"] == model)
         finally:
             proc.terminate()

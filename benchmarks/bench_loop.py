@@ -38,7 +38,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bench_e2e import one_conversation, run_on, stand_in_service, tick
+from benchmarks import run_on
+from benchmarks.bench_e2e import one_conversation, stand_in_service, tick
 
 ROOT = Path(__file__).resolve().parent.parent
 PLANS = {
@@ -196,8 +197,9 @@ def main() -> None:
     finally:
         proc.terminate()
         proc.wait(10)
-    print(f"{n} conversations at once, plan {args.plan!r}, {os.cpu_count()} CPUs, {args.loop} loop: loop CPU {plain['cpu_ms']:.1f} ms "
-          f"per conversation; loop lag p99 {plain['p99_ms']:.1f} ms (max {plain['max_ms']:.1f} ms); "
+    print(f"{n} conversations at once, plan {args.plan!r}, {os.cpu_count()} CPUs, {args.loop} loop: "
+          f"loop CPU {plain['cpu_ms']:.1f} ms per conversation; "
+          f"loop lag p99 {plain['p99_ms']:.1f} ms (max {plain['max_ms']:.1f} ms); "
           f"target p99 < 20 ms at 100: {'met' if plain['p99_ms'] < 20 else 'NOT met'}; garbage collection "
           f"{plain['gc_ms']:.0f} ms in all, longest pause {plain['gc_max_ms']:.1f} ms "
           f"({plain['gc_max_cpu_ms']:.1f} ms of CPU at most: the rest is waiting for a core)")
