@@ -59,8 +59,8 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     """The event loop every command runs on (``asyncio.Runner``'s ``loop_factory``): uvloop's, a
     dependency wherever it builds (not on Windows), whose I/O callbacks and timers are C code on
     libuv where the standard library's are Python on ``selectors``. ``None`` (asyncio's own loop)
-    where uvloop is not installed. A command whose parser sets ``event_loop="asyncio"`` (``experts
-    serve``) runs on asyncio's own loop.
+    where uvloop is not installed. A command whose parser sets ``event_loop="asyncio"`` (``chat``,
+    ``experts serve``) runs on asyncio's own loop.
 
     Returns:
         ``uvloop.new_event_loop``, or ``None``.

@@ -247,7 +247,10 @@ def _closed(what: str) -> DecodeError:
 
 
 async def _readable(fd: int) -> None:
-    """Wait until ``fd`` can be read (data, end of file, or a process sentinel's exit)."""
+    """Wait until ``fd`` can be read (data, end of file, or a process sentinel's exit); ``fd`` is
+    left in blocking mode, so that ``Connection.recv`` then reads a whole message (uvloop's
+    ``add_reader`` makes it non-blocking, as libuv's ``uv_poll_init`` does: a message still
+    arriving then failed with ``BlockingIOError``)."""
     loop = asyncio.get_running_loop()
     ready = loop.create_future()
     loop.add_reader(fd, lambda: ready.done() or ready.set_result(None))
@@ -255,3 +258,4 @@ async def _readable(fd: int) -> None:
         await ready
     finally:
         loop.remove_reader(fd)
+        os.set_blocking(fd, True)
