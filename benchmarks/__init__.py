@@ -15,5 +15,5 @@ def run_on(loop: str, coro: Coroutine[Any, Any, Any]) -> Any:
     :func:`hugginggpt.common.loop_factory`) or the standard library's (``"asyncio"``); its result."""
     from hugginggpt.common import loop_factory
 
-    with asyncio.Runner(loop_factory=loop_factory() if loop == "program" else None) as runner:
+    with asyncio.Runner(loop_factory=loop_factory("uvloop" if loop == "program" else "asyncio")) as runner:
         return runner.run(coro)

@@ -135,7 +135,7 @@ def _run(args: argparse.Namespace) -> int:
 
     log = logging.getLogger("hugginggpt")
     try:
-        with asyncio.Runner(loop_factory=None if getattr(args, "event_loop", "") == "asyncio" else loop_factory()) as runner:
+        with asyncio.Runner(loop_factory=loop_factory(getattr(args, "event_loop", "uvloop"))) as runner:
             return runner.run(_main(args)) or 0
     except HuggingGPTError as e:
         if logging.getLogger().handlers:  # not before logging is set up (stderr would say it twice)

@@ -55,16 +55,21 @@ MAX_PORT = 65535
 """The largest TCP port number (RFC 793: 16 bits)."""
 
 
-def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """The event loop every command runs on (``asyncio.Runner``'s ``loop_factory``): uvloop's, a
+def loop_factory(event_loop: str = "uvloop") -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The event loop a command runs on (``asyncio.Runner``'s ``loop_factory``): uvloop's, a
     dependency wherever it builds (not on Windows), whose I/O callbacks and timers are C code on
-    libuv where the standard library's are Python on ``selectors``. ``None`` (asyncio's own loop)
-    where uvloop is not installed. A command whose parser sets ``event_loop="asyncio"`` (``chat``,
-    ``experts serve``) runs on asyncio's own loop.
+    libuv where the standard library's are Python on ``selectors``.
+
+    Args:
+        event_loop: ``"uvloop"``, or ``"asyncio"`` for a command whose parser sets it (``chat``,
+            ``experts serve``: see their ``set_defaults``).
 
     Returns:
-        ``uvloop.new_event_loop``, or ``None``.
+        ``uvloop.new_event_loop``; ``None`` (asyncio's own loop) for ``"asyncio"`` or where uvloop
+        is not installed.
     """
+    if event_loop == "asyncio":
+        return None
     try:
         import uvloop
     except ImportError:
