@@ -18,9 +18,7 @@ def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser("chat", help="a multi-turn conversation in the terminal")
     p.add_argument("--conversation", metavar="ID", help="resume a stored conversation")
     add_sandbox_option(p)
-    # asyncio's own event loop: uvloop's add_reader on the terminal (prompt_toolkit's input) leaves
-    # its file non-blocking, and the plan approval's answer, read after it, came back empty
-    p.set_defaults(handler=main, event_loop="asyncio")
+    p.set_defaults(handler=main)
 
 
 async def main(args: argparse.Namespace, settings: Settings, out: TextIO = sys.stdout) -> int:

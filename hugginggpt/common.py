@@ -61,8 +61,8 @@ def loop_factory(event_loop: str = "uvloop") -> Callable[[], asyncio.AbstractEve
     libuv where the standard library's are Python on ``selectors``.
 
     Args:
-        event_loop: ``"uvloop"``, or ``"asyncio"`` for a command whose parser sets it (``chat``,
-            ``experts serve``: see their ``set_defaults``).
+        event_loop: ``"uvloop"``, or ``"asyncio"`` for a command whose parser sets it (``experts
+            serve``: see its ``set_defaults``).
 
     Returns:
         ``uvloop.new_event_loop``; ``None`` (asyncio's own loop) for ``"asyncio"`` or where uvloop

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import sys
 from collections.abc import Callable, Iterator, Mapping
@@ -150,4 +151,7 @@ async def ask_approval(waiting: ApprovalNeeded, *, yes: bool, stdin: TextIO, out
 
 def _read_answer(stdin: TextIO, out: TextIO) -> str:
     print("Run this plan? [y/N] ", end="", file=out, flush=True)
+    # a line editor's reads through an event loop may have left the terminal non-blocking (uvloop's
+    # add_reader does, as libuv's uv_poll_init): readline would then return before the answer
+    os.set_blocking(stdin.fileno(), True)
     return stdin.readline()
