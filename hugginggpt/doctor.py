@@ -472,6 +472,7 @@ async def _bounded(step: Step, loaded: asyncio.Future[BaseException | None], tim
     except TimeoutError:
         return Check(name, "FAIL", f"The check took longer than {timeout:g} s.", "see the other lines; try --timeout")
     except Exception as e:  # noqa: BLE001 - one line per check, never a traceback
+        logging.getLogger(__name__).warning("doctor: the %s check failed unexpectedly", name, exc_info=True)
         return Check(name, "FAIL", f"The check failed unexpectedly ({e.__class__.__name__}).", "run with -v for details")
 
 
