@@ -22,8 +22,8 @@ something is wrong, what to do:
 * ``disk``: free space where the data dir lives.
 
 Checks run at once, each within ``--timeout`` seconds of its own: the libraries a check needs
-are imported first, in a thread (within :data:`IMPORT_SECONDS`), and its deadline starts when they
-are there, so a machine slow to import one library does not fail the other checks. No secret is
+are imported first, all in one thread (within :data:`IMPORT_SECONDS`), and the checks' deadlines
+start when they are there, so a machine slow to import a library does not fail a check. No secret is
 printed: keys and tokens are never shown, URLs lose their user and password. Exit status 0 when
 nothing failed (warnings allowed), 1 when a check failed.
 """
@@ -433,23 +433,28 @@ class Step:
 
 
 def _load(steps: list[Step], loop: asyncio.AbstractEventLoop) -> dict[str, asyncio.Future[BaseException | None]]:
-    """Import each step's modules in one thread, in order; each future is settled (``None``, or
-    the import's error) as soon as that step's modules are there, so its check starts then."""
+    """Import each step's modules in one thread, in order; the futures are settled (``None``, or
+    the step's import error) once all are there. No check starts while the thread imports: the
+    checks import more (the HTTP clients' transports, ``openai.resources``) on the loop's thread,
+    and two threads importing the same packages at once can see a module half initialised (Python
+    hands one over to break a circular import: an ``AttributeError`` in a check, seldom)."""
     loaded: dict[str, asyncio.Future[BaseException | None]] = {s.name: loop.create_future() for s in steps}
 
-    def settle(name: str, error: BaseException | None) -> None:
-        if not loaded[name].done():
-            loaded[name].set_result(error)
+    def settle(errors: dict[str, BaseException | None]) -> None:
+        for name, error in errors.items():
+            if not loaded[name].done():
+                loaded[name].set_result(error)
 
     def work() -> None:
+        errors: dict[str, BaseException | None] = {}
         for step in steps:
-            error: BaseException | None = None
+            errors[step.name] = None
             try:
                 for module in step.modules:
                     importlib.import_module(module)
             except Exception as e:  # noqa: BLE001 - a library that does not load is that check's verdict
-                error = e
-            loop.call_soon_threadsafe(settle, step.name, error)
+                errors[step.name] = e
+        loop.call_soon_threadsafe(settle, errors)
 
     threading.Thread(target=work, name="doctor-imports", daemon=True).start()
     return loaded
@@ -462,7 +467,7 @@ async def _bounded(step: Step, loaded: asyncio.Future[BaseException | None], tim
     try:
         error = await asyncio.wait_for(asyncio.shield(loaded), IMPORT_SECONDS)
     except TimeoutError:
-        return Check(name, "FAIL", f"Its libraries did not load within {IMPORT_SECONDS:g} s.",
+        return Check(name, "FAIL", f"The checks' libraries did not load within {IMPORT_SECONDS:g} s.",
                      "the machine or its disk is overloaded; try again")
     if error is not None:
         return Check(name, "FAIL", f"Its libraries do not load ({error.__class__.__name__}: {str(error)[:120]}).",
