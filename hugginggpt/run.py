@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import json
 import os
-import signal
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -152,13 +151,12 @@ async def _approved_run(args: argparse.Namespace, service: Any, view: Any, stop:
 
 def _ctrl_c_stops(stop: asyncio.Event, say: Callable[[str], None]) -> contextlib.AbstractContextManager[None]:
     """While active, the first SIGINT sets ``stop`` (``say`` tells the user, with the progress)
-    and gives Ctrl-C back its usual meaning (a second one raises ``KeyboardInterrupt``: exit
-    status 130 at once)."""
+    and gives Ctrl-C back its usual meaning (a second one cancels the command: exit status 130
+    at once)."""
     from adapters.terminal import on_ctrl_c
 
     def first() -> None:
         say("Stopping this run… (Ctrl-C again to quit at once)")
         stop.set()
-        asyncio.get_running_loop().remove_signal_handler(signal.SIGINT)
 
-    return on_ctrl_c(first)
+    return on_ctrl_c(first, once=True)

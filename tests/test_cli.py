@@ -317,6 +317,44 @@ def _wait_until_idle(pid: int, quiet: float = 0.5, limit: float = 30.0) -> None:
             return
 
 
+@pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
+def test_ctrl_c_goes_back_where_it_went_before(loop):
+    """Between and after the terminal's Ctrl-C handlers (a file's read, a run's first Ctrl-C),
+    SIGINT reaches the handler that was there (the command's asyncio.Runner, which cancels its
+    task), never Python's default, which raised KeyboardInterrupt inside whatever the main thread
+    ran: in an import holding the interpreter's lock, it left the other threads waiting forever."""
+    import asyncio
+
+    from adapters.terminal import on_ctrl_c
+    from hugginggpt.common import loop_factory
+
+    got: list[str] = []
+
+    async def ctrl_c() -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(50):  # the loop's handlers run on its next turns
+            await asyncio.sleep(0.01)
+
+    async def main() -> None:
+        with on_ctrl_c(lambda: got.append("read")):
+            await ctrl_c()
+        await ctrl_c()
+        with on_ctrl_c(lambda: got.append("stop"), once=True):
+            await ctrl_c()
+            await ctrl_c()
+        await ctrl_c()
+
+    before = signal.signal(signal.SIGINT, lambda *_: got.append("runner"))
+    try:
+        with asyncio.Runner(loop_factory=loop_factory(loop)) as runner:
+            runner.run(main())
+    except KeyboardInterrupt:
+        pytest.fail(f"Ctrl-C raised KeyboardInterrupt in the main thread after {got}")
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert got == ["read", "runner", "stop", "runner", "runner"]
+
+
 @pytest.mark.parametrize("to", ["process", "worker thread"])
 def test_ctrl_c_stops_a_read_that_waits(tmp_path, to):
     fifo = tmp_path / "speech.wav"

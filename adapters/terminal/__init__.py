@@ -113,19 +113,39 @@ class TerminalView:
 
 
 @contextlib.contextmanager
-def on_ctrl_c(handler: Callable[[], None]) -> Iterator[None]:
+def on_ctrl_c(handler: Callable[[], None], *, once: bool = False) -> Iterator[None]:
     """While active, Ctrl-C (SIGINT) calls ``handler`` on the event loop instead of interrupting;
-    where signals cannot be caught (not the main thread), nothing changes."""
+    where signals cannot be caught (not the main thread), nothing changes. ``once``: after the
+    first Ctrl-C, the next ones go where they went before.
+
+    On exit (or after the first Ctrl-C with ``once``) SIGINT goes back to the handler that was there
+    (``asyncio.Runner``'s, which cancels the command's task: exit status 130), not to the one the
+    event loop's ``remove_signal_handler`` installs, Python's default: that one raises
+    ``KeyboardInterrupt`` between any two bytecodes of the main thread, in an import too, and an
+    import interrupted while it holds the interpreter's import lock leaves the other threads
+    waiting for it forever (a ``run`` stopped while its pipeline loaded never exited)."""
     loop = asyncio.get_running_loop()
+    previous = signal.getsignal(signal.SIGINT)
+
+    def release() -> None:
+        loop.remove_signal_handler(signal.SIGINT)
+        if previous is not None:  # None: set outside Python, nothing to give back
+            signal.signal(signal.SIGINT, previous)
+
+    def call() -> None:
+        if once:
+            release()
+        handler()
+
     try:
-        loop.add_signal_handler(signal.SIGINT, handler)
+        loop.add_signal_handler(signal.SIGINT, call)
     except (NotImplementedError, RuntimeError, ValueError):
         yield
         return
     try:
         yield
     finally:
-        loop.remove_signal_handler(signal.SIGINT)
+        release()
 
 
 async def ask_approval(waiting: ApprovalNeeded, *, yes: bool, stdin: TextIO, out: TextIO) -> bool:
