@@ -331,6 +331,8 @@ async def main(args: Any, settings: Any) -> int:
     """
     from huggingface_hub import HfApi
 
+    from adapters.signals import on_signals
+
     if settings.inference.token is None:
         raise ConfigError("Launching an expert server on Hugging Face Jobs needs an HF token (HF_TOKEN) with the "
                           "right to run jobs.")
@@ -345,14 +347,11 @@ async def main(args: Any, settings: Any) -> int:
 
         database = database_of(settings.storage)
         await database.open(upgrade=settings.storage.auto_migrate)
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
     try:
-        registration = Registration(database, loop) if database is not None else None
-        return await asyncio.to_thread(launch, HfApi(token=token), spec, token, stop, lambda s: print(s, flush=True),
-                                       registration)
+        with on_signals(lambda _sig: stop.set(), signal.SIGINT, signal.SIGTERM):
+            registration = Registration(database, loop) if database is not None else None
+            return await asyncio.to_thread(launch, HfApi(token=token), spec, token, stop,
+                                           lambda s: print(s, flush=True), registration)
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
         if database is not None:
             await database.close()

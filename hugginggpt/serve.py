@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
 import signal
 import socket
@@ -81,6 +80,7 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
 
     from adapters.http import create_app
     from adapters.mcp.http import mount as mount_mcp
+    from adapters.signals import on_signals
 
     from bot.metrics import process_ended
     from bot.service import Service
@@ -97,17 +97,10 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
                             server_header=False, lifespan="off")
     server = uvicorn.Server(config)
     server.install_signal_handlers = lambda: None  # type: ignore[method-assign]  # ours, below
-    loop = asyncio.get_running_loop()
-    installed = []
-
-    def stop() -> None:
+    def stop(_sig: signal.Signals) -> None:
         app.state.hugginggpt.ready = False
         server.should_exit = True
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop)
-            installed.append(sig)
     bound = sock.getsockname()
     url = f"http://{'[' + bound[0] + ']' if ':' in bound[0] else bound[0]}:{bound[1]}"
     if settings.server.api_keys:
@@ -115,14 +108,13 @@ async def main(args: argparse.Namespace, settings: Settings) -> int:
     else:
         log.warning("serving the HTTP API on %s WITHOUT API keys: only requests from this host are answered", url)
     print(f"HuggingGPT API on {url}/v1 (model hugginggpt); press Ctrl-C to stop.", flush=True)
-    try:
-        await server.serve(sockets=[sock])
-    finally:
-        app.state.hugginggpt.ready = False
-        await asyncio.shield(mcp.close())
-        await asyncio.shield(service.close())
-        process_ended()  # several processes sharing PROMETHEUS_MULTIPROC_DIR: this one no longer counts
-        for sig in installed:
-            loop.remove_signal_handler(sig)
-        sock.close()
+    with on_signals(stop, signal.SIGINT, signal.SIGTERM):
+        try:
+            await server.serve(sockets=[sock])
+        finally:
+            app.state.hugginggpt.ready = False
+            await asyncio.shield(mcp.close())
+            await asyncio.shield(service.close())
+            process_ended()  # several processes sharing PROMETHEUS_MULTIPROC_DIR: this one no longer counts
+            sock.close()
     return 0

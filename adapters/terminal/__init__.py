@@ -14,10 +14,11 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, TextIO
 
 from adapters.progress import Progress
+from adapters.signals import on_signals
 from bot.approval import NO_TERMINAL, ApprovalNeeded
 from bot.errors import InputError
 from pipeline.types import Done, Event, RunRecord
@@ -112,40 +113,11 @@ class TerminalView:
             self.say_error(outcome.sentence)
 
 
-@contextlib.contextmanager
-def on_ctrl_c(handler: Callable[[], None], *, once: bool = False) -> Iterator[None]:
+def on_ctrl_c(handler: Callable[[], None], *, once: bool = False) -> contextlib.AbstractContextManager[object]:
     """While active, Ctrl-C (SIGINT) calls ``handler`` on the event loop instead of interrupting;
     where signals cannot be caught (not the main thread), nothing changes. ``once``: after the
-    first Ctrl-C, the next ones go where they went before.
-
-    On exit (or after the first Ctrl-C with ``once``) SIGINT goes back to the handler that was there
-    (``asyncio.Runner``'s, which cancels the command's task: exit status 130), not to the one the
-    event loop's ``remove_signal_handler`` installs, Python's default: that one raises
-    ``KeyboardInterrupt`` between any two bytecodes of the main thread, in an import too, and an
-    import interrupted while it holds the interpreter's import lock leaves the other threads
-    waiting for it forever (a ``run`` stopped while its pipeline loaded never exited)."""
-    loop = asyncio.get_running_loop()
-    previous = signal.getsignal(signal.SIGINT)
-
-    def release() -> None:
-        loop.remove_signal_handler(signal.SIGINT)
-        if previous is not None:  # None: set outside Python, nothing to give back
-            signal.signal(signal.SIGINT, previous)
-
-    def call() -> None:
-        if once:
-            release()
-        handler()
-
-    try:
-        loop.add_signal_handler(signal.SIGINT, call)
-    except (NotImplementedError, RuntimeError, ValueError):
-        yield
-        return
-    try:
-        yield
-    finally:
-        release()
+    first Ctrl-C, the next ones go where they went before (:func:`adapters.signals.on_signals`)."""
+    return on_signals(lambda _sig: handler(), signal.SIGINT, once=once)
 
 
 async def ask_approval(waiting: ApprovalNeeded, *, yes: bool, stdin: TextIO, out: TextIO) -> bool:
