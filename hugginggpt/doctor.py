@@ -59,9 +59,9 @@ INFERENCE_PERMISSION = "inference.serverless.write"
 """The fine-grained token permission "Make calls to Inference Providers" (``whoami-v2``)."""
 TOKENS_PAGE = "https://huggingface.co/settings/tokens"
 IMPORT_SECONDS = 60.0
-"""Seconds the libraries of one check may take to import before it counts as failed (a loaded
-machine takes seconds; a hung file system is reported after this). Its own ``--timeout`` starts
-after."""
+"""Seconds the checks' libraries may take to import before every check counts as failed (a loaded
+machine takes seconds; a hung file system is reported after this). Each check's ``--timeout``
+starts after."""
 MCP_STOP_SECONDS = 10.0
 """Seconds beyond ``--timeout`` the ``mcp`` check may take: stopping a tool server that did not
 start (the ``mcp`` SDK's stdio client closes its stdin, waits 2 s, then terminates and kills it:
@@ -432,18 +432,18 @@ class Step:
     grace: float = 1.0
 
 
-def _load(steps: list[Step], loop: asyncio.AbstractEventLoop) -> dict[str, asyncio.Future[BaseException | None]]:
-    """Import each step's modules in one thread, in order; the futures are settled (``None``, or
-    the step's import error) once all are there. No check starts while the thread imports: the
-    checks import more (the HTTP clients' transports, ``openai.resources``) on the loop's thread,
-    and two threads importing the same packages at once can see a module half initialised (Python
-    hands one over to break a circular import: an ``AttributeError`` in a check, seldom)."""
-    loaded: dict[str, asyncio.Future[BaseException | None]] = {s.name: loop.create_future() for s in steps}
+def _load(steps: list[Step], loop: asyncio.AbstractEventLoop) -> asyncio.Future[dict[str, BaseException | None]]:
+    """Import each step's modules in one thread, in order; the future holds, once all are there,
+    each step's import error (or ``None``). No check starts while the thread imports: the checks
+    import more (the HTTP clients' transports, ``openai.resources``) on the loop's thread, and two
+    threads importing the same packages at once can see a module half initialised (Python hands one
+    over to break a circular import: an ``AttributeError`` in a check, seldom). A daemon thread: an
+    import that hangs (a hung file system) does not keep the process from exiting."""
+    loaded: asyncio.Future[dict[str, BaseException | None]] = loop.create_future()
 
     def settle(errors: dict[str, BaseException | None]) -> None:
-        for name, error in errors.items():
-            if not loaded[name].done():
-                loaded[name].set_result(error)
+        if not loaded.done():
+            loaded.set_result(errors)
 
     def work() -> None:
         errors: dict[str, BaseException | None] = {}
@@ -460,15 +460,10 @@ def _load(steps: list[Step], loop: asyncio.AbstractEventLoop) -> dict[str, async
     return loaded
 
 
-async def _bounded(step: Step, loaded: asyncio.Future[BaseException | None], timeout: float) -> Check:
-    """``step`` once its libraries are loaded (within :data:`IMPORT_SECONDS`), then within
+async def _bounded(step: Step, error: BaseException | None, timeout: float) -> Check:
+    """``step`` once its libraries are loaded (``error``: their import's, or ``None``), within
     ``timeout`` (plus its ``grace``) from its own start; an unexpected error is a verdict too."""
     name = step.name
-    try:
-        error = await asyncio.wait_for(asyncio.shield(loaded), IMPORT_SECONDS)
-    except TimeoutError:
-        return Check(name, "FAIL", f"The checks' libraries did not load within {IMPORT_SECONDS:g} s.",
-                     "the machine or its disk is overloaded; try again")
     if error is not None:
         return Check(name, "FAIL", f"Its libraries do not load ({error.__class__.__name__}: {str(error)[:120]}).",
                      "reinstall the program (pip install --force-reinstall hugginggpt-bot)")
@@ -496,9 +491,14 @@ async def run_checks(settings: Settings, timeout: float, min_free_mb: float,
         Step("mcp", ("mcp", "pipeline.mcp_tools", "bot.backends"), lambda: check_mcp(settings, timeout), 1.0 + MCP_STOP_SECONDS),
         Step("ffmpeg", (), lambda: check_ffmpeg(timeout)),
     ]
-    loaded = _load(steps, asyncio.get_running_loop())
-    done = await asyncio.gather(*(_bounded(s, loaded[s.name], timeout) for s in steps))
-    return [*done, check_disk(settings.storage.data_dir, min_free_mb, prune)]
+    disk = check_disk(settings.storage.data_dir, min_free_mb, prune)
+    try:
+        errors = await asyncio.wait_for(_load(steps, asyncio.get_running_loop()), IMPORT_SECONDS)
+    except TimeoutError:
+        return [*(Check(s.name, "FAIL", f"The checks' libraries did not load within {IMPORT_SECONDS:g} s.",
+                        "the machine or its disk is overloaded; try again") for s in steps), disk]
+    done = await asyncio.gather(*(_bounded(s, errors[s.name], timeout) for s in steps))
+    return [*done, disk]
 
 
 def _quiet_logs(verbose: int) -> None:
