@@ -360,10 +360,26 @@ def _sqlite_writer(dbapi_connection: Any, _record: Any) -> None:
     """A new SQLite writer connection: autocommit at the driver (the store sends ``BEGIN
     IMMEDIATE`` itself), WAL mode, full fsync, foreign keys enforced."""
     dbapi_connection.isolation_level = None
-    (mode,), *_ = _pragmas(dbapi_connection, "PRAGMA journal_mode=WAL", "PRAGMA synchronous=FULL",
-                           "PRAGMA foreign_keys=ON")
-    if str(mode[0]).lower() != "wal":
-        log.warning("SQLite journal mode is %s, not WAL", mode[0])
+    mode = _journal_wal(dbapi_connection)
+    _pragmas(dbapi_connection, "PRAGMA synchronous=FULL", "PRAGMA foreign_keys=ON")
+    if str(mode).lower() != "wal":
+        log.warning("SQLite journal mode is %s, not WAL", mode)
+
+
+def _journal_wal(dbapi_connection: Any) -> str:
+    """``PRAGMA journal_mode=WAL`` on ``dbapi_connection``; returns the mode it reports. Switching
+    a new file to WAL takes its lock, and SQLite answers "database is locked" at once there, without
+    its busy handler: two processes creating the file together (replicas started at once) had one
+    of them refuse to start. Retried within the connection's busy timeout (tenacity)."""
+    from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_fixed
+
+    (wait_ms,), = _pragmas(dbapi_connection, "PRAGMA busy_timeout")[0]
+    for attempt in Retrying(stop=stop_after_delay(wait_ms / 1000), wait=wait_fixed(0.02), reraise=True,
+                            retry=retry_if_exception(lambda e: isinstance(e, sqlite3.OperationalError)
+                                                     and "locked" in str(e))):
+        with attempt:
+            (mode,), = _pragmas(dbapi_connection, "PRAGMA journal_mode=WAL")[0]
+    return str(mode)
 
 
 def _sqlite_reader(dbapi_connection: Any, _record: Any) -> None:
